@@ -1,0 +1,24 @@
+"""Workbench: author, debug, evaluate and train LLM reinforcement-learning environments.
+
+The public authoring API (see DESIGN.md)::
+
+    import workbench as wb
+    env = wb.Environment(name=..., tasks=wb.TaskSet.from_records(rows), harness=wb.SingleTurn(),
+                         rubric=rubric, sampling=wb.Sampling(max_tokens=256))
+"""
+
+from .environment import Environment, Local, Sampling
+from .errors import EnvLoadError, RubricError, WorkbenchError
+from .harness import Harness, MultiTurn, SingleTurn, ToolLoop, UserSim
+from .rollout import Rollout, RolloutFailed
+from .rubric import Rubric
+from .tasks import Task, TaskSet
+from .tools import Tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Environment", "EnvLoadError", "Harness", "Local", "MultiTurn", "Rollout", "RolloutFailed", "Rubric",
+    "RubricError", "Sampling", "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError",
+    "__version__",
+]

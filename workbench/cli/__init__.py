@@ -1,0 +1,63 @@
+"""The ``workbench`` command line. Heavy imports happen inside commands, so it starts fast."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from ..errors import WorkbenchError
+from .common import console_err
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (default: XDG data dir).")
+@click.version_option(package_name="rl-workbench", prog_name="workbench")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Workbench: author, debug, evaluate and train LLM RL environments.
+
+    With no command, opens the terminal app.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["db"] = db
+    if ctx.invoked_subcommand is None:
+        from .tui_cmd import open_tui
+
+        open_tui(db)
+
+
+def _register() -> None:
+    from . import browse, envs_cmd, eval_cmd, prices_cmd
+
+    for mod in (eval_cmd, envs_cmd, browse, prices_cmd):
+        for command in mod.COMMANDS:
+            cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="workbench", standalone_mode=False)
+    except WorkbenchError as e:
+        console_err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except click.exceptions.Abort:
+        console_err.print("aborted")
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        console_err.print("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

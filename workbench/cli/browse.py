@@ -1,0 +1,156 @@
+"""``workbench runs``, ``show`` and ``export``: read what the store holds."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+import orjson
+
+from .common import console, emit_json, fmt_float, open_store
+
+
+@click.command("runs")
+@click.option("--env", default=None, help="Only runs of this environment.")
+@click.option("--limit", type=int, default=30, show_default=True)
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@click.pass_context
+def runs_command(ctx: click.Context, env: str | None, limit: int, db: str | None, as_json: bool) -> None:
+    """List runs, newest first."""
+    from ..store.queries import list_runs
+
+    with open_store(ctx, db) as store:
+        runs = list_runs(store.conn, limit=limit, env=env)
+    if as_json:
+        emit_json({"runs": runs})
+        return
+    if not runs:
+        console.print("no runs yet: try `workbench eval arithmetic`")
+        return
+    from rich.table import Table
+
+    t = Table(box=None, show_edge=False)
+    for col in ("run", "kind", "env", "model", "status", "rollouts", "errors", "mean reward", "started"):
+        t.add_column(col, justify="right" if col in ("rollouts", "errors", "mean reward") else "left")
+    for r in runs:
+        t.add_row(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
+                  fmt_float(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])))
+    console.print(t)
+
+
+def _render_content(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def print_transcript(r: dict[str, Any]) -> None:
+    from rich.panel import Panel
+
+    status = "[green]ok[/]" if r["status"] == "ok" else f"[red]{r['error_kind']}[/]"
+    console.print(f"[bold]rollout {r['id']}[/]  run {r['run_id']}  env {r['env_name']}  model {r['model']}  "
+                  f"task {r['task_index']} sample {r['sample_index']}  {status}")
+    console.print(f"reward {fmt_float(r['reward'])}   turns {r['turns']}   {r['duration_s']:.2f}s   "
+                  f"tokens {r['prompt_tokens']}/{r['completion_tokens']}   cost ${r['cost_usd']:.5f}")
+    colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
+    for m in r["messages"]:
+        role = m.get("role", "?")
+        body = _render_content(m.get("content"))
+        for tc in m.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            body += f"\n→ {fn.get('name')}({fn.get('arguments')})"
+        title = role + (f" ({m.get('name')})" if m.get("name") else "")
+        console.print(Panel(body or "[dim](empty)[/]", title=title, title_align="left",
+                            border_style=colors.get(role, "white"), expand=True), markup=False)
+    console.print(f"answer: {r['answer']!r}")
+    for name, v in (r.get("rewards") or {}).items():
+        console.print(f"  reward {name} = {v:.3f}")
+    for name, v in (r.get("metrics") or {}).items():
+        console.print(f"  metric {name} = {v:.3f}")
+    for e in r.get("errors") or []:
+        console.print(f"  [red]{e['kind']}[/] in {e['source']}: {e['message']}", markup=True, highlight=False)
+
+
+@click.command("show")
+@click.argument("target")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@click.pass_context
+def show_command(ctx: click.Context, target: str, db: str | None, as_json: bool) -> None:
+    """Show a run's summary, or a rollout as a readable transcript."""
+    from ..errors import NotFoundError
+    from ..store.queries import get_rollout
+
+    with open_store(ctx, db) as store:
+        run = None
+        if "." not in target:
+            try:
+                run = store.get_run(target)
+            except NotFoundError:
+                run = None
+        if run is not None:
+            from ..report import run_summary
+
+            summary = run_summary(store, run["id"])
+            if as_json:
+                emit_json({"run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary})
+                return
+            from .eval_cmd import print_summary
+
+            summary.update({k: run["summary"].get(k) for k in ("rollouts_per_s", "unpriced") if k in run["summary"]})
+            print_summary(summary)
+            console.print(f"status {run['status']}" + (f" — {run['error']}" if run["error"] else ""))
+            return
+        rollout = get_rollout(store.conn, target)
+    if as_json:
+        emit_json(rollout)
+    else:
+        print_transcript(rollout)
+
+
+@click.command("export")
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
+@click.option("-o", "--output", default="-", help="Output file (default: stdout).")
+@click.option("--min-reward", type=float, default=None, help="Only rollouts with at least this total reward.")
+@click.option("--include-errors", is_flag=True, help="Also export rollouts that failed.")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.pass_context
+def export_command(ctx: click.Context, run: str, fmt: str, output: str, min_reward: float | None,
+                   include_errors: bool, db: str | None) -> None:
+    """Export a run's rollouts as chat rows ready for SFT (one JSON object per line)."""
+    with open_store(ctx, db) as store:
+        run_row = store.get_run(run)
+        sql = ("SELECT id, task_id, task_index, sample_index, reward, status, messages, answer, info FROM rollout "
+               "WHERE run_id=?")
+        args: list[Any] = [run_row["id"]]
+        if not include_errors:
+            sql += " AND status='ok'"
+        if min_reward is not None:
+            sql += " AND reward >= ?"
+            args.append(min_reward)
+        sql += " ORDER BY task_index, sample_index"
+        out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
+        n = 0
+        try:
+            for rid, task_id, ti, si, reward, status, messages, answer, info in store.conn.execute(sql, args):
+                row = {"messages": orjson.loads(messages),
+                       "metadata": {"run_id": run_row["id"], "rollout_id": rid, "env": run_row["env_name"],
+                                    "env_version": run_row["env_version"], "model": run_row["model"],
+                                    "task_id": task_id, "task_index": ti, "sample_index": si, "reward": reward,
+                                    "status": status, "answer": orjson.loads(answer), "info": orjson.loads(info)}}
+                out.write(orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+                n += 1
+        finally:
+            if out is not sys.stdout.buffer:
+                out.close()
+    if output != "-":
+        console.print(f"wrote {n} rows to {output}")
+
+
+COMMANDS = [runs_command, show_command, export_command]

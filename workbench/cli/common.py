@@ -1,0 +1,51 @@
+"""Shared CLI pieces: consoles, store opening, JSON output, the hot-swap flags."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+
+console = Console(highlight=False, soft_wrap=True)
+console_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def open_store(ctx: click.Context, db: str | None = None) -> Any:
+    from ..paths import default_db
+    from ..store import Store
+
+    path = db or (ctx.find_root().obj or {}).get("db") or default_db()
+    return Store(path)
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON object as the last line of stdout."""
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode() + "\n")
+    sys.stdout.flush()
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (default: XDG data dir).")(f)
+
+
+def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The hot-swap flags every command that runs rollouts takes."""
+    opts = [
+        click.option("-m", "--model", default=None, help="Model name (default: the embedded model)."),
+        click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL",
+                     help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: embedded server)."),
+        click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, OPENAI_API_KEY or keyring)."),
+        click.option("--harness", default=None, help="Swap the harness: module:Name or file.py:Name."),
+        click.option("--runtime", default=None, help="Swap the runtime: local | docker[:IMAGE] | modal."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def fmt_float(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"

@@ -1,0 +1,133 @@
+"""``workbench eval``: run an environment against a model and store every rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any
+
+import click
+
+from .common import console, console_err, emit_json, fmt_float, model_options, open_store
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine; the first Ctrl-C cancels it cleanly (what is written stays written)."""
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        loop = runner.get_loop()
+        task: asyncio.Task[Any] | None = None
+
+        async def main() -> Any:
+            nonlocal task
+            task = asyncio.current_task()
+            try:
+                loop.add_signal_handler(signal.SIGINT, lambda: task.cancel() if task else None)
+                loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
+            except (NotImplementedError, RuntimeError):  # not the main thread / platform
+                pass
+            return await coro
+
+        return runner.run(main())
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    mean = s.get("mean_reward")
+    se = s.get("stderr")
+    head = f"[bold]{s['env']}[/] ({s['env_version']}) on [bold]{s['model']}[/] — run [cyan]{s['run_id']}[/]"
+    console.print(head)
+    line = f"mean reward {fmt_float(mean)}" + (f" ± {se:.3f}" if se is not None else "")
+    line += f"   rollouts {s['rollouts']}   errors {s['errors']}"
+    if s.get("pass_at_k"):
+        line += "   " + "  ".join(f"{k} {v:.3f}" for k, v in s["pass_at_k"].items())
+    console.print(line)
+    if s.get("rewards") or s.get("metrics"):
+        t = Table(show_edge=False, box=None, pad_edge=False)
+        t.add_column("function")
+        t.add_column("kind")
+        t.add_column("mean", justify="right")
+        for name, v in s.get("rewards", {}).items():
+            t.add_row(name, "reward", fmt_float(v))
+        for name, v in s.get("metrics", {}).items():
+            t.add_row(name, "metric", fmt_float(v))
+        console.print(t)
+    if s.get("error_kinds"):
+        console.print("errors by kind: " + ", ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))
+    cost = f"${s['cost_usd']:.4f}" if not s.get("unpriced") else "unknown (no price for this model; `workbench prices set`)"
+    console.print(f"tokens {s['prompt_tokens']} in / {s['completion_tokens']} out   cost {cost}   "
+                  f"{s.get('rollouts_per_s', 0):.1f} rollouts/s")
+
+
+@click.command("eval")
+@click.argument("env", required=False)
+@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@click.option("-n", "--num-tasks", "n", type=int, default=None, help="Number of tasks (the first n).")
+@click.option("-r", "--rollouts", "r", type=int, default=1, show_default=True, help="Rollouts per task (one group).")
+@click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")
+@model_options
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-rollout timeout in seconds.")
+@click.option("--max-retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/connection errors.")
+@click.option("-t", "--temperature", type=float, default=None, help="Override the environment's temperature.")
+@click.option("--max-tokens", type=int, default=None, help="Override the environment's max_tokens.")
+@click.option("--pass-threshold", type=float, default=1.0, show_default=True,
+              help="A rollout passes (for pass@k) when its total reward reaches this.")
+@click.option("--resume", default=None, metavar="RUN", help="Finish a partial run (same settings, no duplicates).")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary as the last line of stdout.")
+@click.pass_context
+def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
+                 model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
+                 runtime: str | None, timeout: float, max_retries: int, temperature: float | None,
+                 max_tokens: int | None, pass_threshold: float, resume: str | None, db: str | None,
+                 as_json: bool) -> None:
+    """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
+    from ..discovery import parse_env_args
+    from ..errors import ConfigError
+    from ..evaluate import EvalOptions, evaluate
+
+    if not env and not resume:
+        raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")
+    opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=r, concurrency=c,
+                       model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
+                       harness=harness, runtime=runtime, temperature=temperature, max_tokens=max_tokens,
+                       pass_threshold=pass_threshold, resume=resume)
+    store = open_store(ctx, db)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("reward {task.fields[reward]}  errors {task.fields[errors]}"),
+                        TimeElapsedColumn(), console=console_err, transient=True,
+                        disable=not console_err.is_terminal)
+    bar: dict[str, Any] = {}
+
+    def on_start(run_id: str, total: int) -> None:
+        bar["id"] = progress.add_task(f"eval {run_id}", total=total, reward="-", errors=0)
+
+    def on_counters(cnt: Any) -> None:
+        if "id" in bar:
+            mean = f"{cnt.reward_sum / cnt.scored:.3f}" if cnt.scored else "-"
+            progress.update(bar["id"], completed=cnt.finished, reward=mean, errors=cnt.failed)
+
+    try:
+        with progress:
+            outcome = run_async(evaluate(opts, store, on_start=on_start, counters_cb=on_counters))
+    finally:
+        store.close()
+    s = outcome.summary
+    if as_json:
+        emit_json(s)
+    else:
+        print_summary(s)
+    if outcome.interrupted:
+        console_err.print(f"interrupted: {s['rollouts']} rollouts kept; finish with `workbench eval --resume {s['run_id']}`")
+        ctx.exit(130)
+
+
+COMMANDS = [eval_command]

@@ -1,0 +1,173 @@
+"""The rollout engine: run an environment's tasks through its harness, score them, store them.
+
+Bounded concurrency with a fixed pool of worker coroutines (no task per rollout), per-rollout
+timeouts, groups of ``r`` rollouts per task scored together (group rewards), every failure recorded
+on its rollout, whole groups committed at once (so ``--resume`` never duplicates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import FATAL, ChatClient, ModelError
+from .environment import Environment
+from .pricing import Price
+from .rollout import Rollout, RolloutError, RolloutFailed
+from .rubric import Scores
+from .store import BatchWriter, RolloutRecord
+from .tasks import Task
+
+
+class FatalRunError(Exception):
+    """The endpoint cannot serve this run at all (bad key, unknown model): stop every rollout."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass(slots=True)
+class RunCounters:
+    started: int = 0
+    finished: int = 0
+    failed: int = 0
+    reward_sum: float = 0.0
+    scored: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(slots=True)
+class _Group:
+    task: Task
+    task_index: int
+    size: int
+    rollouts: list[Rollout | None]
+    scores: list[Scores | None]
+    remaining: int
+
+
+@dataclass(slots=True)
+class RolloutEngine:
+    env: Environment
+    client: ChatClient
+    writer: BatchWriter
+    run_id: str
+    model: str
+    base_url: str
+    rollouts_per_task: int = 1
+    concurrency: int = 32
+    timeout_s: float = 600.0
+    price: Price | None = None
+    provider: str = ""
+    base_url_for: Callable[[str], str] | None = None  # per-rollout base URL (interception proxy)
+    sandbox_factory: Callable[[Rollout], Any] | None = None
+    counters: RunCounters = field(default_factory=RunCounters)
+    fatal: FatalRunError | None = None
+
+    async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
+        skip = skip or set()
+        jobs = self._jobs(tasks, skip)
+        params = self.env.sampling.to_params()
+        workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+        if self.fatal is not None:
+            raise self.fatal
+        return self.counters
+
+    def _jobs(self, tasks: list[Task], skip: set[tuple[int, int]]) -> Iterator[tuple[_Group, int]]:
+        r = self.rollouts_per_task
+        for i, task in enumerate(tasks):
+            todo = [s for s in range(r) if (i, s) not in skip]
+            if not todo:
+                continue
+            # Groups are committed whole, so a group is either all there or not at all.
+            g = _Group(task, i, r, [None] * r, [None] * r, r)
+            for s in range(r):
+                yield g, s
+
+    async def _worker(self, jobs: Iterator[tuple[_Group, int]], params: dict[str, Any]) -> None:
+        for group, sample in jobs:
+            if self.fatal is not None:
+                return
+            rollout, scores = await self._one(group, sample, params)
+            group.rollouts[sample] = rollout
+            group.scores[sample] = scores
+            group.remaining -= 1
+            if group.remaining == 0:
+                await self._finish_group(group)
+
+    async def _one(self, group: _Group, sample: int, params: dict[str, Any]) -> tuple[Rollout, Scores | None]:
+        rid = f"{self.run_id}.{group.task_index}.{sample}"
+        base_url = self.base_url_for(rid) if self.base_url_for else self.base_url
+        rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
+                          model=self.model, params=params)
+        self.counters.started += 1
+        harness = self.env.harness
+        try:
+            if self.sandbox_factory is not None:
+                rollout.sandbox = await self.sandbox_factory(rollout)
+            async with asyncio.timeout(self.timeout_s):
+                await harness.run(rollout)
+        except TimeoutError:
+            rollout.failure = RolloutError("timeout", harness.describe(), f"rollout exceeded its {self.timeout_s:g}s timeout")
+        except ModelError as e:
+            rollout.failure = RolloutError(f"model.{e.kind}", self.base_url, e.message)
+            if e.kind in FATAL and self.fatal is None:
+                self.fatal = FatalRunError(e)
+        except RolloutFailed as e:
+            rollout.failure = RolloutError(e.kind, e.source, e.message)
+        except Exception as e:  # a bug in harness code: recorded, the run goes on
+            from .rubric import _error_text
+
+            rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))
+        rollout.duration_s = time.perf_counter() - rollout.started
+        if self.price is not None:
+            rollout.usage.cost_usd = self.price.cost(rollout.usage.prompt_tokens, rollout.usage.completion_tokens)
+        if rollout.failure is not None:
+            rollout.errors.append(rollout.failure)
+            return rollout, None
+        scores = await self.env.rubric.score_rollout(rollout.score_context())
+        return rollout, scores
+
+    async def _finish_group(self, group: _Group) -> None:
+        ok = [i for i, s in enumerate(group.scores) if s is not None]
+        if ok and self.env.rubric.group_rewards:
+            ctxs = [group.rollouts[i].score_context() for i in ok]  # type: ignore[union-attr]
+            await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[misc]
+        records: list[RolloutRecord] = []
+        c = self.counters
+        for rollout, scores in zip(group.rollouts, group.scores, strict=True):
+            assert rollout is not None
+            failed = rollout.failure is not None
+            sc = scores or Scores()
+            records.append(RolloutRecord(
+                id=rollout.id, run_id=self.run_id, env_name=self.env.name, model=self.model, task=group.task,
+                task_index=group.task_index, sample_index=rollout.sample_index,
+                status="error" if failed else "ok",
+                error_kind=rollout.failure.kind if failed else None,  # type: ignore[union-attr]
+                reward=None if failed else sc.total, usage=rollout.usage, duration_s=rollout.duration_s,
+                turns=rollout.turns, completion=rollout.completion, messages=rollout.messages, state=rollout.state,
+                scores=sc, calls=rollout.calls, errors=rollout.errors, provider=self.provider,
+            ))
+            c.finished += 1
+            c.tokens += rollout.usage.total_tokens
+            c.cost_usd += rollout.usage.cost_usd
+            if failed:
+                c.failed += 1
+            else:
+                c.scored += 1
+                c.reward_sum += sc.total
+        self.writer.submit(records)
+        # Let the writer thread and the event loop breathe between groups.
+        await asyncio.sleep(0)

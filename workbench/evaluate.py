@@ -1,0 +1,191 @@
+"""``workbench eval`` as a function: the CLI and the TUI both call :func:`evaluate`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import discovery
+from .client import ChatClient, preflight, resolve_api_key
+from .engine import FatalRunError, RolloutEngine, RunCounters
+from .environment import Environment
+from .errors import ConfigError, EndpointError
+from .pricing import match_price
+from .report import run_summary
+from .store import Store
+
+
+@dataclass(slots=True)
+class EvalOptions:
+    env: str
+    env_args: dict[str, Any] = field(default_factory=dict)
+    n: int | None = None
+    rollouts_per_task: int = 1
+    concurrency: int = 32
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    max_retries: int = 4
+    harness: str | None = None
+    runtime: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    pass_threshold: float = 1.0
+    resume: str | None = None
+
+    def validate(self) -> None:
+        if self.n is not None and self.n < 1:
+            raise ConfigError("-n must be at least 1")
+        if self.rollouts_per_task < 1:
+            raise ConfigError("-r must be at least 1")
+        if self.concurrency < 1:
+            raise ConfigError("-c must be at least 1")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be positive")
+
+
+@dataclass(slots=True)
+class EvalOutcome:
+    run_id: str
+    summary: dict[str, Any]
+    counters: RunCounters
+    wall_s: float
+    interrupted: bool = False
+
+
+def new_run_id() -> str:
+    return time.strftime("%m%d") + "-" + secrets.token_hex(3)
+
+
+def apply_hot_swaps(env: Environment, opts: EvalOptions) -> None:
+    """Override the environment's harness, runtime or sampling from the command line."""
+    if opts.harness:
+        from .hotswap import load_harness
+
+        env.harness = load_harness(opts.harness)
+    if opts.runtime:
+        from .hotswap import load_runtime
+
+        env.runtime = load_runtime(opts.runtime)
+    if opts.temperature is not None:
+        env.sampling.temperature = opts.temperature
+    if opts.max_tokens is not None:
+        env.sampling.max_tokens = opts.max_tokens
+
+
+def resolve_endpoint(opts: EvalOptions) -> tuple[str, str]:
+    """The base URL and model to use; with no ``--base-url`` the embedded model server."""
+    if opts.base_url:
+        model = opts.model or os.environ.get("WORKBENCH_MODEL")
+        if not model:
+            raise ConfigError("--base-url needs a model name too: pass -m MODEL")
+        return opts.base_url.rstrip("/"), model
+    try:
+        from local_runtime.embedded import ensure_server
+    except ImportError as e:
+        raise EndpointError(
+            f"no --base-url given and the embedded model server cannot start here ({e}); install the local stack "
+            "with `pip install 'rl-workbench[local]'` or pass --base-url URL -m MODEL") from None
+    return ensure_server(opts.model)
+
+
+async def evaluate(
+    opts: EvalOptions,
+    store: Store,
+    *,
+    on_start: Callable[[str, int], None] | None = None,
+    counters_cb: Callable[[RunCounters], None] | None = None,
+) -> EvalOutcome:
+    opts.validate()
+    run: dict[str, Any] | None = None
+    if opts.resume:
+        run = store.get_run(opts.resume)
+        cfg = run["config"]
+        opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
+        opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
+        opts.model, opts.base_url = opts.model or cfg.get("model"), opts.base_url or cfg.get("base_url")
+        opts.harness, opts.runtime = opts.harness or cfg.get("harness"), opts.runtime or cfg.get("runtime")
+        if opts.temperature is None:
+            opts.temperature = cfg.get("temperature")
+        if opts.max_tokens is None:
+            opts.max_tokens = cfg.get("max_tokens")
+    env = discovery.load(opts.env, opts.env_args)
+    apply_hot_swaps(env, opts)
+    tasks = list(env.tasks.take(opts.n))
+    if not tasks:
+        raise ConfigError(f"environment {env.name!r} has no tasks (with -a {opts.env_args or '{}'})")
+    base_url, model = resolve_endpoint(opts)
+    store.register_env(env.name, env.version, env.source, env.description)
+    prices = store.prices()
+    price = match_price(model, prices)
+    api_key = resolve_api_key(opts.api_key)
+
+    if run is None:
+        run_id = new_run_id()
+        config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n, "rollouts_per_task": opts.rollouts_per_task,
+                  "model": model, "base_url": base_url, "harness": opts.harness, "runtime": opts.runtime,
+                  "temperature": opts.temperature, "max_tokens": opts.max_tokens}
+        skip: set[tuple[int, int]] = set()
+    else:
+        run_id = run["id"]
+        if run["env_version"] != env.version:
+            # The run goes on with the current files; the change is recorded, not hidden.
+            store.update_run(run_id, error=f"resumed with env version {env.version} (started with {run['env_version']})")
+        skip = store.done_slots(run_id)
+
+    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=opts.timeout_s,
+                        max_retries=opts.max_retries)
+    t0 = time.perf_counter()
+    interrupted = False
+    async with client:
+        await preflight(client, base_url, model)
+        if run is None:
+            store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version, env_source=env.source,
+                             env_args=opts.env_args, model=model, base_url=base_url,
+                             harness=env.harness.describe(), runtime=getattr(env.runtime, "kind", ""),
+                             n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
+                             concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
+        else:
+            store.update_run(run_id, status="running", finished_at=None)
+        if on_start:
+            on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
+        writer = store.writer()
+        engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model, base_url=base_url,
+                               rollouts_per_task=opts.rollouts_per_task, concurrency=opts.concurrency,
+                               timeout_s=opts.timeout_s, price=price, provider=price.provider if price else "")
+        ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
+        status, error = "completed", ""
+        try:
+            await engine.run(tasks, skip)
+        except FatalRunError as e:
+            status, error = "failed", e.error.message
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status, interrupted = "interrupted", True
+        finally:
+            if ticker:
+                ticker.cancel()
+            try:
+                writer.close()
+            finally:
+                store.update_run(run_id, status=status, error=error, finished_at=time.time())
+        wall = time.perf_counter() - t0
+    summary = run_summary(store, run_id, opts.pass_threshold)
+    summary["rollouts_per_s"] = engine.counters.finished / wall if wall > 0 else 0.0
+    summary["retries"] = client.retries
+    summary["unpriced"] = price is None
+    store.update_run(run_id, summary=summary)
+    if status == "failed":
+        raise EndpointError(f"{error}; run {run_id} stopped, {summary['rollouts']} rollouts kept")
+    return EvalOutcome(run_id, summary, engine.counters, wall, interrupted)
+
+
+async def _tick(engine: RolloutEngine, cb: Callable[[RunCounters], None]) -> None:
+    while True:
+        cb(engine.counters)
+        await asyncio.sleep(0.1)

@@ -1,0 +1,159 @@
+"""The live state of one rollout, as harnesses, tools and rewards see it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .tasks import Message, Task
+
+if TYPE_CHECKING:
+    from .client import ChatClient, ChatResponse
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """One chat completion made during a rollout: what was asked (by position) and what came back."""
+
+    index: int
+    n_messages: int  # how many messages of the conversation were sent
+    message: Message | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    error: str | None = None
+    extra: dict[str, Any] | None = None  # logprobs, token ids, server fields (when the server gives them)
+
+
+@dataclass(slots=True)
+class RolloutError:
+    kind: str  # model.<kind> | timeout | harness | tool | reward
+    source: str  # which function / tool / endpoint
+    message: str
+
+
+class RolloutFailed(Exception):
+    """Raised inside a harness to end the rollout as an error of a given kind."""
+
+    def __init__(self, kind: str, source: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.source, self.message = kind, source, message
+
+
+@dataclass(slots=True)
+class Rollout:
+    """One attempt of a model at one task. Harnesses drive it; rewards read it."""
+
+    id: str
+    task: Task
+    sample_index: int
+    client: ChatClient
+    base_url: str
+    model: str
+    params: dict[str, Any]
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    sandbox: Any = None
+    calls: list[ModelCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    errors: list[RolloutError] = field(default_factory=list)
+    failure: RolloutError | None = None
+    started: float = field(default_factory=time.perf_counter)
+    duration_s: float = 0.0
+    turns: int = 0
+
+    async def generate(
+        self, messages: list[Message] | None = None, *, tools: list[dict[str, Any]] | None = None, **overrides: Any
+    ) -> Message:
+        """Ask the model for the next assistant message; the call is recorded in the trace.
+
+        With ``messages`` omitted the rollout's own conversation is sent. The returned message is
+        *not* appended; harnesses decide what enters the conversation.
+        """
+        msgs = self.messages if messages is None else messages
+        params = self.params if not overrides else {**self.params, **overrides}
+        t0 = time.perf_counter()
+        resp: ChatResponse = await self.client.chat(
+            base_url=self.base_url, model=self.model, messages=msgs, tools=tools, params=params
+        )
+        self.usage.prompt_tokens += resp.prompt_tokens
+        self.usage.completion_tokens += resp.completion_tokens
+        self.calls.append(
+            ModelCall(
+                index=len(self.calls),
+                n_messages=len(msgs),
+                message=resp.message,
+                finish_reason=resp.finish_reason,
+                prompt_tokens=resp.prompt_tokens,
+                completion_tokens=resp.completion_tokens,
+                latency_s=time.perf_counter() - t0,
+                extra=resp.extra,
+            )
+        )
+        self.turns += 1
+        return resp.message
+
+    @property
+    def completion(self) -> str:
+        """The text of the last assistant message ('' when there is none)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "assistant":
+                c = m.get("content")
+                return c if isinstance(c, str) else _text(c)
+        return ""
+
+    def prompt_messages(self) -> list[Message]:
+        return self.messages[: self.calls[0].n_messages] if self.calls else list(self.messages)
+
+    def score_context(self) -> dict[str, Any]:
+        """The arguments reward and metric functions may ask for, by name."""
+        return {
+            "prompt": self.task.prompt,
+            "completion": self.completion,
+            "messages": self.messages,
+            "answer": self.task.answer,
+            "info": self.task.info,
+            "task": self.task,
+            "state": self.state,
+            "trace": self,
+            "sandbox": self.sandbox,
+            "usage": self.usage,
+        }
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def message_text(m: Message) -> str:
+    """All human-readable text of a message: content plus tool-call names and arguments."""
+    parts = [_text(m.get("content"))]
+    for tc in m.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,126 @@
+"""The SQLite store: environments, runs, rollouts, scores, model calls, errors, costs, prices."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import NotFoundError
+from ..pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
+from .db import connect, open_store_file
+from .migrations import SCHEMA_VERSION
+from .schema import RunRow
+from .writer import BatchWriter, RolloutRecord, dumps
+
+__all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "dumps"]
+
+
+class Store:
+    """A handle on one store file. Cheap control operations go through ``self.conn``; rollouts go
+    through a :class:`BatchWriter` (``writer()``), which owns its own connection and thread."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = open_store_file(path)
+        self.conn = connect(self.path)
+        self.conn.row_factory = sqlite3.Row
+        self._seed_prices()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def writer(self, **kw: Any) -> BatchWriter:
+        return BatchWriter(self.path, **kw)
+
+    # -- environments --------------------------------------------------------------------------
+    def register_env(self, name: str, version: str, source: str, description: str = "") -> None:
+        now = time.time()
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("INSERT OR IGNORE INTO environment (name, source, description, created_at) VALUES (?, ?, ?, ?)",
+                      (name, source, description, now))
+            c.execute("UPDATE environment SET source=?, description=? WHERE name=?", (source, description, name))
+            env_id = c.execute("SELECT id FROM environment WHERE name=?", (name,)).fetchone()[0]
+            if not c.execute("SELECT 1 FROM env_version WHERE env_id=? AND hash=?", (env_id, version)).fetchone():
+                c.execute("INSERT INTO env_version (env_id, hash, source, created_at) VALUES (?, ?, ?, ?)",
+                          (env_id, version, source, now))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    # -- runs ----------------------------------------------------------------------------------
+    def create_run(self, run_id: str, **fields: Any) -> None:
+        fields = {k: (dumps(v) if isinstance(v, dict | list) else v) for k, v in fields.items()}
+        fields.setdefault("created_at", time.time())
+        row = RunRow.model_validate({"id": run_id, **fields}).model_dump()
+        cols = ", ".join(row)
+        marks = ", ".join("?" * len(row))
+        self.conn.execute(f"INSERT INTO run ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        fields = {k: (dumps(v) if isinstance(v, dict | list) else v) for k, v in fields.items()}
+        sets = ", ".join(f"{k}=?" for k in fields)
+        self.conn.execute(f"UPDATE run SET {sets} WHERE id=?", (*fields.values(), run_id))
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        row = self.conn.execute("SELECT * FROM run WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            like = self.conn.execute("SELECT id FROM run WHERE id LIKE ? ORDER BY created_at DESC LIMIT 2",
+                                     (run_id + "%",)).fetchall()
+            if len(like) == 1:
+                return self.get_run(like[0][0])
+            raise NotFoundError(f"no run {run_id!r} in {self.path}; `workbench runs` lists them")
+        d = dict(row)
+        for k in ("env_args", "sampling", "config", "summary"):
+            d[k] = orjson.loads(d[k] or "{}")
+        return d
+
+    def done_slots(self, run_id: str) -> set[tuple[int, int]]:
+        return {(r[0], r[1]) for r in self.conn.execute(
+            "SELECT task_index, sample_index FROM rollout WHERE run_id=?", (run_id,))}
+
+    # -- prices --------------------------------------------------------------------------------
+    def _seed_prices(self) -> None:
+        if self.conn.execute("SELECT 1 FROM meta WHERE key='prices_seeded'").fetchone():
+            return
+        now = time.time()
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not self.conn.execute("SELECT 1 FROM meta WHERE key='prices_seeded'").fetchone():
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO model_price (model, provider, input_usd_per_mtok, output_usd_per_mtok, "
+                    "source, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(m, p, i, o, DEFAULT_SOURCE, now) for m, (p, i, o) in DEFAULT_PRICES.items()])
+                self.conn.execute("INSERT INTO meta (key, value) VALUES ('prices_seeded', '1')")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def prices(self) -> dict[str, Price]:
+        return {r["model"]: Price(r["model"], r["provider"], r["input_usd_per_mtok"], r["output_usd_per_mtok"],
+                                  r["source"])
+                for r in self.conn.execute("SELECT * FROM model_price ORDER BY model")}
+
+    def set_price(self, model: str, input_usd_per_mtok: float, output_usd_per_mtok: float, provider: str = "",
+                  source: str = "set by user") -> None:
+        self.conn.execute(
+            "INSERT INTO model_price (model, provider, input_usd_per_mtok, output_usd_per_mtok, source, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(model) DO UPDATE SET provider=excluded.provider, "
+            "input_usd_per_mtok=excluded.input_usd_per_mtok, output_usd_per_mtok=excluded.output_usd_per_mtok, "
+            "source=excluded.source, updated_at=excluded.updated_at",
+            (model, provider, input_usd_per_mtok, output_usd_per_mtok, source, time.time()))
+
+    def delete_price(self, model: str) -> bool:
+        return self.conn.execute("DELETE FROM model_price WHERE model=?", (model,)).rowcount > 0

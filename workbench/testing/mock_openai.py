@@ -1,0 +1,176 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 with scripted behaviour, for tests and benchmarks.
+
+Modes (``--mode`` or the ``mode`` argument):
+
+- ``instant``: answer every chat request at once with a fixed text (``--reply``).
+- ``arithmetic``: solve ``What is A op B`` prompts (answers correctly with probability ``--accuracy``).
+- ``script``: replies come from a JSON list given with ``--script`` (cycled per request), each either a
+  string (assistant text), ``{"tool_calls": [...]}``, ``{"status": 500}``, ``{"raw": "not json"}`` or
+  ``{"sleep": seconds, ...}``.
+- ``echo``: the assistant repeats the last user message.
+
+Failure knobs: ``--fail-first K --fail-status S`` (the first K requests fail with S, then succeed),
+``--require-key KEY`` (401 without it), ``--models a,b`` (404 for other models).
+
+Run: ``python -m workbench.testing.mock_openai --port 0`` prints ``READY <port>`` on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import random
+import re
+import sys
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+_NUM = re.compile(r"(-?\d+)\s*([-+*x×])\s*(-?\d+)")
+
+
+def _arith(text: str, accuracy: float, rng: random.Random) -> str:
+    matches = list(_NUM.finditer(text))
+    if not matches:
+        return "I don't know."
+    m = matches[-1]
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    val = a + b if op == "+" else a - b if op == "-" else a * b
+    if rng.random() >= accuracy:
+        val += rng.choice([-2, -1, 1, 3, 10])
+    return str(val) if rng.random() < 0.5 else f"The answer is {val}"
+
+
+class MockOpenAI:
+    def __init__(self, mode: str = "instant", reply: str = "42", script: list[Any] | None = None,
+                 accuracy: float = 0.7, fail_first: int = 0, fail_status: int = 500, require_key: str | None = None,
+                 models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0) -> None:
+        self.mode, self.reply, self.accuracy = mode, reply, accuracy
+        self.script = itertools.cycle(script) if script else None
+        self.fail_first, self.fail_status = fail_first, fail_status
+        self.require_key, self.models = require_key, models or ["mock-model"]
+        self.rng = random.Random(seed)
+        self.latency_s = latency_s
+        self.requests = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.keep_bodies = mode != "instant"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_get("/stats", self.stats)
+        return app
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.requests})
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
+            return web.json_response({"error": {"message": "invalid api key"}}, status=401)
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+
+    def _err(self, status: int, message: str) -> web.Response:
+        return web.Response(body=orjson.dumps({"error": {"message": message}}), status=status,
+                            content_type="application/json")
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
+            return self._err(401, "invalid api key")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return self._err(400, "body is not JSON")
+        if self.keep_bodies:
+            self.bodies.append(body)
+        if body.get("model") not in self.models:
+            return self._err(404, f"model {body.get('model')!r} not found")
+        if self.requests <= self.fail_first:
+            return self._err(self.fail_status, "scripted failure")
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        msgs = body.get("messages") or []
+        message: dict[str, Any] = {"role": "assistant", "content": self.reply}
+        if self.mode == "arithmetic":
+            last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
+            message["content"] = _arith(str(last), self.accuracy, self.rng)
+        elif self.mode == "echo":
+            last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
+            message["content"] = last
+        elif self.mode == "script" and self.script is not None:
+            item = next(self.script)
+            if isinstance(item, dict):
+                if "sleep" in item:
+                    await asyncio.sleep(item["sleep"])
+                if "status" in item:
+                    return self._err(item["status"], "scripted error")
+                if "raw" in item:
+                    return web.Response(body=item["raw"].encode(), content_type="application/json")
+                if "tool_calls" in item:
+                    message = {"role": "assistant", "content": item.get("content"), "tool_calls": item["tool_calls"]}
+                elif "content" in item:
+                    message["content"] = item["content"]
+            else:
+                message["content"] = str(item)
+        text = message.get("content") or ""
+        ptoks = sum(len(str(m.get("content") or "").split()) for m in msgs) + 3 * len(msgs)
+        ctoks = max(1, len(text.split()))
+        resp = {
+            "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks},
+        }
+        return web.Response(body=orjson.dumps(resp), content_type="application/json")
+
+
+async def serve(mock: MockOpenAI, port: int = 0) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(mock.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=2048)
+    await site.start()
+    real_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, real_port
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--mode", default="instant", choices=["instant", "arithmetic", "script", "echo"])
+    ap.add_argument("--reply", default="42")
+    ap.add_argument("--script", default=None, help="JSON list of scripted replies")
+    ap.add_argument("--accuracy", type=float, default=0.7)
+    ap.add_argument("--fail-first", type=int, default=0)
+    ap.add_argument("--fail-status", type=int, default=500)
+    ap.add_argument("--require-key", default=None)
+    ap.add_argument("--models", default="mock-model")
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
+                      a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def run() -> None:
+        _runner, port = await serve(mock, a.port)
+        print(f"READY {port}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

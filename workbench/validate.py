@@ -1,0 +1,118 @@
+"""``workbench validate``: load an environment and check its tasks and rubric without a model."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import discovery
+from .environment import Environment
+from .rollout import Usage
+from .rubric import Scores
+from .tasks import Task
+
+
+@dataclass(slots=True)
+class ValidationReport:
+    env: str
+    version: str
+    tasks_checked: int = 0
+    total_tasks: int | None = None
+    problems: list[str] = field(default_factory=list)  # errors: the env is broken
+    warnings: list[str] = field(default_factory=list)  # suspicious, not fatal
+    gold: dict[str, float] = field(default_factory=dict)  # mean score of the gold answer per reward
+    empty: dict[str, float] = field(default_factory=dict)  # mean score of an empty completion per reward
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "env_version": self.version, "ok": self.ok, "tasks_checked": self.tasks_checked,
+                "total_tasks": self.total_tasks, "problems": self.problems, "warnings": self.warnings,
+                "gold": self.gold, "empty": self.empty}
+
+
+def _ctx(task: Task, completion: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    msgs = [*messages, {"role": "assistant", "content": completion}]
+    return {"prompt": task.prompt, "completion": completion, "messages": msgs, "answer": task.answer,
+            "info": task.info, "task": task, "state": {}, "trace": None, "sandbox": None, "usage": Usage()}
+
+
+async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample: int = 20) -> ValidationReport:
+    env: Environment = discovery.load(spec, env_args)
+    rep = ValidationReport(env.name, env.version)
+    rubric = env.rubric
+    if not rubric.rewards and not rubric.group_rewards:
+        rep.problems.append("the rubric has no reward function: training would have nothing to learn from")
+    tasks = []
+    try:
+        for i, t in enumerate(env.tasks):
+            if i < sample:
+                tasks.append(t)
+            else:
+                break
+    except Exception as e:
+        rep.problems.append(f"reading the task set failed: {type(e).__name__}: {e}")
+        return rep
+    if not tasks:
+        rep.problems.append("the task set is empty")
+        return rep
+    try:
+        rep.total_tasks = len(env.tasks)
+    except Exception as e:
+        rep.problems.append(f"counting the task set failed: {type(e).__name__}: {e}")
+    rep.tasks_checked = len(tasks)
+    ids = Counter(t.id for t in env.tasks.take(5000))
+    dup = [i for i, c in ids.items() if c > 1]
+    if dup:
+        rep.warnings.append(f"{len(dup)} task ids occur more than once (e.g. {dup[0]}); give tasks distinct ids")
+    for t in tasks:
+        if (isinstance(t.prompt, str) and not t.prompt.strip()) or (isinstance(t.prompt, list) and not t.prompt):
+            rep.problems.append(f"task {t.id} has an empty prompt")
+            break
+    missing = sum(1 for t in tasks if t.answer is None)
+    if missing:
+        rep.warnings.append(f"{missing} of {len(tasks)} checked tasks have no gold answer; gold scoring skipped for them")
+
+    gold_scores: list[Scores] = []
+    empty_scores: list[Scores] = []
+    errors: Counter[str] = Counter()
+    for t in tasks:
+        msgs = t.messages(getattr(env.harness, "system_prompt", None))
+        ctxs = []
+        pair = []
+        if t.answer is not None:
+            ctxs.append(_ctx(t, str(t.answer), msgs))
+        ctxs.append(_ctx(t, "", msgs))
+        for c in ctxs:
+            pair.append(await rubric.score_rollout(c))
+        await rubric.score_group(ctxs, pair)
+        if t.answer is not None:
+            gold_scores.append(pair[0])
+        empty_scores.append(pair[-1])
+        for sc in pair:
+            for name, msg in sc.errors:
+                errors[f"{name}: {msg}"] += 1
+    for msg, count in errors.most_common(5):
+        rep.problems.append(f"reward function raised on {count} scorings: {msg}")
+
+    names = [f.name for f in rubric.functions if f.kind in ("reward", "group")]
+    for scores, target in ((gold_scores, rep.gold), (empty_scores, rep.empty)):
+        for name in names:
+            vals = [v for sc in scores for k, v in sc.rewards.items() if k == name or k.startswith(name + ".")]
+            if vals:
+                target[name] = sum(vals) / len(vals)
+        if scores:
+            target["total"] = sum(sc.total for sc in scores) / len(scores)
+    for name, v in rep.empty.items():
+        if name != "total" and v > 0:
+            rep.warnings.append(f"reward {name!r} gives an empty completion {v:.3f} on average: a trivial answer earns it")
+    if rep.gold and rep.empty and rep.gold.get("total", 0) <= rep.empty.get("total", 0):
+        rep.warnings.append("gold answers score no higher than an empty completion: check the rubric (or the gold answers)")
+    for name, v in rep.gold.items():
+        if name != "total" and v == 0 and any(f.name == name and f.kind == "reward" for f in rubric.functions):
+            rep.warnings.append(f"reward {name!r} gives the gold answer 0: either the gold answer is not a complete "
+                                "completion for it or the reward is broken")
+    return rep
