@@ -81,6 +81,11 @@ def _inspect(fn: Callable[..., Any], kind: str, allowed: frozenset[str], name: s
 
 def _as_values(name: str, value: Any) -> dict[str, float]:
     """Normalise a function's return value into named floats."""
+    t = type(value)
+    if t is float or t is int or t is bool:
+        if value != value:  # NaN
+            raise ValueError(f"{name} returned NaN")
+        return {name: float(value)}
     if isinstance(value, Mapping):
         out: dict[str, float] = {}
         for k, v in value.items():

@@ -41,7 +41,8 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="workbench", standalone_mode=False)
+        # Outside standalone mode click returns the code of ``ctx.exit(code)`` instead of exiting.
+        rv = cli.main(args=argv, prog_name="workbench", standalone_mode=False)
     except WorkbenchError as e:
         console_err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return e.exit_code
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    return 0
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -157,14 +157,18 @@ class BatchWriter:
             rollouts, scores, calls, errors, fts = [], [], [], [], []
             cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
             now = time.time()
+            task_json: dict[str, tuple[str, str, str]] = {}
             for group in groups:
                 for r in group:
                     pk += 1
                     t = r.task
+                    tj = task_json.get(t.id)
+                    if tj is None:
+                        tj = task_json[t.id] = (dumps(t.prompt), dumps(t.answer), dumps(t.info))
                     rollouts.append((
                         pk, r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status,
                         r.error_kind, r.reward, r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cost_usd,
-                        r.duration_s, r.turns, r.created_at, dumps(t.prompt), dumps(t.answer), dumps(t.info),
+                        r.duration_s, r.turns, r.created_at, tj[0], tj[1], tj[2],
                         r.completion, dumps(r.messages), dumps(_clean_state(r.state)),
                     ))
                     for name, v in r.scores.rewards.items():

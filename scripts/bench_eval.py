@@ -1,0 +1,111 @@
+"""Benchmark: `workbench eval` end to end into SQLite against the bare-client ceiling, in one run.
+
+Starts the instant OpenAI-compatible mock (workbench.testing.mock_openai) in its own process on
+127.0.0.1, then measures
+  (a) the ceiling: a bare aiohttp client loop (same concurrency) posting chat requests to it,
+  (b) `workbench eval ENV` as a subprocess, end to end into a fresh SQLite store,
+and prints both and their ratio. Run: python scripts/bench_eval.py [--rollouts 8000] [-c 64] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_mock(mode: str = "arithmetic") -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", mode, "--port", "0"],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"mock server failed to start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
+
+
+async def bare_client(base_url: str, total: int, concurrency: int) -> float:
+    import aiohttp
+
+    payload = orjson.dumps({"model": "mock-model", "max_tokens": 16, "temperature": 1.0,
+                            "messages": [{"role": "system", "content": "Answer with a number."},
+                                         {"role": "user", "content": "What is 3 + 4? Answer with just the number."}]})
+    url = base_url + "/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    left = total
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(url, data=payload, headers=headers) as resp:
+                    orjson.loads(await resp.read())
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return total / (time.perf_counter() - t0)
+
+
+def run_eval(base_url: str, env: str, rollouts: int, r: int, concurrency: int, db: Path) -> dict:
+    n = rollouts // r
+    cmd = [sys.executable, "-m", "workbench.cli", "eval", env, "-a", orjson.dumps({"n": n}).decode(), "-n", str(n),
+           "-r", str(r), "-c", str(concurrency), "--base-url", base_url, "-m", "mock-model", "--db", str(db), "--json"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"eval failed ({out.returncode}): {out.stderr[-2000:]}")
+    summary = orjson.loads(out.stdout.strip().splitlines()[-1])
+    summary["wall_s_with_startup"] = wall
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rollouts", type=int, default=8000)
+    ap.add_argument("-r", type=int, default=4, help="rollouts per task")
+    ap.add_argument("-c", "--concurrency", type=int, default=64)
+    ap.add_argument("--env", default="arithmetic")
+    ap.add_argument("--repeat", type=int, default=2, help="alternate ceiling/eval this many times, keep the best")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    mock, base_url = start_mock()
+    results: dict[str, list[float]] = {"ceiling": [], "eval": [], "eval_with_startup": []}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(bare_client(base_url, 500, a.concurrency))  # warm-up
+            for i in range(a.repeat):
+                results["ceiling"].append(asyncio.run(bare_client(base_url, a.rollouts, a.concurrency)))
+                s = run_eval(base_url, a.env, a.rollouts, a.r, a.concurrency, Path(tmp) / f"bench{i}.db")
+                if s["rollouts"] != a.rollouts // a.r * a.r or s["errors"]:
+                    raise SystemExit(f"eval did not complete cleanly: {s}")
+                results["eval"].append(s["rollouts_per_s"])
+                results["eval_with_startup"].append(s["rollouts"] / s["wall_s_with_startup"])
+    finally:
+        mock.terminate()
+        mock.wait()
+    ceiling, ev, ev_start = max(results["ceiling"]), max(results["eval"]), max(results["eval_with_startup"])
+    report = {"rollouts": a.rollouts, "concurrency": a.concurrency, "ceiling_req_per_s": round(ceiling, 1),
+              "eval_rollouts_per_s": round(ev, 1), "eval_rollouts_per_s_with_startup": round(ev_start, 1),
+              "ratio": round(ev / ceiling, 3), "ratio_with_startup": round(ev_start / ceiling, 3)}
+    if a.json:
+        print(orjson.dumps(report).decode())
+    else:
+        print(f"bare aiohttp ceiling        {ceiling:8.1f} req/s   (c={a.concurrency}, {a.rollouts} requests)")
+        print(f"workbench eval {a.env:12s} {ev:8.1f} rollouts/s into SQLite   ratio {ev / ceiling:.2f}")
+        print(f"  including process start   {ev_start:8.1f} rollouts/s            ratio {ev_start / ceiling:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment in .venv. Idempotent and quick when
+# nothing changed: it reinstalls only when pyproject.toml changes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${WORKBENCH_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+STAMP="$VENV/.workbench-setup"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
+  exit 0
+fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Workbench needs Python 3.11 or newer (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+[[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# torch first, as the CPU build: a plain `torch` requirement would pull a multi-GB CUDA build.
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+  "${PIP[@]}" "torch==2.13.0" ${WORKBENCH_TORCH_INDEX:+--index-url "$WORKBENCH_TORCH_INDEX"}
+fi
+"${PIP[@]}" -e "$ROOT[tui,local,dev]"
+echo "$want" > "$STAMP"
