@@ -9,7 +9,7 @@ The public authoring API (see DESIGN.md)::
 
 from .environment import Environment, Local, Sampling
 from .errors import EnvLoadError, RubricError, WorkbenchError
-from .harness import Harness, MultiTurn, SingleTurn, ToolLoop, UserSim
+from .harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
 from .rollout import Rollout, RolloutFailed
 from .rubric import Rubric
 from .tasks import Task, TaskSet
@@ -18,7 +18,7 @@ from .tools import Tool
 __version__ = "0.1.0"
 
 __all__ = [
-    "Environment", "EnvLoadError", "Harness", "Local", "MultiTurn", "Rollout", "RolloutFailed", "Rubric",
+    "Environment", "EnvLoadError", "Harness", "Local", "MultiTurn", "Program", "Rollout", "RolloutFailed", "Rubric",
     "RubricError", "Sampling", "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError",
     "__version__",
 ]

@@ -172,6 +172,16 @@ class ChatClient:
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout),
             )
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._headers
+
+    async def session(self) -> Any:
+        """The shared aiohttp session (opened on first use)."""
+        if self._session is None:
+            await self.open()
+        return self._session
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -237,8 +247,8 @@ class ChatClient:
         body = await self.post_json(base_url.rstrip("/") + "/chat/completions", payload, model)
         return parse_chat_body(body)
 
-    async def list_models(self, base_url: str) -> list[str] | None:
-        """The model ids the endpoint lists, or None when it does not support ``/models``."""
+    async def list_models(self, base_url: str) -> list[dict[str, Any]] | None:
+        """The model entries the endpoint lists, or None when it does not support ``/models``."""
         import aiohttp
 
         if self._session is None:
@@ -254,7 +264,7 @@ class ChatClient:
                 if resp.status >= 400:
                     return None
                 data = orjson.loads(body)
-                return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
+                return [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id")]
         except EndpointError:
             raise
         except (aiohttp.ClientConnectorError, TimeoutError, OSError) as e:
@@ -264,12 +274,37 @@ class ChatClient:
             return None
 
 
-async def preflight(client: ChatClient, base_url: str, model: str) -> None:
+#: Servers known to accept vLLM's token fields (``return_token_ids``) and return logprobs.
+TOKEN_SERVERS = frozenset({"vllm", "workbench"})
+
+
+@dataclass(slots=True)
+class EndpointInfo:
+    models: list[str] | None
+    owned_by: str = ""
+
+    @property
+    def returns_tokens(self) -> bool:
+        return self.owned_by in TOKEN_SERVERS
+
+
+def training_params(info: EndpointInfo) -> dict[str, Any]:
+    """What the trace needs from the upstream, where it supports it: token ids and logprobs."""
+    return {"logprobs": True, "return_token_ids": True} if info.returns_tokens else {}
+
+
+async def preflight(client: ChatClient, base_url: str, model: str) -> EndpointInfo:
     """Fail fast, with one clear sentence, when the endpoint cannot serve this run at all."""
-    models = await client.list_models(base_url)
+    entries = await client.list_models(base_url)
+    models = [str(m["id"]) for m in entries] if entries is not None else None
+    owned = next((str(m.get("owned_by", "")) for m in entries or () if m["id"] == model), "")
+    if not owned and entries:
+        owned = str(entries[0].get("owned_by", ""))
+    info = EndpointInfo(models, owned.lower())
     if models is not None and models and model not in models:
         import difflib
 
         close = difflib.get_close_matches(model, models, n=3, cutoff=0.4)
         hint = f"did you mean {' or '.join(close)}?" if close else f"it serves: {', '.join(models[:8])}"
         raise EndpointError(f"{base_url} does not serve model {model!r}; {hint} (pass -m MODEL)")
+    return info

@@ -64,15 +64,16 @@ class RolloutEngine:
     timeout_s: float = 600.0
     price: Price | None = None
     provider: str = ""
-    base_url_for: Callable[[str], str] | None = None  # per-rollout base URL (interception proxy)
     sandbox_factory: Callable[[Rollout], Any] | None = None
+    extra_params: dict[str, Any] = field(default_factory=dict)  # training fields (token ids, logprobs)
+    proxy: Any = None  # an InterceptionProxy, for harnesses that call the model through their own client
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
         skip = skip or set()
         jobs = self._jobs(tasks, skip)
-        params = self.env.sampling.to_params()
+        params = {**self.env.sampling.to_params(), **self.extra_params}
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
         try:
             await asyncio.gather(*workers)
@@ -109,11 +110,12 @@ class RolloutEngine:
 
     async def _one(self, group: _Group, sample: int, params: dict[str, Any]) -> tuple[Rollout, Scores | None]:
         rid = f"{self.run_id}.{group.task_index}.{sample}"
-        base_url = self.base_url_for(rid) if self.base_url_for else self.base_url
+        base_url = self.proxy.url_for(rid) if self.proxy is not None else self.base_url
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
-                          model=self.model, params=params)
+                          model=self.model, params=params, upstream_url=self.base_url)
         self.counters.started += 1
         harness = self.env.harness
+        unregister = self.proxy.register(rollout) if self.proxy is not None else None
         try:
             if self.sandbox_factory is not None:
                 rollout.sandbox = await self.sandbox_factory(rollout)
@@ -131,6 +133,9 @@ class RolloutEngine:
             from .rubric import _error_text
 
             rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))
+        finally:
+            if unregister is not None:
+                unregister()
         rollout.duration_s = time.perf_counter() - rollout.started
         if self.price is not None:
             rollout.usage.cost_usd = self.price.cost(rollout.usage.prompt_tokens, rollout.usage.completion_tokens)
@@ -138,6 +143,9 @@ class RolloutEngine:
             rollout.errors.append(rollout.failure)
             return rollout, None
         scores = await self.env.rubric.score_rollout(rollout.score_context())
+        if rollout.trace.has_tokens:
+            # Turn N's prompt tokens must extend turn N-1's prompt + completion tokens.
+            scores.metrics["token_mismatch"] = float(len(rollout.trace.mismatches))
         return rollout, scores
 
     async def _finish_group(self, group: _Group) -> None:
@@ -158,7 +166,7 @@ class RolloutEngine:
                 error_kind=rollout.failure.kind if failed else None,  # type: ignore[union-attr]
                 reward=None if failed else sc.total, usage=rollout.usage, duration_s=rollout.duration_s,
                 turns=rollout.turns, completion=rollout.completion, messages=rollout.messages, state=rollout.state,
-                scores=sc, calls=rollout.calls, errors=rollout.errors, provider=self.provider,
+                scores=sc, calls=rollout.calls, errors=rollout.errors, provider=self.provider, trace=rollout.trace,
             ))
             c.finished += 1
             c.tokens += rollout.usage.total_tokens

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import discovery
-from .client import ChatClient, preflight, resolve_api_key
+from .client import ChatClient, preflight, resolve_api_key, training_params
 from .engine import FatalRunError, RolloutEngine, RunCounters
 from .environment import Environment
 from .errors import ConfigError, EndpointError
@@ -38,6 +38,7 @@ class EvalOptions:
     max_tokens: int | None = None
     pass_threshold: float = 1.0
     resume: str | None = None
+    tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
 
     def validate(self) -> None:
         if self.n is not None and self.n < 1:
@@ -139,12 +140,15 @@ async def evaluate(
             store.update_run(run_id, error=f"resumed with env version {env.version} (started with {run['env_version']})")
         skip = store.done_slots(run_id)
 
-    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=opts.timeout_s,
+    # The per-request timeout is only a backstop: it must fire after the per-rollout timeout, or aiohttp
+    # turns the rollout's cancellation into a retryable request timeout and the rollout outlives its limit.
+    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=opts.timeout_s + 5.0,
                         max_retries=opts.max_retries)
     t0 = time.perf_counter()
     interrupted = False
     async with client:
-        await preflight(client, base_url, model)
+        info = await preflight(client, base_url, model)
+        extra_params = training_params(info) if opts.tokens is not False else {}
         if run is None:
             store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version, env_source=env.source,
                              env_args=opts.env_args, model=model, base_url=base_url,
@@ -158,7 +162,13 @@ async def evaluate(
         writer = store.writer()
         engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model, base_url=base_url,
                                rollouts_per_task=opts.rollouts_per_task, concurrency=opts.concurrency,
-                               timeout_s=opts.timeout_s, price=price, provider=price.provider if price else "")
+                               timeout_s=opts.timeout_s, price=price, provider=price.provider if price else "",
+                               extra_params=extra_params)
+        if getattr(env.harness, "needs_proxy", False):
+            from .proxy import InterceptionProxy
+
+            engine.proxy = await InterceptionProxy(client, base_url, model, {
+                **env.sampling.to_params(), **extra_params}).start()
         ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
         status, error = "completed", ""
         try:
@@ -170,6 +180,8 @@ async def evaluate(
         finally:
             if ticker:
                 ticker.cancel()
+            if engine.proxy is not None:
+                await engine.proxy.close()
             try:
                 writer.close()
             finally:

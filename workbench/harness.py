@@ -15,10 +15,16 @@ from .tools import Tool
 
 
 class Harness:
-    """Base class. A harness fills ``rollout.messages`` by calling ``rollout.generate``."""
+    """Base class. A harness fills ``rollout.messages`` by calling ``rollout.generate``.
+
+    A harness that talks to the model through its own OpenAI client (``rollout.base_url``) sets
+    ``needs_proxy = True``: the run then starts the interception proxy and gives every rollout
+    its own recorded base URL.
+    """
 
     system_prompt: str | None = None
     max_turns: int = 1
+    needs_proxy: bool = False
 
     def start(self, rollout: Rollout) -> None:
         rollout.messages = rollout.task.messages(self.system_prompt)
@@ -204,3 +210,76 @@ class UserSim(MultiTurn):
             await super().run(rollout)
         finally:
             rollout.state.pop("_rollout", None)
+
+
+_OUTPUT_CAP = 64 * 1024
+
+
+class Program(Harness):
+    """An external agent program (a CLI agent) run once per rollout.
+
+    It sees only ``OPENAI_BASE_URL`` (the rollout's interception-proxy URL) and ``OPENAI_API_KEY``
+    (a placeholder: the proxy holds the real key), plus the task: the prompt text on stdin and in
+    ``WORKBENCH_PROMPT``, the whole task as JSON in ``WORKBENCH_TASK``; ``{prompt}`` in ``argv`` is
+    replaced by the prompt text. Every model call it makes is recorded in the rollout's trace; the
+    conversation of its last call becomes the rollout's messages. A non-zero exit fails the rollout.
+    The parent's environment variables are not passed on (only PATH, HOME, LANG and ``env``).
+    """
+
+    needs_proxy = True
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None,
+                 system_prompt: str | None = None) -> None:
+        if isinstance(argv, str) or not argv:
+            raise EnvLoadError("wb.Program(argv) takes a non-empty list of strings, e.g. ['python', 'agent.py']")
+        self.argv = [str(a) for a in argv]
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.system_prompt = system_prompt
+
+    def describe(self) -> str:
+        return f"Program({' '.join(self.argv)[:60]})"
+
+    async def run(self, rollout: Rollout) -> None:
+        import os
+        import signal
+
+        from .rollout import RolloutFailed
+
+        self.start(rollout)
+        task = rollout.task
+        prompt = task.prompt if isinstance(task.prompt, str) else "\n".join(
+            str(m.get("content") or "") for m in task.prompt if m.get("role") == "user")
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
+        env.update(self.env)
+        env.update({"OPENAI_BASE_URL": rollout.base_url, "OPENAI_API_KEY": "workbench-proxy",
+                    "WORKBENCH_PROMPT": prompt, "WORKBENCH_MODEL": rollout.model,
+                    "WORKBENCH_TASK": orjson.dumps({"id": task.id, "prompt": task.prompt, "info": task.info},
+                                                   default=str).decode()})
+        argv = [a.replace("{prompt}", prompt) for a in self.argv]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=self.cwd, start_new_session=True)
+        except OSError as e:
+            raise RolloutFailed("harness", self.argv[0], f"cannot start {self.argv[0]}: {e.strerror or e}") from None
+        try:
+            out, err = await proc.communicate(prompt.encode())
+        except BaseException:  # timeout or Ctrl-C: kill the whole process group, keep nothing running
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            raise
+        rollout.state["exit_code"] = proc.returncode
+        rollout.state["stdout"] = out[:_OUTPUT_CAP].decode("utf-8", "replace")
+        rollout.state["stderr"] = err[-_OUTPUT_CAP:].decode("utf-8", "replace")
+        if rollout.last_request is not None and rollout.calls:
+            rollout.messages = [*rollout.last_request, rollout.calls[-1].message or {"role": "assistant", "content": ""}]
+        if rollout.state["stdout"].strip() and (not rollout.calls or rollout.state["stdout"].strip() !=
+                                                 (rollout.completion or "").strip()):
+            rollout.state["final_output"] = rollout.state["stdout"].strip()
+        if proc.returncode != 0:
+            tail = rollout.state["stderr"].strip().splitlines()[-1:] or [""]
+            raise RolloutFailed("harness", self.argv[0], f"program exited with {proc.returncode}: {tail[0][:300]}")

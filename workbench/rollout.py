@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .tasks import Message, Task
+from .trace import Trace, completion_logprobs
 
 if TYPE_CHECKING:
     from .client import ChatClient, ChatResponse
@@ -69,7 +70,7 @@ class Rollout:
     task: Task
     sample_index: int
     client: ChatClient
-    base_url: str
+    base_url: str  # what harness code calls: the interception proxy's per-rollout URL when one runs
     model: str
     params: dict[str, Any]
     messages: list[Message] = field(default_factory=list)
@@ -79,6 +80,9 @@ class Rollout:
     usage: Usage = field(default_factory=Usage)
     errors: list[RolloutError] = field(default_factory=list)
     failure: RolloutError | None = None
+    trace: Trace = field(default_factory=Trace)
+    upstream_url: str | None = None  # where generate() sends calls directly (no HTTP hop through the proxy)
+    last_request: list[Message] | None = None  # the messages of the latest model call
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0
     turns: int = 0
@@ -95,8 +99,21 @@ class Rollout:
         params = self.params if not overrides else {**self.params, **overrides}
         t0 = time.perf_counter()
         resp: ChatResponse = await self.client.chat(
-            base_url=self.base_url, model=self.model, messages=msgs, tools=tools, params=params
+            base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params
         )
+        self.record_call(msgs, resp, time.perf_counter() - t0)
+        return resp.message
+
+    def record_call(self, msgs: list[Message], resp: ChatResponse, latency_s: float) -> None:
+        """Record one model call (made directly or through the interception proxy) in the trace."""
+        self.last_request = msgs
+        extra = resp.extra
+        if extra:
+            lps = completion_logprobs(extra.get("logprobs"))
+            self.trace.record(msgs, resp.message, extra.get("prompt_token_ids"), extra.get("token_ids"), lps,
+                              extra.get("policy_version"))
+            # Tokens and logprobs live in the trace (packed); keep the call row small.
+            extra = {k: v for k, v in extra.items() if k not in ("logprobs", "token_ids", "prompt_token_ids")} or None
         self.usage.prompt_tokens += resp.prompt_tokens
         self.usage.completion_tokens += resp.completion_tokens
         self.calls.append(
@@ -107,12 +124,11 @@ class Rollout:
                 finish_reason=resp.finish_reason,
                 prompt_tokens=resp.prompt_tokens,
                 completion_tokens=resp.completion_tokens,
-                latency_s=time.perf_counter() - t0,
-                extra=resp.extra,
+                latency_s=latency_s,
+                extra=extra,
             )
         )
         self.turns += 1
-        return resp.message
 
     @property
     def completion(self) -> str:

@@ -27,5 +27,10 @@ def _v1(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v1.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+def _v2(conn: sqlite3.Connection) -> None:
+    """Token-exact traces: one packed row per rollout."""
+    _run_sql_file(conn, "v2.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -134,3 +134,16 @@ class ModelPriceRow(SQLModel, table=True):
     output_usd_per_mtok: float = 0.0
     source: str = ""
     updated_at: float = 0.0
+
+
+class TraceRow(SQLModel, table=True):
+    """A rollout's token-exact trace graph, packed (schema v2)."""
+
+    __tablename__ = "trace"
+    rollout_pk: int = Field(primary_key=True)
+    nodes: bytes  # JSON: nodes (segments of messages) with offsets into the arrays, mismatches
+    token_ids: bytes  # int32 little-endian
+    logprobs: bytes  # float32
+    mask: bytes  # uint8: 1 where the model sampled the token
+    n_tokens: int
+    mismatches: int

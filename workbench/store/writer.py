@@ -19,6 +19,7 @@ import orjson
 from ..rollout import ModelCall, RolloutError, Usage, message_text
 from ..rubric import Scores
 from ..tasks import Task
+from ..trace import Trace
 from .db import connect
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -53,6 +54,7 @@ class RolloutRecord:
     errors: list[RolloutError]
     created_at: float = field(default_factory=time.time)
     provider: str = ""
+    trace: Trace | None = None
 
 
 _ROLLOUT_COLS = (
@@ -67,6 +69,10 @@ _CALL_SQL = (
     "latency_ms, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ERROR_SQL = "INSERT INTO rollout_error (rollout_pk, run_id, kind, source, message) VALUES (?, ?, ?, ?, ?)"
+_TRACE_SQL = (
+    "INSERT INTO trace (rollout_pk, nodes, token_ids, logprobs, mask, n_tokens, mismatches) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 _FTS_SQL = "INSERT INTO rollout_fts (rowid, text) VALUES (?, ?)"
 _COST_SQL = (
     "INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
@@ -154,7 +160,7 @@ class BatchWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             pk = conn.execute("SELECT COALESCE(MAX(pk), 0) FROM rollout").fetchone()[0]
-            rollouts, scores, calls, errors, fts = [], [], [], [], []
+            rollouts, scores, calls, errors, fts, traces = [], [], [], [], [], []
             cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
             now = time.time()
             task_json: dict[str, tuple[str, str, str]] = {}
@@ -183,6 +189,9 @@ class BatchWriter:
                         errors.append((pk, r.run_id, e.kind, e.source, e.message))
                     for name, msg in r.scores.errors:
                         errors.append((pk, r.run_id, "reward", name, msg))
+                    if r.trace is not None and r.trace.has_tokens:
+                        nodes, ids, lps, mask = r.trace.pack()
+                        traces.append((pk, nodes, ids, lps, mask, len(mask), len(r.trace.mismatches)))
                     fts.append((pk, " \n".join(message_text(m) for m in r.messages)))
                     if r.usage.total_tokens or r.usage.cost_usd:
                         acc = cost[(r.run_id, r.provider, r.model)]
@@ -196,6 +205,8 @@ class BatchWriter:
             if errors:
                 conn.executemany(_ERROR_SQL, errors)
             conn.executemany(_FTS_SQL, fts)
+            if traces:
+                conn.executemany(_TRACE_SQL, traces)
             if cost:
                 conn.executemany(_COST_SQL, [(k[0], k[1], k[2], v[0], v[1], now) for k, v in cost.items()])
             conn.execute("COMMIT")

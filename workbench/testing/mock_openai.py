@@ -9,6 +9,11 @@ Modes (``--mode`` or the ``mode`` argument):
   ``{"sleep": seconds, ...}``.
 - ``echo``: the assistant repeats the last user message.
 
+Token knobs: ``--tokens`` makes it behave like a token-returning server (vLLM/workbench): it
+honours ``return_token_ids`` and ``logprobs`` with a toy word-level tokenizer and chat template,
+and lists its models as ``owned_by: vllm``; ``--drift`` re-renders earlier assistant turns
+without their last word, as a template that strips content would (a multi-turn token mismatch).
+
 Failure knobs: ``--fail-first K --fail-status S`` (the first K requests fail with S, then succeed),
 ``--require-key KEY`` (401 without it), ``--models a,b`` (404 for other models).
 
@@ -24,6 +29,7 @@ import random
 import re
 import sys
 import time
+import zlib
 from typing import Any
 
 import orjson
@@ -44,10 +50,42 @@ def _arith(text: str, accuracy: float, rng: random.Random) -> str:
     return str(val) if rng.random() < 0.5 else f"The answer is {val}"
 
 
+_ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
+_END = 5
+
+
+def toy_tokens(text: str) -> list[int]:
+    return [100 + zlib.crc32(w.encode()) % 50000 for w in text.split()]
+
+
+def _msg_text(m: dict[str, Any]) -> str:
+    parts = [str(m.get("content") or "")]
+    for tc in m.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+    return " ".join(p for p in parts if p)
+
+
+def toy_render(messages: list[dict[str, Any]], drift: bool = False) -> list[int]:
+    """The toy chat template: [role] words... [end] per message, then the generation prompt."""
+    ids: list[int] = []
+    for m in messages:
+        text = _msg_text(m)
+        if drift and m.get("role") == "assistant":
+            text = " ".join(text.split()[:-1])
+        ids.append(_ROLE_IDS.get(str(m.get("role")), 6))
+        ids.extend(toy_tokens(text))
+        ids.append(_END)
+    ids.append(_ROLE_IDS["assistant"])
+    return ids
+
+
 class MockOpenAI:
     def __init__(self, mode: str = "instant", reply: str = "42", script: list[Any] | None = None,
                  accuracy: float = 0.7, fail_first: int = 0, fail_status: int = 500, require_key: str | None = None,
-                 models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0) -> None:
+                 models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
+                 drift: bool = False) -> None:
+        self.tokens, self.drift = tokens, drift
         self.mode, self.reply, self.accuracy = mode, reply, accuracy
         self.script = itertools.cycle(script) if script else None
         self.fail_first, self.fail_status = fail_first, fail_status
@@ -71,7 +109,50 @@ class MockOpenAI:
     async def list_models(self, request: web.Request) -> web.Response:
         if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
             return web.json_response({"error": {"message": "invalid api key"}}, status=401)
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+        owner = "vllm" if self.tokens else "mock"
+        return web.json_response({"object": "list",
+                                  "data": [{"id": m, "object": "model", "owned_by": owner} for m in self.models]})
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], resp: dict[str, Any]) -> web.StreamResponse:
+        """Send ``resp`` as OpenAI SSE chunks: one per word (plus tool calls), then usage, then [DONE]."""
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        choice = resp["choices"][0]
+        message = choice["message"]
+        base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"], "model": resp["model"]}
+        words = (message.get("content") or "").split(" ")
+        ids = choice.get("token_ids") or []
+        lps = (choice.get("logprobs") or {}).get("content") or []
+
+        async def send(obj: dict[str, Any]) -> None:
+            await out.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+        first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        if "prompt_token_ids" in resp:
+            first["prompt_token_ids"] = resp["prompt_token_ids"]
+        await send(first)
+        if message.get("content"):
+            for i, w in enumerate(words):
+                ch: dict[str, Any] = {"index": 0, "delta": {"content": w if i == 0 else " " + w}, "finish_reason": None}
+                if ids:
+                    ch["token_ids"] = [ids[i]]
+                if lps:
+                    ch["logprobs"] = {"content": [lps[i]]}
+                await send({**base, "choices": [ch]})
+        for j, tc in enumerate(message.get("tool_calls") or ()):
+            await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": j, "id": tc.get("id"), "type": "function", "function": tc["function"]}]}, "finish_reason": None}]})
+        last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+        if ids:
+            last["token_ids"] = ids[len(words):] if message.get("content") else ids
+        if lps and message.get("content"):
+            last["logprobs"] = {"content": lps[len(words):]}
+        await send({**base, "choices": [last]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({**base, "choices": [], "usage": resp["usage"]})
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
 
     def _err(self, status: int, message: str) -> web.Response:
         return web.Response(body=orjson.dumps({"error": {"message": message}}), status=status,
@@ -119,13 +200,28 @@ class MockOpenAI:
         text = message.get("content") or ""
         ptoks = sum(len(str(m.get("content") or "").split()) for m in msgs) + 3 * len(msgs)
         ctoks = max(1, len(text.split()))
-        resp = {
+        choice: dict[str, Any] = {"index": 0, "message": message,
+                                  "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+        resp: dict[str, Any] = {
             "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks},
+            "model": body.get("model"), "choices": [choice],
         }
+        if self.tokens:
+            prompt_ids = toy_render(msgs, self.drift)
+            words = _msg_text(message).split()
+            completion_ids = [*toy_tokens(" ".join(words)), _END]
+            ptoks, ctoks = len(prompt_ids), len(completion_ids)
+            if body.get("return_token_ids"):
+                resp["prompt_token_ids"] = prompt_ids
+                choice["token_ids"] = completion_ids
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [
+                    {"token": w, "logprob": round(-0.05 * (i + 1), 4), "bytes": list(w.encode()), "top_logprobs": []}
+                    for i, w in enumerate([*words, "<end>"])]}
+            resp["policy_version"] = 0
+        resp["usage"] = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
+        if body.get("stream"):
+            return await self._stream(request, body, resp)
         return web.Response(body=orjson.dumps(resp), content_type="application/json")
 
 
@@ -151,9 +247,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default="mock-model")
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokens", action="store_true", help="return token ids and logprobs like vLLM")
+    ap.add_argument("--drift", action="store_true", help="re-render assistant turns differently (mismatch)")
     a = ap.parse_args(argv)
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
-                      a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency)
+                      a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift)
     try:
         import uvloop
 
