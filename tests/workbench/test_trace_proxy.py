@@ -1,0 +1,237 @@
+"""Token-exact traces, the interception proxy and external agent programs (issue 3, items 3-5)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import workbench as wb
+from tests.helpers import CliResult, MockServer, last_json
+from workbench.client import ChatClient
+from workbench.proxy import InterceptionProxy
+from workbench.rollout import Rollout
+from workbench.testing.mock_openai import toy_render, toy_tokens
+from workbench.trace import Trace
+
+U1 = {"role": "user", "content": "guess a word"}
+A1 = {"role": "assistant", "content": "crane please"}
+U2 = {"role": "user", "content": "XXGYX try again"}
+A2 = {"role": "assistant", "content": "slate"}
+
+
+def _completion(msg: dict[str, Any]) -> list[int]:
+    return [*toy_tokens(msg["content"]), 5]
+
+
+# -- the trace graph ------------------------------------------------------------------------------
+def test_consistent_multi_turn_is_one_branch_with_exact_tokens() -> None:
+    t = Trace()
+    t.record([U1], A1, toy_render([U1]), _completion(A1), [-0.1, -0.2, -0.3])
+    t.record([U1, A1, U2], A2, toy_render([U1, A1, U2]), _completion(A2), [-0.5, -0.6])
+    assert t.mismatches == []
+    [branch] = t.branches()
+    assert [n.kind for n in branch] == ["env", "assistant", "env", "assistant"]
+    ids, lps, mask = t.sequence(branch)
+    # The branch's tokens are exactly the last prompt followed by the last completion.
+    assert ids == toy_render([U1, A1, U2]) + _completion(A2)
+    assert mask == [0] * len(toy_render([U1])) + [1] * 3 + [0] * (len(toy_render([U1, A1, U2])) - len(
+        toy_render([U1])) - 3) + [1, 1]
+    assert lps[len(toy_render([U1])):len(toy_render([U1])) + 3] == pytest.approx([-0.1, -0.2, -0.3])
+
+
+def test_retokenization_drift_is_a_mismatch_at_the_first_differing_position() -> None:
+    t = Trace()
+    t.record([U1], A1, toy_render([U1]), _completion(A1))
+    drifted = toy_render([U1, A1, U2], drift=True)  # the template dropped the assistant's last word
+    t.record([U1, A1, U2], A2, drifted, _completion(A2))
+    [m] = t.mismatches
+    first_turn = toy_render([U1]) + _completion(A1)
+    expected_pos = next(i for i, (a, b) in enumerate(zip(first_turn, drifted, strict=False)) if a != b)
+    assert (m.call, m.position) == (1, expected_pos)
+    assert m.expected == first_turn[expected_pos] and m.got == drifted[expected_pos]
+    # The server's view becomes its own branch, so training never mixes the two tokenizations.
+    assert len(t.branches()) == 2
+
+
+def test_compaction_branches_and_pack_roundtrip() -> None:
+    t = Trace()
+    t.record([U1], A1, toy_render([U1]), _completion(A1), [-1.0, -1.0, -1.0])
+    summary = {"role": "user", "content": "summary of the game so far"}
+    t.record([summary], A2, toy_render([summary]), _completion(A2))
+    assert len(t.branches()) == 2 and not t.mismatches
+    back = Trace.unpack(*t.pack())
+    assert [(n.id, n.parent, n.kind, list(n.tokens)) for n in back.nodes] == [
+        (n.id, n.parent, n.kind, list(n.tokens)) for n in t.nodes]
+    assert list(back.nodes[1].logprobs) == [-1.0, -1.0, -1.0]
+    assert [t.sequence(b) for b in t.branches()] == [back.sequence(b) for b in back.branches()]
+
+
+# -- the proxy with the official OpenAI client ------------------------------------------------------
+@pytest.fixture
+def token_mock(mock_server: Callable[..., MockServer]) -> MockServer:
+    return mock_server("echo", "--tokens")
+
+
+async def _proxy_rollout(base_url: str) -> tuple[ChatClient, InterceptionProxy, Rollout]:
+    client = ChatClient(None)
+    proxy = await InterceptionProxy(client, base_url, "mock-model",
+                                    {"logprobs": True, "return_token_ids": True}).start()
+    task = wb.Task(prompt="hi")
+    r = Rollout(id="run.0.0", task=task, sample_index=0, client=client, base_url=proxy.url_for("run.0.0"),
+                model="mock-model", params={"temperature": 0.7, "logprobs": True, "return_token_ids": True})
+    proxy.register(r)
+    return client, proxy, r
+
+
+async def test_proxy_records_chat_and_stream_with_server_token_ids(token_mock: MockServer) -> None:
+    client, proxy, r = await _proxy_rollout(token_mock.base_url)
+    try:
+        oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="anything")
+        resp = await oa.chat.completions.create(model="gpt-whatever", messages=[U1])
+        assert resp.choices[0].message.content == U1["content"]
+        echoed = {"role": "assistant", "content": resp.choices[0].message.content}
+        stream = await oa.chat.completions.create(
+            model="gpt-whatever", messages=[U1, echoed, U2], stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == U2["content"]
+    finally:
+        await proxy.close()
+        await client.close()
+    assert len(r.calls) == 2
+    assert r.trace.mismatches == []
+    env0, a0, env1, a1 = r.trace.nodes
+    # What was recorded is what the server produced: its prompt token ids and its sampled ids.
+    assert list(env0.tokens) == toy_render([U1])
+    assert list(a0.tokens) == _completion(U1)
+    assert len(a0.logprobs) == len(a0.tokens)
+    assert list(env0.tokens) + list(a0.tokens) + list(env1.tokens) == toy_render(
+        [U1, {"role": "assistant", "content": U1["content"]}, U2])
+    assert list(a1.tokens) == _completion(U2)  # the streamed call too
+    assert len(a1.logprobs) == len(a1.tokens)
+
+
+async def test_proxy_applies_the_runs_sampling_and_model(mock_server: Callable[..., MockServer]) -> None:
+    mock = mock_server("echo", "--tokens")
+    client, proxy, r = await _proxy_rollout(mock.base_url)
+    try:
+        oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="x")
+        await oa.chat.completions.create(model="some-other-model", messages=[U1], temperature=0.0)
+    finally:
+        await proxy.close()
+        await client.close()
+    assert r.calls[0].prompt_tokens == len(toy_render([U1]))  # the mock served model "mock-model"
+
+
+async def test_proxy_forwards_tool_calls(mock_server: Callable[..., MockServer]) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}
+    mock = mock_server("script", "--tokens", script=[{"tool_calls": [call]}])
+    client, proxy, r = await _proxy_rollout(mock.base_url)
+    try:
+        oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="x")
+        tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+        resp = await oa.chat.completions.create(model="m", messages=[U1], tools=tools)
+        stream = await oa.chat.completions.create(model="m", messages=[U1], tools=tools, stream=True)
+        names = [tc.function.name async for c in stream if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    finally:
+        await proxy.close()
+        await client.close()
+    assert resp.choices[0].message.tool_calls[0].function.name == "search"
+    assert names == ["search"]
+    assert r.calls[1].message["tool_calls"][0]["function"]["arguments"] == '{"q": "x"}'
+
+
+async def test_proxy_rejects_unknown_rollouts_and_bad_json(token_mock: MockServer) -> None:
+    import aiohttp
+
+    client, proxy, r = await _proxy_rollout(token_mock.base_url)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.url_for("nope") + "/chat/completions", json={"messages": []}) as resp:
+                assert resp.status == 404
+            async with s.post(r.base_url + "/chat/completions", data=b"{not json") as resp:
+                assert resp.status == 400
+                assert "malformed" in (await resp.json())["error"]["message"]
+    finally:
+        await proxy.close()
+        await client.close()
+    assert r.calls == []
+
+
+# -- end to end through the CLI ---------------------------------------------------------------------
+AGENT = '''
+import sys
+from openai import OpenAI
+client = OpenAI()
+prompt = sys.stdin.read()
+msgs = [{"role": "user", "content": prompt}]
+r = client.chat.completions.create(model="x", messages=msgs)
+msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "sure?"}]
+stream = client.chat.completions.create(model="x", messages=msgs, stream=True)
+print("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+'''
+
+
+def test_program_agent_is_recorded(tmp_path: Path, mock_server: Callable[..., MockServer],
+                                   cli: Callable[..., CliResult], store_path: Path,
+                                   write_env: Callable[..., Path]) -> None:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    env = write_env(f'''
+        import workbench as wb
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.reward
+            def echoed(completion: str) -> float:
+                return float(completion == "sure?")
+            return wb.Environment(name="agent", tasks=wb.TaskSet.from_records([{{"prompt": "hello there"}}]),
+                                  harness=wb.Program([{sys.executable!r}, {str(agent)!r}]), rubric=rubric)
+        ''')
+    mock = mock_server("echo", "--tokens")
+    res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    summary = last_json(res.stdout)
+    assert summary["errors"] == 0 and summary["rewards"]["echoed"] == 1.0
+    assert summary["metrics"]["token_mismatch"] == 0.0
+    db = sqlite3.connect(store_path)
+    (calls,) = db.execute("SELECT COUNT(*) FROM model_call").fetchone()
+    assert calls == 2
+    nodes, ids, lps, mask = db.execute("SELECT nodes, token_ids, logprobs, mask FROM trace").fetchone()
+    t = Trace.unpack(nodes, ids, lps, mask)
+    [branch] = t.branches()
+    got, _, m = t.sequence(branch)
+    first = {"role": "user", "content": "hello there"}
+    expected = toy_render([first, {"role": "assistant", "content": "hello there"},
+                           {"role": "user", "content": "sure?"}]) + _completion({"content": "sure?"})
+    assert got == expected and sum(m) == len(_completion(first)) + len(_completion({"content": "sure?"}))
+    state = db.execute("SELECT state FROM rollout").fetchone()[0]
+    assert '"exit_code":0' in state
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_multi_turn_mismatch_metric(drift: bool, mock_server: Callable[..., MockServer],
+                                    cli: Callable[..., CliResult], write_env: Callable[..., Path]) -> None:
+    env = write_env('''
+        import workbench as wb
+        class Chat(wb.MultiTurn):
+            async def respond(self, messages, state):
+                return [{"role": "user", "content": "and then what"}]
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.metric
+            def turns(messages: list) -> float:
+                return float(len(messages))
+            return wb.Environment(name="chat", tasks=wb.TaskSet.from_records([{"prompt": "tell me a story"}]),
+                                  harness=Chat(max_turns=3), rubric=rubric)
+        ''')
+    mock = mock_server("echo", "--tokens", *(["--drift"] if drift else []))
+    res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    metrics = last_json(res.stdout)["metrics"]
+    assert metrics["turns"] == 6.0
+    assert metrics["token_mismatch"] == (2.0 if drift else 0.0)
