@@ -21,6 +21,7 @@ class ValidationReport:
     total_tasks: int | None = None
     problems: list[str] = field(default_factory=list)  # errors: the env is broken
     warnings: list[str] = field(default_factory=list)  # suspicious, not fatal
+    tokens: dict[str, Any] = field(default_factory=dict)  # the --model check: run id, calls, mismatches
     gold: dict[str, float] = field(default_factory=dict)  # mean score of the gold answer per reward
     empty: dict[str, float] = field(default_factory=dict)  # mean score of an empty completion per reward
 
@@ -31,7 +32,7 @@ class ValidationReport:
     def as_dict(self) -> dict[str, Any]:
         return {"env": self.env, "env_version": self.version, "ok": self.ok, "tasks_checked": self.tasks_checked,
                 "total_tasks": self.total_tasks, "problems": self.problems, "warnings": self.warnings,
-                "gold": self.gold, "empty": self.empty}
+                "gold": self.gold, "empty": self.empty, "tokens": self.tokens}
 
 
 def _ctx(task: Task, completion: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,3 +117,45 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
             rep.warnings.append(f"reward {name!r} gives the gold answer 0: either the gold answer is not a complete "
                                 "completion for it or the reward is broken")
     return rep
+
+
+async def check_token_consistency(rep: ValidationReport, store: Any, spec: str, env_args: dict[str, Any],
+                                  model: str | None, base_url: str | None, api_key: str | None, rollouts: int,
+                                  tokenizer: str | None) -> None:
+    """Run a few rollouts and check that every turn's prompt tokens extend the previous turn's."""
+    from .evaluate import EvalOptions, evaluate
+    from .trace import Trace
+
+    opts = EvalOptions(env=spec, env_args=env_args, n=rollouts, model=model, base_url=base_url, api_key=api_key,
+                       concurrency=min(rollouts, 8), tokens=True)
+    out = await evaluate(opts, store)
+    rows = store.conn.execute(
+        "SELECT r.id, t.nodes, t.token_ids, t.logprobs, t.mask FROM rollout r JOIN trace t ON t.rollout_pk = r.pk "
+        "WHERE r.run_id=?", (out.run_id,)).fetchall()
+    rep.tokens = {"run_id": out.run_id, "rollouts": out.summary["rollouts"], "traced": len(rows), "mismatches": 0,
+                  "render_mismatches": 0}
+    if not rows:
+        rep.warnings.append("the endpoint returned no token ids, so multi-turn token consistency was not checked "
+                            "(the embedded server and vLLM return them)")
+        return
+    tok = None
+    if tokenizer:
+        from .render import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+    for rid, nodes, ids, lps, mask in rows:
+        trace = Trace.unpack(nodes, ids, lps, mask)
+        for m in trace.mismatches:
+            rep.tokens["mismatches"] += 1
+            if len(rep.problems) < 5:
+                rep.problems.append(
+                    f"rollout {rid}: turn {m.call + 1}'s prompt tokens do not extend turn {m.call}'s tokens "
+                    f"(first difference at token {m.position}: sampled {m.expected}, re-tokenized {m.got}); "
+                    f"see `workbench show {rid} --tokens`")
+        if tok is not None:
+            from .render import check_trace
+
+            for rm in check_trace(trace, tok):
+                rep.tokens["render_mismatches"] += 1
+                if len(rep.problems) < 5:
+                    rep.problems.append(f"rollout {rid}: re-rendering with the chat template differs: {rm.describe()}")

@@ -235,3 +235,34 @@ def test_multi_turn_mismatch_metric(drift: bool, mock_server: Callable[..., Mock
     metrics = last_json(res.stdout)["metrics"]
     assert metrics["turns"] == 6.0
     assert metrics["token_mismatch"] == (2.0 if drift else 0.0)
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_validate_with_model_fails_loudly_on_token_mismatch(drift: bool, mock_server: Callable[..., MockServer],
+                                                             cli: Callable[..., CliResult],
+                                                             write_env: Callable[..., Path]) -> None:
+    env = write_env('''
+        import workbench as wb
+        class Chat(wb.MultiTurn):
+            async def respond(self, messages, state):
+                return [{"role": "user", "content": "go on"}]
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.reward
+            def replied(completion: str, answer: str) -> float:
+                return float(answer in completion)
+            rows = [{"prompt": f"story {i}", "answer": "on"} for i in range(3)]
+            return wb.Environment(name="chat", tasks=wb.TaskSet.from_records(rows), harness=Chat(max_turns=2),
+                                  rubric=rubric)
+        ''')
+    mock = mock_server("echo", "--tokens", *(["--drift"] if drift else []))
+    res = cli("validate", env, "-m", "mock-model", "--base-url", mock.base_url, "--json")
+    report = last_json(res.stdout)
+    assert report["tokens"]["traced"] == 3
+    if drift:
+        assert res.rc == 1
+        assert report["tokens"]["mismatches"] == 3
+        assert "turn 2's prompt tokens do not extend turn 1's tokens" in report["problems"][0]
+    else:
+        assert res.rc == 0, res.stderr
+        assert report["tokens"]["mismatches"] == 0 and report["ok"]

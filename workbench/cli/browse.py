@@ -76,13 +76,77 @@ def print_transcript(r: dict[str, Any]) -> None:
         console.print(f"  [red]{e['kind']}[/] in {e['source']}: {e['message']}", markup=True, highlight=False)
 
 
+def _logprob_style(lp: float | None) -> str:
+    if lp is None:
+        return "dim"
+    if lp > -0.5:
+        return "green"
+    if lp > -2.0:
+        return "yellow"
+    return "red"
+
+
+def print_tokens(store: Any, rollout: dict[str, Any], tokenizer_name: str | None) -> dict[str, Any]:
+    """Every trace node's tokens, coloured by logprob; mismatches from recording and re-rendering marked."""
+    from rich.text import Text
+
+    from ..errors import NotFoundError
+    from ..trace import Trace
+
+    row = store.conn.execute("SELECT nodes, token_ids, logprobs, mask FROM trace WHERE rollout_pk=?",
+                             (rollout["pk"],)).fetchone()
+    if row is None:
+        raise NotFoundError(f"rollout {rollout['id']} has no token trace: its server did not return token ids "
+                            "(the embedded server and vLLM do)")
+    trace = Trace.unpack(*row)
+    tok = None
+    if tokenizer_name:
+        from ..render import load_tokenizer
+
+        tok = load_tokenizer(tokenizer_name)
+    offsets: dict[int, int] = {}  # node id -> token offset within its branch
+    by_id = {n.id: n for n in trace.nodes}
+    for n in trace.nodes:
+        offsets[n.id] = offsets[n.parent] + len(by_id[n.parent].tokens) if n.parent is not None else 0
+    mism = {m.call: m for m in trace.mismatches}
+    for n in trace.nodes:
+        label = f"node {n.id} ({n.kind}, call {n.call}" + (f", policy {n.policy_version}" if n.policy_version
+                                                           is not None else "") + f", {len(n.tokens)} tokens)"
+        console.print(f"[bold]{label}[/]" + (f" ← node {n.parent}" if n.parent is not None else ""))
+        text = Text()
+        for i, t in enumerate(n.tokens):
+            lp = n.logprobs[i] if i < len(n.logprobs) else None
+            piece = tok.decode([t]) if tok is not None else str(t)
+            text.append(piece if tok is not None else piece + " ", style=_logprob_style(lp) if n.kind == "assistant"
+                        else "blue")
+        console.print(text)
+        if n.kind == "env" and n.call in mism and n.parent is None:
+            m = mism[n.call]
+            console.print(f"[bold red]MISMATCH[/] call {m.call}: the prompt re-tokenized the conversation "
+                          f"differently at token {m.position} (sampled {m.expected}, server used {m.got}); "
+                          "this call starts a new branch")
+    rendered = []
+    if tok is not None:
+        from ..render import check_trace
+
+        for rm in check_trace(trace, tok):
+            console.print(f"[bold red]RE-RENDER MISMATCH[/] {rm.describe()}")
+            rendered.append({"call": rm.call, "position": rm.position, "cause": rm.cause})
+    return {"mismatches": [{"call": m.call, "position": m.position, "expected": m.expected, "got": m.got}
+                           for m in trace.mismatches], "render_mismatches": rendered,
+            "tokens": sum(len(n.tokens) for n in trace.nodes)}
+
+
 @click.command("show")
 @click.argument("target")
+@click.option("--tokens", is_flag=True, help="Show the rollout's tokens with their logprobs and any mismatch.")
+@click.option("--tokenizer", default=None, help="Model path or id whose tokenizer decodes and re-renders tokens.")
 @click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
 @click.pass_context
-def show_command(ctx: click.Context, target: str, db: str | None, as_json: bool) -> None:
-    """Show a run's summary, or a rollout as a readable transcript."""
+def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str | None, db: str | None,
+                 as_json: bool) -> None:
+    """Show a run's summary, or a rollout as a readable transcript (--tokens: its token trace)."""
     from ..errors import NotFoundError
     from ..store.queries import get_rollout
 
@@ -107,6 +171,15 @@ def show_command(ctx: click.Context, target: str, db: str | None, as_json: bool)
             console.print(f"status {run['status']}" + (f" — {run['error']}" if run["error"] else ""))
             return
         rollout = get_rollout(store.conn, target)
+        if tokens:
+            if tokenizer is None:
+                from ..render import default_tokenizer_for
+
+                tokenizer = default_tokenizer_for(rollout["model"])
+            info = print_tokens(store, rollout, tokenizer)
+            if as_json:
+                emit_json(info)
+            return
     if as_json:
         emit_json(rollout)
     else:

@@ -38,16 +38,36 @@ def envs_command(as_json: bool) -> None:
 @click.argument("env")
 @click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
 @click.option("--sample", type=int, default=20, show_default=True, help="How many tasks to score.")
+@click.option("-m", "--model", default=None,
+              help="Also run a few rollouts on this model and check multi-turn token consistency.")
+@click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL", help="Endpoint for --model (default: embedded).")
+@click.option("--api-key", default=None, help="API key for --base-url.")
+@click.option("--rollouts", type=int, default=3, show_default=True, help="Rollouts to run with --model.")
+@click.option("--tokenizer", default=None, help="Tokenizer (model path or id) to re-render traces with.")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (for the --model rollouts).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
 @click.pass_context
-def validate_command(ctx: click.Context, env: str, env_args: str | None, sample: int, as_json: bool) -> None:
-    """Load ENV, check its tasks and rubric, score gold answers and an empty completion."""
+def validate_command(ctx: click.Context, env: str, env_args: str | None, sample: int, model: str | None,
+                     base_url: str | None, api_key: str | None, rollouts: int, tokenizer: str | None,
+                     db: str | None, as_json: bool) -> None:
+    """Load ENV, check its tasks and rubric, score gold answers and an empty completion.
+
+    With --model (or --base-url), also run a few rollouts and fail loudly when a later turn's
+    prompt tokens do not extend the earlier turn's tokens (a re-tokenization mismatch).
+    """
     import asyncio
 
     from ..discovery import parse_env_args
-    from ..validate import validate_env
+    from ..validate import check_token_consistency, validate_env
 
-    rep = asyncio.run(validate_env(env, parse_env_args(env_args), sample))
+    args = parse_env_args(env_args)
+    rep = asyncio.run(validate_env(env, args, sample))
+    if rep.ok and (model or base_url):
+        from .common import open_store
+        from .eval_cmd import run_async
+
+        with open_store(ctx, db) as store:
+            run_async(check_token_consistency(rep, store, env, args, model, base_url, api_key, rollouts, tokenizer))
     if as_json:
         emit_json(rep.as_dict())
     else:

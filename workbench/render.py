@@ -1,0 +1,107 @@
+"""Re-render a trace's messages with the model's chat template and compare with the recorded tokens.
+
+The recorded token ids are the truth (what the server sampled). If re-rendering the same messages
+with the model's chat template gives different ids, a trainer that re-tokenizes would train on
+tokens the model never produced. This module finds the first differing position per model call
+and names the likely cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+from .trace import Trace, TraceNode
+
+
+@dataclass(slots=True)
+class RenderMismatch:
+    call: int
+    position: int
+    recorded: list[int]  # a few tokens around the position, as recorded
+    rendered: list[int]  # the same window, as the template renders it
+    recorded_text: str
+    rendered_text: str
+    cause: str  # whitespace | stripped reasoning | template drift | truncated
+
+    def describe(self) -> str:
+        return (f"call {self.call}: first difference at token {self.position} ({self.cause}): recorded "
+                f"{self.recorded_text!r} vs re-rendered {self.rendered_text!r}")
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The tokenizer of a local model path or HF id (offline: never downloads)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ConfigError("re-rendering needs transformers: pip install 'rl-workbench[local]'") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    except Exception as e:
+        raise ConfigError(f"cannot load a tokenizer for {name_or_path!r} ({type(e).__name__}: {str(e)[:200]}); "
+                          "pass a local model directory or a cached HF id") from None
+    if not getattr(tok, "chat_template", None):
+        raise ConfigError(f"the tokenizer of {name_or_path!r} has no chat template; set tokenizer.chat_template "
+                          "(a Jinja template) in its tokenizer_config.json")
+    return tok
+
+
+def default_tokenizer_for(model: str) -> str | None:
+    """The tokenizer to decode a model's tokens with, when it can be found offline (else None)."""
+    try:
+        from local_runtime.models import resolve_model_path  # the embedded server's own resolution
+    except ImportError:
+        return None
+    try:
+        return str(resolve_model_path(model))
+    except Exception:
+        return None
+
+
+def _classify(rec: str, ren: str) -> str:
+    if "".join(rec.split()) == "".join(ren.split()):
+        return "whitespace"
+    if any(t in rec and t not in ren for t in ("<think>", "</think>", "<reasoning>")):
+        return "stripped reasoning"
+    return "template drift"
+
+
+def _prompt_paths(trace: Trace) -> list[tuple[TraceNode, list[TraceNode]]]:
+    """For every assistant node: the nodes before it on its path (its prompt)."""
+    by_id = {n.id: n for n in trace.nodes}
+    out = []
+    for n in trace.nodes:
+        if n.kind != "assistant":
+            continue
+        path: list[TraceNode] = []
+        p = n.parent
+        while p is not None:
+            path.append(by_id[p])
+            p = by_id[p].parent
+        out.append((n, path[::-1]))
+    return out
+
+
+def check_trace(trace: Trace, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
+                window: int = 6) -> list[RenderMismatch]:
+    """Compare each call's recorded prompt tokens with the chat template's rendering of its messages."""
+    found: list[RenderMismatch] = []
+    for node, path in _prompt_paths(trace):
+        recorded = [t for p in path for t in p.tokens]
+        if not recorded:
+            continue
+        messages = [m for p in path for m in p.messages]
+        rendered = list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                      tokenize=True, return_dict=False))
+        if rendered == recorded:
+            continue
+        pos = next((i for i, (a, b) in enumerate(zip(recorded, rendered, strict=False)) if a != b),
+                   min(len(recorded), len(rendered)))
+        lo, hi = max(0, pos - 2), pos + window
+        rec, ren = recorded[lo:hi], rendered[lo:hi]
+        rec_text, ren_text = tokenizer.decode(rec), tokenizer.decode(ren)
+        cause = "truncated" if pos == min(len(recorded), len(rendered)) else _classify(
+            tokenizer.decode(recorded[pos:]), tokenizer.decode(rendered[pos:]))
+        found.append(RenderMismatch(node.call or 0, pos, rec, ren, rec_text, ren_text, cause))
+    return found
