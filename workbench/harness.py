@@ -154,11 +154,15 @@ class MultiTurn(Harness):
         for turn in range(self.max_turns):
             msg = await rollout.generate()
             rollout.messages.append(msg)
-            if turn == self.max_turns - 1:
-                rollout.state["max_turns_reached"] = True
-                break
+            # The environment always judges the model's move, the last one included.
             reply = await self.respond(rollout.messages, rollout.state)
             if reply is None:
+                break
+            if turn == self.max_turns - 1:
+                # Out of turns: the episode ends on the model's message; the final feedback is kept in
+                # state for rewards and the transcript, not sent to a model that will not answer it.
+                rollout.state["max_turns_reached"] = True
+                rollout.state["final_feedback"] = [reply] if isinstance(reply, dict) else list(reply)
                 break
             if isinstance(reply, dict):
                 reply = [reply]

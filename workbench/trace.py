@@ -58,6 +58,12 @@ class Trace:
     mismatches: list[Mismatch] = field(default_factory=list)
     calls: int = 0
     has_tokens: bool = False
+    _children: dict[int | None, list[TraceNode]] = field(default_factory=dict, repr=False)
+
+    def _add(self, node: TraceNode) -> TraceNode:
+        self.nodes.append(node)
+        self._children.setdefault(node.parent, []).append(node)
+        return node
 
     # -- recording ---------------------------------------------------------------------------
     def record(
@@ -93,17 +99,14 @@ class Trace:
         parent = path[-1].id if path else None
         rest = request_messages[used:]
         if rest or new_prompt:
-            env = TraceNode(len(self.nodes), parent, "env", [dict(m) for m in rest], new_prompt, call=call,
-                            keys=keys[used:])
-            self.nodes.append(env)
+            env = self._add(TraceNode(len(self.nodes), parent, "env", [dict(m) for m in rest], new_prompt,
+                                      call=call, keys=keys[used:]))
             parent = env.id
         toks = array("i", completion_ids or ())
         lps = array("f", completion_logprobs or ()) if completion_logprobs and len(completion_logprobs) == len(toks) \
             else array("f")
-        node = TraceNode(len(self.nodes), parent, "assistant", [dict(reply)], toks, lps, call=call,
-                         policy_version=policy_version, keys=[_key(reply)])
-        self.nodes.append(node)
-        return node
+        return self._add(TraceNode(len(self.nodes), parent, "assistant", [dict(reply)], toks, lps, call=call,
+                                   policy_version=policy_version, keys=[_key(reply)]))
 
     def _match(self, keys: list[bytes]) -> tuple[list[TraceNode], int]:
         """The longest path of whole nodes whose messages are a prefix of ``keys``."""
@@ -112,8 +115,8 @@ class Trace:
         parent: int | None = None
         while True:
             best = None
-            for n in self.nodes:  # traces are small (one node per turn); a scan is fine
-                if n.parent == parent and n.keys and keys[used: used + len(n.keys)] == n.keys:
+            for n in self._children.get(parent, ()):
+                if n.keys and keys[used: used + len(n.keys)] == n.keys:
                     best = n  # the newest matching child wins (a retried call)
             if best is None:
                 return path, used
@@ -191,7 +194,7 @@ class Trace:
             node = TraceNode(m["id"], m["parent"], m["kind"], m["messages"], all_ids[s: s + n],
                              all_lps[s: s + n] if m.get("has_logprobs") else array("f"), m.get("call"),
                              m.get("version"), [_key(x) for x in m["messages"]])
-            t.nodes.append(node)
+            t._add(node)
         t.mismatches = [Mismatch(x["call"], x["position"], x["expected"], x["got"]) for x in doc.get("mismatches", [])]
         return t
 

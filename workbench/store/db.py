@@ -34,7 +34,9 @@ def open_store_file(path: Path | str) -> Path:
     except OSError as e:
         raise StoreError(f"cannot create the store's directory {p.parent}: {e.strerror}") from None
     try:
-        conn = connect(p)
+        # A plain connection for the checks: a file we refuse must be left exactly as it was (no WAL switch).
+        conn = sqlite3.connect(f"file:{p}", uri=True, timeout=30.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=30000")
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{p} is not a Workbench store ({e}); pass another --db or remove the file") from None
     try:
@@ -44,16 +46,17 @@ def open_store_file(path: Path | str) -> Path:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{p} is not a Workbench store ({e}); pass another --db or remove the file") from None
-        if app_id != APPLICATION_ID:
-            if tables:
-                shown = ", ".join(tables[:4])
-                raise StoreError(f"{p} is a SQLite file but not a Workbench store (it has tables: {shown}); pass another --db")
-            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        if app_id != APPLICATION_ID and tables:
+            shown = ", ".join(tables[:4])
+            raise StoreError(f"{p} is a SQLite file but not a Workbench store (it has tables: {shown}); pass another --db")
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{p} was written by a newer Workbench (store schema v{version}; this version reads up to "
                 f"v{SCHEMA_VERSION}); upgrade rl-workbench or pass another --db"
             )
+        conn.execute("PRAGMA journal_mode=WAL")
+        if app_id != APPLICATION_ID:
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         if version < SCHEMA_VERSION:
             _migrate(conn, version)
     finally:

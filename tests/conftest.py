@@ -1,0 +1,103 @@
+"""Shared fixtures: a real mock model server, a throwaway store, the ``workbench`` CLI as a subprocess.
+
+Nothing of Workbench's own code is mocked: servers are real processes on 127.0.0.1, stores are real
+SQLite files under ``tmp_path``, and the CLI runs as the installed console script.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    CliResult,
+    MockServer,
+    cli_environment,
+    mock_args,
+    run_workbench,
+    write_file,
+)
+
+
+@pytest.fixture
+def mock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., MockServer]]:
+    """A factory: ``mock_server("script", script=[...], fail_first=3)`` starts a fresh mock server.
+
+    Every server started through it is stopped when the test ends.
+    """
+    started: list[MockServer] = []
+    logs = tmp_path_factory.mktemp("mock-logs")
+
+    def start(mode: str = "instant", *flags: str, script: list[Any] | None = None, **opts: Any) -> MockServer:
+        server = MockServer(mock_args(mode, *flags, script=script, **opts), logs / f"mock-{len(started)}.log")
+        started.append(server)
+        return server
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def mock_url(request: pytest.FixtureRequest, mock_server: Callable[..., MockServer]) -> str:
+    """The base URL (``http://127.0.0.1:PORT/v1``) of a fresh mock server.
+
+    Parametrise indirectly with a mode (``"echo"``) or a dict of ``mock_server`` arguments
+    (``{"mode": "script", "script": [...], "fail_first": 2}``); the default is ``instant``.
+    """
+    param = getattr(request, "param", "instant")
+    kwargs = {"mode": param} if isinstance(param, str) else dict(param)
+    return mock_server(**kwargs).base_url
+
+
+@pytest.fixture(scope="session")
+def arith_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]:
+    """One shared arithmetic-mode server (stateless, so tests may share it)."""
+    server = MockServer(mock_args("arithmetic"), tmp_path_factory.mktemp("mock-logs") / "arith.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """Where this test's store lives (not created until something opens it)."""
+    return tmp_path / "store" / "workbench.db"
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, store_path: Path) -> dict[str, str]:
+    """The environment CLI subprocesses run with: private XDG dirs, ``WORKBENCH_DB`` = ``store_path``."""
+    return cli_environment(tmp_path, store_path)
+
+
+@pytest.fixture
+def cli(cli_env: dict[str, str], tmp_path: Path) -> Callable[..., CliResult]:
+    """``cli("eval", path, "--json")`` runs the ``workbench`` command; returns ``(rc, stdout, stderr)``."""
+
+    def run(*args: Any, env: dict[str, str] | None = None, timeout: float = 120.0,
+            cwd: Path | None = None) -> CliResult:
+        return run_workbench(args, {**cli_env, **(env or {})}, timeout=timeout, cwd=cwd or tmp_path)
+
+    return run
+
+
+@pytest.fixture
+def write_env(tmp_path: Path) -> Callable[..., Path]:
+    """``write_env(source, "name.py")`` writes a (dedented) environment file under ``tmp_path/src``."""
+
+    def write(source: str, name: str = "myenv.py") -> Path:
+        return write_file(tmp_path / "src" / name, source)
+
+    return write

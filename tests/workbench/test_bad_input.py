@@ -1,0 +1,228 @@
+"""Errors a user can cause: non-zero exit, one clear line on stderr, no traceback, nothing written lost."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    ADDER_ENV,
+    BUNDLED_DIR,
+    CliResult,
+    MockServer,
+    assert_user_error,
+    cli_environment,
+    copy_store,
+    last_json,
+    query,
+    run_workbench,
+    write_file,
+)
+from workbench.store import SCHEMA_VERSION
+
+
+class Seed:
+    """A store holding one finished run; each test works on its own copy."""
+
+    def __init__(self, db: Path, run_id: str, rollouts: int) -> None:
+        self.db, self.run_id, self.rollouts = db, run_id, rollouts
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory: pytest.TempPathFactory, arith_server: MockServer) -> Seed:
+    home = tmp_path_factory.mktemp("seed")
+    env_file = write_file(home / "adder_env.py", ADDER_ENV)
+    db = home / "seed.db"
+    res = run_workbench(["eval", env_file, "--base-url", arith_server.base_url, "-m", "mock-model", "-n", 2,
+                         "-r", 2, "--db", db, "--json"], cli_environment(home, db), cwd=home)
+    assert res.rc == 0, res.stderr
+    return Seed(db, last_json(res.stdout)["run_id"], 4)
+
+
+@pytest.fixture
+def store(seed: Seed, store_path: Path) -> Path:
+    """This test's store: a copy of the seeded one, at the path the ``cli`` fixture uses."""
+    return copy_store(seed.db, store_path)
+
+
+def assert_kept(db: Path, seed: Seed) -> None:
+    """The run written before the failing command is still there, whole."""
+    assert query(db, "SELECT id, status FROM run WHERE id=?", (seed.run_id,)) == [(seed.run_id, "completed")]
+    assert query(db, "SELECT COUNT(*) FROM rollout WHERE run_id=?", (seed.run_id,))[0][0] == seed.rollouts
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def eval_cmd(env: Any, base_url: str, *extra: Any) -> list[Any]:
+    return ["eval", env, "--base-url", base_url, "-m", "mock-model", "-n", 2, "--json", *extra]
+
+
+# -- broken environments ------------------------------------------------------------------------
+def test_env_file_with_a_syntax_error(cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
+                                      seed: Seed, arith_server: MockServer) -> None:
+    env_file = write_env("import workbench as wb\n\n\ndef load_environment(:\n    pass\n", "broken.py")
+    line = assert_user_error(cli(*eval_cmd(env_file, arith_server.base_url)), "broken.py:4", "syntax")
+    assert str(env_file) in line
+    assert_kept(store, seed)
+
+
+def test_module_without_load_environment(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                         store: Path, seed: Seed, arith_server: MockServer) -> None:
+    env_file = write_env("def make_env():\n    return None\n", "noloader.py")
+    assert_user_error(cli(*eval_cmd(env_file, arith_server.base_url)), "noloader.py", "load_environment")
+    assert_kept(store, seed)
+
+
+def test_load_environment_raising(cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
+                                  seed: Seed, arith_server: MockServer) -> None:
+    env_file = write_env("def load_environment():\n    raise FileNotFoundError('tasks.parquet is missing')\n",
+                         "raiser.py")
+    assert_user_error(cli(*eval_cmd(env_file, arith_server.base_url)), "FileNotFoundError",
+                      "tasks.parquet is missing")
+    assert_kept(store, seed)
+
+
+@pytest.mark.skipif(not (BUNDLED_DIR / "arithmetic" / "__init__.py").is_file()
+                    and not (BUNDLED_DIR / "arithmetic.py").is_file(),
+                    reason="needs the bundled arithmetic environment (envs/arithmetic) for the suggestion")
+def test_misspelled_env_name_suggests_the_right_one(cli: Callable[..., CliResult], store: Path, seed: Seed,
+                                                     arith_server: MockServer) -> None:
+    line = assert_user_error(cli(*eval_cmd("arithmatic", arith_server.base_url)), "arithmatic", "arithmetic")
+    assert "did you mean" in line.lower()
+    assert_kept(store, seed)
+
+
+def test_reward_with_an_unknown_argument(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                         store: Path, seed: Seed, arith_server: MockServer) -> None:
+    env_file = write_env('''
+        import workbench as wb
+
+
+        def load_environment():
+            rubric = wb.Rubric()
+
+            @rubric.reward
+            def exact_match(completion, gold_answer):
+                return float(completion == gold_answer)
+
+            return wb.Environment(name="typo", tasks=wb.TaskSet.from_records([{"prompt": "1+1?", "answer": "2"}]),
+                                  harness=wb.SingleTurn(), rubric=rubric)
+        ''', "typo.py")
+    assert_user_error(cli(*eval_cmd(env_file, arith_server.base_url)), "exact_match", "gold_answer")
+    assert_kept(store, seed)
+
+
+# -- endpoints ----------------------------------------------------------------------------------
+def test_unreachable_endpoint(cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
+                              seed: Seed, closed_port: int) -> None:
+    url = f"http://127.0.0.1:{closed_port}/v1"
+    assert_user_error(cli(*eval_cmd(write_env(ADDER_ENV), url)), f"127.0.0.1:{closed_port}", "--base-url")
+    assert_kept(store, seed)
+    assert query(store, "SELECT COUNT(*) FROM run")[0][0] == 1, "no run is created for an endpoint that never answered"
+
+
+def test_missing_api_key_then_the_right_one(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                            store: Path, seed: Seed, mock_server: Callable[..., MockServer]) -> None:
+    server = mock_server("arithmetic", require_key="secret")
+    env_file = write_env(ADDER_ENV)
+    line = assert_user_error(cli(*eval_cmd(env_file, server.base_url)), "API key")
+    assert "secret" not in line
+    assert_kept(store, seed)
+    ok = cli(*eval_cmd(env_file, server.base_url, "--api-key", "secret"))
+    assert ok.rc == 0, ok.stderr
+    s = last_json(ok.stdout)
+    assert s["rollouts"] == 2 and s["errors"] == 0
+    assert_kept(store, seed)
+
+
+def test_unknown_model_suggests_the_served_ones(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                                store: Path, seed: Seed, arith_server: MockServer) -> None:
+    res = cli("eval", write_env(ADDER_ENV), "--base-url", arith_server.base_url, "-m", "nope", "-n", 2, "--json")
+    assert_user_error(res, "nope", "mock-model", "-m")
+    assert_kept(store, seed)
+
+
+@pytest.mark.parametrize("raw", ["", "not json"], ids=["empty", "malformed"])
+def test_bad_model_responses_are_rollout_errors_and_the_run_goes_on(
+        raw: str, cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path, seed: Seed,
+        mock_server: Callable[..., MockServer]) -> None:
+    server = mock_server("script", script=[{"raw": raw}])
+    res = cli(*eval_cmd(write_env(ADDER_ENV), server.base_url, "-r", 2))
+    assert res.rc == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    s = last_json(res.stdout)
+    assert s["rollouts"] == 4 and s["errors"] == 4
+    rows = query(store, "SELECT status, error_kind FROM rollout WHERE run_id=?", (s["run_id"],))
+    assert rows == [("error", "model.bad_response")] * 4
+    assert query(store, "SELECT status FROM run WHERE id=?", (s["run_id"],)) == [("completed",)]
+    assert_kept(store, seed)
+
+
+# -- flags --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["-a", "{n: 3"], ["-a", "JSON"]),
+    (["-a", "[1]"], ["-a", "object"]),
+    (["-a", '{"bogus": 1}'], ["bogus", "load_environment"]),
+    (["-n", "0"], ["-n"]),
+    (["-r", "0"], ["-r"]),
+], ids=["a-not-json", "a-not-object", "a-unknown-kwarg", "n0", "r0"])
+def test_bad_flags(args: list[str], fragments: list[str], cli: Callable[..., CliResult],
+                   write_env: Callable[..., Path], store: Path, seed: Seed, arith_server: MockServer) -> None:
+    res = cli("eval", write_env(ADDER_ENV), "--base-url", arith_server.base_url, "-m", "mock-model", *args)
+    assert_user_error(res, *fragments)
+    assert_kept(store, seed)
+
+
+def test_resume_of_an_unknown_run(cli: Callable[..., CliResult], store: Path, seed: Seed) -> None:
+    assert_user_error(cli("eval", "--resume", "0000-ffffff", "--db", store), "0000-ffffff")
+    assert_kept(store, seed)
+
+
+# -- the store file -----------------------------------------------------------------------------
+def test_db_pointing_at_a_text_file(cli: Callable[..., CliResult], write_env: Callable[..., Path], tmp_path: Path,
+                                    arith_server: MockServer) -> None:
+    notes = tmp_path / "notes.txt"
+    text = "my precious notes\n" * 200
+    notes.write_text(text)
+    res = cli(*eval_cmd(write_env(ADDER_ENV), arith_server.base_url, "--db", notes))
+    assert_user_error(res, "notes.txt", "not a Workbench store")
+    assert notes.read_text() == text, "the file must be left untouched"
+
+
+def test_db_pointing_at_a_foreign_sqlite_file(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                              tmp_path: Path, arith_server: MockServer) -> None:
+    other = tmp_path / "inventory.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.executemany("INSERT INTO items (name) VALUES (?)", [("apple",), ("pear",)])
+    conn.commit()
+    conn.close()
+    res = cli(*eval_cmd(write_env(ADDER_ENV), arith_server.base_url, "--db", other))
+    assert_user_error(res, "inventory.sqlite", "not a Workbench store", "items")
+    conn = sqlite3.connect(other)
+    try:
+        assert conn.execute("SELECT name FROM items ORDER BY id").fetchall() == [("apple",), ("pear",)]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert tables == {"items"}, "no Workbench tables were added to someone else's database"
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == 0
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "not even switched to WAL"
+    finally:
+        conn.close()
+
+
+def test_db_written_by_a_newer_workbench(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                         store: Path, seed: Seed, arith_server: MockServer) -> None:
+    conn = sqlite3.connect(store)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 3}")
+    conn.close()
+    res = cli(*eval_cmd(write_env(ADDER_ENV), arith_server.base_url, "--db", store))
+    assert_user_error(res, "newer", str(store.name))
+    assert query(store, "PRAGMA user_version")[0][0] == SCHEMA_VERSION + 3, "the newer store is not touched"
+    assert_kept(store, seed)
