@@ -60,3 +60,25 @@ def test_refuses_foreign_sqlite_and_newer_version(tmp_path: Path) -> None:
     c.close()
     with pytest.raises(StoreError, match="newer Workbench"):
         Store(newer)
+
+
+def test_run_defaults_mirror_the_declared_run_table() -> None:
+    from workbench.store import RUN_DEFAULTS
+    from workbench.store.schema import RunRow
+
+    declared = {name: f.default for name, f in RunRow.model_fields.items() if name != "id"}
+    assert set(RUN_DEFAULTS) == set(declared)
+    for name, default in declared.items():
+        if RunRow.model_fields[name].is_required():
+            continue  # required in the model: every caller passes it (the store fills in created_at)
+        assert RUN_DEFAULTS[name] == default, name
+
+
+def test_opening_a_store_does_not_import_sqlmodel() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, tempfile, os; from workbench.store import Store; "
+            "Store(os.path.join(tempfile.mkdtemp(), 's.db')).close(); print('sqlmodel' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
