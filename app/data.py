@@ -1,0 +1,75 @@
+"""Store access for the TUI: one connection per worker thread (SQLite connections are not shared)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from workbench.store import Store
+
+T = TypeVar("T")
+
+
+def call_ui(app: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run ``fn`` on the app's thread from a worker thread; a no-op once the app has stopped."""
+    try:
+        app.call_from_thread(fn, *args, **kwargs)
+    except RuntimeError:  # the app (or its loop) is gone: nobody to show it to
+        pass
+
+
+class StoreHandle:
+    """Hands each thread its own :class:`Store` on the same file; closes them all at the end."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[Store] = []
+        self.get()  # create / migrate the file now, so a bad --db fails before the app starts
+
+    def get(self) -> Store:
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = Store(self.path)
+            self._local.store = store
+            with self._lock:
+                self._all.append(store)
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            stores, self._all = self._all, []
+        for s in stores:
+            try:
+                s.close()
+            except Exception:
+                pass
+
+
+class AsyncRunner:
+    """Runs a coroutine on a private event loop in the current (worker) thread; cancellable from any thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        async def main() -> T:
+            self._loop = asyncio.get_running_loop()
+            self._task = asyncio.current_task()
+            if self._cancelled:
+                raise asyncio.CancelledError
+            return await make()
+
+        return asyncio.run(main())
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)

@@ -1,0 +1,124 @@
+"""What the Environments screen knows about each environment, and the (blocking) calls that fill it in.
+
+Everything here runs in worker threads and calls the same workbench functions as the CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench import discovery, paths
+from workbench.discovery import EnvRef
+from workbench.errors import WorkbenchError
+from workbench.validate import ValidationReport
+
+
+@dataclass(slots=True)
+class EnvState:
+    ref: EnvRef
+    version: str = ""
+    status: str = "loading"  # loading | ok | error
+    message: str = ""  # the load error, or a short description when it loaded
+    tasks: int | None = None
+    latest: dict[str, Any] | None = None  # the newest run of this env (a list_runs row)
+    report: ValidationReport | None = None
+    report_error: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+
+@dataclass(slots=True)
+class LoadResult:
+    name: str
+    version: str
+    status: str
+    message: str
+    tasks: int | None
+
+
+def env_spec(ref: EnvRef) -> str:
+    """What to pass to ``discovery.load`` / ``evaluate`` / ``validate_env`` for this ref."""
+    if ref.origin == "path" and ref.path is not None:
+        return str(ref.path)
+    if ref.origin == "installed" and ref.module:
+        return ref.module
+    return ref.name
+
+
+def source_file(ref: EnvRef) -> Path | None:
+    """The file an editor should open: the module file, or a package's ``__init__.py``."""
+    if ref.path is None:
+        return None
+    return ref.path / "__init__.py" if ref.path.is_dir() else ref.path
+
+
+def safe_version(ref: EnvRef) -> str:
+    try:
+        return ref.version()
+    except OSError:
+        return "?"
+
+
+def _forget_module(ref: EnvRef) -> None:
+    """Drop an imported bundled/installed env module so the next load re-reads its files.
+
+    ``discovery`` already does this for envs loaded by path; named modules go through
+    ``importlib.import_module``, which would return the stale module.
+    """
+    name = f"envs.{ref.name}" if ref.origin == "bundled" else ref.module if ref.origin == "installed" else None
+    if not name:
+        return
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        sys.modules.pop(key, None)
+
+
+def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
+    """Import and build the environment; never raises (a broken env is a result, not a crash)."""
+    if reload:
+        _forget_module(ref)
+    version = safe_version(ref)
+    try:
+        env = discovery.load_ref(ref)
+    except WorkbenchError as e:
+        return LoadResult(ref.name, version, "error", str(e), None)
+    except (Exception, SystemExit) as e:  # a bug in the env beyond what discovery wraps
+        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None)
+    try:
+        n: int | None = len(env.tasks)
+    except Exception:
+        n = None
+    desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
+    return LoadResult(ref.name, env.version or version, "ok", desc, n)
+
+
+def watch_dirs(refs: list[EnvRef]) -> list[Path]:
+    """Directories to watch for hot reload: each env's folder plus the user env folders."""
+    dirs: set[Path] = set()
+    for r in refs:
+        if r.path is None or r.origin == "installed":
+            continue
+        dirs.add((r.path if r.path.is_dir() else r.path.parent).resolve())
+    for d in paths.user_env_dirs():
+        if d.is_dir():
+            dirs.add(d.resolve())
+    # A recursive watch on a parent covers its children.
+    return sorted(d for d in dirs if not any(p != d and p in d.parents for p in dirs))
+
+
+def affected(refs: list[EnvRef], changed: list[Path]) -> set[str]:
+    """Names of the environments whose files are among ``changed``."""
+    names: set[str] = set()
+    for p in changed:
+        p = p.resolve()
+        for r in refs:
+            if r.path is None:
+                continue
+            root = r.path.resolve()
+            if p == root or root in p.parents:
+                names.add(r.name)
+    return names

@@ -1,0 +1,100 @@
+"""The Workbench terminal app: ``workbench`` with no command runs :func:`run_app`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from workbench import discovery, paths
+from workbench.discovery import EnvRef
+
+from .commands import WorkbenchCommands
+from .config import TuiConfig, load_config
+from .data import StoreHandle
+from .format import fpath
+from .screens.environments import EnvironmentsScreen
+from .screens.help import HelpScreen, binding_rows
+from .screens.runs import RunsScreen
+from .screens.traces import TracesScreen
+
+
+class WorkbenchApp(App[None]):
+    """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3."""
+
+    TITLE = "Workbench"
+    CSS_PATH = "workbench.tcss"
+    COMMANDS = App.COMMANDS | {WorkbenchCommands}
+    MODES: ClassVar = {
+        "environments": EnvironmentsScreen,
+        "traces": TracesScreen,
+        "runs": RunsScreen,
+    }
+    DEFAULT_MODE = "environments"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "switch_mode('environments')", "Envs", id="screen.environments"),
+        Binding("2", "switch_mode('traces')", "Traces", id="screen.traces"),
+        Binding("3", "switch_mode('runs')", "Runs", id="screen.runs"),
+        Binding("question_mark", "help", "Help", id="app.help"),
+        Binding("ctrl+t", "toggle_theme", "Light/dark theme", id="app.theme", show=False),
+        Binding("q", "quit", "Quit", id="app.quit"),
+    ]
+
+    def __init__(
+        self,
+        db: Path | str,
+        *,
+        config: TuiConfig | None = None,
+        discover_fn: Callable[[], list[EnvRef]] | None = None,
+        watch: bool = True,
+        mode: str | None = None,
+    ) -> None:
+        """``db`` is the store file. ``discover_fn`` lists the environments (default: bundled, user and
+        installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen."""
+        if mode is not None:
+            self.DEFAULT_MODE = mode  # type: ignore[misc]  # read by App.__init__
+        super().__init__()
+        self.config = config or load_config()
+        self.store = StoreHandle(db)
+        self.discover_fn = discover_fn or discovery.discover
+        self.watch_envs = watch
+        for attr in ("theme", "light_theme"):
+            name = getattr(self.config, attr)
+            if name not in self.available_themes:
+                self.config.problems.append(f"tui.toml: unknown {attr} {name!r}; known: "
+                                            f"{', '.join(sorted(self.available_themes))}")
+                setattr(self.config, attr, TuiConfig.__dataclass_fields__[attr].default)
+        self.theme = self.config.theme
+        if self.config.keymap:
+            self.set_keymap(self.config.keymap)
+
+    @property
+    def db_path(self) -> Path:
+        return self.store.path
+
+    def on_mount(self) -> None:
+        self.sub_title = fpath(self.db_path)
+        for problem in self.config.problems:
+            self.notify(problem, severity="warning", timeout=8)
+
+    def on_unmount(self) -> None:
+        self.store.close()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        title = self.screen.title or self.current_mode
+        self.push_screen(HelpScreen(binding_rows(self.screen), str(title)))
+
+    def action_toggle_theme(self) -> None:
+        cfg = self.config
+        self.theme = cfg.light_theme if self.theme != cfg.light_theme else cfg.theme
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+
+def run_app(db: str | None) -> None:
+    """Open the app on the store ``db`` (default: the XDG data dir, or ``WORKBENCH_DB``)."""
+    WorkbenchApp(db or paths.default_db()).run()

@@ -1,0 +1,364 @@
+"""Environments: bundled and user environments, validate, quick eval, edit, hot reload."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+
+from workbench.errors import WorkbenchError
+
+from ..config import config_path
+from ..data import AsyncRunner, call_ui
+from ..env_state import (
+    EnvState,
+    LoadResult,
+    affected,
+    env_spec,
+    load_env,
+    safe_version,
+    source_file,
+    watch_dirs,
+)
+from ..format import clip, fnum, fpath
+
+COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
+           ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
+
+
+class EnvironmentsScreen(Screen[None]):
+    TITLE = "Environments"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "validate", "Validate", id="env.validate"),
+        Binding("e", "quick_eval", "Quick eval", id="env.eval"),
+        Binding("o", "open_editor", "Edit", id="env.edit"),
+        Binding("r", "reload", "Reload", id="env.reload"),
+        Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.envs: dict[str, EnvState] = {}
+        self._runner: AsyncRunner | None = None
+        self._eval_env = ""
+        self._eval_run = ""
+        self._eval_total: int | None = None
+        self._eval_counts: tuple[int, int, float, int] = (0, 0, 0.0, 0)
+        self._stop_watch: asyncio.Event | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="env-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="eval-bar"):
+            yield Label("", id="eval-label")
+            yield ProgressBar(id="eval-progress", show_eta=False)
+        with VerticalScroll(id="env-detail-box"):
+            yield Static("loading environments…", id="env-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for label, key in COLUMNS:
+            table.add_column(label, key=key)
+        self.query_one("#eval-bar").display = False
+        self.set_interval(0.2, self._tick_eval)
+        self._scan(set())
+
+    def on_unmount(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+        if self._stop_watch is not None:
+            self._stop_watch.set()
+
+    # -- discovery and loading ------------------------------------------------------------------
+    def _ui(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        call_ui(self.app, fn, *args, **kwargs)
+
+    def _scan(self, reload: set[str]) -> None:
+        """List the envs, their versions and latest runs; then (re)load the new ones and ``reload``."""
+        self._scan_worker(reload, set(self.envs))
+
+    @work(thread=True, exit_on_error=False, group="env-scan")
+    def _scan_worker(self, reload: set[str], known: set[str]) -> None:
+        try:
+            from workbench.store.queries import list_runs
+
+            refs = self.app.discover_fn()  # type: ignore[attr-defined]
+        except Exception as e:
+            self._ui(self.notify, f"listing environments failed: {e}", severity="error")
+            return
+        latest: dict[str, dict[str, Any]] = {}
+        try:
+            for run in list_runs(self.app.store.get().conn, limit=1000):  # type: ignore[attr-defined]
+                latest.setdefault(run["env_name"], run)
+        except Exception as e:
+            self._ui(self.notify, f"reading runs failed: {e}", severity="error")
+        states = [EnvState(r, version=safe_version(r), latest=latest.get(r.name)) for r in refs]
+        self._ui(self._apply_scan, states)
+        if self.app.watch_envs and self._stop_watch is None:  # type: ignore[attr-defined]
+            self._ui(self._watch, refs)
+        for st in states:
+            if st.name not in known or st.name in reload:
+                self._ui(self._apply_load, load_env(st.ref, reload=st.name in known))
+
+    def _apply_scan(self, states: list[EnvState]) -> None:
+        table = self.query_one(DataTable)
+        names = {s.name for s in states}
+        for gone in [n for n in self.envs if n not in names]:
+            del self.envs[gone]
+            table.remove_row(gone)
+        for st in states:
+            old = self.envs.get(st.name)
+            if old is not None:
+                old.ref, old.version, old.latest = st.ref, st.version, st.latest
+                self._update_row(old)
+            else:
+                self.envs[st.name] = st
+                table.add_row(*self._cells(st), key=st.name)
+        self._show_detail()
+
+    def _apply_load(self, res: LoadResult) -> None:
+        st = self.envs.get(res.name)
+        if st is None:
+            return
+        was_error = st.status == "error"
+        st.version, st.status, st.message, st.tasks = res.version, res.status, res.message, res.tasks
+        self._update_row(st)
+        self._show_detail()
+        if res.status == "error":
+            self.notify(f"{res.name}: {clip(res.message, 200)}", title="environment failed to load",
+                        severity="error", timeout=6)
+        elif was_error:
+            self.notify(f"{res.name} reloaded (version {res.version})", timeout=3)
+
+    def _cells(self, st: EnvState) -> list[Any]:
+        latest = st.latest or {}
+        if st.status == "ok":
+            status = Text("ok", style="green")
+        elif st.status == "error":
+            status = Text("error: " + clip(st.message, 60), style="bold red")
+        else:
+            status = Text("loading…", style="dim")
+        return [st.name, st.ref.origin, st.version, "-" if st.tasks is None else str(st.tasks),
+                fnum(latest.get("mean_reward")), latest.get("id", "-"), status]
+
+    def _update_row(self, st: EnvState) -> None:
+        table = self.query_one(DataTable)
+        for (_, key), value in zip(COLUMNS, self._cells(st), strict=True):
+            table.update_cell(st.name, key, value)
+
+    # -- hot reload -----------------------------------------------------------------------------
+    @work(exit_on_error=False, group="env-watch", exclusive=True)
+    async def _watch(self, refs: list[Any]) -> None:
+        self._stop_watch = asyncio.Event()
+        try:
+            from watchfiles import awatch
+
+            dirs = watch_dirs(refs)
+            if not dirs:
+                return
+            async for changes in awatch(*dirs, debounce=150, step=50, stop_event=self._stop_watch):
+                changed = [Path(p) for _, p in changes if not p.endswith((".pyc", "~"))]
+                refs_now = [s.ref for s in self.envs.values()]
+                names = affected(refs_now, changed)
+                self._scan(names)
+        except Exception as e:  # the watcher is a convenience: say so and go on without it
+            self.notify(f"hot reload stopped: {e}; press r to reload by hand", severity="warning")
+
+    def action_reload(self) -> None:
+        st = self._selected()
+        self._scan({st.name} if st else set(self.envs))
+
+    # -- selection and detail panel -------------------------------------------------------------
+    def _selected(self) -> EnvState | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return self.envs.get(str(key))
+
+    @on(DataTable.RowHighlighted)
+    def _on_highlight(self) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        st = self._selected()
+        detail = self.query_one("#env-detail", Static)
+        if st is None:
+            detail.update("no environments found: add one under the user env folder or WORKBENCH_ENV_PATH")
+            return
+        out = Text()
+        out.append(f"{st.name}", style="bold")
+        out.append(f"  ({st.ref.origin})  version {st.version}\n")
+        out.append(f"{fpath(st.ref.path) if st.ref.path else st.ref.module}\n", style="dim")
+        if st.status == "error":
+            out.append("load error: ", style="bold red")
+            out.append(st.message + "\n", style="red")
+        elif st.status == "ok":
+            out.append("loaded", style="green")
+            out.append(f" — {st.tasks if st.tasks is not None else '?'} tasks")
+            out.append(f" — {st.message}\n" if st.message else "\n")
+        if st.latest:
+            r = st.latest
+            out.append(f"latest run {r['id']} ({r.get('status', '')}): mean reward {fnum(r.get('mean_reward'))}"
+                       f" over {r.get('rollouts', 0)} rollouts, {r.get('errors', 0)} errors\n")
+        if st.report_error:
+            out.append("validate: ", style="bold")
+            out.append(st.report_error + "\n", style="red")
+        elif st.report is not None:
+            rep = st.report
+            out.append("validate: ", style="bold")
+            out.append("ok" if rep.ok else "problems", style="green" if rep.ok else "bold red")
+            out.append(f" ({rep.tasks_checked} tasks checked)\n")
+            for p in rep.problems:
+                out.append(f"  ✗ {p}\n", style="red")
+            for w in rep.warnings:
+                out.append(f"  ! {w}\n", style="yellow")
+            if rep.gold:
+                out.append("  gold: " + ", ".join(f"{k}={v:.3f}" for k, v in rep.gold.items()) + "\n")
+            if rep.empty:
+                out.append("  empty: " + ", ".join(f"{k}={v:.3f}" for k, v in rep.empty.items()) + "\n")
+        detail.update(out)
+
+    # -- validate -------------------------------------------------------------------------------
+    def action_validate(self) -> None:
+        st = self._selected()
+        if st is None:
+            return
+        self.notify(f"validating {st.name}…", timeout=2)
+        self._validate(st.name, env_spec(st.ref))
+
+    @work(thread=True, exit_on_error=False, group="env-validate")
+    def _validate(self, name: str, spec: str) -> None:
+        from workbench.validate import validate_env
+
+        try:
+            rep = AsyncRunner().run(lambda: validate_env(spec))
+        except WorkbenchError as e:
+            self._ui(self._apply_validation, name, None, str(e))
+        except Exception as e:
+            self._ui(self._apply_validation, name, None, f"{type(e).__name__}: {e}")
+        else:
+            self._ui(self._apply_validation, name, rep, "")
+
+    def _apply_validation(self, name: str, rep: Any, error: str) -> None:
+        st = self.envs.get(name)
+        if st is None:
+            return
+        st.report, st.report_error = rep, error
+        self._show_detail()
+        if error:
+            self.notify(f"{name}: {clip(error, 200)}", title="validate failed", severity="error")
+        else:
+            sev = "information" if rep.ok else "error"
+            self.notify(f"{name}: {'ok' if rep.ok else f'{len(rep.problems)} problems'}, "
+                        f"{len(rep.warnings)} warnings", title="validate", severity=sev)
+
+    # -- quick eval -----------------------------------------------------------------------------
+    def action_quick_eval(self) -> None:
+        st = self._selected()
+        if st is None:
+            return
+        if self._runner is not None:
+            self.notify(f"an eval of {self._eval_env} is running; escape stops it", severity="warning")
+            return
+        if st.status == "error":
+            self.notify(f"{st.name} does not load; fix it first", severity="error")
+            return
+        self._runner = AsyncRunner()
+        self._eval_env, self._eval_run, self._eval_total = st.name, "", None
+        self._eval_counts = (0, 0, 0.0, 0)
+        self.query_one("#eval-bar").display = True
+        self.query_one("#eval-label", Label).update(f"eval {st.name}: starting…")
+        self.query_one(ProgressBar).update(total=None, progress=0)
+        self._eval(self._runner, st.name, env_spec(st.ref))
+
+    def action_stop_eval(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+            self.notify(f"stopping the eval of {self._eval_env}…", timeout=2)
+
+    @work(thread=True, exit_on_error=False, group="env-eval")
+    def _eval(self, runner: AsyncRunner, name: str, spec: str) -> None:
+        from workbench.evaluate import EvalOptions, evaluate
+
+        cfg = self.app.config  # type: ignore[attr-defined]
+        opts = EvalOptions(env=spec, n=cfg.quick_eval_n, rollouts_per_task=1, concurrency=4,
+                           model=cfg.model, base_url=cfg.base_url)
+
+        def on_start(run_id: str, total: int) -> None:
+            self._eval_run, self._eval_total = run_id, total
+
+        def on_counters(c: Any) -> None:
+            self._eval_counts = (c.finished, c.failed, c.reward_sum, c.scored)
+
+        try:
+            store = self.app.store.get()  # type: ignore[attr-defined]
+            out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters))
+        except WorkbenchError as e:
+            self._ui(self._eval_done, name, None, str(e))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._ui(self._eval_done, name, None, "stopped before it started")
+        except Exception as e:
+            self._ui(self._eval_done, name, None, f"{type(e).__name__}: {e}")
+        else:
+            self._ui(self._eval_done, name, out.summary, "interrupted" if out.interrupted else "")
+
+    def _tick_eval(self) -> None:
+        if self._runner is None:
+            return
+        finished, failed, reward_sum, scored = self._eval_counts
+        bar = self.query_one(ProgressBar)
+        if self._eval_total is not None:
+            bar.update(total=self._eval_total, progress=finished)
+        mean = fnum(reward_sum / scored) if scored else "-"
+        total = "?" if self._eval_total is None else self._eval_total
+        self.query_one("#eval-label", Label).update(
+            f"eval {self._eval_env} {self._eval_run}: {finished}/{total}  mean reward {mean}  errors {failed}")
+
+    def _eval_done(self, name: str, summary: dict[str, Any] | None, error: str) -> None:
+        self._runner = None
+        self.query_one("#eval-bar").display = False
+        if summary is None:
+            if "--base-url" in error:
+                error += f" (in the app: set base_url and model in {config_path()} or WORKBENCH_BASE_URL)"
+            self.notify(f"{name}: {error}", title="quick eval failed", severity="error", timeout=10)
+            return
+        note = f" ({error})" if error else ""
+        self.notify(f"{name} run {summary['run_id']}: mean reward {fnum(summary.get('mean_reward'))} over "
+                    f"{summary['rollouts']} rollouts, {summary['errors']} errors{note}", title="quick eval done")
+        self._scan(set())  # refresh the latest-run columns
+
+    # -- editor ---------------------------------------------------------------------------------
+    def action_open_editor(self) -> None:
+        st = self._selected()
+        path = source_file(st.ref) if st else None
+        if st is None or path is None:
+            self.notify("this environment has no source file to open", severity="warning")
+            return
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        argv = [*shlex.split(editor), str(path)]
+        try:
+            with self.app.suspend():
+                subprocess.call(argv)
+        except FileNotFoundError:
+            self.notify(f"editor {argv[0]!r} not found; set $EDITOR", severity="error")
+            return
+        except Exception as e:  # SuspendNotSupported and friends
+            self.notify(f"cannot open an editor here ({e}); the file is {path}", severity="warning")
+            return
+        self._scan({st.name})

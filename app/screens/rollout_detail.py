@@ -1,0 +1,134 @@
+"""One stored rollout: messages by role, tool calls, rewards and metrics by function, errors, timing, cost."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from ..format import ROLE_COLORS, fcost, fnum, ftime
+
+
+def content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def message_body(m: dict[str, Any]) -> Text:
+    body = Text(content_text(m.get("content")))
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        if body:
+            body.append("\n")
+        body.append("→ ", style="bold yellow")
+        body.append(f"{fn.get('name', '?')}", style="bold")
+        body.append(f"({fn.get('arguments', '')})", style="italic")
+    if not body:
+        body = Text("(empty)", style="dim")
+    return body
+
+
+def overview(r: dict[str, Any]) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    status = Text("ok", style="green") if r.get("status") == "ok" else Text(str(r.get("error_kind")), style="bold red")
+    t.add_row("rollout", f"{r['id']}   run {r.get('run_id', '-')}")
+    t.add_row("env / model", f"{r.get('env_name', '-')}  ·  {r.get('model', '-')}")
+    t.add_row("task", f"#{r.get('task_index', '-')} ({r.get('task_id', '-')}), sample {r.get('sample_index', '-')}")
+    t.add_row("status", status)
+    t.add_row("reward", Text(fnum(r.get("reward")), style="bold"))
+    t.add_row("answer", Text(orjson.dumps(r.get("answer")).decode() if not isinstance(r.get("answer"), str)
+                             else repr(r.get("answer"))))
+    t.add_row("timing", f"{r.get('duration_s') or 0:.2f} s, {r.get('turns', 0)} turns, at {ftime(r.get('created_at'))}")
+    t.add_row("tokens", f"{r.get('prompt_tokens', 0):,} prompt / {r.get('completion_tokens', 0):,} completion")
+    t.add_row("cost", fcost(r.get("cost_usd")))
+    return t
+
+
+def scores_table(r: dict[str, Any]) -> Table | Text:
+    rewards, metrics = r.get("rewards") or {}, r.get("metrics") or {}
+    if not rewards and not metrics:
+        return Text("no scores", style="dim")
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    t.add_column("function")
+    t.add_column("kind")
+    t.add_column("value", justify="right")
+    for name, v in rewards.items():
+        t.add_row(name, "reward", fnum(v))
+    for name, v in metrics.items():
+        t.add_row(name, Text("metric", style="dim"), fnum(v))
+    return t
+
+
+def calls_table(calls: list[dict[str, Any]]) -> Table:
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for col in ("call", "messages in", "finish", "prompt tok", "completion tok", "latency"):
+        t.add_column(col, justify="left" if col in ("call", "finish") else "right")
+    for c in calls:
+        t.add_row(str(c.get("index", "")), str(c.get("n_messages", "")), str(c.get("finish_reason") or "-"),
+                  str(c.get("prompt_tokens", 0)), str(c.get("completion_tokens", 0)),
+                  f"{(c.get('latency_ms') or 0):.0f} ms")
+    return t
+
+
+class RolloutDetailScreen(Screen[None]):
+    """Pushed over Traces; escape goes back to the list, where the cursor still is."""
+
+    TITLE = "Rollout"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,backspace", "app.pop_screen", "Back", id="rollout.back"),
+        Binding("j", "scroll(1)", "Down", show=False),
+        Binding("k", "scroll(-1)", "Up", show=False),
+    ]
+
+    def __init__(self, rollout: dict[str, Any]) -> None:
+        super().__init__()
+        self.rollout = rollout
+
+    def compose(self) -> ComposeResult:
+        r = self.rollout
+        yield Header()
+        with VerticalScroll(id="rollout-body"):
+            yield Static(overview(r), id="rollout-overview", classes="section")
+            scores = Static(scores_table(r), id="rollout-scores", classes="section")
+            scores.border_title = "rewards and metrics"
+            yield scores
+            errors = r.get("errors") or []
+            if errors:
+                text = Text()
+                for e in errors:
+                    text.append(f"{e.get('kind')}", style="bold red")
+                    text.append(f" in {e.get('source')}: {e.get('message')}\n")
+                box = Static(text.rstrip() or text, id="rollout-errors", classes="section")
+                box.border_title = "errors"
+                yield box
+            for i, m in enumerate(r.get("messages") or []):
+                role = str(m.get("role", "?"))
+                msg = Static(message_body(m), classes=f"message role-{role if role in ROLE_COLORS else 'other'}",
+                             id=f"message-{i}")
+                name = m.get("name") or m.get("tool_call_id")
+                msg.border_title = role + (f" ({name})" if name else "")
+                yield msg
+            calls = r.get("calls") or []
+            if calls:
+                box = Static(calls_table(calls), id="rollout-calls", classes="section")
+                box.border_title = "model calls"
+                yield box
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.rollout["id"]
+
+    def action_scroll(self, lines: int) -> None:
+        self.query_one("#rollout-body", VerticalScroll).scroll_relative(y=lines, animate=False)

@@ -1,0 +1,165 @@
+"""Runs: every run in the store and the selected run's summary (``workbench show RUN``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from workbench.errors import WorkbenchError
+
+from ..data import call_ui
+from ..format import fcost, fnum, ftime
+
+STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
+
+
+def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
+    """The run summary as a two-column table: what ``workbench show RUN`` prints, in the app."""
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    status = Text(s.get("status") or run.get("status", ""), style=STATUS_STYLE.get(run.get("status", ""), ""))
+    if run.get("error"):
+        status.append(f" — {run['error']}", style="red")
+    t.add_row("run", f"{s['run_id']}  ({run.get('kind', 'eval')})")
+    t.add_row("env", f"{s['env']} @ {s.get('env_version') or '-'}")
+    t.add_row("model", s.get("model") or "-")
+    t.add_row("status", status)
+    t.add_row("started", ftime(run.get("created_at")))
+    t.add_row("rollouts", f"{s['rollouts']} over {s['tasks']} tasks, {s['errors']} errors")
+    mean = fnum(s.get("mean_reward"))
+    if s.get("stderr") is not None:
+        mean += f" ± {s['stderr']:.3f}"
+    t.add_row("mean reward", mean)
+    if s.get("pass_at_k"):
+        t.add_row(f"pass@k (≥{s.get('pass_threshold', 1.0):g})",
+                  "  ".join(f"{k} {v:.3f}" for k, v in s["pass_at_k"].items()))
+    for title, key in (("rewards", "rewards"), ("metrics", "metrics")):
+        vals = s.get(key) or {}
+        if vals:
+            t.add_row(title, "\n".join(f"{name}  {fnum(v)}" for name, v in vals.items()))
+    kinds = s.get("error_kinds") or {}
+    if kinds:
+        t.add_row("error kinds", Text("\n".join(f"{k}  {c}" for k, c in kinds.items()), style="red"))
+    t.add_row("tokens", f"{s.get('prompt_tokens', 0):,} prompt / {s.get('completion_tokens', 0):,} completion")
+    t.add_row("cost", fcost(s.get("cost_usd")))
+    if s.get("mean_rollout_s") is not None:
+        t.add_row("mean rollout", f"{s['mean_rollout_s']:.2f} s")
+    stored = run.get("summary") or {}
+    if stored.get("rollouts_per_s"):
+        t.add_row("throughput", f"{stored['rollouts_per_s']:.1f} rollouts/s")
+    return t
+
+
+class RunsScreen(Screen[None]):
+    TITLE = "Runs"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "refresh", "Refresh", id="runs.refresh"),
+        Binding("t", "traces", "Traces of run", id="runs.traces"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="runs-body"):
+            yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="run-summary-box"):
+                yield Static("no run selected", id="run-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for col in ("run", "env", "model", "status", "n", "err", "reward", "started"):
+            table.add_column(col, key=col)
+        self.action_refresh()
+
+    def on_screen_resume(self) -> None:
+        if self.is_mounted and self.runs:
+            self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self._load_runs()
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="runs-list")
+    def _load_runs(self) -> None:
+        try:
+            from workbench.store.queries import list_runs
+
+            runs = list_runs(self.app.store.get().conn, limit=500)  # type: ignore[attr-defined]
+        except Exception as e:
+            call_ui(self.app, self.notify, f"reading runs failed: {e}", severity="error")
+            return
+        call_ui(self.app, self._show_runs, runs)
+
+    def _show_runs(self, runs: list[dict[str, Any]]) -> None:
+        table = self.query_one(DataTable)
+        selected = self._selected_id()
+        self.runs = runs
+        table.clear()
+        for r in runs:
+            table.add_row(r["id"], r["env_name"], r["model"],
+                          Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
+                          str(r["rollouts"]), str(r["errors"]), fnum(r["mean_reward"]),
+                          ftime(r["created_at"], short=True),
+                          key=r["id"])
+        if selected is not None and selected in {r["id"] for r in runs}:
+            table.move_cursor(row=table.get_row_index(selected))
+        if not runs:
+            self.query_one("#run-summary", Static).update("no runs yet: press 1, pick an environment and press e")
+        else:
+            self._load_summary(self._selected_id() or runs[0]["id"])
+
+    def _selected_id(self) -> str | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:
+            return None
+
+    @on(DataTable.RowHighlighted, "#runs-table")
+    def _on_highlight(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._load_summary(str(event.row_key.value))
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="runs-summary")
+    def _load_summary(self, run_id: str) -> None:
+        from workbench.report import run_summary
+
+        try:
+            store = self.app.store.get()  # type: ignore[attr-defined]
+            run = store.get_run(run_id)
+            summary = run_summary(store, run_id)
+        except WorkbenchError as e:
+            call_ui(self.app, self.notify, str(e), severity="error")
+            return
+        except Exception as e:
+            call_ui(self.app, self.notify, f"summarising run {run_id} failed: {e}", severity="error")
+            return
+        call_ui(self.app, self._show_summary, run, summary)
+
+    def _show_summary(self, run: dict[str, Any], summary: dict[str, Any]) -> None:
+        if self._selected_id() != run["id"]:
+            return
+        self.query_one("#run-summary", Static).update(summary_renderable(run, summary))
+
+    def action_traces(self) -> None:
+        run_id = self._selected_id()
+        if run_id is None:
+            return
+        self.app.switch_mode("traces")
+        screen = self.app.screen
+        if hasattr(screen, "set_filters"):
+            screen.set_filters(run_id=run_id)

@@ -1,0 +1,259 @@
+"""Traces: every stored rollout, filtered, sorted, searched; Enter opens one; x exports the selection."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.timer import Timer
+from textual.validation import Number
+from textual.widgets import Footer, Header, Input, Static
+
+from workbench.errors import WorkbenchError
+from workbench.store.queries import RolloutSummary
+
+from ..data import call_ui
+from ..format import fnum, ftime
+from ..trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
+from ..widgets.virtual_table import Column, VirtualTable
+from .rollout_detail import RolloutDetailScreen
+
+#: (input id, placeholder, Filters field, narrow)
+FILTER_INPUTS = [
+    ("f-env", "env", "env", False),
+    ("f-model", "model", "model", False),
+    ("f-run", "run", "run_id", False),
+    ("f-error", "error kind", "error_kind", False),
+    ("f-min", "reward ≥", "min_reward", True),
+    ("f-max", "reward ≤", "max_reward", True),
+    ("f-search", "search text", "text", False),
+]
+
+
+def _status(r: RolloutSummary) -> tuple[str, str]:
+    return ("ok", "green") if r.status == "ok" else (str(r.error_kind or "error"), "red")
+
+
+def _reward(r: RolloutSummary) -> tuple[str, str]:
+    v = r.reward
+    return fnum(v), "" if v is None else ("green" if v >= 1 else "yellow" if v > 0 else "")
+
+
+COLUMNS = [
+    Column("time", 16, lambda r: ftime(r.created_at)),
+    Column("run", 11, lambda r: r.run_id),
+    Column("env", 10, lambda r: r.env_name),
+    Column("model", 14, lambda r: r.model),
+    Column("task.s", 6, lambda r: f"{r.task_index}.{r.sample_index}", right=True),
+    Column("reward", 6, _reward, right=True),
+    Column("status", 16, _status),
+    Column("turns", 5, lambda r: str(r.turns), right=True),
+    Column("secs", 6, lambda r: f"{r.duration_s:.2f}", right=True),
+    Column("completion", 0, lambda r: r.preview),
+]
+
+
+class TracesScreen(Screen[None]):
+    TITLE = "Traces"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "focus_search", "Search", id="traces.search"),
+        Binding("f", "focus_filters", "Filter", id="traces.filter"),
+        Binding("s", "cycle_sort", "Sort", id="traces.sort"),
+        Binding("c", "clear_filters", "Clear filters", id="traces.clear", show=False),
+        Binding("x", "export", "Export", id="traces.export"),
+        Binding("r", "refresh", "Refresh", id="traces.refresh", show=False),
+        Binding("escape", "focus_table", "Table", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filters = Filters()
+        self.sort = 0
+        self._debounce: Timer | None = None
+        self._pending: dict[str, str] = {}
+        self._new = 0  # rollouts added to the store since the list was loaded
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="filters"):
+            for wid, placeholder, _, narrow in FILTER_INPUTS:
+                validators = [Number()] if wid in ("f-min", "f-max") else None
+                yield Input(placeholder=placeholder, id=wid, classes="narrow" if narrow else "",
+                            validators=validators, valid_empty=True)
+        yield Static("", id="traces-status")
+        yield VirtualTable(COLUMNS, id="traces-table")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._pending:
+            self._set_inputs(self._pending)
+            self._pending = {}
+        self._apply()
+        self.query_one(VirtualTable).focus()
+        self._load_suggestions()
+
+    @work(thread=True, exit_on_error=False, group="traces-suggest", exclusive=True)
+    def _load_suggestions(self) -> None:
+        try:
+            values = suggestions(self.app.store)  # type: ignore[attr-defined]
+        except Exception:
+            return  # suggestions are a convenience
+        call_ui(self.app, self._set_suggesters, values)
+
+    def _set_suggesters(self, values: dict[str, list[str]]) -> None:
+        by_field = {field: wid for wid, _, field, _ in FILTER_INPUTS}
+        for field, options in values.items():
+            self.query_one(f"#{by_field[field]}", Input).suggester = SuggestFromList(options, case_sensitive=False)
+
+    @property
+    def table(self) -> VirtualTable:
+        return self.query_one(VirtualTable)
+
+    # -- filters --------------------------------------------------------------------------------
+    def _read_filters(self) -> Filters:
+        values: dict[str, Any] = {}
+        for wid, _, field, _ in FILTER_INPUTS:
+            text = self.query_one(f"#{wid}", Input).value.strip()
+            if not text:
+                continue
+            if field in ("min_reward", "max_reward"):
+                try:
+                    values[field] = float(text)
+                except ValueError:
+                    continue  # the input shows itself invalid; ignore it until it parses
+            else:
+                values[field] = text
+        return Filters(**values)
+
+    def _apply(self) -> None:
+        self.filters = self._read_filters()
+        source = RolloutSource(self.app.store, self.filters, SORTS[self.sort][1])  # type: ignore[attr-defined]
+        self.table.set_source(source)
+        self._new = 0
+        self._show_status()
+
+    def _show_status(self) -> None:
+        total = self.table.total
+        count = "counting…" if total is None else f"{total:,} rollouts"
+        desc = self.filters.describe()
+        new = f" · {self._new:+,} since loaded: press r" if self._new else ""
+        self.query_one("#traces-status", Static).update(
+            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else ""))
+
+    def on_screen_resume(self) -> None:
+        """Back on Traces (from another screen): say if the store changed, without moving the list."""
+        source, shown = self.table.source, self.table.total
+        if source is not None and shown is not None:
+            self._recount(source, shown)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="traces-recount")
+    def _recount(self, source: RolloutSource, shown: int) -> None:
+        try:
+            n = source.count()
+        except Exception:
+            return
+        if n != shown:
+            call_ui(self.app, self._note_new, source, n - shown)
+
+    def _note_new(self, source: RolloutSource, delta: int) -> None:
+        if self.table.source is source:
+            self._new = delta
+            self._show_status()
+
+    @on(VirtualTable.Counted)
+    def _on_counted(self) -> None:
+        self._show_status()
+
+    @on(Input.Changed)
+    def _on_changed(self) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        self._debounce = self.set_timer(0.3, self._apply_if_changed)
+
+    @on(Input.Submitted)
+    def _on_submitted(self) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        self._apply_if_changed()
+        self.table.focus()
+
+    def _apply_if_changed(self) -> None:
+        if self._read_filters() != self.filters:
+            self._apply()
+
+    def _set_inputs(self, values: dict[str, str]) -> None:
+        by_field = {field: wid for wid, _, field, _ in FILTER_INPUTS}
+        for field, value in values.items():
+            self.query_one(f"#{by_field[field]}", Input).value = value
+
+    def set_filters(self, **values: str) -> None:
+        """Set some filters (by Filters field name) and show the result, e.g. ``set_filters(run=...)``."""
+        if not self.is_mounted:
+            self._pending.update(values)
+            return
+        for wid, _, _, _ in FILTER_INPUTS:
+            self.query_one(f"#{wid}", Input).value = ""
+        self._set_inputs(values)
+        self._apply()
+
+    def action_clear_filters(self) -> None:
+        for wid, _, _, _ in FILTER_INPUTS:
+            self.query_one(f"#{wid}", Input).value = ""
+        self._apply()
+        self.table.focus()
+
+    def action_cycle_sort(self) -> None:
+        self.sort = (self.sort + 1) % len(SORTS)
+        self._apply()
+
+    def action_refresh(self) -> None:
+        self._apply()
+
+    def action_focus_search(self) -> None:
+        self.query_one("#f-search", Input).focus()
+
+    def action_focus_filters(self) -> None:
+        self.query_one("#f-env", Input).focus()
+
+    def action_focus_table(self) -> None:
+        self.table.focus()
+
+    # -- open a rollout -------------------------------------------------------------------------
+    @on(VirtualTable.Selected)
+    def _on_selected(self, event: VirtualTable.Selected) -> None:
+        self._open(event.row.id)
+
+    @work(thread=True, exit_on_error=False, group="traces-open", exclusive=True)
+    def _open(self, rollout_id: str) -> None:
+        try:
+            rollout = load_rollout(self.app.store, rollout_id)  # type: ignore[attr-defined]
+        except WorkbenchError as e:
+            call_ui(self.app, self.notify, str(e), severity="error")
+            return
+        except Exception as e:
+            call_ui(self.app, self.notify, f"reading rollout {rollout_id} failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.app.push_screen, RolloutDetailScreen(rollout))
+
+    # -- export ---------------------------------------------------------------------------------
+    def action_export(self) -> None:
+        cfg = self.app.config  # type: ignore[attr-defined]
+        path = cfg.export_dir / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        self.notify(f"exporting to {path}…", timeout=2)
+        self._export(self.filters, SORTS[self.sort][1], path)
+
+    @work(thread=True, exit_on_error=False, group="traces-export")
+    def _export(self, filters: Filters, sort: str, path: Any) -> None:
+        try:
+            n = export_jsonl(self.app.store, filters, sort, path)  # type: ignore[attr-defined]
+        except Exception as e:
+            call_ui(self.app, self.notify, f"export failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.notify, f"exported {n:,} rollouts to {path}", title="export done",
+                                  timeout=10)

@@ -1,0 +1,142 @@
+"""Benchmark: interception-proxy overhead against direct calls to an instant upstream, in one run.
+
+Three processes on 127.0.0.1: the instant mock upstream (token mode, like vLLM), the proxy (its
+own process, recording every call into a rollout trace, as in a run), and this client.
+Measures (a) p50/p90 latency of sequential requests, direct vs through the proxy (the added
+latency), (b) throughput at concurrency 64, direct vs proxied.
+Run: python scripts/bench_proxy.py [--requests 4000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"{args} failed to start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+async def serve_proxy(upstream: str) -> None:
+    """The proxy process: one registered rollout that every request records into."""
+    import workbench as wb
+    from workbench.client import ChatClient
+    from workbench.proxy import InterceptionProxy
+    from workbench.rollout import Rollout
+
+    client = ChatClient(None, max_connections=128)
+    params = {"logprobs": True, "return_token_ids": True, "temperature": 1.0}
+    proxy = await InterceptionProxy(client, upstream, "mock-model", params).start()
+    rollout = Rollout(id="bench", task=wb.Task(prompt="x"), sample_index=0, client=client,
+                      base_url=proxy.url_for("bench"), model="mock-model", params=params)
+    proxy.register(rollout)
+    print(f"READY {proxy.port}", flush=True)
+    while True:  # keep the trace from growing without bound: a run records one rollout's calls
+        await asyncio.sleep(0.5)
+        rollout.calls.clear()
+        rollout.trace = type(rollout.trace)()
+
+
+PAYLOAD = orjson.dumps({"model": "mock-model", "max_tokens": 16, "messages": [
+    {"role": "system", "content": "Answer with a number."},
+    {"role": "user", "content": "What is 3 + 4? Answer with just the number."}]})
+
+
+async def sequential(url: str, n: int) -> list[float]:
+    import aiohttp
+
+    out = []
+    async with aiohttp.ClientSession() as s:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            async with s.post(url, data=PAYLOAD, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+async def concurrent(url: str, n: int, c: int) -> float:
+    import aiohttp
+
+    left = n
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c)) as s:
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with s.post(url, data=PAYLOAD, headers={"Content-Type": "application/json"}) as r:
+                    await r.read()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(c)))
+        return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--sequential", type=int, default=1000)
+    ap.add_argument("-c", "--concurrency", type=int, default=64)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--serve-proxy", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve_proxy:
+        import uvloop
+
+        uvloop.run(serve_proxy(a.serve_proxy))
+        return
+    mock, mport = _spawn(["-m", "workbench.testing.mock_openai", "--mode", "instant", "--tokens", "--port", "0"])
+    upstream = f"http://127.0.0.1:{mport}/v1"
+    proxy, pport = _spawn([str(Path(__file__)), "--serve-proxy", upstream])
+    direct_url = upstream + "/chat/completions"
+    proxied_url = f"http://127.0.0.1:{pport}/r/bench/v1/chat/completions"
+    try:
+        asyncio.run(sequential(proxied_url, 200))  # warm-up
+        asyncio.run(sequential(direct_url, 200))
+        d_lat = asyncio.run(sequential(direct_url, a.sequential))
+        p_lat = asyncio.run(sequential(proxied_url, a.sequential))
+        d_tput = asyncio.run(concurrent(direct_url, a.requests, a.concurrency))
+        p_tput = asyncio.run(concurrent(proxied_url, a.requests, a.concurrency))
+    finally:
+        for p in (proxy, mock):
+            p.terminate()
+            p.wait()
+
+    def pct(xs: list[float], q: float) -> float:
+        return sorted(xs)[int(q * (len(xs) - 1))] * 1000
+
+    report = {
+        "direct_p50_ms": round(statistics.median(d_lat) * 1000, 3), "proxied_p50_ms": round(
+            statistics.median(p_lat) * 1000, 3),
+        "added_p50_ms": round((statistics.median(p_lat) - statistics.median(d_lat)) * 1000, 3),
+        "added_p90_ms": round(pct(p_lat, 0.9) - pct(d_lat, 0.9), 3),
+        "direct_req_per_s": round(d_tput, 1), "proxied_req_per_s": round(p_tput, 1),
+        "throughput_ratio": round(p_tput / d_tput, 3), "concurrency": a.concurrency,
+    }
+    if a.json:
+        print(orjson.dumps(report).decode())
+    else:
+        print(f"sequential p50: direct {report['direct_p50_ms']:.3f} ms, proxied {report['proxied_p50_ms']:.3f} ms"
+              f" -> added {report['added_p50_ms']:.3f} ms (p90 added {report['added_p90_ms']:.3f} ms)")
+        print(f"c={a.concurrency}: direct {d_tput:.0f} req/s, proxied {p_tput:.0f} req/s "
+              f"(ratio {report['throughput_ratio']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Traces screen: listing, filters, sort, rollout detail, export, and paging through a large store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import Input, Static
+
+from app.main import WorkbenchApp
+from app.screens.rollout_detail import RolloutDetailScreen
+from app.screens.traces import TracesScreen
+from app.widgets.virtual_table import VirtualTable
+from tests.app.conftest import SIZE, _record, screen_text, wait_until
+from workbench.store import Store
+
+
+def _traces(app: WorkbenchApp) -> TracesScreen:
+    assert isinstance(app.screen, TracesScreen), app.screen
+    return app.screen
+
+
+def _table(app: WorkbenchApp) -> VirtualTable:
+    return _traces(app).query_one(VirtualTable)
+
+
+def _loaded_ids(app: WorkbenchApp) -> list[str]:
+    t = _table(app)
+    rows = [t.row(i) for i in range(t.row_count)]
+    return [r.id for r in rows if r is not None]
+
+
+async def _settled(pilot: Any, app: WorkbenchApp, total: int) -> None:
+    t = _table(app)
+    await wait_until(pilot, lambda: t.total == total and len(_loaded_ids(app)) == total,
+                     what=f"{total} rows (have total={t.total})")
+
+
+async def _type(pilot: Any, app: WorkbenchApp, wid: str, text: str) -> None:
+    inp = _traces(app).query_one(f"#{wid}", Input)
+    inp.focus()
+    inp.value = ""
+    await pilot.press(*text, "enter")
+
+
+async def test_lists_all_rollouts_newest_first(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        ids = _loaded_ids(app)
+        assert ids[0] == "1114-bbbbbb.11.0" and ids[-1] == "1114-aaaaaa.0.0"
+        status = str(_traces(app).query_one("#traces-status", Static).render())
+        assert "24 rollouts" in status and "newest first" in status
+
+
+async def test_filters_change_the_rows(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await _type(pilot, app, "f-env", "adder")
+        await _settled(pilot, app, 12)
+        assert all(i.startswith("1114-aaaaaa.") for i in _loaded_ids(app))
+
+        await _type(pilot, app, "f-min", "1")
+        await _settled(pilot, app, 7)
+        assert all(_table(app).row(i).reward == 1.0 for i in range(7))
+
+        await pilot.press("c")  # clear: everything again
+        await _settled(pilot, app, 24)
+
+        await _type(pilot, app, "f-error", "timeout")
+        await _settled(pilot, app, 2)
+        assert sorted(_loaded_ids(app)) == ["1114-aaaaaa.5.0", "1114-bbbbbb.5.0"]
+
+        await pilot.press("c")
+        await _settled(pilot, app, 24)
+        await _type(pilot, app, "f-search", "21")  # full text: only task 10 answers "21"
+        await _settled(pilot, app, 2)
+        assert sorted(_loaded_ids(app)) == ["1114-aaaaaa.10.0", "1114-bbbbbb.10.0"]
+        assert "text=21" in str(_traces(app).query_one("#traces-status", Static).render())
+
+
+async def test_sort_cycles(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press("s")  # oldest first
+        await _settled(pilot, app, 24)
+        assert _loaded_ids(app)[0] == "1114-aaaaaa.0.0"
+        await pilot.press("s")  # reward high to low: unrewarded (failed) rollouts last
+        await _settled(pilot, app, 24)
+        rewards = [_table(app).row(i).reward for i in range(24)]
+        assert rewards[0] == 1.0 and rewards[-1] is None
+
+
+async def test_open_rollout_detail_and_back(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press(*["down"] * 9)  # newest first: row 9 is run b, task 2 (the tool call)
+        assert _table(app).current_row().id == "1114-bbbbbb.2.0"
+        await pilot.press("enter")
+        screen = await wait_until(pilot, lambda: isinstance(app.screen, RolloutDetailScreen) and app.screen,
+                                  what="the detail screen")
+        assert screen.rollout["id"] == "1114-bbbbbb.2.0"
+        await pilot.pause()
+        text = screen_text(app)
+        assert "→ add" in text and '"a": 2' in text  # the tool call, its arguments
+        assert screen.query_one("#message-3").border_title == "tool (add)"
+        assert "correct   reward  1.000" in text and "words     metric  4.000" in text
+        await pilot.press("escape")
+        assert isinstance(app.screen, TracesScreen)
+        assert _table(app).cursor == 9
+
+
+async def test_detail_of_failed_rollout_shows_error(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press(*["down"] * 6, "enter")  # run b, task 5: timeout
+        await wait_until(pilot, lambda: isinstance(app.screen, RolloutDetailScreen) and app.screen,
+                                  what="the detail screen")
+        await pilot.pause()
+        assert "timeout in model: timeout happened" in screen_text(app)
+
+
+async def test_export_current_filter(make_app: Callable[..., WorkbenchApp], tmp_path: Path) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await _type(pilot, app, "f-run", "1114-bbbbbb")
+        await _settled(pilot, app, 12)
+        await pilot.press("x")
+        note = await wait_until(pilot, lambda: next((n for n in app._notifications if n.title == "export done"), None),
+                                what="the export")
+    path = Path(note.message.rsplit(" to ", 1)[1])
+    assert path.parent == tmp_path / "exports"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 12 and {r["run_id"] for r in rows} == {"1114-bbbbbb"}
+    assert rows[0]["messages"][0]["role"] == "system" and "rewards" in rows[0]
+
+
+async def test_runs_t_opens_traces_of_run(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="runs")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "runs", None), what="the runs")
+        await pilot.press("down", "t")  # the older run: adder
+        await wait_until(pilot, lambda: isinstance(app.screen, TracesScreen), what="traces")
+        await _settled(pilot, app, 12)
+        assert _traces(app).filters.run_id == "1114-aaaaaa"
+
+
+async def test_returning_to_traces_tells_of_new_rollouts(make_app: Callable[..., WorkbenchApp],
+                                                         store_file: Path) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press("3")
+        with Store(store_file) as store:
+            w = store.writer()
+            w.submit([_record("1114-aaaaaa", "adder", "mock-model", 20 + i, reward=1.0) for i in range(3)])
+            w.close()
+        await pilot.press("2")
+        status = _traces(app).query_one("#traces-status", Static)
+        await wait_until(pilot, lambda: "+3 since loaded" in str(status.render()), what="the new-rollouts hint")
+        assert _table(app).total == 24  # the list did not move
+        await pilot.press("r")
+        await _settled(pilot, app, 27)
