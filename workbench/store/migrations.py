@@ -32,5 +32,10 @@ def _v2(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v2.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+def _v3(conn: sqlite3.Connection) -> None:
+    """Indexes for the trace browser: slowest-first sorting and per-environment paging."""
+    _run_sql_file(conn, "v3.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)

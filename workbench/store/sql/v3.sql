@@ -1,0 +1,3 @@
+CREATE INDEX ix_rollout_duration ON rollout (duration_s);
+CREATE INDEX ix_rollout_env ON rollout (env_name);
+DROP INDEX ix_rollout_env_created;
