@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.rollout import ModelCall, RolloutError, Usage, message_text  # noqa: E402
+from workbench.rollout import ModelCall, RolloutError, Usage, searchable_text  # noqa: E402
 from workbench.rubric import Scores  # noqa: E402
 from workbench.store import Store  # noqa: E402
 from workbench.store.writer import (  # noqa: E402
@@ -296,7 +296,7 @@ def rows(batch: list[Synth], now: float) -> tuple[list[tuple[Any, ...]], ...]:
         scores.extend((pk, k, "metric", v) for k, v in s.metrics.items())
         calls.extend((pk, i, n, fin, p, c, lat * 1000.0, dumps(x) if x else None) for i, n, fin, p, c, lat, x in s.calls)
         errors.extend((pk, s.run.id, k, src, msg) for k, src, msg in s.errors)
-        fts.append((pk, " \n".join(message_text(m) for m in s.messages)))
+        fts.append((pk, searchable_text(s.messages)))
         if s.ptoks or s.ctoks or s.cost:
             acc = cost.setdefault((s.run.id, MODELS[s.run.model][0], s.run.model), [0.0, 0.0])
             acc[0] += s.ptoks + s.ctoks

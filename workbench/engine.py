@@ -49,6 +49,7 @@ class _Group:
     rollouts: list[Rollout | None]
     scores: list[Scores | None]
     remaining: int
+    contexts: list[dict[str, Any] | None]
 
 
 @dataclass(slots=True)
@@ -93,7 +94,7 @@ class RolloutEngine:
             if not todo:
                 continue
             # Groups are committed whole, so a group is either all there or not at all.
-            g = _Group(task, i, r, [None] * r, [None] * r, r)
+            g = _Group(task, i, r, [None] * r, [None] * r, r, [None] * r)
             for s in range(r):
                 yield g, s
 
@@ -101,14 +102,16 @@ class RolloutEngine:
         for group, sample in jobs:
             if self.fatal is not None:
                 return
-            rollout, scores = await self._one(group, sample, params)
+            rollout, scores, ctx = await self._one(group, sample, params)
             group.rollouts[sample] = rollout
+            group.contexts[sample] = ctx
             group.scores[sample] = scores
             group.remaining -= 1
             if group.remaining == 0:
                 await self._finish_group(group)
 
-    async def _one(self, group: _Group, sample: int, params: dict[str, Any]) -> tuple[Rollout, Scores | None]:
+    async def _one(self, group: _Group, sample: int, params: dict[str, Any]
+                   ) -> tuple[Rollout, Scores | None, dict[str, Any] | None]:
         rid = f"{self.run_id}.{group.task_index}.{sample}"
         base_url = self.proxy.url_for(rid) if self.proxy is not None else self.base_url
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
@@ -141,18 +144,19 @@ class RolloutEngine:
             rollout.usage.cost_usd = self.price.cost(rollout.usage.prompt_tokens, rollout.usage.completion_tokens)
         if rollout.failure is not None:
             rollout.errors.append(rollout.failure)
-            return rollout, None
-        scores = await self.env.rubric.score_rollout(rollout.score_context())
+            return rollout, None, None
+        ctx = rollout.score_context()
+        scores = await self.env.rubric.score_rollout(ctx)
         if rollout.trace.has_tokens:
             # Turn N's prompt tokens must extend turn N-1's prompt + completion tokens.
             scores.metrics["token_mismatch"] = float(len(rollout.trace.mismatches))
-        return rollout, scores
+        return rollout, scores, ctx
 
     async def _finish_group(self, group: _Group) -> None:
         ok = [i for i, s in enumerate(group.scores) if s is not None]
         if ok and self.env.rubric.group_rewards:
-            ctxs = [group.rollouts[i].score_context() for i in ok]  # type: ignore[union-attr]
-            await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[misc]
+            ctxs = [group.contexts[i] for i in ok]
+            await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[arg-type, misc]
         records: list[RolloutRecord] = []
         c = self.counters
         for rollout, scores in zip(group.rollouts, group.scores, strict=True):

@@ -168,8 +168,19 @@ def _text(content: Any) -> str:
 
 def message_text(m: Message) -> str:
     """All human-readable text of a message: content plus tool-call names and arguments."""
-    parts = [_text(m.get("content"))]
-    for tc in m.get("tool_calls") or ():
+    content = m.get("content")
+    calls = m.get("tool_calls")
+    text = content if type(content) is str else _text(content)
+    if not calls:
+        return text
+    parts = [text] if text else []
+    for tc in calls:
         fn = tc.get("function") or {}
         parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
-    return " ".join(p for p in parts if p)
+    return " ".join(parts)
+
+
+def searchable_text(messages: list[Message]) -> str:
+    """What the full-text index holds for a rollout: every message but the system prompt, which is
+    the same for all rollouts of an environment and would only bloat the index."""
+    return " \n".join(message_text(m) for m in messages if m.get("role") != "system")

@@ -31,6 +31,9 @@ _PLURAL = {
 }
 
 
+_SCALARS = (float, int, bool)
+
+
 @dataclass(slots=True)
 class ScoreFn:
     """A registered scoring function and how to call it."""
@@ -175,7 +178,7 @@ class Rubric:
             try:
                 kwargs = dict(ctx) if f.takes_kwargs else {a: ctx.get(a) for a in f.args}
                 value = f.fn(**kwargs)
-                if f.is_async or inspect.isawaitable(value):
+                if f.is_async or (type(value) not in _SCALARS and inspect.isawaitable(value)):
                     value = await value
                 values = _as_values(f.name, value)
             except Exception as e:  # recorded on the rollout; the run goes on

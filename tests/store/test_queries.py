@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from workbench.errors import NotFoundError
-from workbench.rollout import message_text
+from workbench.rollout import searchable_text
 from workbench.store import Store, queries
 from workbench.store.db import connect
 from workbench.store.queries import (
@@ -62,7 +62,7 @@ def rows(gen_path: Path) -> list[dict[str, Any]]:
     out = []
     for r in conn.execute("SELECT * FROM rollout ORDER BY pk"):
         d = dict(r)
-        d["words"] = _words(" \n".join(message_text(m) for m in orjson.loads(d["messages"])))
+        d["words"] = _words(searchable_text(orjson.loads(d["messages"])))
         out.append(d)
     conn.close()
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..rollout import ModelCall, RolloutError, Usage, message_text
+from ..rollout import ModelCall, RolloutError, Usage, searchable_text
 from ..rubric import Scores
 from ..tasks import Task
 from ..trace import Trace
@@ -192,7 +192,7 @@ class BatchWriter:
                     if r.trace is not None and r.trace.has_tokens:
                         nodes, ids, lps, mask = r.trace.pack()
                         traces.append((pk, nodes, ids, lps, mask, len(mask), len(r.trace.mismatches)))
-                    fts.append((pk, " \n".join(message_text(m) for m in r.messages)))
+                    fts.append((pk, searchable_text(r.messages)))
                     if r.usage.total_tokens or r.usage.cost_usd:
                         acc = cost[(r.run_id, r.provider, r.model)]
                         acc[0] += r.usage.total_tokens
