@@ -5,7 +5,6 @@ Everything here runs in worker threads and calls the same workbench functions as
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,26 +63,11 @@ def safe_version(ref: EnvRef) -> str:
         return "?"
 
 
-def _forget_module(ref: EnvRef) -> None:
-    """Drop an imported bundled/installed env module so the next load re-reads its files.
-
-    ``discovery`` already does this for envs loaded by path; named modules go through
-    ``importlib.import_module``, which would return the stale module.
-    """
-    name = f"envs.{ref.name}" if ref.origin == "bundled" else ref.module if ref.origin == "installed" else None
-    if not name:
-        return
-    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
-        sys.modules.pop(key, None)
-
-
 def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
     """Import and build the environment; never raises (a broken env is a result, not a crash)."""
-    if reload:
-        _forget_module(ref)
     version = safe_version(ref)
     try:
-        env = discovery.load_ref(ref)
+        env = discovery.load_ref(ref, reload=reload)
     except WorkbenchError as e:
         return LoadResult(ref.name, version, "error", str(e), None)
     except (Exception, SystemExit) as e:  # a bug in the env beyond what discovery wraps

@@ -158,12 +158,18 @@ def env_version(ref: EnvRef) -> str:
     return h.hexdigest()[:12]
 
 
-def _import(ref: EnvRef) -> ModuleType:
-    if ref.origin == "bundled":
-        modname = f"envs.{ref.name}"
+def _forget(modname: str) -> None:
+    for key in [k for k in sys.modules if k == modname or k.startswith(modname + ".")]:
+        del sys.modules[key]
+
+
+def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
+    if ref.origin in ("bundled", "installed"):
+        modname = f"envs.{ref.name}" if ref.origin == "bundled" else (ref.module or ref.name)
+        if reload:  # an edited file must be read again, not served from the import cache
+            importlib.invalidate_caches()
+            _forget(modname)
         return _import_module(modname, ref)
-    if ref.origin == "installed" and ref.module:
-        return _import_module(ref.module, ref)
     assert ref.path is not None
     digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
     modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"
@@ -175,9 +181,7 @@ def _import(ref: EnvRef) -> ModuleType:
     if spec is None or spec.loader is None:
         raise EnvLoadError(f"cannot import {ref.path}")
     module = importlib.util.module_from_spec(spec)
-    # Drop an earlier version (hot reload) and its submodules.
-    for key in [k for k in sys.modules if k == modname or k.startswith(modname + ".")]:
-        del sys.modules[key]
+    _forget(modname)  # an earlier version (hot reload) and its submodules
     sys.modules[modname] = module
     try:
         spec.loader.exec_module(module)
@@ -211,9 +215,10 @@ def load(spec: str, env_args: dict[str, Any] | None = None) -> Environment:
     return load_ref(ref, env_args)
 
 
-def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None) -> Environment:
+def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool = False) -> Environment:
+    """Build the environment ``ref`` names. ``reload`` re-reads its files (for hot reload)."""
     env_args = env_args or {}
-    module = _import(ref)
+    module = _import(ref, reload)
     fn = getattr(module, "load_environment", None)
     where = str(ref.path) if ref.path else ref.module
     if fn is None or not callable(fn):
