@@ -33,7 +33,7 @@ def _v2(conn: sqlite3.Connection) -> None:
 
 
 def _v3(conn: sqlite3.Connection) -> None:
-    """Indexes for the trace browser: slowest-first sorting and per-environment paging."""
+    """Indexes for the trace browser (slowest-first sorting, per-environment paging); drop unused ones."""
     _run_sql_file(conn, "v3.sql")
 
 
