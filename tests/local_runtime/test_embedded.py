@@ -1,0 +1,109 @@
+"""``ensure_server``: the embedded server started on demand, reused while healthy, restarted when its
+state file is stale, and a clear error with the log's tail when it cannot start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from local_runtime.embedded import _terminate
+from workbench.errors import EndpointError
+
+from .helpers import ROOT, get_json
+
+
+@pytest.fixture()
+def xdg(tmp_path: Path, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Private XDG dirs with the (fast) tiny model already in the cache, so nothing is rebuilt."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shutil.copytree(tiny_dir, tmp_path / "cache" / "workbench" / "models" / "workbench-tiny-v1")
+    yield tmp_path
+    from local_runtime.embedded import stop_server
+
+    stop_server(None)
+
+
+def test_starts_then_reuses(xdg: Path) -> None:
+    from local_runtime.embedded import ensure_server, state_dir
+
+    url, model = ensure_server(None)
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+    assert model == "workbench-tiny"
+    assert [m["id"] for m in get_json(url + "/models")["data"]] == ["workbench-tiny"]
+    state = json.loads((state_dir() / "tiny.json").read_text())
+    assert state_dir().is_relative_to(xdg / "data")
+    url2, _ = ensure_server("tiny")
+    assert url2 == url
+    assert json.loads((state_dir() / "tiny.json").read_text())["pid"] == state["pid"]
+
+
+def test_stale_state_file_is_ignored(xdg: Path) -> None:
+    from local_runtime.embedded import ensure_server, state_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state_dir().mkdir(parents=True, exist_ok=True)
+    (state_dir() / "tiny.json").write_text(json.dumps({"pid": dead.pid, "host": "127.0.0.1", "port": 9,
+                                                      "model": "workbench-tiny"}))
+    url, model = ensure_server(None)
+    state = json.loads((state_dir() / "tiny.json").read_text())
+    assert state["pid"] != dead.pid and f":{state['port']}/" in url and model == "workbench-tiny"
+    (state_dir() / "tiny.json").write_text("not json")  # a corrupt file is stale too
+    try:
+        url2, _ = ensure_server(None)
+        assert url2 != url and get_json(url2 + "/models")["data"]
+    finally:
+        _terminate(state["pid"])  # the first server is no longer in the state file: stop it here
+
+
+def test_on_demand_server_exits_when_idle(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from local_runtime.embedded import _alive, ensure_server, state_dir
+
+    monkeypatch.setenv("WORKBENCH_EMBEDDED_IDLE_S", "1.5")
+    url, _ = ensure_server(None)
+    pid = json.loads((state_dir() / "tiny.json").read_text())["pid"]
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
+    url2, _ = ensure_server(None)  # and the next call starts a fresh one
+    assert get_json(url2 + "/models")["data"]
+
+
+def test_failure_to_start_is_a_clear_error(xdg: Path) -> None:
+    from local_runtime.embedded import ensure_server
+
+    with pytest.raises(EndpointError) as e:
+        ensure_server(str(xdg / "no-such-model"))
+    msg = str(e.value)
+    assert "could not start (exit code 2)" in msg and "no model directory at" in msg and "\n" not in msg
+
+
+def test_eval_without_base_url_uses_embedded_server(xdg: Path) -> None:
+    """``workbench eval arithmetic`` with no --base-url starts the embedded server and runs against it."""
+    env = {**os.environ, "WORKBENCH_DB": str(xdg / "wb.db"), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "workbench.cli", "eval", "arithmetic", "-n", "12", "-r", "2", "--json"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["model"] == "workbench-tiny" and out["rollouts"] == 24 and out["errors"] == 0
+
+
+def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from local_runtime.loading import ModelLoadError
+    from local_runtime.models import resolve_model_path
+
+    assert resolve_model_path("workbench-tiny") == xdg / "cache" / "workbench" / "models" / "workbench-tiny-v1"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelLoadError, match="not built yet"):
+        resolve_model_path("tiny")
+    assert not (tmp_path / "empty-cache").exists()

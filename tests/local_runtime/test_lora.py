@@ -1,0 +1,110 @@
+"""LoRA adapters loaded and unloaded at runtime with vLLM's endpoints, selected by ``model=``."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import SERVED, get_json, run_server
+
+PROMPT = "<|im_start|>user\nTell me a joke.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def make_adapter(tiny_dir: Path, out: Path, seed: int) -> Path:
+    """A random, non-zero LoRA adapter on the tiny model (B is not zero-initialised)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    cfg = LoraConfig(r=8, lora_alpha=32, init_lora_weights=False,
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    get_peft_model(model, cfg).save_pretrained(out)
+    return out
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("adapters")
+    return make_adapter(tiny_dir, root / "a", 1), make_adapter(tiny_dir, root / "b", 2)
+
+
+@pytest.fixture(scope="module")
+def lora_server(tiny_dir: Path, adapters: tuple[Path, Path]) -> Iterator[str]:
+    with run_server(tiny_dir, "--served-model-name", SERVED, "--adapter", f"boot={adapters[1]}") as root:
+        yield root
+
+
+def sample(client: Any, model: str) -> tuple[list[int], list[float], str]:
+    r = client.completions.create(model=model, prompt=PROMPT, max_tokens=10, seed=7, temperature=1.0, logprobs=0,
+                                  extra_body={"return_token_ids": True})
+    c = r.choices[0]
+    return c.model_extra["token_ids"], c.logprobs.token_logprobs, r.model_extra["policy_version"]
+
+
+def test_load_select_unload(lora_server: str, adapters: tuple[Path, Path]) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=lora_server + "/v1", api_key="x", max_retries=0)
+    assert {m.id for m in client.models.list().data} == {SERVED, "boot"}  # --adapter at startup
+    base_ids, base_lps, base_version = sample(client, SERVED)
+    assert base_version == 0
+
+    status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": str(adapters[0])})
+    assert status == 200, body
+    assert body["policy_version"] == 2
+    models = {m["id"]: m for m in get_json(lora_server + "/v1/models")["data"]}
+    assert models["policy"]["parent"] == SERVED
+
+    ids, lps, version = sample(client, "policy")
+    assert version == 2
+    assert lps[0] != pytest.approx(base_lps[0], abs=1e-4) or ids != base_ids  # different weights, same seed
+    assert (ids, lps) != (base_ids, base_lps)
+
+    # reloading under the same name replaces the weights and bumps the version
+    status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": str(adapters[1])})
+    assert status == 200 and body["policy_version"] == 3
+    # a trainer can name the version itself (the step that produced the weights)
+    status, body = post(lora_server + "/v1/load_lora_adapter",
+                        {"lora_name": "policy", "lora_path": str(adapters[0]), "policy_version": 17})
+    assert status == 200 and body["policy_version"] == 17
+    assert sample(client, "policy")[2] == 17
+
+    status, body = post(lora_server + "/v1/unload_lora_adapter", {"lora_name": "policy"})
+    assert status == 200, body
+    with pytest.raises(openai.NotFoundError):
+        sample(client, "policy")
+    status, body = post(lora_server + "/v1/unload_lora_adapter", {"lora_name": "boot"})
+    assert status == 200
+    assert [m.id for m in client.models.list().data] == [SERVED]
+
+    again_ids, again_lps, _ = sample(client, SERVED)  # the base weights are untouched
+    assert again_ids == base_ids
+    assert again_lps == pytest.approx(base_lps, abs=1e-5)
+
+
+def test_adapter_errors(lora_server: str, tmp_path: Path) -> None:
+    status, body = post(lora_server + "/v1/unload_lora_adapter", {"lora_name": "never-loaded"})
+    assert status == 404 and "never-loaded" in body["error"]["message"]
+    status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path / "nope")})
+    assert status == 400 and "adapter_config.json" in body["error"]["message"]
+    status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": "x"})
+    assert status == 400 and "lora_path" in body["error"]["message"]
+    status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": SERVED, "lora_path": str(tmp_path)})
+    assert status == 400

@@ -1,0 +1,219 @@
+"""The embedded server through the official ``openai`` client: chat, n, stop, seed, logprobs, token
+ids, streaming, tools, completions, batching of concurrent requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import ARITH, SERVED, get_json
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+def test_models_and_health(client: Any, server: str) -> None:
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [SERVED]
+    h = get_json(server + "/health")
+    assert h["status"] == "ok" and h["model"] == SERVED and h["policy_version"] == 0
+
+
+def test_chat_basic(client: Any) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=8, temperature=0)
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str) and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 10 and r.usage.completion_tokens >= 1
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.model_extra["policy_version"] == 0
+
+
+def test_n_choices(client: Any) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, n=4, max_tokens=6, seed=3)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert r.usage.completion_tokens >= 4  # every choice generated at least one token
+    assert all(c.message.content is not None for c in r.choices)
+
+
+def test_seed_reproducible_and_varies(client: Any) -> None:
+    msgs = [{"role": "user", "content": "Repeat after me: apple river"}]
+    a = client.chat.completions.create(model=SERVED, messages=msgs, seed=11, max_tokens=12, temperature=1.5)
+    b = client.chat.completions.create(model=SERVED, messages=msgs, seed=11, max_tokens=12, temperature=1.5)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    outs = {client.chat.completions.create(model=SERVED, messages=msgs, seed=s, max_tokens=12,
+                                           temperature=1.5).choices[0].message.content for s in range(6)}
+    assert len(outs) > 1
+
+
+def test_stop_sequences(client: Any) -> None:
+    msgs = [{"role": "user", "content": "Count to 9."}]
+    full = client.chat.completions.create(model=SERVED, messages=msgs, max_tokens=20, temperature=0).choices[0]
+    text = full.message.content
+    assert len(text) >= 3
+    stop = text[2]
+    r = client.chat.completions.create(model=SERVED, messages=msgs, max_tokens=20, temperature=0, stop=[stop])
+    c = r.choices[0]
+    assert c.message.content == text[: text.index(stop)]
+    assert c.finish_reason == "stop" and c.model_extra["stop_reason"] == stop
+
+
+def test_logprobs_and_top_logprobs(client: Any) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=5, logprobs=True, top_logprobs=3,
+                                       seed=0, extra_body={"return_token_ids": True})
+    c = r.choices[0]
+    entries = c.logprobs.content
+    assert len(entries) == len(c.model_extra["token_ids"])
+    for e in entries:
+        assert e.logprob <= 0.0
+        assert len(e.top_logprobs) == 3
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[-1].logprob
+        assert e.logprob <= e.top_logprobs[0].logprob + 1e-6
+        assert e.bytes == list(e.token.encode())
+
+
+def test_return_token_ids_decode_to_text(client: Any, tok: Any) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "Hi"}], max_tokens=20,
+                                       seed=5, extra_body={"return_token_ids": True})
+    c = r.choices[0]
+    ids = c.model_extra["token_ids"]
+    assert ids and tok.decode(ids, skip_special_tokens=True) == c.message.content
+    prompt_ids = r.model_extra["prompt_token_ids"]
+    assert tok.decode(prompt_ids) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert r.usage.prompt_tokens == len(prompt_ids) and r.usage.completion_tokens == len(ids)
+    if c.finish_reason == "stop":
+        assert ids[-1] == tok.eos_token_id  # the end-of-turn token is kept for training
+
+
+def test_prompt_logprobs(client: Any) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=2,
+                                       extra_body={"prompt_logprobs": 2, "return_token_ids": True})
+    plp = r.model_extra["prompt_logprobs"]
+    ids = r.model_extra["prompt_token_ids"]
+    assert plp[0] is None and len(plp) == len(ids)
+    for tid, entry in zip(ids[1:], plp[1:], strict=True):
+        assert str(tid) in entry and entry[str(tid)]["logprob"] <= 0 and entry[str(tid)]["rank"] >= 1
+
+
+def test_streaming_matches_non_streamed(client: Any) -> None:
+    msgs = [{"role": "user", "content": "Tell me a joke."}]
+    ref = client.chat.completions.create(model=SERVED, messages=msgs, seed=21, max_tokens=24,
+                                         extra_body={"return_token_ids": True})
+    stream = client.chat.completions.create(model=SERVED, messages=msgs, seed=21, max_tokens=24, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body={"return_token_ids": True})
+    text, ids, finish, usage, roles = "", [], None, None, 0
+    for chunk in stream:
+        assert chunk.model_extra["policy_version"] == 0
+        if not chunk.choices:
+            usage = chunk.usage
+            continue
+        d = chunk.choices[0].delta
+        roles += d.role == "assistant"
+        text += d.content or ""
+        ids += chunk.choices[0].model_extra.get("token_ids") or []
+        finish = chunk.choices[0].finish_reason or finish
+    assert roles == 1
+    assert text == ref.choices[0].message.content
+    assert ids == ref.choices[0].model_extra["token_ids"]
+    assert finish == ref.choices[0].finish_reason
+    assert usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_streaming_holds_back_stop_string(client: Any) -> None:
+    msgs = [{"role": "user", "content": "Count to 9."}]
+    ref = client.chat.completions.create(model=SERVED, messages=msgs, max_tokens=20, temperature=0, stop=[" 4"])
+    chunks = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=SERVED, messages=msgs, max_tokens=20, temperature=0, stop=[" 4"], stream=True) if c.choices]
+    assert "".join(chunks) == ref.choices[0].message.content
+    assert " 4" not in "".join(chunks)
+
+
+def test_tools_end_to_end(client: Any, tok: Any) -> None:
+    """A forced tool call: the template renders the tools, the reply is parsed into tool_calls (or,
+    if this quickly-trained model writes malformed JSON, returned as text), never an error."""
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=SERVED, messages=msgs, tools=[WEATHER], temperature=0, max_tokens=30,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                       extra_body={"return_token_ids": True})
+    prompt = tok.decode(r.model_extra["prompt_token_ids"])
+    assert '"name": "get_weather"' in prompt and prompt.endswith('<tool_call>{"name": "get_weather", "arguments":')
+    c = r.choices[0]
+    if c.message.tool_calls:
+        assert c.finish_reason == "tool_calls"
+        assert c.message.tool_calls[0].function.name == "get_weather"
+        json.loads(c.message.tool_calls[0].function.arguments)
+    else:
+        assert c.message.content.startswith("<tool_call>")
+    # tool results go back in and render through the template
+    follow = [*msgs, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    r2 = client.chat.completions.create(model=SERVED, messages=follow, tools=[WEATHER], max_tokens=12, seed=1)
+    assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_completions_endpoint(client: Any, tok: Any) -> None:
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    r = client.completions.create(model=SERVED, prompt=prompt, max_tokens=8, temperature=0, logprobs=2,
+                                  extra_body={"return_token_ids": True})
+    c = r.choices[0]
+    assert c.text and c.finish_reason in ("stop", "length")
+    assert len(c.logprobs.tokens) == len(c.logprobs.token_logprobs) == len(c.model_extra["token_ids"])
+    assert c.model_extra["prompt_token_ids"] == tok(prompt)["input_ids"]
+    # token-id prompts and several prompts at once
+    ids = tok(prompt)["input_ids"]
+    r2 = client.completions.create(model=SERVED, prompt=[ids, ids], max_tokens=8, temperature=0, n=2)
+    assert [ch.index for ch in r2.choices] == [0, 1, 2, 3]
+    assert {ch.text for ch in r2.choices} == {c.text}
+    s = "".join(ch.choices[0].text for ch in client.completions.create(
+        model=SERVED, prompt=prompt, max_tokens=8, temperature=0, stream=True))
+    assert s == c.text
+
+
+async def test_concurrent_requests_are_batched(aclient: Any, server: str) -> None:
+    before = get_json(server + "/health")
+    msgs = [{"role": "user", "content": "Count to 5."}]
+
+    async def one(i: int) -> Any:
+        return await aclient.chat.completions.create(model=SERVED, messages=msgs, max_tokens=16, seed=i)
+
+    results = await asyncio.gather(*(one(i) for i in range(16)))
+    assert all(r.choices[0].message.content is not None for r in results)
+    after = get_json(server + "/health")
+    assert after["sequences"] - before["sequences"] == 16
+    assert after["batches"] - before["batches"] < 16  # they shared batches
+    assert after["max_batch_seen"] >= 8
+
+
+async def test_event_loop_stays_responsive_during_generation(aclient: Any, server: str) -> None:
+    """Generation runs on a worker thread: /health answers at once while a long batch is running."""
+    import time
+
+    loop = asyncio.get_running_loop()
+    long = asyncio.create_task(aclient.chat.completions.create(
+        model=SERVED, messages=ARITH, max_tokens=800, extra_body={"ignore_eos": True}))
+    worst = 0.0
+    for _ in range(50):
+        t0 = time.perf_counter()
+        h = await loop.run_in_executor(None, get_json, server + "/health")
+        if h["running"]:
+            worst = max(worst, time.perf_counter() - t0)
+        if long.done():
+            break
+        await asyncio.sleep(0.05)
+    assert worst and worst < 0.5
+    r = await long
+    assert r.usage.completion_tokens == 800 and r.choices[0].finish_reason == "length"
