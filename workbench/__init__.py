@@ -12,13 +12,14 @@ from .errors import EnvLoadError, RubricError, WorkbenchError
 from .harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
 from .rollout import Rollout, RolloutFailed
 from .rubric import Rubric
+from .sandbox import Docker, ExecResult, Limits, ModalSandbox, Sandbox, SandboxError
 from .tasks import Task, TaskSet
 from .tools import Tool
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Environment", "EnvLoadError", "Harness", "Local", "MultiTurn", "Program", "Rollout", "RolloutFailed", "Rubric",
-    "RubricError", "Sampling", "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError",
-    "__version__",
+    "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Limits", "Local", "ModalSandbox", "MultiTurn",
+    "Program", "Rollout", "RolloutFailed", "Rubric", "RubricError", "Sampling", "Sandbox", "SandboxError",
+    "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError", "__version__",
 ]

@@ -18,6 +18,7 @@ from .environment import Environment
 from .pricing import Price
 from .rollout import Rollout, RolloutError, RolloutFailed
 from .rubric import Scores
+from .sandbox import SandboxError, SandboxPool, needs_sandbox
 from .store import BatchWriter, RolloutRecord
 from .tasks import Task
 
@@ -65,14 +66,19 @@ class RolloutEngine:
     timeout_s: float = 600.0
     price: Price | None = None
     provider: str = ""
-    sandbox_factory: Callable[[Rollout], Any] | None = None
+    sandbox_factory: Callable[[Rollout], Any] | None = None  # overrides ``sandboxes``; the sandbox's close() releases it
+    sandboxes: SandboxPool | None = None  # the run's sandbox pool (opened by evaluate when the env needs one)
     extra_params: dict[str, Any] = field(default_factory=dict)  # training fields (token ids, logprobs)
     proxy: Any = None  # an InterceptionProxy, for harnesses that call the model through their own client
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
+    _needs_sandbox: bool = False
+    _hold_sandboxes: bool = False
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
         skip = skip or set()
+        self._needs_sandbox = needs_sandbox(self.env)
+        self._hold_sandboxes = any("sandboxes" in f.args for f in self.env.rubric.group_rewards)
         jobs = self._jobs(tasks, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
@@ -119,44 +125,62 @@ class RolloutEngine:
         self.counters.started += 1
         harness = self.env.harness
         unregister = self.proxy.register(rollout) if self.proxy is not None else None
+        held = False
         try:
-            if self.sandbox_factory is not None:
-                rollout.sandbox = await self.sandbox_factory(rollout)
-            async with asyncio.timeout(self.timeout_s):
-                await harness.run(rollout)
-        except TimeoutError:
-            rollout.failure = RolloutError("timeout", harness.describe(), f"rollout exceeded its {self.timeout_s:g}s timeout")
-        except ModelError as e:
-            rollout.failure = RolloutError(f"model.{e.kind}", self.base_url, e.message)
-            if e.kind in FATAL and self.fatal is None:
-                self.fatal = FatalRunError(e)
-        except RolloutFailed as e:
-            rollout.failure = RolloutError(e.kind, e.source, e.message)
-        except Exception as e:  # a bug in harness code: recorded, the run goes on
-            from .rubric import _error_text
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    # The rollout's sandbox is live from before the harness until after scoring.
+                    if self.sandbox_factory is not None:
+                        rollout.sandbox = await self.sandbox_factory(rollout)
+                    elif self.sandboxes is not None and (self._needs_sandbox or group.task.sandbox is not None):
+                        rollout.sandbox = await self.sandboxes.acquire(rid, group.task)
+                    await harness.run(rollout)
+            except TimeoutError:
+                rollout.failure = RolloutError("timeout", harness.describe(), f"rollout exceeded its {self.timeout_s:g}s timeout")
+            except ModelError as e:
+                rollout.failure = RolloutError(f"model.{e.kind}", self.base_url, e.message)
+                if e.kind in FATAL and self.fatal is None:
+                    self.fatal = FatalRunError(e)
+            except RolloutFailed as e:
+                rollout.failure = RolloutError(e.kind, e.source, e.message)
+            except SandboxError as e:
+                rollout.failure = RolloutError("sandbox", getattr(self.env.runtime, "spec", "runtime"), str(e))
+            except Exception as e:  # a bug in harness code: recorded, the run goes on
+                from .rubric import _error_text
 
-            rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))
+                rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))
+            finally:
+                if unregister is not None:
+                    unregister()
+            rollout.duration_s = time.perf_counter() - rollout.started
+            if self.price is not None:
+                rollout.usage.cost_usd = self.price.cost(rollout.usage.prompt_tokens, rollout.usage.completion_tokens)
+            if rollout.failure is not None:
+                rollout.errors.append(rollout.failure)
+                return rollout, None, None
+            ctx = rollout.score_context()
+            scores = await self.env.rubric.score_rollout(ctx)
+            if rollout.trace.has_tokens:
+                # Turn N's prompt tokens must extend turn N-1's prompt + completion tokens.
+                scores.metrics["token_mismatch"] = float(len(rollout.trace.mismatches))
+            # Group rewards that ask for ``sandboxes`` need them live until the group is scored.
+            held = self._hold_sandboxes and rollout.sandbox is not None
+            return rollout, scores, ctx
         finally:
-            if unregister is not None:
-                unregister()
-        rollout.duration_s = time.perf_counter() - rollout.started
-        if self.price is not None:
-            rollout.usage.cost_usd = self.price.cost(rollout.usage.prompt_tokens, rollout.usage.completion_tokens)
-        if rollout.failure is not None:
-            rollout.errors.append(rollout.failure)
-            return rollout, None, None
-        ctx = rollout.score_context()
-        scores = await self.env.rubric.score_rollout(ctx)
-        if rollout.trace.has_tokens:
-            # Turn N's prompt tokens must extend turn N-1's prompt + completion tokens.
-            scores.metrics["token_mismatch"] = float(len(rollout.trace.mismatches))
-        return rollout, scores, ctx
+            if not held:
+                await _release(rollout)
 
     async def _finish_group(self, group: _Group) -> None:
         ok = [i for i, s in enumerate(group.scores) if s is not None]
-        if ok and self.env.rubric.group_rewards:
-            ctxs = [group.contexts[i] for i in ok]
-            await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[arg-type, misc]
+        try:
+            if ok and self.env.rubric.group_rewards:
+                ctxs = [group.contexts[i] for i in ok]
+                await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[arg-type, misc]
+        finally:
+            if self._hold_sandboxes:
+                for r in group.rollouts:
+                    if r is not None:
+                        await _release(r)
         records: list[RolloutRecord] = []
         c = self.counters
         for rollout, scores in zip(group.rollouts, group.scores, strict=True):
@@ -183,3 +207,15 @@ class RolloutEngine:
         self.writer.submit(records)
         # Let the writer thread and the event loop breathe between groups.
         await asyncio.sleep(0)
+
+
+async def _release(rollout: Rollout) -> None:
+    """Give the rollout's sandbox back (after scoring, or at once on error, timeout or cancellation)."""
+    sb, rollout.sandbox = rollout.sandbox, None
+    close = getattr(sb, "close", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception as e:  # never hides the rollout's own outcome; the pool cleans up at the end anyway
+        rollout.errors.append(RolloutError("sandbox", type(sb).__name__, f"releasing the sandbox failed: {e}"))

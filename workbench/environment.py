@@ -8,6 +8,7 @@ from typing import Any
 from .errors import EnvLoadError
 from .harness import Harness
 from .rubric import Rubric
+from .sandbox import Local
 from .tasks import TaskSet
 
 
@@ -38,13 +39,6 @@ class Sampling:
             p["seed"] = self.seed
         p.update(self.extra)
         return p
-
-
-@dataclass(slots=True)
-class Local:
-    """Tools and programs run as local processes (sandboxing arrives with the sandbox runtimes)."""
-
-    kind: str = "local"
 
 
 @dataclass(slots=True)

@@ -73,7 +73,7 @@ def apply_hot_swaps(env: Environment, opts: EvalOptions) -> None:
     if opts.runtime:
         from .hotswap import load_runtime
 
-        env.runtime = load_runtime(opts.runtime)
+        env.runtime = load_runtime(opts.runtime, env.runtime)
     if opts.temperature is not None:
         env.sampling.temperature = opts.temperature
     if opts.max_tokens is not None:
@@ -149,26 +149,35 @@ async def evaluate(
     async with client:
         info = await preflight(client, base_url, model)
         extra_params = training_params(info) if opts.tokens is not False else {}
-        if run is None:
-            store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version, env_source=env.source,
-                             env_args=opts.env_args, model=model, base_url=base_url,
-                             harness=env.harness.describe(), runtime=getattr(env.runtime, "kind", ""),
-                             n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
-                             concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
-        else:
-            store.update_run(run_id, status="running", finished_at=None)
-        if on_start:
-            on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
-        writer = store.writer()
-        engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model, base_url=base_url,
-                               rollouts_per_task=opts.rollouts_per_task, concurrency=opts.concurrency,
-                               timeout_s=opts.timeout_s, price=price, provider=price.provider if price else "",
-                               extra_params=extra_params)
-        if getattr(env.harness, "needs_proxy", False):
-            from .proxy import InterceptionProxy
+        # Sandboxes first: an engine that is not running fails here, before the run is recorded.
+        sandboxes = await _open_sandboxes(env, tasks, run_id, opts)
+        try:
+            if run is None:
+                store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
+                                 env_source=env.source, env_args=opts.env_args, model=model, base_url=base_url,
+                                 harness=env.harness.describe(),
+                                 runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")),
+                                 n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
+                                 concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
+            else:
+                store.update_run(run_id, status="running", finished_at=None)
+            if on_start:
+                on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
+            writer = store.writer()
+            engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model,
+                                   base_url=base_url, rollouts_per_task=opts.rollouts_per_task,
+                                   concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
+                                   provider=price.provider if price else "", extra_params=extra_params,
+                                   sandboxes=sandboxes)
+            if getattr(env.harness, "needs_proxy", False):
+                from .proxy import InterceptionProxy
 
-            engine.proxy = await InterceptionProxy(client, base_url, model, {
-                **env.sampling.to_params(), **extra_params}).start()
+                engine.proxy = await InterceptionProxy(client, base_url, model, {
+                    **env.sampling.to_params(), **extra_params}).start()
+        except BaseException:
+            if sandboxes is not None:
+                await sandboxes.close()
+            raise
         ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
         status, error = "completed", ""
         try:
@@ -180,12 +189,16 @@ async def evaluate(
         finally:
             if ticker:
                 ticker.cancel()
-            if engine.proxy is not None:
-                await engine.proxy.close()
             try:
-                writer.close()
+                if engine.proxy is not None:
+                    await engine.proxy.close()
+                if engine.sandboxes is not None:
+                    await _close_sandboxes(engine.sandboxes, store, run_id)
             finally:
-                store.update_run(run_id, status=status, error=error, finished_at=time.time())
+                try:
+                    writer.close()
+                finally:
+                    store.update_run(run_id, status=status, error=error, finished_at=time.time())
         wall = time.perf_counter() - t0
     summary = run_summary(store, run_id, opts.pass_threshold)
     summary["rollouts_per_s"] = engine.counters.finished / wall if wall > 0 else 0.0
@@ -195,6 +208,36 @@ async def evaluate(
     if status == "failed":
         raise EndpointError(f"{error}; run {run_id} stopped, {summary['rollouts']} rollouts kept")
     return EvalOutcome(run_id, summary, engine.counters, wall, interrupted)
+
+
+async def _open_sandboxes(env: Environment, tasks: list[Any], run_id: str, opts: EvalOptions) -> Any:
+    """The run's sandbox pool, when a tool or reward of the environment (or a task) needs a sandbox."""
+    from pathlib import Path
+
+    from .sandbox import needs_sandbox
+
+    if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
+        return None
+    opener = getattr(env.runtime, "pool", None)
+    if opener is None:
+        raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "
+                          "or wb.Docker(...)")
+    src = Path(env.source) if env.source else None
+    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
+    size = max(1, min(opts.concurrency, len(tasks) * opts.rollouts_per_task))
+    return await opener(run_id=run_id, size=size, env_dir=env_dir).start()
+
+
+async def _close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
+    """Remove the run's sandboxes and record the sandbox-seconds it used as a cost event."""
+    try:
+        await asyncio.shield(pool.close())
+    finally:
+        seconds = pool.stats.sandbox_seconds
+        if seconds > 0:
+            store.conn.execute(
+                "INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                "VALUES (?, 'sandbox_seconds', ?, '', ?, 'seconds', 0.0, ?)", (run_id, pool.kind, seconds, time.time()))
 
 
 async def _tick(engine: RolloutEngine, cb: Callable[[RunCounters], None]) -> None:

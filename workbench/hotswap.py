@@ -7,7 +7,6 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from .environment import Local
 from .errors import ConfigError
 from .harness import Harness
 
@@ -53,10 +52,8 @@ def load_harness(spec: str) -> Harness:
     return obj
 
 
-def load_runtime(spec: str) -> Any:
-    kind, _, _arg = spec.partition(":")
-    if kind == "local":
-        return Local()
-    if kind in ("docker", "modal"):
-        raise ConfigError(f"--runtime {kind} is not available in this version of Workbench yet; use --runtime local")
-    raise ConfigError(f"unknown --runtime {spec!r}; use local, docker[:IMAGE] or modal")
+def load_runtime(spec: str, current: Any = None) -> Any:
+    """``--runtime local|docker[:IMAGE]|modal``; the environment's own limits (timeout, memory, ...) carry over."""
+    from .sandbox import swap_runtime
+
+    return swap_runtime(spec.strip(), current)

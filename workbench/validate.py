@@ -8,6 +8,7 @@ from typing import Any
 
 from . import discovery
 from .environment import Environment
+from .errors import WorkbenchError
 from .rollout import Usage
 from .rubric import Scores
 from .tasks import Task
@@ -80,22 +81,37 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
     gold_scores: list[Scores] = []
     empty_scores: list[Scores] = []
     errors: Counter[str] = Counter()
-    for t in tasks:
-        msgs = t.messages(getattr(env.harness, "system_prompt", None))
-        ctxs = []
-        pair = []
-        if t.answer is not None:
-            ctxs.append(_ctx(t, str(t.answer), msgs))
-        ctxs.append(_ctx(t, "", msgs))
-        for c in ctxs:
-            pair.append(await rubric.score_rollout(c))
-        await rubric.score_group(ctxs, pair)
-        if t.answer is not None:
-            gold_scores.append(pair[0])
-        empty_scores.append(pair[-1])
-        for sc in pair:
-            for name, msg in sc.errors:
-                errors[f"{name}: {msg}"] += 1
+    pool = await _sandboxes(env, tasks, rep)
+    try:
+        for t in tasks:
+            msgs = t.messages(getattr(env.harness, "system_prompt", None))
+            ctxs = []
+            pair = []
+            if t.answer is not None:
+                ctxs.append(_ctx(t, str(t.answer), msgs))
+            ctxs.append(_ctx(t, "", msgs))
+            try:
+                for c in ctxs:
+                    if pool is not None:  # each scoring gets a fresh sandbox seeded from the task, as in a run
+                        c["sandbox"] = await pool.acquire(f"validate.{t.id}", t)
+                    pair.append(await rubric.score_rollout(c))
+                await rubric.score_group(ctxs, pair)
+            except WorkbenchError as e:
+                rep.problems.append(f"task {t.id}: its sandbox could not be prepared: {e}")
+                break
+            finally:
+                for c in ctxs:
+                    if c["sandbox"] is not None:
+                        await c["sandbox"].close()
+            if t.answer is not None:
+                gold_scores.append(pair[0])
+            empty_scores.append(pair[-1])
+            for sc in pair:
+                for name, msg in sc.errors:
+                    errors[f"{name}: {msg}"] += 1
+    finally:
+        if pool is not None:
+            await pool.close()
     for msg, count in errors.most_common(5):
         rep.problems.append(f"reward function raised on {count} scorings: {msg}")
 
@@ -117,6 +133,25 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
             rep.warnings.append(f"reward {name!r} gives the gold answer 0: either the gold answer is not a complete "
                                 "completion for it or the reward is broken")
     return rep
+
+
+async def _sandboxes(env: Environment, tasks: list[Task], rep: ValidationReport) -> Any:
+    """The environment's sandbox pool when its rubric or tasks need sandboxes (None otherwise, or on failure)."""
+    from pathlib import Path
+
+    from .sandbox import needs_sandbox
+
+    if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
+        return None
+    src = Path(env.source) if env.source else None
+    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
+    try:
+        return await env.runtime.pool(run_id="validate", size=2, env_dir=env_dir).start()
+    except WorkbenchError as e:
+        rep.problems.append(f"the environment's sandboxes cannot start: {e}")
+    except AttributeError:
+        rep.problems.append(f"the environment's runtime {env.runtime!r} cannot open sandboxes")
+    return None
 
 
 async def check_token_consistency(rep: ValidationReport, store: Any, spec: str, env_args: dict[str, Any],

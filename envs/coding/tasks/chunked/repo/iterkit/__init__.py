@@ -1,0 +1,3 @@
+from .chunks import chunked
+
+__all__ = ["chunked"]

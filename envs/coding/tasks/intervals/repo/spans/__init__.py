@@ -1,0 +1,3 @@
+from .merge import merge
+
+__all__ = ["merge"]

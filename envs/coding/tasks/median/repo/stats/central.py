@@ -1,0 +1,16 @@
+"""Measures of central tendency."""
+
+
+def mean(values):
+    values = list(values)
+    if not values:
+        raise ValueError("mean of an empty sequence")
+    return sum(values) / len(values)
+
+
+def median(values):
+    """The middle value of ``values`` (which need not be sorted)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("median of an empty sequence")
+    return ordered[len(ordered) // 2]

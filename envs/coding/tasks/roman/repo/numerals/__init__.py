@@ -1,0 +1,3 @@
+from .roman import roman_to_int
+
+__all__ = ["roman_to_int"]

@@ -1,0 +1,179 @@
+"""Sandbox benchmark: sandboxed rollouts/s of the coding env and sandbox acquire latency, on both runtimes,
+with the warm pool and cold (every rollout starts a fresh sandbox).
+
+The model is the mock server in ``script`` mode. Its replies cycle across all rollouts, so every reply is
+the same message (write the fix, then run the tests, as two parallel tool calls) and the tool loop stops at
+``max_turns=2``: each rollout makes 2 model calls, 4 tool calls (2 of them commands) and is scored with 3
+more commands (hidden tests, visible tests, listing the tests), whatever order the replies interleave in.
+
+    python scripts/bench_sandbox.py                     # both runtimes, warm and cold
+    python scripts/bench_sandbox.py --runtimes local -n 64 -c 8 --json
+    python scripts/bench_sandbox.py --cmd 'cat timefmt/duration.py'   # lighter commands: the sandbox's own cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import envs.coding as coding  # noqa: E402
+import workbench as wb  # noqa: E402
+from workbench.client import ChatClient  # noqa: E402
+from workbench.engine import RolloutEngine  # noqa: E402
+from workbench.store import Store  # noqa: E402
+
+TASK = "durations"
+
+
+def script(cmd: str) -> list[Any]:
+    root = coding.TASKS_DIR / TASK / "solution"
+    calls = [{"id": f"w{i}", "type": "function", "function": {"name": "write_file", "arguments": json.dumps(
+        {"path": str(p.relative_to(root)), "content": p.read_text()})}} for i, p in enumerate(root.rglob("*.py"))]
+    calls.append({"id": "r", "type": "function", "function": {"name": "run", "arguments": json.dumps(
+        {"cmd": cmd})}})
+    return [{"tool_calls": calls}]
+
+
+def start_mock(cmd: str) -> tuple[subprocess.Popen[bytes], str]:
+    p = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--port", "0", "--mode", "script",
+                          "--script", json.dumps(script(cmd))], stdout=subprocess.PIPE, cwd=ROOT)
+    assert p.stdout is not None
+    line = p.stdout.readline().decode()
+    assert line.startswith("READY"), line
+    return p, f"http://127.0.0.1:{line.split()[1]}/v1"
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def make_runtime(kind: str, warm: bool) -> Any:
+    size = None if warm else 0
+    return wb.Local(timeout=30, pool_size=size) if kind == "local" else wb.Docker(timeout=30, pool_size=size)
+
+
+async def bench_rollouts(kind: str, warm: bool, n: int, c: int, base_url: str, tmp: Path) -> dict[str, Any]:
+    env = coding.load_environment(tasks=[TASK], max_turns=2)
+    env.runtime = make_runtime(kind, warm)
+    task = next(iter(env.tasks))
+    store = Store(tmp / f"{kind}-{warm}.db")
+    writer = store.writer()
+    client = ChatClient(None, max_connections=c, request_timeout=120, max_retries=2)
+    pool = await env.runtime.pool(run_id="bench", size=c).start()
+    if warm:  # let the pool fill before the clock starts, as it does while a run's first model calls are in flight
+        for _ in range(200):
+            if len(getattr(pool, "idle", [])) >= min(c, n) and not getattr(pool, "creating", 0):
+                break
+            await asyncio.sleep(0.05)
+    async with client:
+        engine = RolloutEngine(env=env, client=client, writer=writer, run_id="bench", model="mock-model",
+                               base_url=base_url, rollouts_per_task=n, concurrency=c, timeout_s=300, sandboxes=pool)
+        t0 = time.perf_counter()
+        counters = await engine.run([task])
+        wall = time.perf_counter() - t0
+    await pool.close()
+    writer.close()
+    store.close()
+    acq = pool.stats.acquire_s
+    return {"runtime": kind, "pool": "warm" if warm else "cold", "rollouts": counters.finished,
+            "errors": counters.failed, "mean_reward": counters.reward_sum / max(1, counters.scored),
+            "wall_s": round(wall, 2), "rollouts_per_s": round(counters.finished / wall, 2),
+            "acquire_p50_ms": round(statistics.median(acq) * 1000, 1) if acq else None,
+            "acquire_p95_ms": round(pct(acq, 0.95) * 1000, 1) if acq else None,
+            "cold_starts": pool.stats.cold if warm else pool.stats.acquired}
+
+
+async def bench_acquire(kind: str, warm: bool, k: int) -> dict[str, Any]:
+    """Acquire (with the coding task's files seeded) and release, one at a time."""
+    task = next(iter(coding.load_environment(tasks=[TASK]).tasks))
+    pool = await make_runtime(kind, warm).pool(size=2 if warm else 0).start()
+    times = []
+    for _ in range(k):
+        if warm:
+            for _ in range(200):  # the previous sandbox's reset runs in the background
+                if len(getattr(pool, "idle", [])) >= 1:
+                    break
+                await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        sb = await pool.acquire("bench", task)
+        times.append(time.perf_counter() - t0)
+        await sb.close()
+    await pool.close()
+    return {"runtime": kind, "pool": "warm" if warm else "cold", "acquires": k,
+            "p50_ms": round(statistics.median(times) * 1000, 1), "p95_ms": round(pct(times, 0.95) * 1000, 1)}
+
+
+async def bench_exec(kind: str, c: int, k: int) -> dict[str, Any]:
+    """Sandbox overhead alone: ``true`` in ``c`` sandboxes at once, ``k`` rounds."""
+    async with make_runtime(kind, True).pool(size=c) as pool:
+        sbs = [await pool.acquire(f"x{i}") for i in range(c)]
+        lat: list[float] = []
+
+        async def one(sb: Any) -> None:
+            t0 = time.perf_counter()
+            r = await sb.exec("true")
+            lat.append(time.perf_counter() - t0)
+            assert r.ok, r
+
+        await asyncio.gather(*(one(sb) for sb in sbs))  # warm-up
+        lat.clear()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            await asyncio.gather(*(one(sb) for sb in sbs))
+        wall = time.perf_counter() - t0
+        for sb in sbs:
+            await sb.close()
+    return {"runtime": kind, "concurrency": c, "execs": len(lat), "execs_per_s": round(len(lat) / wall, 1),
+            "p50_ms": round(statistics.median(lat) * 1000, 1)}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runtimes", default="local,docker")
+    ap.add_argument("-n", type=int, default=64, help="rollouts per configuration")
+    ap.add_argument("-c", type=int, default=8, help="concurrent rollouts")
+    ap.add_argument("--acquires", type=int, default=30)
+    ap.add_argument("--cmd", default=coding.TEST_CMD,
+                    help="the command the scripted model runs each turn (default: the test suite)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    mock, url = start_mock(a.cmd)
+    results: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            for kind in a.runtimes.split(","):
+                for c in (1, a.c):
+                    results.append({"bench": "exec", **await bench_exec(kind, c, max(4, 64 // c))})
+                for warm in (True, False):
+                    results.append({"bench": "acquire", **await bench_acquire(kind, warm, a.acquires)})
+                    results.append({"bench": "rollouts", **await bench_rollouts(kind, warm, a.n, a.c, url, Path(d))})
+    finally:
+        mock.terminate()
+        mock.wait()
+    for r in results:
+        if a.json:
+            print(json.dumps(r))
+        elif r["bench"] == "exec":
+            print(f"{r['runtime']:6} exec `true` x{r['concurrency']:<2}  {r['execs_per_s']:6.1f}/s  p50 {r['p50_ms']:6.1f} ms")
+        elif r["bench"] == "acquire":
+            print(f"{r['runtime']:6} {r['pool']:4} acquire  p50 {r['p50_ms']:7.1f} ms  p95 {r['p95_ms']:7.1f} ms")
+        else:
+            print(f"{r['runtime']:6} {r['pool']:4} rollouts {r['rollouts_per_s']:6.2f}/s  ({r['rollouts']} in "
+                  f"{r['wall_s']} s, errors {r['errors']}, reward {r['mean_reward']:.2f}, acquire p50 "
+                  f"{r['acquire_p50_ms']} ms, cold starts {r['cold_starts']})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

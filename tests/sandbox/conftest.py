@@ -1,0 +1,66 @@
+"""Sandbox fixtures: both runtimes, for real.
+
+Docker tests need a running engine. They skip only where Docker cannot exist at all (not Linux, or no
+``dockerd`` and no engine socket); where the engine is installed but not running they fail, saying how
+to start it (``.ci/run`` starts it in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import workbench as wb
+
+
+def docker_skip_reason() -> str | None:
+    if not sys.platform.startswith("linux") and not os.environ.get("DOCKER_HOST"):
+        return f"Docker sandboxes are tested on Linux hosts (this is {sys.platform})"
+    if not shutil.which("dockerd") and not os.path.exists("/var/run/docker.sock") and not os.environ.get("DOCKER_HOST"):
+        return "Docker cannot run on this machine: no dockerd binary, no engine socket, no DOCKER_HOST"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    reason = docker_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from local_runtime.sandbox_docker import connect
+    from workbench.sandbox import SandboxError
+
+    try:
+        client = connect()
+    except SandboxError as e:
+        pytest.fail(f"Docker is installed but unusable: {e}. Start it (e.g. `dockerd &`, as .ci/run does).")
+    from local_runtime.sandbox_image import build_default_image
+
+    build_default_image(client)
+    return client
+
+
+RUNTIMES = ["local", "docker"]
+
+
+def make_runtime(kind: str, **limits: Any) -> Any:
+    return wb.Local(**limits) if kind == "local" else wb.Docker(**limits)
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime_kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "docker":
+        request.getfixturevalue("docker_client")
+    return str(request.param)
+
+
+@pytest.fixture
+async def sandbox(runtime_kind: str) -> AsyncIterator[wb.Sandbox]:
+    """One fresh sandbox of each runtime (small limits so bombs end fast)."""
+    rt = make_runtime(runtime_kind, pids=64, memory="256m", timeout=20)
+    async with rt.sandbox() as sb:
+        yield sb

@@ -1,0 +1,141 @@
+"""``workbench sandbox ...``: build the default image, clean up after crashes, check isolation, try a command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .common import console, console_err, emit_json
+
+
+@click.group("sandbox")
+def sandbox_group() -> None:
+    """Local sandboxes (wb.Local, wb.Docker): image, gc, status, exec."""
+
+
+def _docker_client() -> Any:
+    from local_runtime.sandbox_docker import connect
+
+    return connect()
+
+
+@sandbox_group.command("image")
+@click.option("--rebuild", is_flag=True, help="Build again even if the image exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+def image_command(rebuild: bool, as_json: bool) -> None:
+    """Build the default Docker sandbox image (workbench-sandbox:1) from this machine's files; no registry."""
+    from local_runtime.sandbox_image import build_default_image
+
+    client = _docker_client()
+    info = build_default_image(client, rebuild=rebuild, log=lambda s: console_err.print(s, highlight=False))
+    if as_json:
+        emit_json(info)
+    else:
+        state = "built" if info["built"] else "already there"
+        console.print(f"{info['image']} {state} ({info['size_mb']} MB, {info['id'][:19]})")
+
+
+@sandbox_group.command("gc")
+@click.option("--all", "everything", is_flag=True,
+              help="Remove every Workbench sandbox container, also those of runs still going.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+def gc_command(everything: bool, as_json: bool) -> None:
+    """Remove sandboxes left behind by a crashed or killed run (containers by label, host folders)."""
+    from local_runtime.sandbox_fs import rmtree, stale_pool_dirs
+
+    from ..sandbox import SandboxError
+
+    out: dict[str, Any] = {"containers_removed": 0, "containers_kept": 0, "dirs_removed": 0, "networks_removed": 0,
+                           "docker": True}
+    try:
+        from local_runtime.sandbox_docker import gc
+
+        out.update(gc(_docker_client(), everything))
+    except SandboxError as e:
+        out["docker"] = False
+        out["docker_error"] = str(e)
+        for d in stale_pool_dirs():
+            rmtree(d)
+            out["dirs_removed"] += 1
+    if as_json:
+        emit_json(out)
+        return
+    line = (f"removed {out['containers_removed']} containers, {out['dirs_removed']} folders"
+            + (f", {out['networks_removed']} networks" if out["networks_removed"] else ""))
+    if out["containers_kept"]:
+        line += f"; kept {out['containers_kept']} of live runs (--all removes them too)"
+    console.print(line)
+    if not out["docker"]:
+        console_err.print(f"note: Docker skipped: {out['docker_error']}")
+
+
+@sandbox_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+def status_command(as_json: bool) -> None:
+    """How sandboxes would run here: bubblewrap isolation for wb.Local, the Docker engine and image."""
+    from local_runtime.sandbox_process import detect
+
+    from ..sandbox import DEFAULT_IMAGE, SandboxError
+
+    iso = detect("auto")
+    out: dict[str, Any] = {"local": {"isolated": iso.mode != "none", "mode": iso.mode, "reason": iso.reason,
+                                     "bwrap": iso.bwrap}}
+    try:
+        from local_runtime.sandbox_docker import LABEL
+        from local_runtime.sandbox_image import image_exists
+
+        client = _docker_client()
+        out["docker"] = {"running": True, "version": client.version().get("Version", ""),
+                         "default_image": image_exists(client, DEFAULT_IMAGE),
+                         "containers": len(client.containers.list(all=True, filters={"label": f"{LABEL}=1"}))}
+    except SandboxError as e:
+        out["docker"] = {"running": False, "error": str(e)}
+    if as_json:
+        emit_json(out)
+        return
+    loc = out["local"]
+    console.print("local:  " + (f"isolated with bubblewrap ({loc['mode']})" if loc["isolated"]
+                                else f"NOT isolated: {loc['reason']}"))
+    d = out["docker"]
+    if d["running"]:
+        img = "present" if d["default_image"] else "missing (`workbench sandbox image` builds it)"
+        console.print(f"docker: engine {d['version']}, image {DEFAULT_IMAGE} {img}, {d['containers']} sandbox containers")
+    else:
+        console.print(f"docker: {d['error']}")
+
+
+@sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--runtime", default="local", show_default=True, help="local | docker[:IMAGE]")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before the command is killed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ExecResult as one JSON object.")
+@click.argument("command", nargs=-1, required=True)
+@click.pass_context
+def exec_command(ctx: click.Context, runtime: str, timeout: float, as_json: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND in a fresh sandbox (a shell string if one argument, else an argv) and show what it did."""
+    import asyncio
+    import sys
+    from dataclasses import asdict
+
+    from ..sandbox import swap_runtime
+
+    rt = swap_runtime(runtime)
+
+    async def run() -> Any:
+        async with rt.sandbox() as sb:
+            return await sb.exec(command[0] if len(command) == 1 else list(command), timeout=timeout)
+
+    r = asyncio.run(run())
+    if as_json:
+        emit_json(asdict(r))
+    else:
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        if r.timed_out:
+            console_err.print(f"timed out after {timeout:g}s")
+        if r.truncated:
+            console_err.print("output truncated")
+    ctx.exit(r.exit_code if 0 <= r.exit_code < 256 else 1)
+
+
+COMMANDS = [sandbox_group]

@@ -1,0 +1,410 @@
+"""Sandboxes: the mini world where tools, programs and rewards act (DESIGN.md "Runtime", "Sandbox").
+
+A *runtime* (``wb.Local()``, ``wb.Docker(...)``, ``wb.ModalSandbox(...)``) is a declaration in the
+environment; it opens a :class:`SandboxPool` for a run, and the engine acquires one :class:`Sandbox`
+per rollout from it. Tools and reward functions receive that sandbox by declaring a ``sandbox``
+parameter::
+
+    async def run(cmd: str, sandbox: wb.Sandbox) -> str:
+        r = await sandbox.exec(cmd, timeout=30)
+        return r.output()
+
+The implementations live in ``local_runtime`` (imported only when a pool opens, so ``import workbench``
+stays light): ``sandbox_process`` (bubblewrap + rlimits) and ``sandbox_docker`` (the docker SDK).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .errors import ConfigError, WorkbenchError
+
+if TYPE_CHECKING:
+    from .environment import Environment
+    from .tasks import Task
+
+#: Where the rollout's working directory appears inside an isolated sandbox.
+WORKDIR = "/work"
+#: The image ``workbench sandbox image`` builds locally (no registry) and ``wb.Docker()`` uses by default.
+DEFAULT_IMAGE = "workbench-sandbox:1"
+#: Keys a task's ``sandbox`` needs may hold.
+TASK_SANDBOX_KEYS = frozenset({"files", "dir", "setup", "setup_timeout"})
+
+
+class SandboxError(WorkbenchError):
+    """A sandbox cannot be created or used (engine not running, image missing, bad task needs)."""
+
+
+class SandboxPathError(PermissionError):
+    """A file path leaves the sandbox's working directory (``..``, an absolute path or a symlink)."""
+
+
+@dataclass(slots=True)
+class ExecResult:
+    """What one command in a sandbox did. Output is decoded as UTF-8 (invalid bytes replaced)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    truncated: bool = False  # stdout or stderr passed the output limit; the rest was dropped
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def output(self, limit: int = 8000) -> str:
+        """A compact text for a model: exit status, then stdout and stderr (each cut to ``limit`` chars)."""
+        head = f"exit code {self.exit_code}" + (" (timed out)" if self.timed_out else "") + (
+            " (output truncated)" if self.truncated else "")
+        parts = [head]
+        for name, text in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if text:
+                cut = text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
+                parts.append(f"--- {name}\n{cut.rstrip()}")
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-sandbox limits. ``timeout`` is the default wall time of one ``exec``."""
+
+    timeout: float = 60.0
+    cpu_seconds: int = 300  # CPU time of any one process (RLIMIT_CPU); Docker also caps cores with ``cpus``
+    memory_mb: int = 1024  # address space per process (Local) / the container's memory (Docker)
+    pids: int = 256  # processes and threads
+    file_size_mb: int = 256  # the largest file a process may write
+    output_bytes: int = 1 << 20  # per stream of one exec; the rest is dropped and ``truncated`` set
+    cpus: float = 1.0  # Docker only: cores
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"sandbox limit {f.name}={v!r} must be a positive number")
+
+
+#: ``network``: ``False``/``"none"`` (default: no interface but the sandbox's own loopback),
+#: ``True``/``"host"`` (unrestricted), or an allow list of ``"host:port"`` / ``"ip"`` / ``"cidr"``
+#: entries (Docker only; enforced with iptables on the sandbox's own bridge network).
+NetworkPolicy = bool | str | Sequence[str]
+
+
+def network_policy(value: NetworkPolicy) -> str | tuple[str, ...]:
+    """Normalise a ``network=`` value to ``"none"``, ``"host"`` or a tuple of allow-list entries."""
+    if value is False or value is None or value in ("none", "off", "loopback"):
+        return "none"
+    if value is True or value in ("host", "on", "all"):
+        return "host"
+    if isinstance(value, str):
+        value = [v for v in re.split(r"[,\s]+", value) if v]
+    if isinstance(value, Sequence) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise ConfigError(f"network={value!r}: use False (no network), True (unrestricted) or a list of 'host:port'")
+
+
+def parse_memory(value: int | float | str) -> int:
+    """``512`` (MB), ``"512m"``, ``"2g"`` -> megabytes."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(value).lower())
+    if not m:
+        raise ConfigError(f"memory={value!r}: use megabytes (512) or a size like '512m' or '2g'")
+    n, unit = float(m.group(1)), m.group(2)
+    return max(1, int(n * {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]))
+
+
+class Sandbox(ABC):
+    """One rollout's sandbox. Paths given to the file methods are relative to :attr:`workdir`
+    (absolute paths must lie inside it); no path may leave it, through ``..`` or a symlink."""
+
+    #: the runtime kind ("local", "docker")
+    kind: str = ""
+    #: the working directory as commands inside the sandbox see it
+    workdir: str = WORKDIR
+    #: False when the runtime could not isolate it (Local without bubblewrap): host files are reachable
+    isolated: bool = True
+    limits: Limits = Limits()
+    id: str = ""
+
+    @abstractmethod
+    async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
+                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+        """Run ``cmd`` (a shell string for ``/bin/sh -c``, or an argv list) in the workdir (or ``cwd``) with a
+        clean environment plus ``env``. On timeout the whole process tree is killed and the output so far is
+        kept (``timed_out=True``, ``exit_code`` 124); a command killed by signal N exits 128+N. Each of stdout
+        and stderr keeps at most ``limits.output_bytes`` (the rest is dropped, ``truncated=True``)."""
+
+    @abstractmethod
+    async def read_file(self, path: str, *, binary: bool = False) -> str | bytes:
+        """The contents of a file in the workdir (``str`` decoded as UTF-8 unless ``binary``)."""
+
+    @abstractmethod
+    async def write_file(self, path: str, content: str | bytes) -> None:
+        """Create or replace a file in the workdir (parent directories are created)."""
+
+    @abstractmethod
+    async def upload(self, src: str | Path, dest: str = ".") -> None:
+        """Copy a host file or directory tree into the workdir at ``dest``."""
+
+    @abstractmethod
+    async def download(self, src: str, dest: str | Path) -> None:
+        """Copy a file or directory of the workdir to the host path ``dest``."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Give the sandbox back: its processes are killed and its files are gone."""
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} {self.kind}{'' if self.isolated else ' (not isolated)'}>"
+
+
+@dataclass(slots=True)
+class PoolStats:
+    acquired: int = 0
+    created: int = 0  # sandboxes started (warm-up and cold acquires)
+    cold: int = 0  # acquires that found no warm sandbox
+    sandbox_seconds: float = 0.0  # acquire -> release, summed
+    acquire_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))  # the latest acquire latencies
+
+
+class SandboxPool(ABC):
+    """Sandboxes for one run. ``acquire`` takes a warm one (or starts one), seeds its workdir from the
+    task and returns it; ``release`` resets it in the background and keeps it warm for the next rollout."""
+
+    kind: str = ""
+    stats: PoolStats
+
+    @abstractmethod
+    async def start(self) -> SandboxPool:
+        """Check the runtime works (one clear :class:`SandboxError` when not) and begin warming up."""
+
+    @abstractmethod
+    async def acquire(self, rollout_id: str = "", task: Task | None = None) -> Sandbox: ...
+
+    @abstractmethod
+    async def release(self, sandbox: Sandbox) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Remove every sandbox of the pool (idle or still held)."""
+
+    async def __aenter__(self) -> SandboxPool:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Runtime:
+    """Shared by the runtime declarations: limits and the pool/sandbox constructors."""
+
+    kind: ClassVar[str] = ""
+
+    def limits(self) -> Limits:
+        return Limits(timeout=self.timeout, cpu_seconds=self.cpu_seconds, memory_mb=parse_memory(self.memory),  # type: ignore[attr-defined]
+                      pids=self.pids, file_size_mb=self.file_size_mb, output_bytes=self.output_bytes,  # type: ignore[attr-defined]
+                      cpus=self.cpus)  # type: ignore[attr-defined]
+
+    def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
+        raise NotImplementedError
+
+    def sandbox(self, task: Task | None = None, **kw: Any) -> _OneSandbox:
+        """``async with wb.Local().sandbox() as sb:`` — one sandbox outside a run (tests, debugging)."""
+        return _OneSandbox(self, task, kw)
+
+    @property
+    def spec(self) -> str:
+        return self.kind
+
+
+class _OneSandbox:
+    def __init__(self, runtime: _Runtime, task: Task | None, kw: dict[str, Any]) -> None:
+        self.runtime, self.task, self.kw = runtime, task, kw
+        self._pool: SandboxPool | None = None
+
+    async def __aenter__(self) -> Sandbox:
+        self._pool = self.runtime.pool(size=0, **self.kw)
+        await self._pool.start()
+        try:
+            return await self._pool.acquire("one", self.task)
+        except BaseException:
+            await self._pool.close()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+
+def _check_common(rt: Any) -> None:
+    rt.limits()  # validates
+    network_policy(rt.network)
+    if rt.pool_size is not None and (not isinstance(rt.pool_size, int) or rt.pool_size < 0):
+        raise ConfigError(f"pool_size={rt.pool_size!r} must be a whole number >= 0")
+
+
+@dataclass(slots=True)
+class Local(_Runtime):
+    """Tools and programs run as local processes, isolated with bubblewrap where it is available.
+
+    No network (by default), a read-only view of the system directories only (``/usr``, the libraries,
+    a few files of ``/etc``: never ``$HOME``, ``/tmp`` or the project), a private ``/tmp``, its own
+    workdir at ``/work``, a clean environment, rlimits on CPU time, memory, processes and file size.
+    ``isolation="auto"`` falls back to plain subprocesses (with a one-time warning) where bubblewrap
+    or user namespaces are missing; ``"bwrap"`` makes that an error; ``"none"`` never isolates.
+    ``binds`` adds host paths, read-only. ``pool_size`` caps the warm pool (default: the run's concurrency).
+    """
+
+    kind: ClassVar[str] = "local"  # type: ignore[misc]
+    isolation: str = "auto"
+    network: NetworkPolicy = False
+    timeout: float = 60.0
+    cpu_seconds: int = 300
+    memory: int | str = "1g"
+    pids: int = 256
+    file_size_mb: int = 256
+    output_bytes: int = 1 << 20
+    cpus: float = 1.0
+    binds: Sequence[str] = ()
+    pool_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("auto", "bwrap", "none"):
+            raise ConfigError(f"Local(isolation={self.isolation!r}): use 'auto', 'bwrap' or 'none'")
+        _check_common(self)
+        if isinstance(network_policy(self.network), tuple):
+            raise ConfigError("Local(network=[...]): network allow lists need the Docker runtime "
+                              "(wb.Docker(network=[...]) or --runtime docker); use False or True here")
+
+    def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
+        from local_runtime.sandbox_process import ProcessPool
+
+        return ProcessPool(self, run_id=run_id, size=size if self.pool_size is None else min(size, self.pool_size))
+
+
+@dataclass(slots=True)
+class Docker(_Runtime):
+    """Tools and programs run in Docker containers (the docker SDK; a local engine).
+
+    ``image``: a local image name (default: ``workbench-sandbox:1``, built offline by ``workbench sandbox
+    image``); or ``dockerfile``: a Dockerfile (relative paths are relative to the environment's folder)
+    built locally with no pull (``FROM workbench-sandbox:1`` works offline). Every container is labelled
+    with the run id (and renamed after the rollout it serves), runs as an unprivileged user with all
+    capabilities dropped, a read-only root, no network by default and the given limits.
+    """
+
+    kind: ClassVar[str] = "docker"  # type: ignore[misc]
+    image: str | None = None
+    dockerfile: str | Path | None = None
+    cpus: float = 1.0
+    memory: int | str = "1g"
+    network: NetworkPolicy = False
+    timeout: float = 60.0
+    cpu_seconds: int = 300
+    pids: int = 256
+    file_size_mb: int = 256
+    output_bytes: int = 1 << 20
+    pool_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.image is not None and self.dockerfile is not None:
+            raise ConfigError("wb.Docker takes image=... or dockerfile=..., not both")
+        _check_common(self)
+
+    @property
+    def spec(self) -> str:
+        return f"docker:{self.image}" if self.image else "docker"
+
+    def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
+        from local_runtime.sandbox_docker import DockerPool
+
+        return DockerPool(self, run_id=run_id, size=size if self.pool_size is None else min(size, self.pool_size),
+                          env_dir=env_dir)
+
+
+@dataclass(slots=True)
+class ModalSandbox(_Runtime):
+    """Modal sandboxes: declared here so an environment can name them; they run only in the cloud
+    (``workbench train --cloud``). Locally, swap with ``--runtime local`` or ``--runtime docker``."""
+
+    kind: ClassVar[str] = "modal"  # type: ignore[misc]
+    image: str | None = None
+    cpus: float = 1.0
+    memory: int | str = "1g"
+    network: NetworkPolicy = False
+    timeout: float = 60.0
+    cpu_seconds: int = 300
+    pids: int = 256
+    file_size_mb: int = 256
+    output_bytes: int = 1 << 20
+    pool_size: int | None = None
+
+    def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
+        raise SandboxError("wb.ModalSandbox runs only in the cloud; on this machine use --runtime local or "
+                           "--runtime docker")
+
+
+RUNTIMES: dict[str, type[_Runtime]] = {"local": Local, "docker": Docker, "modal": ModalSandbox}
+
+
+def swap_runtime(spec: str, current: Any = None) -> _Runtime:
+    """``--runtime local|docker[:IMAGE]|modal``: a new runtime that keeps the current one's limits."""
+    kind, _, arg = spec.partition(":")
+    if kind not in RUNTIMES:
+        raise ConfigError(f"unknown --runtime {spec!r}; use local, docker[:IMAGE] or modal")
+    if kind == "local" and arg:
+        raise ConfigError(f"--runtime {spec!r}: local takes no argument")
+    if kind == "docker" and isinstance(current, Docker) and not arg:
+        return current
+    cls = RUNTIMES[kind]
+    carried: dict[str, Any] = {}
+    if isinstance(current, _Runtime):
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        for f in fields(current):  # type: ignore[arg-type]
+            if f.name in names and f.name not in ("image", "dockerfile", "isolation", "binds"):
+                carried[f.name] = getattr(current, f.name)
+        if isinstance(network_policy(carried.get("network", False)), tuple) and kind == "local":
+            carried["network"] = False  # allow lists are Docker-only; no network is the safe reading
+    if arg:
+        carried["image"] = arg
+    return cls(**carried)
+
+
+def needs_sandbox(env: Environment) -> bool:
+    """Whether rollouts of ``env`` need a sandbox: a tool or scoring function declares ``sandbox``
+    (or ``sandboxes``), or the harness says so. Tasks with ``sandbox`` needs get one regardless."""
+    if getattr(env.harness, "needs_sandbox", False):
+        return True
+    for tool in getattr(env.harness, "tools", ()) or ():
+        if "sandbox" in getattr(tool, "injected", ()):
+            return True
+    return any("sandbox" in f.args or "sandboxes" in f.args for f in env.rubric.functions)
+
+
+def check_task_needs(task: Task) -> dict[str, Any]:
+    """A task's sandbox needs, validated: ``files`` {path: text|bytes}, ``dir`` (a host folder copied in),
+    ``setup`` (a shell command run after seeding), ``setup_timeout`` (seconds)."""
+    needs = task.sandbox or {}
+    if not isinstance(needs, Mapping):
+        raise SandboxError(f"task {task.id}: sandbox needs must be a dict, not {type(needs).__name__}")
+    unknown = set(needs) - TASK_SANDBOX_KEYS
+    if unknown:
+        raise SandboxError(f"task {task.id}: unknown sandbox needs {sorted(unknown)}; use {sorted(TASK_SANDBOX_KEYS)}")
+    files = needs.get("files") or {}
+    if not isinstance(files, Mapping) or not all(isinstance(v, str | bytes) for v in files.values()):
+        raise SandboxError(f"task {task.id}: sandbox files must map paths to str or bytes")
+    return dict(needs)
