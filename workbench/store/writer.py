@@ -94,9 +94,11 @@ class _Flush:
 class BatchWriter:
     """Commits submitted groups of rollouts from a single background thread."""
 
-    def __init__(self, path: Path | str, *, max_batch: int = 2048, on_commit: Any = None) -> None:
+    def __init__(self, path: Path | str, *, max_batch: int = 2048, linger_s: float = 0.05,
+                 on_commit: Any = None) -> None:
         self.path = Path(path)
         self.max_batch = max_batch
+        self.linger_s = linger_s
         self.on_commit = on_commit
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.committed = 0
@@ -130,6 +132,7 @@ class BatchWriter:
         stop = False
         while not stop:
             item = self._q.get()
+            deadline = time.monotonic() + self.linger_s
             groups: list[list[RolloutRecord]] = []
             flushes: list[_Flush] = []
             n = 0
@@ -141,10 +144,14 @@ class BatchWriter:
                 else:
                     groups.append(item)
                     n += len(item)
-                if stop or n >= self.max_batch:
+                if stop or n >= self.max_batch or flushes:
                     break
+                # Linger briefly so a busy run commits few large transactions instead of many small
+                # ones (each costs a BEGIN, index work setup and a WAL frame): this bounds how much a
+                # crash can lose to ``linger_s`` of finished rollouts.
+                wait = deadline - time.monotonic() if n else 0.0
                 try:
-                    item = self._q.get_nowait()
+                    item = self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
                 except queue.Empty:
                     break
             if groups and self.error is None:
