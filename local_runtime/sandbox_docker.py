@@ -49,6 +49,7 @@ from .sandbox_dockerapi import DockerAPIError, EngineAPI, _read_frames, connect,
 from .sandbox_fs import (
     Capture,
     HostDir,
+    WorkdirFiles,
     base_env,
     owner_alive,
     pool_dir,
@@ -64,7 +65,7 @@ HEARTBEAT_S = float(os.environ.get("WORKBENCH_SANDBOX_HEARTBEAT", "20"))
 
 
 # -- the sandbox -----------------------------------------------------------------------------------
-class DockerSandbox(Sandbox):
+class DockerSandbox(WorkdirFiles, Sandbox):
     kind = "docker"
 
     def __init__(self, pool: DockerPool, slot: int) -> None:
@@ -261,21 +262,6 @@ class DockerSandbox(Sandbox):
             with contextlib.suppress(OSError):
                 p.unlink()
 
-    # -- files ---------------------------------------------------------------------------------
-    async def read_file(self, path: str, *, binary: bool = False) -> str | bytes:
-        return self.work.read(path, binary)
-
-    async def write_file(self, path: str, content: str | bytes) -> None:
-        self.work.write(path, content)
-
-    async def upload(self, src: str | Path, dest: str = ".") -> None:
-        await asyncio.to_thread(self.work.upload, Path(src), dest)
-
-    async def download(self, src: str, dest: str | Path) -> None:
-        await asyncio.to_thread(self.work.download, src, Path(dest))
-
-    async def close(self) -> None:
-        await self.pool.release(self)
 
 
 async def _send_stdin(writer: asyncio.StreamWriter, data: str | bytes | None) -> None:

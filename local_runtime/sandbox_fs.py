@@ -433,3 +433,26 @@ async def seed(sb: Any, needs: Mapping[str, Any]) -> None:
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
             raise SandboxError(f"task sandbox setup failed (exit {r.exit_code}{', timed out' if r.timed_out else ''}): "
                                f"{tail[0][:300]}")
+
+
+class WorkdirFiles:
+    """File operations both sandboxes share: the rollout's workdir is a host directory (bind-mounted
+    into the bubblewrap or Docker sandbox), checked against escapes by :class:`HostDir`."""
+
+    work: HostDir
+    pool: Any
+
+    async def read_file(self, path: str, *, binary: bool = False) -> str | bytes:
+        return self.work.read(path, binary)
+
+    async def write_file(self, path: str, content: str | bytes) -> None:
+        self.work.write(path, content)
+
+    async def upload(self, src: str | Path, dest: str = ".") -> None:
+        await asyncio.to_thread(self.work.upload, Path(src), dest)
+
+    async def download(self, src: str, dest: str | Path) -> None:
+        await asyncio.to_thread(self.work.download, src, Path(dest))
+
+    async def close(self) -> None:
+        await self.pool.release(self)

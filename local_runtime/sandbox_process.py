@@ -43,7 +43,7 @@ from workbench.sandbox import (
 )
 from workbench.tasks import Task
 
-from .sandbox_fs import PATH, Capture, HostDir, base_env, pool_dir, rmtree, seed, warn_once
+from .sandbox_fs import PATH, Capture, HostDir, WorkdirFiles, base_env, pool_dir, rmtree, seed, warn_once
 
 SANDBOX_UID = 1000  # the uid processes see inside the sandbox
 #: host uids for sandboxes when Workbench runs as root (one per slot, so limits and files are per sandbox)
@@ -181,7 +181,7 @@ def _bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network
 
 
 # -- the sandbox -----------------------------------------------------------------------------------
-class ProcessSandbox(Sandbox):
+class ProcessSandbox(WorkdirFiles, Sandbox):
     kind = "local"
 
     def __init__(self, pool: ProcessPool, slot: int) -> None:
@@ -260,21 +260,6 @@ class ProcessSandbox(Sandbox):
             if proc.returncode is None:
                 _killpg(proc)
 
-    # -- files ---------------------------------------------------------------------------------
-    async def read_file(self, path: str, *, binary: bool = False) -> str | bytes:
-        return self.work.read(path, binary)
-
-    async def write_file(self, path: str, content: str | bytes) -> None:
-        self.work.write(path, content)
-
-    async def upload(self, src: str | Path, dest: str = ".") -> None:
-        await asyncio.to_thread(self.work.upload, Path(src), dest)
-
-    async def download(self, src: str, dest: str | Path) -> None:
-        await asyncio.to_thread(self.work.download, src, Path(dest))
-
-    async def close(self) -> None:
-        await self.pool.release(self)
 
     def kill_all(self) -> None:
         for proc in list(self._running):
