@@ -51,8 +51,10 @@ async def test_lists_all_rollouts_newest_first(make_app: Callable[..., Workbench
         await _settled(pilot, app, 24)
         ids = _loaded_ids(app)
         assert ids[0] == "1114-bbbbbb.11.0" and ids[-1] == "1114-aaaaaa.0.0"
-        status = str(_traces(app).query_one("#traces-status", Static).render())
-        assert "24 rollouts" in status and "newest first" in status
+        status = _traces(app).query_one("#traces-status", Static)
+        # The count comes from a worker; the status line shows it once that worker reports.
+        await wait_until(pilot, lambda: "24 rollouts" in str(status.render()), what="the count in the status line")
+        assert "newest first" in str(status.render())
 
 
 async def test_filters_change_the_rows(make_app: Callable[..., WorkbenchApp]) -> None:
