@@ -450,20 +450,13 @@ class ProcessPool(SandboxPool):
         except BaseException:
             await self.release(sb)
             raise
-        sb.held_since = time.perf_counter()
-        self.stats.acquired += 1
-        self.stats.acquire_s.append(sb.held_since - t0)
+        self._handed_out(sb, t0)
         return sb
 
     async def release(self, sandbox: Sandbox) -> None:
         assert isinstance(sandbox, ProcessSandbox)
-        if sandbox not in self.held:
+        if not self._taken_back(sandbox):
             return
-        self.held.discard(sandbox)
-        sandbox.closed = True
-        if sandbox.held_since:
-            self.stats.sandbox_seconds += time.perf_counter() - sandbox.held_since
-            sandbox.held_since = 0.0
         sandbox.kill_all()
         if self.closed:
             return

@@ -16,6 +16,7 @@ stays light): ``sandbox_process`` (bubblewrap + rlimits) and ``sandbox_docker`` 
 from __future__ import annotations
 
 import re
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -187,6 +188,25 @@ class SandboxPool(ABC):
 
     kind: str = ""
     stats: PoolStats
+    held: set[Any]  # sandboxes handed out and not yet released
+
+    def _handed_out(self, sb: Any, t0: float) -> None:
+        """Account a sandbox that ``acquire`` (started at ``t0``) now hands to a rollout."""
+        sb.held_since = time.perf_counter()
+        self.stats.acquired += 1
+        self.stats.acquire_s.append(sb.held_since - t0)
+
+    def _taken_back(self, sb: Any) -> bool:
+        """Take a released sandbox back and add its held time to the sandbox-seconds; False when the
+        pool did not hand it out (a second release)."""
+        if sb not in self.held:
+            return False
+        self.held.discard(sb)
+        sb.closed = True
+        if sb.held_since:
+            self.stats.sandbox_seconds += time.perf_counter() - sb.held_since
+            sb.held_since = 0.0
+        return True
 
     @abstractmethod
     async def start(self) -> SandboxPool:
