@@ -158,7 +158,18 @@ class Rollout:
         }
 
 
+def content_text(content: Any) -> str:
+    """A message's content as text for people (transcripts, the app): the text of every part of a
+    parts list, and bare strings in it too, so nothing a server sent is hidden."""
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
 def _text(content: Any) -> str:
+    """The text a reward sees: only OpenAI text parts count (unlike :func:`content_text`)."""
     if content is None:
         return ""
     if isinstance(content, list):

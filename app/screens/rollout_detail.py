@@ -13,15 +13,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from workbench.rollout import content_text
+
 from ..format import ROLE_COLORS, fcost, fnum, ftime
-
-
-def content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
 
 
 def message_body(m: dict[str, Any]) -> Text:

@@ -41,16 +41,10 @@ def runs_command(ctx: click.Context, env: str | None, limit: int, db: str | None
     console.print(t)
 
 
-def _render_content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
-
-
 def print_transcript(r: dict[str, Any]) -> None:
     from rich.panel import Panel
+
+    from ..rollout import content_text
 
     status = "[green]ok[/]" if r["status"] == "ok" else f"[red]{r['error_kind']}[/]"
     console.print(f"[bold]rollout {r['id']}[/]  run {r['run_id']}  env {r['env_name']}  model {r['model']}  "
@@ -60,7 +54,7 @@ def print_transcript(r: dict[str, Any]) -> None:
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
     for m in r["messages"]:
         role = m.get("role", "?")
-        body = _render_content(m.get("content"))
+        body = content_text(m.get("content"))
         for tc in m.get("tool_calls") or []:
             fn = tc.get("function") or {}
             body += f"\n→ {fn.get('name')}({fn.get('arguments')})"
