@@ -14,11 +14,11 @@ import asyncio
 import copy
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .batching import QueueFull, Scheduler
 from .chat_template import NO_TEMPLATE_HINT, ChatFormatError, forced_tool_prefix, normalize_messages
@@ -150,13 +150,21 @@ def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str, bool
     return list(ids), prefix, bool(req.tools) and req.tool_choice != "none"
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+_Req = TypeVar("_Req", bound=BaseModel)
+
+
+async def parse_request(request: web.Request, model: type[_Req]) -> _Req:
+    """The request body as ``model``; a 400 naming the bad field when it does not validate."""
     body = await read_json(request)
     try:
-        req = ChatRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as e:
         raise HTTPError(400, validation_message(e)) from None
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    engine, sched = request.app[ENGINE], request.app[SCHED]
+    req = await parse_request(request, ChatRequest)
     model = resolve_model(engine, req.model)
     prompt, prefix, tools_active = render_chat(engine.lm, req)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -174,11 +182,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     engine, sched = request.app[ENGINE], request.app[SCHED]
-    body = await read_json(request)
-    try:
-        req = CompletionRequest.model_validate(body)
-    except ValidationError as e:
-        raise HTTPError(400, validation_message(e)) from None
+    req = await parse_request(request, CompletionRequest)
     model = resolve_model(engine, req.model)
     tok = engine.lm.tokenizer
     raw = req.prompt
