@@ -33,7 +33,6 @@ class FatalRunError(Exception):
 
 @dataclass(slots=True)
 class RunCounters:
-    started: int = 0
     finished: int = 0
     failed: int = 0
     reward_sum: float = 0.0
@@ -122,7 +121,6 @@ class RolloutEngine:
         base_url = self.proxy.url_for(rid) if self.proxy is not None else self.base_url
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
                           model=self.model, params=params, upstream_url=self.base_url)
-        self.counters.started += 1
         harness = self.env.harness
         unregister = self.proxy.register(rollout) if self.proxy is not None else None
         held = False

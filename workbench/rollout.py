@@ -139,9 +139,6 @@ class Rollout:
                 return c if isinstance(c, str) else _text(c)
         return ""
 
-    def prompt_messages(self) -> list[Message]:
-        return self.messages[: self.calls[0].n_messages] if self.calls else list(self.messages)
-
     def score_context(self) -> dict[str, Any]:
         """The arguments reward and metric functions may ask for, by name."""
         return {
