@@ -49,6 +49,31 @@ class ChatRequest(_Common):
     continue_final_message: bool = False
 
 
+class ChatTokensRequest(ChatRequest):
+    """``/v1/chat/completions/tokens``: a chat request whose prompt is given as token ids (``tokens``),
+    used as-is instead of rendering ``messages``; replies are parsed as chat replies (tool calls).
+    Multi-turn rollouts send the exact tokens already sampled plus the new turn's rendering, so
+    the server never re-tokenizes what the model produced (prime-rl's route of the same name)."""
+
+    tokens: list[int] = Field(min_length=1)
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``/tokenize`` body: ``messages`` (rendered by the chat template) or ``prompt``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)

@@ -1,7 +1,9 @@
 """``workbench serve``: an OpenAI-compatible model server on torch + transformers (aiohttp).
 
 Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/health`` (and ``/stats``),
-``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (vLLM's names and bodies). Every
+``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, ``/tokenize`` and ``/detokenize``
+(vLLM's names and bodies), and ``/v1/chat/completions/tokens`` (a chat request whose prompt comes as
+token ids: how multi-turn rollouts keep the sampled tokens exact; see workbench/continuation.py). Every
 response carries ``policy_version``, an integer naming the weights that produced it: 0 for the base
 model; for an adapter, the ``policy_version`` given when loading it (an extension of vLLM's body),
 else the server's adapter-load counter at that time. Run it with ``python -m local_runtime.server``
@@ -27,7 +29,9 @@ from .generation import Sequence
 from .loading import LoadedModel
 from .openai_api import (
     ChatRequest,
+    ChatTokensRequest,
     CompletionRequest,
+    TokenizeRequest,
     TokenText,
     chat_response,
     completion_response,
@@ -130,24 +134,44 @@ def check_errors(seqs: list[Sequence]) -> None:
             raise HTTPError(500, s.error)
 
 
-def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str, bool]:
-    """(prompt ids, forced tool-call prefix, whether replies are parsed for tool calls)."""
+def render_text(lm: LoadedModel, messages: Any, tools: list[dict[str, Any]] | None, add_generation_prompt: bool,
+                continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's rendering of ``messages``; a 400 naming what cannot be rendered."""
     if not lm.has_chat_template:
         raise HTTPError(400, f"model {lm.name} has no chat template, so it cannot take chat messages; {NO_TEMPLATE_HINT}")
     try:
-        messages = normalize_messages(req.messages)
-        prefix = forced_tool_prefix(req.tool_choice, req.tools)
-        text = lm.tokenizer.apply_chat_template(
-            messages, tools=req.tools or None, tokenize=False,
-            add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
-            continue_final_message=req.continue_final_message, **(req.chat_template_kwargs or {}))
+        return lm.tokenizer.apply_chat_template(
+            normalize_messages(messages), tools=tools or None, tokenize=False,
+            add_generation_prompt=add_generation_prompt and not continue_final_message,
+            continue_final_message=continue_final_message, **(template_kwargs or {}))
     except ChatFormatError as e:
         raise HTTPError(400, str(e), param="messages") from None
     except Exception as e:  # jinja errors raised by the template itself ("roles must alternate", ...)
         raise HTTPError(400, f"the chat template cannot render these messages ({type(e).__name__}: {e})",
                         param="messages") from None
-    ids = lm.tokenizer(text + prefix, add_special_tokens=False)["input_ids"]
-    return list(ids), prefix, bool(req.tools) and req.tool_choice != "none"
+
+
+def encode(lm: LoadedModel, text: str) -> list[int]:
+    return list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str, bool]:
+    """(prompt ids, forced tool-call prefix, whether replies are parsed for tool calls).
+
+    A :class:`ChatTokensRequest` brings its prompt as token ids; they are used as they are."""
+    try:
+        prefix = forced_tool_prefix(req.tool_choice, req.tools)
+    except ChatFormatError as e:
+        raise HTTPError(400, str(e), param="tool_choice") from None
+    tools_active = bool(req.tools) and req.tool_choice != "none"
+    if isinstance(req, ChatTokensRequest):
+        vocab = len(lm.tokenizer)
+        if any(t < 0 or t >= vocab for t in req.tokens):
+            raise HTTPError(400, f"'tokens' must be token ids in 0..{vocab - 1}", param="tokens")
+        return [*req.tokens, *(encode(lm, prefix) if prefix else ())], prefix, tools_active
+    text = render_text(lm, req.messages, req.tools, req.add_generation_prompt, req.continue_final_message,
+                       req.chat_template_kwargs)
+    return encode(lm, text + prefix), prefix, tools_active
 
 
 _Req = TypeVar("_Req", bound=BaseModel)
@@ -163,8 +187,15 @@ async def parse_request(request: web.Request, model: type[_Req]) -> _Req:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _chat(request, await parse_request(request, ChatRequest))
+
+
+async def chat_completions_tokens(request: web.Request) -> web.StreamResponse:
+    return await _chat(request, await parse_request(request, ChatTokensRequest))
+
+
+async def _chat(request: web.Request, req: ChatRequest) -> web.StreamResponse:
     engine, sched = request.app[ENGINE], request.app[SCHED]
-    req = await parse_request(request, ChatRequest)
     model = resolve_model(engine, req.model)
     prompt, prefix, tools_active = render_chat(engine.lm, req)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -220,6 +251,35 @@ async def completions(request: web.Request) -> web.StreamResponse:
     await submit(sched, seqs)
     check_errors(seqs)
     return json_response(completion_response(req, model, seqs, prompts, texts, tt))
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's ``/tokenize``: the ids of a chat rendering (``messages``) or of a plain ``prompt``."""
+    engine = request.app[ENGINE]
+    req = await parse_request(request, TokenizeRequest)
+    resolve_model(engine, req.model)
+    lm = engine.lm
+    if (req.messages is None) == (req.prompt is None):
+        raise HTTPError(400, "send exactly one of 'messages' (a chat to render) or 'prompt' (text)")
+    if req.messages is not None:
+        ids = encode(lm, render_text(lm, req.messages, req.tools, req.add_generation_prompt,
+                                     req.continue_final_message, req.chat_template_kwargs))
+    else:
+        ids = list(lm.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
+    out: dict[str, Any] = {"count": len(ids), "max_model_len": lm.context_len, "tokens": ids}
+    if req.return_token_strs:
+        out["token_strs"] = lm.tokenizer.convert_ids_to_tokens(ids)
+    return json_response(out)
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body = await read_json(request)
+    ids = body.get("tokens")
+    vocab = len(engine.lm.tokenizer)
+    if not isinstance(ids, list) or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+        raise HTTPError(400, f"send {{\"tokens\": [ids in 0..{vocab - 1}]}}", param="tokens")
+    return json_response({"prompt": engine.lm.tokenizer.decode(ids)})
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -295,7 +355,10 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/chat/completions/tokens", chat_completions_tokens)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", health)

@@ -238,13 +238,20 @@ class ChatClient:
         messages: list[Message],
         tools: list[dict[str, Any]] | None = None,
         params: dict[str, Any] | None = None,
+        prompt_ids: list[int] | None = None,
     ) -> ChatResponse:
+        """One chat completion. With ``prompt_ids`` the prompt is sent as those exact token ids
+        (``/chat/completions/tokens``; see workbench/continuation.py) instead of being rendered."""
         payload: dict[str, Any] = {"model": model, "messages": messages}
         if params:
             payload.update(params)
         if tools:
             payload["tools"] = tools
-        body = await self.post_json(base_url.rstrip("/") + "/chat/completions", payload, model)
+        route = "/chat/completions"
+        if prompt_ids is not None:
+            payload["tokens"] = prompt_ids
+            route += "/tokens"
+        body = await self.post_json(base_url.rstrip("/") + route, payload, model)
         return parse_chat_body(body)
 
     async def list_models(self, base_url: str) -> list[dict[str, Any]] | None:
@@ -286,6 +293,13 @@ class EndpointInfo:
     @property
     def returns_tokens(self) -> bool:
         return self.owned_by in TOKEN_SERVERS
+
+    @property
+    def continues_tokens(self) -> bool:
+        """Whether it serves ``/tokenize`` and ``/v1/chat/completions/tokens`` (workbench/continuation.py)."""
+        from .continuation import CONTINUATION_SERVERS
+
+        return self.owned_by in CONTINUATION_SERVERS
 
 
 def training_params(info: EndpointInfo) -> dict[str, Any]:

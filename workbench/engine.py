@@ -69,6 +69,7 @@ class RolloutEngine:
     sandboxes: SandboxPool | None = None  # the run's sandbox pool (opened by evaluate when the env needs one)
     extra_params: dict[str, Any] = field(default_factory=dict)  # training fields (token ids, logprobs)
     proxy: Any = None  # an InterceptionProxy, for harnesses that call the model through their own client
+    continuation: Any = None  # a TokenContinuation, where the upstream serves exact-token follow-up calls
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
     _needs_sandbox: bool = False
@@ -120,7 +121,8 @@ class RolloutEngine:
         rid = f"{self.run_id}.{group.task_index}.{sample}"
         base_url = self.proxy.url_for(rid) if self.proxy is not None else self.base_url
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
-                          model=self.model, params=params, upstream_url=self.base_url)
+                          model=self.model, params=params, upstream_url=self.base_url,
+                          continuation=self.continuation)
         harness = self.env.harness
         unregister = self.proxy.register(rollout) if self.proxy is not None else None
         held = False

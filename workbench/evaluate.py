@@ -39,6 +39,7 @@ class EvalOptions:
     pass_threshold: float = 1.0
     resume: str | None = None
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
+    render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
 
     def validate(self) -> None:
         if self.n is not None and self.n < 1:
@@ -169,6 +170,10 @@ async def evaluate(
                                    concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
                                    provider=price.provider if price else "", extra_params=extra_params,
                                    sandboxes=sandboxes)
+            if extra_params and info.continues_tokens and not opts.render_prompts:
+                from .continuation import TokenContinuation
+
+                engine.continuation = TokenContinuation(client, base_url, model)
             if getattr(env.harness, "needs_proxy", False):
                 from .proxy import InterceptionProxy
 

@@ -93,11 +93,16 @@ class InterceptionProxy:
             return _error(400, f"malformed request: {e}")
         payload = self._prepare(body, rollout)
         messages = body["messages"]
+        route = "/chat/completions"
+        ids = await rollout.continued_prompt(messages, body.get("tools"))
+        if ids is not None:
+            payload["tokens"] = ids
+            route += "/tokens"
         if payload.get("stream"):
-            return await self._stream(request, rollout, payload, messages)
+            return await self._stream(request, rollout, payload, messages, route)
         t0 = time.perf_counter()
         try:
-            raw = await self.client.post_json(self.upstream + "/chat/completions", payload, self.model)
+            raw = await self.client.post_json(self.upstream + route, payload, self.model)
             resp = parse_chat_body(raw)
         except ModelError as e:
             return _error(e.status or 502, e.message, "upstream_error")
@@ -119,13 +124,13 @@ class InterceptionProxy:
         return web.Response(body=raw, content_type="application/json")
 
     async def _stream(self, request: web.Request, rollout: Rollout, payload: dict[str, Any],
-                      messages: list[dict[str, Any]]) -> web.StreamResponse:
+                      messages: list[dict[str, Any]], route: str) -> web.StreamResponse:
         payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
         acc = _StreamAccumulator()
         t0 = time.perf_counter()
         session = await self.client.session()
         try:
-            upstream = await session.post(self.upstream + "/chat/completions", data=orjson.dumps(payload),
+            upstream = await session.post(self.upstream + route, data=orjson.dumps(payload),
                                           headers=self.client.headers)
         except Exception as e:  # connection refused, ...
             return _error(502, f"upstream unreachable: {e}", "upstream_error")

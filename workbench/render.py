@@ -23,7 +23,7 @@ class RenderMismatch:
     rendered: list[int]  # the same window, as the template renders it
     recorded_text: str
     rendered_text: str
-    cause: str  # whitespace | stripped reasoning | template drift | truncated
+    cause: str  # whitespace | stripped reasoning | template drift | truncated | retokenized reply | reply re-rendered
 
     def describe(self) -> str:
         return (f"call {self.call}: first difference at token {self.position} ({self.cause}): recorded "
@@ -67,6 +67,16 @@ def _classify(rec: str, ren: str) -> str:
     return "template drift"
 
 
+def _in_reply(path: list[TraceNode], pos: int) -> bool:
+    """Whether token ``pos`` of a path's concatenation lies inside a sampled (assistant) segment."""
+    start = 0
+    for n in path:
+        if start <= pos < start + len(n.tokens):
+            return n.kind == "assistant"
+        start += len(n.tokens)
+    return False
+
+
 def _prompt_paths(trace: Trace) -> list[tuple[TraceNode, list[TraceNode]]]:
     """For every assistant node: the nodes before it on its path (its prompt)."""
     by_id = {n.id: n for n in trace.nodes}
@@ -101,7 +111,15 @@ def check_trace(trace: Trace, tokenizer: Any, tools: list[dict[str, Any]] | None
         lo, hi = max(0, pos - 2), pos + window
         rec, ren = recorded[lo:hi], rendered[lo:hi]
         rec_text, ren_text = tokenizer.decode(rec), tokenizer.decode(ren)
-        cause = "truncated" if pos == min(len(recorded), len(rendered)) else _classify(
-            tokenizer.decode(recorded[pos:]), tokenizer.decode(rendered[pos:]))
+        if _in_reply(path, pos):
+            # The model's own sampled tokens: the template renders the reply's text (or its parsed
+            # tool calls) differently. Token continuation keeps the sampled ids; a re-tokenizing
+            # trainer would not.
+            same_text = tokenizer.decode(recorded[pos:]) == tokenizer.decode(rendered[pos:])
+            cause = "retokenized reply" if same_text else "reply re-rendered"
+        elif pos == min(len(recorded), len(rendered)):
+            cause = "truncated"
+        else:
+            cause = _classify(tokenizer.decode(recorded[pos:]), tokenizer.decode(rendered[pos:]))
         found.append(RenderMismatch(node.call or 0, pos, rec, ren, rec_text, ren_text, cause))
     return found

@@ -82,6 +82,7 @@ class Rollout:
     failure: RolloutError | None = None
     trace: Trace = field(default_factory=Trace)
     upstream_url: str | None = None  # where generate() sends calls directly (no HTTP hop through the proxy)
+    continuation: Any = None  # a TokenContinuation: follow-up calls continue the sampled tokens exactly
     last_request: list[Message] | None = None  # the messages of the latest model call
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0
@@ -99,10 +100,16 @@ class Rollout:
         params = self.params if not overrides else {**self.params, **overrides}
         t0 = time.perf_counter()
         resp: ChatResponse = await self.client.chat(
-            base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params
-        )
+            base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params,
+            prompt_ids=await self.continued_prompt(msgs, tools))
         self.record_call(msgs, resp, time.perf_counter() - t0)
         return resp.message
+
+    async def continued_prompt(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[int] | None:
+        """The exact token ids to send for a follow-up call (None: let the server render)."""
+        if self.continuation is None:
+            return None
+        return await self.continuation.prompt_ids(self.trace, msgs, tools)
 
     def record_call(self, msgs: list[Message], resp: ChatResponse, latency_s: float) -> None:
         """Record one model call (made directly or through the interception proxy) in the trace."""

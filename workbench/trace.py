@@ -108,6 +108,11 @@ class Trace:
         return self._add(TraceNode(len(self.nodes), parent, "assistant", [dict(reply)], toks, lps, call=call,
                                    policy_version=policy_version, keys=[_key(reply)]))
 
+    def path_for(self, messages: list[Message]) -> tuple[list[TraceNode], int]:
+        """The recorded path whose messages are the longest prefix of ``messages``, and how many
+        of the messages it covers."""
+        return self._match([_key(m) for m in messages])
+
     def _match(self, keys: list[bytes]) -> tuple[list[TraceNode], int]:
         """The longest path of whole nodes whose messages are a prefix of ``keys``."""
         path: list[TraceNode] = []

@@ -217,3 +217,54 @@ async def test_event_loop_stays_responsive_during_generation(aclient: Any, serve
     assert worst and worst < 0.5
     r = await long
     assert r.usage.completion_tokens == 800 and r.choices[0].finish_reason == "length"
+
+
+def _post(server: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(server + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_tokenize_renders_the_chat_template_and_detokenize_inverts(server: str, tok: Any) -> None:
+    status, out = _post(server, "/tokenize", {"model": SERVED, "messages": ARITH})
+    assert status == 200
+    expected = tok.apply_chat_template(ARITH, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert out["tokens"] == list(expected) and out["count"] == len(expected) and out["max_model_len"] > 0
+    _, closed = _post(server, "/tokenize", {"messages": ARITH, "add_generation_prompt": False})
+    assert closed["tokens"] == out["tokens"][: len(closed["tokens"])] and closed["count"] < out["count"]
+    _, plain = _post(server, "/tokenize", {"prompt": "hello world", "return_token_strs": True})
+    assert plain["tokens"] == tok("hello world", add_special_tokens=False)["input_ids"]
+    assert len(plain["token_strs"]) == plain["count"]
+    _, back = _post(server, "/detokenize", {"tokens": plain["tokens"]})
+    assert back["prompt"] == "hello world"
+    # Bad input: one clear 400 each.
+    assert _post(server, "/tokenize", {"messages": ARITH, "prompt": "x"})[0] == 400
+    assert _post(server, "/tokenize", {})[0] == 400
+    status, err = _post(server, "/detokenize", {"tokens": [-1]})
+    assert status == 400 and "tokens" in err["error"]["message"]
+
+
+def test_chat_tokens_route_uses_the_given_ids_as_the_prompt(server: str, tok: Any) -> None:
+    rendered = list(tok.apply_chat_template(ARITH, add_generation_prompt=True, tokenize=True, return_dict=False))
+    body = {"model": SERVED, "messages": ARITH, "max_tokens": 6, "seed": 3, "return_token_ids": True, "logprobs": True}
+    _, via_messages = _post(server, "/v1/chat/completions", body)
+    status, via_tokens = _post(server, "/v1/chat/completions/tokens", {**body, "tokens": rendered})
+    assert status == 200
+    assert via_tokens["prompt_token_ids"] == rendered == via_messages["prompt_token_ids"]
+    assert via_tokens["choices"][0]["token_ids"] == via_messages["choices"][0]["token_ids"]  # same seed, same prompt
+    # Ids that no template would produce are taken as they are (that is the point of the route).
+    odd = [*rendered[:-1], *tok("7", add_special_tokens=False)["input_ids"], rendered[-1]]
+    _, r = _post(server, "/v1/chat/completions/tokens", {**body, "tokens": odd})
+    assert r["prompt_token_ids"] == odd
+    vocab = len(tok)
+    status, err = _post(server, "/v1/chat/completions/tokens", {**body, "tokens": [vocab + 5]})
+    assert status == 400 and err["error"]["param"] == "tokens"
+    status, err = _post(server, "/v1/chat/completions/tokens", {**body, "tokens": []})
+    assert status == 400 and "tokens" in err["error"]["message"]

@@ -15,6 +15,7 @@ import openai
 
 import workbench as wb
 from workbench.client import ChatClient
+from workbench.continuation import TokenContinuation
 from workbench.proxy import InterceptionProxy
 from workbench.render import check_trace, load_tokenizer
 from workbench.rollout import Rollout
@@ -63,14 +64,18 @@ def test_multi_turn_tokens_extend_and_an_altered_template_is_caught(server: str,
     db = tmp_path / "wb.db"
     summary = _eval("wordle", server, db, "-n", "2", "-a", '{"max_turns": 3}')
     assert summary["rollouts"] == 2 and summary["errors"] == 0
-    assert summary["metrics"]["token_mismatch"] == 0.0  # turn N's prompt extends turn N-1's tokens
+    # Token continuation: turn N's prompt extends turn N-1's tokens exactly, whatever the model sampled.
+    assert summary["metrics"]["token_mismatch"] == 0.0
     rows = sqlite3.connect(db).execute("SELECT nodes, token_ids, logprobs, mask FROM trace").fetchall()
     assert len(rows) == 2
     traces = [Trace.unpack(*row) for row in rows]
     assert all(t.calls >= 2 and len(t.branches()) == 1 for t in traces)
 
     tok = load_tokenizer(str(tiny_dir))
-    assert all(check_trace(t, tok) == [] for t in traces)  # the model's own template renders them exactly
+    # The model's own template renders every prompt segment exactly; where a re-render differs at
+    # all, it is inside a sampled reply (a non-canonical tokenization, a parsed tool call).
+    own = [m for t in traces for m in check_trace(t, tok)]
+    assert all(m.cause in ("retokenized reply", "reply re-rendered") for m in own), [m.describe() for m in own]
 
     altered = tmp_path / "altered"
     shutil.copytree(tiny_dir, altered)
@@ -92,3 +97,69 @@ def test_multi_turn_tokens_extend_and_an_altered_template_is_caught(server: str,
     assert "RE-RENDER MISMATCH" in out.stdout
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["mismatches"] == [] and info["render_mismatches"] and info["tokens"] > 0
+
+
+async def test_continuation_keeps_a_non_canonical_reply_exact(server: str, tiny_dir: Path) -> None:
+    """A reply sampled as single-character tokens would re-render as other tokens; the follow-up
+    call sent through token continuation keeps the sampled ids, and the server's own re-render
+    (the route without continuation) does not."""
+    tok = load_tokenizer(str(tiny_dir))
+    rendered = list(tok.apply_chat_template(ARITH, add_generation_prompt=True, tokenize=True, return_dict=False))
+    chars = tok.convert_tokens_to_ids(list("twelve"))
+    assert tok.unk_token_id not in chars and chars != tok("twelve", add_special_tokens=False)["input_ids"]
+    sampled = [*chars, tok.eos_token_id]
+    reply = {"role": "assistant", "content": "twelve"}
+    follow_up = [*ARITH, reply, {"role": "user", "content": "Are you sure?"}]
+    params = {"logprobs": True, "return_token_ids": True, "max_tokens": 4, "seed": 1}
+
+    client = ChatClient(None)
+    try:
+        results = {}
+        for continued in (True, False):
+            r = Rollout(id="c.0.0", task=wb.Task(prompt="x"), sample_index=0, client=client,
+                        base_url=server + "/v1", model=SERVED, params=params,
+                        continuation=TokenContinuation(client, server + "/v1", SERVED) if continued else None)
+            r.trace.record(ARITH, reply, rendered, sampled, [0.0] * len(sampled))
+            await r.generate(follow_up)
+            results[continued] = r.trace
+    finally:
+        await client.close()
+
+    exact = results[True]
+    assert exact.mismatches == [] and len(exact.branches()) == 1
+    ids, _, mask = exact.sequence(exact.branches()[0])
+    assert ids[: len(rendered) + len(sampled)] == [*rendered, *sampled]  # the sampled ids, untouched
+    gap = ids[len(rendered) + len(sampled): len(ids) - sum(mask[len(rendered) + len(sampled):])]
+    assert tok.decode(gap) == "\n<|im_start|>user\nAre you sure?<|im_end|>\n<|im_start|>assistant\n"
+    # Without continuation the server re-tokenizes "twelve": the mismatch the trace exists to catch.
+    rerendered = results[False]
+    assert len(rerendered.mismatches) == 1
+    assert len(rendered) <= rerendered.mismatches[0].position < len(rendered) + len(chars)  # inside the reply
+
+
+async def test_proxy_continues_follow_up_calls_exactly(server: str) -> None:
+    """A program calling through the interception proxy gets token continuation too (streamed and not)."""
+    base = server + "/v1"
+    client = ChatClient(None)
+    params = {"logprobs": True, "return_token_ids": True, "temperature": 1.0, "seed": 11, "max_tokens": 12}
+    proxy = await InterceptionProxy(client, base, SERVED, params).start()
+    cont = TokenContinuation(client, base, SERVED)
+    r = Rollout(id="p.0.0", task=wb.Task(prompt="x"), sample_index=0, client=client, base_url=proxy.url_for("p.0.0"),
+                model=SERVED, params=params, continuation=cont)
+    proxy.register(r)
+    try:
+        oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="unused", max_retries=0)
+        msgs: list[dict[str, Any]] = list(ARITH)
+        for turn in range(3):
+            stream = turn == 1
+            if stream:
+                text = "".join([c.choices[0].delta.content or "" async for c in await oa.chat.completions.create(
+                    model="m", messages=msgs, stream=True) if c.choices])
+            else:
+                text = (await oa.chat.completions.create(model="m", messages=msgs)).choices[0].message.content or ""
+            msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"Try again ({turn})."}]
+    finally:
+        await proxy.close()
+        await client.close()
+    assert r.trace.calls == 3 and r.trace.mismatches == [] and len(r.trace.branches()) == 1
+    assert cont.continued == 2 and cont.fallbacks == 0

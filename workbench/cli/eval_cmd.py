@@ -78,6 +78,9 @@ def print_summary(s: dict[str, Any]) -> None:
 @click.option("--max-tokens", type=int, default=None, help="Override the environment's max_tokens.")
 @click.option("--pass-threshold", type=float, default=1.0, show_default=True,
               help="A rollout passes (for pass@k) when its total reward reaches this.")
+@click.option("--render-prompts", is_flag=True,
+              help="Let the server re-render each follow-up prompt from messages instead of continuing the "
+                   "sampled tokens exactly (shows the template's own drift as token_mismatch).")
 @click.option("--resume", default=None, metavar="RUN", help="Finish a partial run (same settings, no duplicates).")
 @click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary as the last line of stdout.")
@@ -85,8 +88,8 @@ def print_summary(s: dict[str, Any]) -> None:
 def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
                  model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
                  runtime: str | None, timeout: float, max_retries: int, temperature: float | None,
-                 max_tokens: int | None, pass_threshold: float, resume: str | None, db: str | None,
-                 as_json: bool) -> None:
+                 max_tokens: int | None, pass_threshold: float, render_prompts: bool, resume: str | None,
+                 db: str | None, as_json: bool) -> None:
     """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
     from ..discovery import parse_env_args
     from ..errors import ConfigError
@@ -97,7 +100,7 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=r, concurrency=c,
                        model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
                        harness=harness, runtime=runtime, temperature=temperature, max_tokens=max_tokens,
-                       pass_threshold=pass_threshold, resume=resume)
+                       pass_threshold=pass_threshold, render_prompts=render_prompts, resume=resume)
     store = open_store(ctx, db)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
