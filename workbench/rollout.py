@@ -99,9 +99,10 @@ class Rollout:
         msgs = self.messages if messages is None else messages
         params = self.params if not overrides else {**self.params, **overrides}
         t0 = time.perf_counter()
+        ids = await self.continued_prompt(msgs, tools)
         resp: ChatResponse = await self.client.chat(
             base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params,
-            prompt_ids=await self.continued_prompt(msgs, tools))
+            **({"prompt_ids": ids} if ids is not None else {}))
         self.record_call(msgs, resp, time.perf_counter() - t0)
         return resp.message
 
