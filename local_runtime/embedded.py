@@ -104,11 +104,13 @@ def _package_root() -> str:
 
 
 def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: float = START_TIMEOUT_S,
-                 log: Any = None) -> dict[str, Any]:
-    """Start a server for ``spec`` in the background and wait until it is healthy; return its state."""
-    sdir = state_dir()
+                 log: Any = None, name: str | None = None, logdir: Path | None = None) -> dict[str, Any]:
+    """Start a server for ``spec`` in the background and wait until it is healthy; return its state.
+    Its log and ready files are ``NAME.log`` / ``NAME.ready.json`` in ``logdir`` (default: the
+    shared state dir, named after the model)."""
+    sdir = logdir or state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
-    slug = _slug(spec)
+    slug = name or _slug(spec)
     logfile, ready = sdir / f"{slug}.log", sdir / f"{slug}.ready.json"
     ready.unlink(missing_ok=True)
     idle = os.environ.get("WORKBENCH_EMBEDDED_IDLE_S", str(IDLE_EXIT_S))
@@ -145,13 +147,13 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
                          "spec": spec, "log": str(logfile), "started_at": time.time()}
                 return state
         if time.monotonic() > deadline:
-            _terminate(proc.pid)
+            terminate(proc.pid)
             raise EndpointError(f"the embedded model server for {spec} did not become ready within {timeout:.0f}s; "
                                 f"the end of its log ({logfile}):\n{_tail(logfile)}")
         time.sleep(0.2)
 
 
-def _terminate(pid: int, grace: float = 5.0) -> None:
+def terminate(pid: int, grace: float = 5.0) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
     end = time.monotonic() + grace
@@ -193,6 +195,6 @@ def stop_server(model: str | None = None) -> bool:
     state = _read_state(statefile)
     statefile.unlink(missing_ok=True)
     if state and _running(state):
-        _terminate(int(state["pid"]))
+        terminate(int(state["pid"]))
         return True
     return False

@@ -61,10 +61,17 @@ class TrainRollout:
     branches: list[Branch]
     status: str = "ok"
     gold: bool = False  # a demonstration (e.g. built from the task's gold answer), for SFT
+    pk: int = 0  # its row in the store, for readers that poll in commit order
+
+    @property
+    def policy_version(self) -> int | None:
+        """The oldest policy version that sampled any of its tokens (None when unknown)."""
+        known = [b.policy_version for b in self.branches if b.policy_version is not None]
+        return min(known) if known else None
 
     @classmethod
     def from_trace(cls, id: str, group_id: str, reward: float | None, trace: Trace | None, *,
-                   status: str = "ok", gold: bool = False) -> TrainRollout:
+                   status: str = "ok", gold: bool = False, pk: int = 0) -> TrainRollout:
         branches: list[Branch] = []
         if trace is not None and trace.has_tokens:
             for path in trace.branches():
@@ -72,7 +79,7 @@ class TrainRollout:
                 versions = [_version(n.policy_version) for n in path if n.kind == "assistant"]
                 known = [v for v in versions if v is not None]
                 branches.append(Branch(ids, lps, mask, min(known) if known else None))
-        return cls(id, group_id, reward, branches, status, gold)
+        return cls(id, group_id, reward, branches, status, gold, pk)
 
     @property
     def ok(self) -> bool:

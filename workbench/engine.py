@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,16 +70,24 @@ class RolloutEngine:
     extra_params: dict[str, Any] = field(default_factory=dict)  # training fields (token ids, logprobs)
     proxy: Any = None  # an InterceptionProxy, for harnesses that call the model through their own client
     continuation: Any = None  # a TokenContinuation, where the upstream serves exact-token follow-up calls
+    gate: Callable[[int], Awaitable[None]] | None = None  # awaited with a group's index before each of its rollouts
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
     _needs_sandbox: bool = False
     _hold_sandboxes: bool = False
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
+        """Every task once (as a group of ``rollouts_per_task``), except the slots in ``skip``."""
+        return await self.run_groups(enumerate(tasks), skip)
+
+    async def run_groups(self, groups: Iterable[tuple[int, Task]],
+                         skip: set[tuple[int, int]] | None = None) -> RunCounters:
+        """Groups of (group index, task), pulled lazily: an endless stream keeps the workers busy
+        until the caller cancels (training), each group waiting on :attr:`gate` when one is set."""
         skip = skip or set()
         self._needs_sandbox = needs_sandbox(self.env)
         self._hold_sandboxes = any("sandboxes" in f.args for f in self.env.rubric.group_rewards)
-        jobs = self._jobs(tasks, skip)
+        jobs = self._jobs(groups, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
         try:
@@ -93,9 +101,9 @@ class RolloutEngine:
             raise self.fatal
         return self.counters
 
-    def _jobs(self, tasks: list[Task], skip: set[tuple[int, int]]) -> Iterator[tuple[_Group, int]]:
+    def _jobs(self, groups: Iterable[tuple[int, Task]], skip: set[tuple[int, int]]) -> Iterator[tuple[_Group, int]]:
         r = self.rollouts_per_task
-        for i, task in enumerate(tasks):
+        for i, task in groups:
             todo = [s for s in range(r) if (i, s) not in skip]
             if not todo:
                 continue
@@ -108,6 +116,8 @@ class RolloutEngine:
         for group, sample in jobs:
             if self.fatal is not None:
                 return
+            if self.gate is not None:
+                await self.gate(group.task_index)
             rollout, scores, ctx = await self._one(group, sample, params)
             group.rollouts[sample] = rollout
             group.contexts[sample] = ctx
@@ -188,7 +198,7 @@ class RolloutEngine:
             failed = rollout.failure is not None
             sc = scores or Scores()
             records.append(RolloutRecord(
-                id=rollout.id, run_id=self.run_id, env_name=self.env.name, model=self.model, task=group.task,
+                id=rollout.id, run_id=self.run_id, env_name=self.env.name, model=rollout.model, task=group.task,
                 task_index=group.task_index, sample_index=rollout.sample_index,
                 status="error" if failed else "ok",
                 error_kind=rollout.failure.kind if failed else None,  # type: ignore[union-attr]

@@ -151,7 +151,7 @@ async def evaluate(
         info = await preflight(client, base_url, model)
         extra_params = training_params(info) if opts.tokens is not False else {}
         # Sandboxes first: an engine that is not running fails here, before the run is recorded.
-        sandboxes = await _open_sandboxes(env, tasks, run_id, opts)
+        sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
         try:
             if run is None:
                 store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
@@ -198,7 +198,7 @@ async def evaluate(
                 if engine.proxy is not None:
                     await engine.proxy.close()
                 if engine.sandboxes is not None:
-                    await _close_sandboxes(engine.sandboxes, store, run_id)
+                    await close_sandboxes(engine.sandboxes, store, run_id)
             finally:
                 try:
                     writer.close()
@@ -215,7 +215,8 @@ async def evaluate(
     return EvalOutcome(run_id, summary, engine.counters, wall, interrupted)
 
 
-async def _open_sandboxes(env: Environment, tasks: list[Any], run_id: str, opts: EvalOptions) -> Any:
+async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concurrency: int,
+                         rollouts_per_task: int) -> Any:
     """The run's sandbox pool, when a tool or reward of the environment (or a task) needs a sandbox."""
     from pathlib import Path
 
@@ -229,11 +230,11 @@ async def _open_sandboxes(env: Environment, tasks: list[Any], run_id: str, opts:
                           "or wb.Docker(...)")
     src = Path(env.source) if env.source else None
     env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
-    size = max(1, min(opts.concurrency, len(tasks) * opts.rollouts_per_task))
+    size = max(1, min(concurrency, len(tasks) * rollouts_per_task))
     return await opener(run_id=run_id, size=size, env_dir=env_dir).start()
 
 
-async def _close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
+async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
     """Remove the run's sandboxes and record the sandbox-seconds it used as a cost event."""
     try:
         await asyncio.shield(pool.close())

@@ -44,7 +44,7 @@ def load_rollouts(conn: sqlite3.Connection, run_id: str, *, after_pk: int = 0, l
     last = after_pk
     for pk, rid, task_index, reward, status, nodes, ids, lps, mask in conn.execute(sql, args):
         trace = Trace.unpack(nodes, ids, lps, mask) if nodes is not None else None
-        out.append(TrainRollout.from_trace(rid, group_id(run_id, task_index), reward, trace, status=status))
+        out.append(TrainRollout.from_trace(rid, group_id(run_id, task_index), reward, trace, status=status, pk=pk))
         last = max(last, pk)
     return out, last
 
@@ -54,4 +54,20 @@ def complete_groups(rollouts: Sequence[TrainRollout], group_size: int) -> list[l
     return [g for g in group_rollouts(rollouts) if len(g) >= group_size]
 
 
-__all__ = ["complete_groups", "group_id", "load_rollouts"]
+__all__ = ["complete_groups", "group_id", "load_rollouts", "split_stale"]
+
+
+def split_stale(groups: Sequence[Sequence[TrainRollout]], version: int, max_off_policy_steps: int
+                ) -> tuple[list[list[TrainRollout]], list[list[TrainRollout]], dict[int, int]]:
+    """(fresh groups, stale groups, staleness histogram in rollouts) for a trainer at policy
+    ``version``: a group is stale when any of its rollouts was sampled more than
+    ``max_off_policy_steps`` versions ago (a rollout of unknown version counts as fresh)."""
+    fresh: list[list[TrainRollout]] = []
+    stale: list[list[TrainRollout]] = []
+    hist: dict[int, int] = {}
+    for g in groups:
+        ages = [version - v for r in g if (v := r.policy_version) is not None]
+        for a in ages:
+            hist[a] = hist.get(a, 0) + 1
+        (stale if ages and max(ages) > max_off_policy_steps else fresh).append(list(g))
+    return fresh, stale, hist

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from local_runtime.embedded import _terminate
+from local_runtime.embedded import terminate
 from workbench.errors import EndpointError
 
 from .helpers import ROOT, get_json
@@ -62,7 +62,7 @@ def test_stale_state_file_is_ignored(xdg: Path) -> None:
         url2, _ = ensure_server(None)
         assert url2 != url and get_json(url2 + "/models")["data"]
     finally:
-        _terminate(state["pid"])  # the first server is no longer in the state file: stop it here
+        terminate(state["pid"])  # the first server is no longer in the state file: stop it here
 
 
 def test_on_demand_server_exits_when_idle(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:

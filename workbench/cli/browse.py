@@ -13,15 +13,21 @@ from .common import console, emit_json, fmt_float, open_store
 
 
 @click.command("runs")
+@click.argument("run", required=False)
 @click.option("--env", default=None, help="Only runs of this environment.")
 @click.option("--limit", type=int, default=30, show_default=True)
 @click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
 @click.pass_context
-def runs_command(ctx: click.Context, env: str | None, limit: int, db: str | None, as_json: bool) -> None:
-    """List runs, newest first."""
+def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: int, db: str | None,
+                 as_json: bool) -> None:
+    """List runs, newest first; with RUN, that run (a training run: its steps, evals and events)."""
     from ..store.queries import list_runs
 
+    if run:
+        with open_store(ctx, db) as store:
+            show_run(store, run, as_json)
+        return
     with open_store(ctx, db) as store:
         runs = list_runs(store.conn, limit=limit, env=env)
     if as_json:
@@ -39,6 +45,43 @@ def runs_command(ctx: click.Context, env: str | None, limit: int, db: str | None
         t.add_row(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
                   fmt_float(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])))
     console.print(t)
+
+
+STEP_COLUMNS = [("reward", "reward_mean", 3), ("±", "reward_std", 3), ("loss", "loss", 4),
+                ("mismatch_kl", "mismatch_kl", 4), ("masked", "masked_fraction", 3), ("entropy", "entropy", 3),
+                ("tok/s", "tokens_per_s", 0), ("dropped", "dropped", 0), ("wait s", "wait_s", 1),
+                ("train s", "train_s", 1), ("update s", "update_s", 1)]
+
+
+def show_run(store: Any, run_id: str, as_json: bool) -> None:
+    run = store.get_run(run_id)
+    steps = store.train_records(run["id"], "step")
+    other = [r for r in store.train_records(run["id"]) if r["kind"] != "step"]
+    if as_json:
+        emit_json({"run": run, "steps": steps, "records": other})
+        return
+    console.print(f"[bold]{run['kind']} run {run['id']}[/]  env {run['env_name']}  model {run['model']}  "
+                  f"status {run['status']}" + (f"  [red]{run['error']}[/]" if run["error"] else ""))
+    summary = run["summary"]
+    if summary:
+        console.print("  ".join(f"{k} {fmt_float(v) if isinstance(v, float) else v}" for k, v in summary.items()))
+    if run["kind"] != "train":
+        return
+    from rich.table import Table
+
+    t = Table(box=None, show_edge=False)
+    t.add_column("step", justify="right")
+    for title, _, _ in STEP_COLUMNS:
+        t.add_column(title, justify="right")
+    for rec in steps:
+        m = rec["metrics"]
+        t.add_row(str(rec["step"]), *(fmt_float(m.get(key), digits) for _, key, digits in STEP_COLUMNS))
+    console.print(t)
+    for rec in other:
+        m = rec["metrics"]
+        detail = f"held-out reward {fmt_float(m.get('reward_mean'))} ({rec['message']})" if rec["kind"] == "eval" \
+            else rec["message"]
+        console.print(f"{rec['kind']:>8} at step {rec['step']}: {detail}")
 
 
 def print_transcript(r: dict[str, Any]) -> None:

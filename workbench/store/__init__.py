@@ -102,6 +102,24 @@ class Store:
         return {(r[0], r[1]) for r in self.conn.execute(
             "SELECT task_index, sample_index FROM rollout WHERE run_id=?", (run_id,))}
 
+    # -- training ------------------------------------------------------------------------------
+    def record_train(self, run_id: str, step: int, kind: str, metrics: dict[str, Any] | None = None,
+                     message: str = "") -> None:
+        """One training record: kind ``step`` | ``skipped`` | ``eval`` | ``event``."""
+        self.conn.execute("INSERT INTO train_metric (run_id, step, kind, metrics, message, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?)", (run_id, step, kind, dumps(metrics or {}), message, time.time()))
+
+    def train_records(self, run_id: str, kind: str | None = None, after_id: int = 0) -> list[dict[str, Any]]:
+        """The run's training records in order (of one ``kind``), newer than ``after_id``."""
+        sql = "SELECT id, step, kind, metrics, message, created_at FROM train_metric WHERE run_id=? AND id>?"
+        args: list[Any] = [run_id, after_id]
+        if kind:
+            sql += " AND kind=?"
+            args.append(kind)
+        rows = self.conn.execute(sql + " ORDER BY id", args).fetchall()
+        return [{"id": r[0], "step": r[1], "kind": r[2], "metrics": orjson.loads(r[3]), "message": r[4],
+                 "created_at": r[5]} for r in rows]
+
     # -- prices --------------------------------------------------------------------------------
     def _seed_prices(self) -> None:
         if self.conn.execute("SELECT 1 FROM meta WHERE key='prices_seeded'").fetchone():

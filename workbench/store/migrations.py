@@ -37,5 +37,10 @@ def _v3(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v3.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
+def _v4(conn: sqlite3.Connection) -> None:
+    """Training runs: one row per optimizer step, skipped step, held-out eval or event."""
+    _run_sql_file(conn, "v4.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)

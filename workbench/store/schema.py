@@ -147,3 +147,17 @@ class TraceRow(SQLModel, table=True):
     mask: bytes  # uint8: 1 where the model sampled the token
     n_tokens: int
     mismatches: int
+
+
+class TrainMetricRow(SQLModel, table=True):
+    """One record of a training run (schema v4): an optimizer step's metrics, a skipped step, a
+    held-out eval, or an event (a checkpoint, a dropped batch, ...)."""
+
+    __tablename__ = "train_metric"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id")
+    step: int  # the policy version after the step (the version evaluated, for evals)
+    kind: str  # step | skipped | eval | event
+    metrics: str = "{}"  # JSON: floats
+    message: str = ""
+    created_at: float

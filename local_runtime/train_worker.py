@@ -1,0 +1,198 @@
+"""The trainer process of ``workbench train``: reads finished groups from the store, drops stale
+ones, takes one optimizer step per ``groups_per_step`` groups, hot-loads each new adapter into the
+inference server under the name ``step-N`` (policy version N) and records the step's metrics.
+
+    python -m local_runtime.train_worker --db DB --run RUN_ID --server http://127.0.0.1:PORT --dir RUN_DIR
+
+The resolved run configuration is read from ``RUN_DIR/config.json``. The orchestrator (the
+``workbench train`` process) learns about new policies from the ``train_metric`` rows this
+process writes; the two share nothing else. Exit codes: 0 after ``loop.max_steps`` steps, 2 on a
+configuration error, 3 when the orchestrator went away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from workbench.algorithms import make_algorithm
+from workbench.errors import WorkbenchError
+from workbench.losses import build_loss
+from workbench.store import Store
+from workbench.train_config import RunConfig, validate_tables
+from workbench.training_data import complete_groups, load_rollouts, split_stale
+
+from .checkpoint import CheckpointError
+from .trainer import Trainer, TrainerConfig
+
+POLL_S = 0.05
+
+
+def adapter_name(step: int) -> str:
+    return f"step-{step}"
+
+
+def _post(server: str, path: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(server + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            r.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")[:300]
+        raise WorkbenchError(f"the inference server refused {path} (HTTP {e.code}): {detail}") from None
+
+
+class TrainLoop:
+    def __init__(self, store: Store, run_id: str, server: str, run_dir: Path, cfg: RunConfig,
+                 parent_pid: int | None = None) -> None:
+        self.store, self.run_id, self.server, self.dir, self.cfg = store, run_id, server.rstrip("/"), run_dir, cfg
+        self.parent_pid = parent_pid
+        loss = dict(cfg.loss)
+        self.trainer = Trainer(TrainerConfig.from_dict(cfg.trainer), loss=build_loss(loss.pop("name"), **loss))
+        algo = dict(cfg.algorithm)
+        self.algorithm = make_algorithm(algo.pop("name"), **algo)
+        self.consumed_pk = 0
+        self.pending: list[Any] = []
+        self.read_pk = 0
+        self.loaded: list[int] = []  # policy versions loaded into the server, oldest first
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.dir / "checkpoint"
+
+    def resume(self) -> int:
+        """Continue from the run's checkpoint, if it has one: weights, optimizer, step, and the
+        store position of the last rollout that step had consumed."""
+        if not self.checkpoint_dir.exists():
+            return 0
+        step = self.trainer.load_checkpoint(self.checkpoint_dir)
+        for rec in self.store.train_records(self.run_id, "step"):
+            if rec["step"] <= step:
+                self.consumed_pk = int(rec["metrics"].get("last_pk", self.consumed_pk))
+        self.read_pk = self.consumed_pk
+        if step:
+            self._publish(step)  # before the orchestrator hears of it and samples from it
+        self.store.record_train(self.run_id, step, "event", {}, f"resumed from the checkpoint of step {step}")
+        return step
+
+    def _orchestrator_alive(self) -> bool:
+        if self.parent_pid is None:
+            return True
+        try:
+            os.kill(self.parent_pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _next_groups(self) -> tuple[list[list[Any]], float]:
+        """Block until ``groups_per_step`` finished groups are there; (groups, seconds waited)."""
+        want = self.cfg.loop.groups_per_step
+        size = self.cfg.loop.rollouts_per_task
+        t0 = time.perf_counter()
+        while True:
+            new, self.read_pk = load_rollouts(self.store.conn, self.run_id, after_pk=self.read_pk)
+            self.pending += new
+            groups = complete_groups(self.pending, size)
+            if len(groups) >= want:
+                take = groups[:want]
+                taken = {r.id for g in take for r in g}
+                self.pending = [r for r in self.pending if r.id not in taken]
+                self.consumed_pk = max([self.consumed_pk, *(r.pk for g in take for r in g)])
+                return take, time.perf_counter() - t0
+            if not self._orchestrator_alive():
+                raise SystemExit(3)
+            time.sleep(POLL_S)
+
+    def _publish(self, step: int) -> float:
+        """Hot-load the adapter of ``step`` into the server; unload ones no rollout may use any more."""
+        t0 = time.perf_counter()
+        path = self.trainer.save_adapter(self.dir / "adapters" / adapter_name(step))
+        _post(self.server, "/v1/load_lora_adapter",
+              {"lora_name": adapter_name(step), "lora_path": str(path), "policy_version": step})
+        self.loaded.append(step)
+        keep = self.cfg.loop.max_off_policy_steps + 1  # in-flight multi-turn rollouts may still call these
+        while len(self.loaded) > keep:
+            old = self.loaded.pop(0)
+            _post(self.server, "/v1/unload_lora_adapter", {"lora_name": adapter_name(old)})
+        return time.perf_counter() - t0
+
+    def run(self) -> int:
+        while self.trainer.step_count < self.cfg.loop.max_steps:
+            groups, wait_s = self._next_groups()
+            self.train_once(groups, wait_s)
+        return 0
+
+    def train_once(self, groups: list[list[Any]], wait_s: float = 0.0) -> str:
+        """One batch: drop stale groups, step on the rest, publish the adapter, record what
+        happened. Returns the record's kind: ``step``, ``skipped`` or ``event`` (all stale)."""
+        loop = self.cfg.loop
+        version = self.trainer.step_count
+        fresh, stale, hist = split_stale(groups, version, loop.max_off_policy_steps)
+        dropped = sum(len(g) for g in stale)
+        common = {"wait_s": wait_s, "dropped": float(dropped), "last_pk": float(self.consumed_pk),
+                  **{f"staleness_{k}": float(v) for k, v in sorted(hist.items())}}
+        if not fresh:
+            self.store.record_train(self.run_id, version, "event", common,
+                                    f"dropped a whole batch of {dropped} stale rollouts")
+            return "event"
+        out = self.algorithm.process(fresh)
+        t_train = time.perf_counter()
+        res = self.trainer.step(out.samples)
+        metrics = {**{k: float(v) for k, v in out.stats.items()}, **res.metrics, **common,
+                   "train_s": time.perf_counter() - t_train}
+        if res.skipped:  # a NaN loss or gradient: the weights did not change, the run is marked
+            self.store.record_train(self.run_id, version, "skipped", metrics, res.reason or "skipped")
+            return "skipped"
+        metrics["update_s"] = self._publish(res.step)
+        self.store.record_train(self.run_id, res.step, "step", metrics, adapter_name(res.step))
+        if loop.checkpoint_every and (res.step % loop.checkpoint_every == 0 or res.step == loop.max_steps):
+            self._checkpoint(res.step)
+        return "step"
+
+    def _checkpoint(self, step: int) -> None:
+        try:
+            self.trainer.save_checkpoint(self.checkpoint_dir)
+        except CheckpointError as e:  # a full disk: the previous checkpoint is intact; the run goes on
+            self.store.record_train(self.run_id, step, "event", {}, f"checkpoint failed: {e}")
+        else:
+            self.store.record_train(self.run_id, step, "event", {}, f"checkpoint saved at step {step}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m local_runtime.train_worker", description=__doc__.split("\n")[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--server", required=True, help="the inference server's root URL (without /v1)")
+    ap.add_argument("--dir", required=True, help="the run directory (config.json, adapters/, checkpoint/)")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = ap.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    run_dir = Path(args.dir)
+    store = Store(args.db)
+    try:
+        cfg = validate_tables(json.loads((run_dir / "config.json").read_text()))
+        loop = TrainLoop(store, args.run, args.server, run_dir, cfg, args.parent_pid)
+        loop.resume()
+        return loop.run()
+    except WorkbenchError as e:
+        print(f"workbench train: {e}", file=sys.stderr, flush=True)
+        store.record_train(args.run, 0, "event", {}, f"trainer failed: {e}")
+        return 2
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""`workbench train` end to end through the real processes (inference server, orchestrator,
+trainer) on the tiny model, on the CPU; resuming; stale rollouts dropped; bad input."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.algorithms import Branch, TrainRollout
+from workbench.store import Store
+from workbench.train_config import resolve
+
+from .helpers import ROOT, server_env
+
+SMALL = ["--loop.groups_per_step", "2", "--loop.rollouts_per_task", "4", "--loop.max_tokens", "12",
+         "--loop.concurrency", "8", "--loop.checkpoint_every", "2", "--threads", "1"]
+
+
+def _train(tmp: Path, *args: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
+    env = server_env()
+    env["XDG_DATA_HOME"] = str(tmp / "data")  # run directories (config, adapters, checkpoint) go here
+    return subprocess.run([sys.executable, "-m", "workbench.cli", "train", *args, "--db", str(tmp / "wb.db")],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("train")
+    out = _train(tmp, "arithmetic", "--max-steps", "3", "--trainer.model", str(tiny_dir), "--loop.eval_tasks", "4",
+                 "--loop.eval_every", "2", "--json", *SMALL)
+    assert out.returncode == 0, out.stderr
+    return tmp, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_three_steps_through_the_real_processes(trained: tuple[Path, dict[str, Any]]) -> None:
+    tmp, summary = trained
+    assert summary["steps"] == 3 and summary["dropped"] >= 0 and summary["skipped_steps"] == 0
+    assert {"run_id", "reward_first", "reward_last", "eval_first", "eval_last"} <= set(summary)
+    store = Store(tmp / "wb.db")
+    run = store.get_run(summary["run_id"])
+    assert run["kind"] == "train" and run["status"] == "completed"
+    steps = store.train_records(run["id"], "step")
+    assert [s["step"] for s in steps] == [1, 2, 3] and [s["message"] for s in steps] == ["step-1", "step-2", "step-3"]
+    for s in steps:
+        m = s["metrics"]
+        for key in ("reward_mean", "reward_std", "advantage_mean", "loss", "mismatch_kl", "masked_fraction",
+                    "entropy", "tokens_per_s", "dropped", "wait_s", "train_s", "update_s", "grad_norm"):
+            assert key in m, key
+        assert any(k.startswith("staleness_") and k.removeprefix("staleness_").isdigit() for k in m)
+        assert abs(m["mismatch_kl"]) < 1e-3  # the trainer reproduces the server's logprobs of version N
+    # Held-out evals at the start, every 2 steps and at the end, each its own eval run.
+    evals = store.train_records(run["id"], "eval")
+    assert [e["step"] for e in evals] == [0, 2, 3]
+    assert all(store.get_run(e["message"])["config"]["train_run"] == run["id"] for e in evals)
+    # Every token carries the policy version that produced it: later groups come from the adapters.
+    models = {r[0] for r in store.conn.execute("SELECT model FROM rollout WHERE run_id=?", (run["id"],))}
+    assert models & {"step-1", "step-2", "step-3"}, models
+    assert (tmp / "data" / "workbench" / "runs" / run["id"] / "checkpoint" / "trainer.json").exists()
+    store.close()
+    # `workbench runs RUN` shows the steps.
+    env = server_env()
+    shown = subprocess.run([sys.executable, "-m", "workbench.cli", "runs", run["id"], "--db", str(tmp / "wb.db"),
+                            "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout.strip().splitlines()[-1])["steps"]) == 3
+
+
+def test_resume_continues_from_the_checkpoint(trained: tuple[Path, dict[str, Any]]) -> None:
+    tmp, summary = trained
+    out = _train(tmp, "--resume", summary["run_id"], "--max-steps", "4", "--json", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 4
+    store = Store(tmp / "wb.db")
+    steps = [s["step"] for s in store.train_records(summary["run_id"], "step")]
+    events = [e["message"] for e in store.train_records(summary["run_id"], "event")]
+    assert steps == [1, 2, 3, 4]
+    assert "resumed from the checkpoint of step 3" in events
+    # The resumed groups get new group indices: no rollout id was written twice.
+    n, distinct = store.conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM rollout WHERE run_id=?",
+                                     (summary["run_id"],)).fetchone()
+    assert n == distinct
+    store.close()
+
+
+def _rollout(group: str, i: int, version: int, reward: float) -> TrainRollout:
+    return TrainRollout(f"{group}.{i}", group, reward, [Branch([1, 2, 3, 4], [0.0, 0.0, -1.0, -1.2], [0, 0, 1, 1],
+                                                                version)])
+
+
+def test_stale_groups_are_dropped_and_counted(tiny_dir: Path, tmp_path: Path) -> None:
+    from local_runtime.train_worker import TrainLoop
+
+    store = Store(tmp_path / "wb.db")
+    store.create_run("r1", kind="train", env_name="arithmetic", created_at=0.0)
+    cfg = resolve(None, {"trainer.model": str(tiny_dir), "loop.max_off_policy_steps": 1,
+                         "loop.rollouts_per_task": 2, "loop.checkpoint_every": 0}, "arithmetic")
+    loop = TrainLoop(store, "r1", "http://127.0.0.1:9", tmp_path / "run", cfg)
+    loop.trainer.step_count = 3  # the trainer is at policy version 3
+    stale = [[_rollout("g0", 0, 1, 1.0), _rollout("g0", 1, 1, 0.0)]]  # sampled by version 1: 2 steps old
+    assert loop.train_once(stale) == "event"
+    rec = store.train_records("r1", "event")[-1]
+    assert rec["message"] == "dropped a whole batch of 2 stale rollouts" and rec["metrics"]["dropped"] == 2.0
+    assert rec["metrics"]["staleness_2"] == 2.0
+    assert loop.trainer.step_count == 3  # nothing trained
+    store.close()
+
+
+def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
+    bad_key = _train(tmp_path, "arithmetic", "--trainer.lrr", "1e-4")
+    assert bad_key.returncode != 0 and "unknown key trainer.lrr (did you mean 'lr'?)" in bad_key.stderr
+    assert "Traceback" not in bad_key.stderr
+    toml = tmp_path / "run.toml"
+    toml.write_text('[loop]\nmax_stepz = 3\n')
+    bad_file = _train(tmp_path, "arithmetic", "--config", str(toml))
+    assert "unknown key loop.max_stepz (did you mean 'max_steps'?)" in bad_file.stderr
+    bad_json = _train(tmp_path, "arithmetic", "-a", "{x", "--loop.groups_per_step", "500")
+    assert bad_json.returncode != 0 and "Traceback" not in bad_json.stderr
+    too_big = _train(tmp_path, "arithmetic", "-a", '{"n": 10}', "--loop.groups_per_step", "50")
+    assert too_big.returncode != 0 and "larger than the task set (10 training tasks)" in too_big.stderr
+    bad_target = _train(tmp_path, "arithmetic", "--env.args", "{n = 10}", "--trainer.target_modules", '["nope"]',
+                        "--max-steps", "1", "--loop.groups_per_step", "1", "--loop.rollouts_per_task", "2",
+                        "--threads", "1")
+    assert bad_target.returncode != 0 and "nope" in bad_target.stderr and "Traceback" not in bad_target.stderr
+    dry = _train(tmp_path, "arithmetic", "--dry-run", "--trainer.lr", "3e-4", "--sync")
+    assert dry.returncode == 0 and "lr = 0.0003" in dry.stdout and "sync = true" in dry.stdout
+    assert "async_level = 0" in dry.stdout
+    # Nothing was written for the failed runs except what they recorded.
+    if (tmp_path / "wb.db").exists():
+        con = sqlite3.connect(tmp_path / "wb.db")
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

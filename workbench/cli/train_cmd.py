@@ -1,0 +1,90 @@
+"""``workbench train``: the async RL loop (inference server, orchestrator, trainer) on this machine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .common import console, console_err, emit_json, fmt_float, open_store
+
+
+def step_line(rec: dict[str, Any]) -> str:
+    """One line per training record, for the terminal."""
+    m = rec["metrics"]
+    if rec["kind"] == "step":
+        staleness = " ".join(f"{k.removeprefix('staleness_')}:{int(v)}" for k, v in m.items()
+                             if k.startswith("staleness_") and k.removeprefix("staleness_").isdigit())
+        return (f"step {rec['step']:>4}  reward {fmt_float(m.get('reward_mean'))} ± {fmt_float(m.get('reward_std'))}"
+                f"  loss {fmt_float(m.get('loss'), 4)}  mismatch_kl {fmt_float(m.get('mismatch_kl'), 4)}"
+                f"  masked {fmt_float(m.get('masked_fraction'))}  entropy {fmt_float(m.get('entropy'))}"
+                f"  tok/s {m.get('tokens_per_s', 0):.0f}  dropped {int(m.get('dropped', 0))}"
+                f"  staleness {staleness or '-'}  wait {m.get('wait_s', 0):.1f}s train {m.get('train_s', 0):.1f}s"
+                f" update {m.get('update_s', 0):.1f}s")
+    if rec["kind"] == "eval":
+        return f"eval at step {rec['step']}: held-out reward {fmt_float(m.get('reward_mean'))} ({rec['message']})"
+    return f"{rec['kind']} at step {rec['step']}: {rec['message']}"
+
+
+@click.command("train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("env", required=False)
+@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="A run config (TOML): [env] [loop] [algorithm] [loss] [trainer].")
+@click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
+@click.option("--sync", is_flag=True, help="Generate, train, update, repeat: no overlap (loop.sync).")
+@click.option("--dry-run", is_flag=True, help="Print the resolved config as TOML and exit.")
+@click.option("--resume", default=None, metavar="RUN", help="Continue a training run from its last checkpoint.")
+@click.option("--threads", type=int, default=None, help="torch CPU threads of the server and of the trainer.")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary as the last line of stdout.")
+@click.pass_context
+def train_command(ctx: click.Context, env: str | None, env_args: str | None, config_file: str | None, max_steps: int | None, sync: bool,
+                  dry_run: bool, resume: str | None, threads: int | None, db: str | None, as_json: bool) -> None:
+    """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
+    --loop.groups_per_step 4, --algorithm.name rloo."""
+    from ..train_config import parse_overrides, resolve, to_toml
+    from .eval_cmd import run_async
+
+    overrides = parse_overrides(ctx.args)
+    if env_args is not None:
+        from ..discovery import parse_env_args
+
+        overrides["env.args"] = parse_env_args(env_args)
+    if max_steps is not None:
+        overrides["loop.max_steps"] = max_steps
+    if sync:
+        overrides["loop.sync"] = True
+    cfg = None
+    if resume:
+        extra = sorted(set(overrides) - {"loop.max_steps"})
+        if env or config_file or extra or dry_run:
+            raise click.UsageError("a resumed run keeps its own config; only --max-steps may change "
+                                   f"(got {', '.join(extra) or env or config_file or '--dry-run'})")
+    else:
+        cfg = resolve(config_file, overrides, env)
+    if dry_run:
+        assert cfg is not None
+        click.echo(to_toml(cfg.raw), nl=False)
+        return
+    store = open_store(ctx, db)
+    from ..train import train
+
+    def on_start(run_id: str, rdir: Any) -> None:
+        console_err.print(f"training run [cyan]{run_id}[/] (files in {rdir}); `workbench runs {run_id}` shows it")
+
+    def on_record(rec: dict[str, Any]) -> None:
+        console_err.print(step_line(rec), highlight=False)
+
+    out = run_async(train(cfg, store, resume=resume, max_steps=max_steps, threads=threads, on_start=on_start, on_record=on_record,
+                          log=lambda m: console_err.print(f"workbench: {m}")))
+    s = out.summary
+    if as_json:
+        emit_json(s)
+    else:
+        console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fmt_float(s['reward_first'])} → "
+                      f"{fmt_float(s['reward_last'])}, held-out {fmt_float(s['eval_first'])} → "
+                      f"{fmt_float(s['eval_last'])}, dropped {s['dropped']}, {s.get('wall_s', 0):.0f}s")
+
+
+COMMANDS = [train_command]

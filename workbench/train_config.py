@@ -1,0 +1,215 @@
+"""The run configuration of ``workbench train``: a TOML file, dotted command-line overrides, and
+validation that names the nearest valid key for a typo.
+
+    [env]        name = "arithmetic"; args = {...}
+    [loop]       max_steps, groups_per_step, rollouts_per_task, concurrency, max_off_policy_steps,
+                 async_level (how many steps generation may run ahead of training), sync,
+                 eval_every, eval_tasks (held out), checkpoint_every, temperature, max_tokens, seed
+    [algorithm]  name = "grpo" | "rloo" | "sft" | "distill", plus the algorithm's options
+    [loss]       name = "pg" | "ce", kl_coef, plus the loss's options
+    [trainer]    local_runtime.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
+
+``--trainer.lr 1e-4`` sets ``[trainer] lr``; values are parsed as TOML (``true``, ``[1, 2]``,
+``"text"``), falling back to a plain string.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .algorithms import ALGORITHMS, make_algorithm, nearest
+from .errors import ConfigError
+from .losses import LOSSES, build_loss
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    """How rollouts and optimizer steps interleave (the ``[loop]`` table)."""
+
+    max_steps: int = 20
+    groups_per_step: int = 8  # groups (tasks) per optimizer step
+    rollouts_per_task: int = 8  # the group size
+    concurrency: int = 32
+    max_off_policy_steps: int = 2  # rollouts older than this many policy versions are dropped
+    async_level: int = 1  # generation may run this many steps ahead of training (0 = sync)
+    sync: bool = False  # one step at a time: generate, train, update, repeat (for comparison)
+    eval_every: int = 0  # steps between held-out evals (0 = only at the start and the end)
+    eval_tasks: int = 0  # the last N tasks are held out for evals (never trained on)
+    checkpoint_every: int = 5
+    temperature: float | None = None  # sampling overrides (default: the environment's)
+    max_tokens: int | None = None
+    seed: int = 0
+    timeout_s: float = 600.0
+
+
+DEFAULTS: dict[str, Any] = {
+    "env": {"name": "", "args": {}},
+    "loop": dataclasses.asdict(LoopConfig()),
+    "algorithm": {"name": "grpo"},
+    "loss": {"name": "pg", "kl_coef": 0.0},
+    "trainer": {},  # filled from TrainerConfig when local_runtime is importable
+}
+
+
+def _trainer_defaults() -> dict[str, Any]:
+    try:
+        from local_runtime.trainer import TrainerConfig
+    except ImportError:  # the plain CLI without the local extra: trainer keys are checked by the trainer
+        return {}
+    return TrainerConfig().to_dict()
+
+
+@dataclass(slots=True)
+class RunConfig:
+    env: str
+    env_args: dict[str, Any]
+    loop: LoopConfig
+    algorithm: dict[str, Any]  # name + options
+    loss: dict[str, Any]  # name + kl_coef + options
+    trainer: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict)  # the resolved tables, as printed by --dry-run
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.raw)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["--trainer.lr", "1e-4", "--loop.sync=true"]`` → ``{"trainer.lr": 1e-4, "loop.sync": True}``."""
+    out: dict[str, Any] = {}
+    it = iter(args)
+    for a in it:
+        if not a.startswith("--") or "." not in a.split("=", 1)[0]:
+            raise ConfigError(f"unexpected argument {a!r}: overrides look like --section.key VALUE "
+                              "(e.g. --trainer.lr 1e-4)")
+        key, eq, value = a[2:].partition("=")
+        if not eq:
+            try:
+                value = next(it)
+            except StopIteration:
+                raise ConfigError(f"--{key} needs a value") from None
+        out[key] = _parse_value(value)
+    return out
+
+
+def _check_keys(section: str, table: dict[str, Any], valid: list[str]) -> None:
+    for k in table:
+        if k not in valid:
+            raise ConfigError(f"unknown key {section}.{k}{nearest(k, [*valid])}; valid {section} keys: "
+                              f"{', '.join(valid)}")
+
+
+def resolve(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+            env: str | None = None) -> RunConfig:
+    """The run configuration: defaults, then ``file``, then ``env``, then dotted ``overrides``."""
+    tables: dict[str, Any] = copy.deepcopy(DEFAULTS)
+    tables["trainer"] = _trainer_defaults()
+    loaded: dict[str, Any] = {}
+    if file is not None:
+        path = Path(file)
+        try:
+            loaded = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    for section, table in loaded.items():
+        if section not in tables:
+            raise ConfigError(f"unknown section {section!r}{nearest(section, list(tables))}; "
+                              f"sections: {', '.join(tables)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section!r} must be a table")
+        tables[section].update(table)
+    if env:
+        tables["env"]["name"] = env
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in tables or not key:
+            raise ConfigError(f"unknown key {dotted}{nearest(section, list(tables))}; keys look like "
+                              "loop.max_steps or trainer.lr")
+        tables[section][key] = value
+    return validate_tables(tables)
+
+
+def validate_tables(tables: dict[str, Any]) -> RunConfig:
+    _check_keys("env", tables["env"], ["name", "args"])
+    loop_keys = [f.name for f in dataclasses.fields(LoopConfig)]
+    _check_keys("loop", tables["loop"], loop_keys)
+    trainer_defaults = _trainer_defaults()
+    if trainer_defaults:
+        _check_keys("trainer", tables["trainer"], list(trainer_defaults))
+    name = tables["env"]["name"]
+    if not isinstance(name, str) or not name:
+        raise ConfigError("no environment: `workbench train ENV` or [env] name = \"...\" in the config")
+    if not isinstance(tables["env"]["args"], dict):
+        raise ConfigError("env.args must be a table of keyword arguments")
+    loop = LoopConfig(**tables["loop"])
+    for k in ("max_steps", "groups_per_step", "rollouts_per_task", "concurrency"):
+        v = getattr(loop, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"loop.{k} must be a positive integer, not {v!r}")
+    for k in ("max_off_policy_steps", "async_level", "eval_every", "eval_tasks", "checkpoint_every"):
+        v = getattr(loop, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"loop.{k} must be a non-negative integer, not {v!r}")
+    if loop.sync:
+        loop.async_level = 0
+    tables["loop"] = dataclasses.asdict(loop)
+    if loop.async_level > loop.max_off_policy_steps:
+        raise ConfigError(f"loop.async_level ({loop.async_level}) exceeds loop.max_off_policy_steps "
+                          f"({loop.max_off_policy_steps}): every rollout generated that far ahead would be dropped")
+    algo = dict(tables["algorithm"])
+    aname = algo.pop("name", "grpo")
+    if aname not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {aname!r}{nearest(aname, list(ALGORITHMS))}; "
+                          f"choose one of {', '.join(ALGORITHMS)}")
+    make_algorithm(aname, **algo)  # unknown options fail here, naming the nearest
+    loss = dict(tables["loss"])
+    lname = loss.pop("name", "pg")
+    if lname not in LOSSES or lname == "kl":
+        raise ConfigError(f"unknown loss {lname!r}{nearest(lname, [k for k in LOSSES if k != 'kl'])}; "
+                          "choose pg or ce (add a KL term with loss.kl_coef)")
+    build_loss(lname, **loss)
+    if trainer_defaults:
+        from local_runtime.trainer import TrainerConfig
+
+        TrainerConfig.from_dict(tables["trainer"])
+    return RunConfig(env=name, env_args=dict(tables["env"]["args"]), loop=loop,
+                     algorithm={"name": aname, **algo}, loss={"name": lname, **loss},
+                     trainer=dict(tables["trainer"]), raw=tables)
+
+
+def to_toml(tables: dict[str, Any]) -> str:
+    """The resolved configuration as TOML (what ``--dry-run`` prints; loadable with ``--config``)."""
+    import json
+
+    def val(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {val(x)}" for k, x in v.items()) + "}"
+        raise ConfigError(f"cannot write {v!r} as TOML")
+
+    lines: list[str] = []
+    for section, table in tables.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {val(v)}" for k, v in table.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)
