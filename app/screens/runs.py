@@ -1,4 +1,5 @@
-"""Runs: every run in the store and the selected run's summary (``workbench show RUN``)."""
+"""Runs: every run in the store and the selected run's summary (``workbench show RUN``); for a training
+run also its reward curve, evals, events and last steps (``workbench runs RUN``), live while it runs."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Static
 
 from workbench.errors import WorkbenchError
 
 from ..data import call_ui
 from ..format import fcost, fnum, ftime
+from ..widgets.train_view import TrainView
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
+TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
 
 
 def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
@@ -69,6 +73,7 @@ class RunsScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[dict[str, Any]] = []
+        self._train_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -76,6 +81,7 @@ class RunsScreen(Screen[None]):
             yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="run-summary-box"):
                 yield Static("no run selected", id="run-summary")
+        yield TrainView(id="train-box")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -86,7 +92,10 @@ class RunsScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         if self.is_mounted and self.runs:
-            self.action_refresh()
+            self.action_refresh()  # reloads the summary, which restarts the live training view
+
+    def on_screen_suspend(self) -> None:
+        self._watch_train(None)
 
     def action_refresh(self) -> None:
         self._load_runs()
@@ -142,18 +151,63 @@ class RunsScreen(Screen[None]):
             store = self.app.store.get()  # type: ignore[attr-defined]
             run = store.get_run(run_id)
             summary = run_summary(store, run_id)
+            records = store.train_records(run["id"]) if run["kind"] == "train" else None
         except WorkbenchError as e:
             call_ui(self.app, self.notify, str(e), severity="error")
             return
         except Exception as e:
             call_ui(self.app, self.notify, f"summarising run {run_id} failed: {e}", severity="error")
             return
-        call_ui(self.app, self._show_summary, run, summary)
+        call_ui(self.app, self._show_summary, run, summary, records)
 
-    def _show_summary(self, run: dict[str, Any], summary: dict[str, Any]) -> None:
+    def _show_summary(self, run: dict[str, Any], summary: dict[str, Any],
+                      records: list[dict[str, Any]] | None) -> None:
         if self._selected_id() != run["id"]:
             return
         self.query_one("#run-summary", Static).update(summary_renderable(run, summary))
+        view = self.query_one(TrainView)
+        view.display = records is not None
+        if records is not None:
+            view.show(run["id"], records)
+        self._watch_train(run["id"] if records is not None and run["status"] == "running" else None)
+
+    def _watch_train(self, run_id: str | None) -> None:
+        """Poll the training run ``run_id`` for new records (``None``: stop polling)."""
+        if self._train_timer is not None:
+            self._train_timer.stop()
+            self._train_timer = None
+        if run_id is not None:
+            self._train_timer = self.set_interval(TRAIN_POLL_S, self._tick_train)
+
+    def _tick_train(self) -> None:
+        view = self.query_one(TrainView)
+        if view.run_id is not None:
+            self._poll_train(view.run_id, view.last_id)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="train-poll")
+    def _poll_train(self, run_id: str, after_id: int) -> None:
+        try:
+            store = self.app.store.get()  # type: ignore[attr-defined]
+            records = store.train_records(run_id, after_id=after_id)
+            status = store.get_run(run_id)["status"]
+        except Exception as e:
+            call_ui(self.app, self._add_train, run_id, None, f"reading training run {run_id} failed: {e}")
+            return
+        call_ui(self.app, self._add_train, run_id, records, status)
+
+    def _add_train(self, run_id: str, records: list[dict[str, Any]] | None, status: str) -> None:
+        """A poll's result: new records and the run's status (``None`` and an error message when it failed)."""
+        view = self.query_one(TrainView)
+        if view.run_id != run_id or self._train_timer is None:
+            return
+        if records is None:
+            self._watch_train(None)
+            self.notify(status, severity="error")
+            return
+        view.add(records)
+        if status != "running":  # finished: stop, and show the final status in the list and summary
+            self._watch_train(None)
+            self.action_refresh()
 
     def action_traces(self) -> None:
         run_id = self._selected_id()

@@ -47,13 +47,9 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     console.print(t)
 
 
-STEP_COLUMNS = [("reward", "reward_mean", 3), ("±", "reward_std", 3), ("loss", "loss", 4),
-                ("mismatch_kl", "mismatch_kl", 4), ("masked", "masked_fraction", 3), ("entropy", "entropy", 3),
-                ("tok/s", "tokens_per_s", 0), ("dropped", "dropped", 0), ("wait s", "wait_s", 1),
-                ("train s", "train_s", 1), ("update s", "update_s", 1)]
-
-
 def show_run(store: Any, run_id: str, as_json: bool) -> None:
+    from ..report import STEP_COLUMNS
+
     run = store.get_run(run_id)
     steps = store.train_records(run["id"], "step")
     other = [r for r in store.train_records(run["id"]) if r["kind"] != "step"]
