@@ -1,0 +1,336 @@
+"""Streaming a remote run back to the laptop: an append-only, replayable event log with a cursor.
+
+The remote side (a Modal function, or a local process for ``--backend local``) writes its run into
+its own store and an :class:`Exporter` turns every new row into an event with a sequence number
+(``seq``, 1, 2, ...) appended to the log. The laptop reads the log from its cursor and
+:func:`ingest` applies events to the local store in one transaction together with the new cursor,
+so a dropped connection resumes from the cursor with nothing lost, and a duplicate delivery (an
+event at or below the cursor) is skipped: exactly-once into SQLite.
+
+Logs: :class:`DirLog` (JSON lines in a directory: the local backend; on Modal the same files can
+live on a Volume) and :class:`KeyValueLog` over any dict-like store with ``get``/``put`` — a
+``modal.Dict`` in the cloud (``KeyValueLog.modal(name)``). Both carry the stop flag that
+``workbench stop`` and the budget guard raise and the remote loop checks between steps.
+
+Event kinds: ``run`` (the run row: status, summary...), ``rollout`` (a rollout row with its
+scores, model calls, errors and trace), ``train`` (a train_metric row), ``cost`` (a cost_event row).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+Event = dict[str, Any]
+_CHILDREN = ("score", "model_call", "rollout_error", "trace")  # rows keyed by rollout_pk
+FINISHED = frozenset({"completed", "failed", "interrupted", "stopped"})
+
+
+class EventLog(Protocol):
+    def append(self, events: list[Event]) -> int: ...
+    def read(self, after: int, limit: int = 500) -> list[Event]: ...
+    def request_stop(self, reason: str) -> None: ...
+    def stop_requested(self) -> str | None: ...
+
+
+class DirLog:
+    """Events as JSON lines in ``DIR/events.jsonl`` (one writer), the stop flag in ``DIR/stop``."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.dir = Path(path)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.file = self.dir / "events.jsonl"
+        self.file.touch(exist_ok=True)
+        self._head: int | None = None
+        self._offset = (0, 0)  # (seq, byte offset just after it): where the last read ended
+
+    def head(self) -> int:
+        if self._head is None:
+            last = 0
+            for ev in self._scan(0):
+                last = ev["seq"]
+            self._head = last
+        return self._head
+
+    def append(self, events: list[Event]) -> int:
+        seq = self.head()
+        lines = []
+        for ev in events:
+            seq += 1
+            lines.append(orjson.dumps({**ev, "seq": seq}) + b"\n")
+        with open(self.file, "ab") as f:
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        self._head = seq
+        return seq
+
+    def _scan(self, start: int) -> Iterable[Event]:
+        with open(self.file, "rb") as f:
+            f.seek(start)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    return  # a line still being written
+                yield orjson.loads(line)
+
+    def read(self, after: int, limit: int = 500) -> list[Event]:
+        seq, offset = self._offset
+        start = offset if seq <= after else 0
+        out: list[Event] = []
+        pos = start
+        with open(self.file, "rb") as f:
+            f.seek(start)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                pos += len(line)
+                ev = orjson.loads(line)
+                if ev["seq"] <= after:
+                    self._offset = (ev["seq"], pos)
+                    continue
+                out.append(ev)
+                self._offset = (ev["seq"], pos)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def request_stop(self, reason: str) -> None:
+        (self.dir / "stop").write_text(reason)
+
+    def stop_requested(self) -> str | None:
+        with contextlib.suppress(FileNotFoundError):
+            return (self.dir / "stop").read_text() or "stop requested"
+        return None
+
+
+class KeyValueLog:
+    """Events in a dict-like store: ``head`` → last seq, ``e:SEQ`` → event, ``stop`` → reason.
+    One writer; readers fetch by key, so reading never consumes anything (unlike a queue)."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+
+    @classmethod
+    def modal(cls, name: str) -> KeyValueLog:
+        import modal
+
+        return cls(modal.Dict.from_name(name, create_if_missing=True))
+
+    def append(self, events: list[Event]) -> int:
+        seq = int(self.kv.get("head", 0) or 0)
+        for ev in events:
+            seq += 1
+            self.kv[f"e:{seq}"] = {**ev, "seq": seq}
+        self.kv["head"] = seq  # after the events: a reader never sees a head without its events
+        return seq
+
+    def read(self, after: int, limit: int = 500) -> list[Event]:
+        head = int(self.kv.get("head", 0) or 0)
+        return [self.kv.get(f"e:{s}") for s in range(after + 1, min(head, after + limit) + 1)]
+
+    def request_stop(self, reason: str) -> None:
+        self.kv["stop"] = reason
+
+    def stop_requested(self) -> str | None:
+        return self.kv.get("stop") or None
+
+
+def open_log(spec: dict[str, Any]) -> EventLog:
+    """The log a run's ``config["stream"]`` names: ``{"kind": "dir", "path": ...}`` or
+    ``{"kind": "modal_dict", "name": ...}``."""
+    if spec.get("kind") == "dir":
+        return DirLog(spec["path"])
+    if spec.get("kind") == "modal_dict":
+        return KeyValueLog.modal(spec["name"])
+    raise ValueError(f"unknown stream kind {spec.get('kind')!r}")
+
+
+# -- the remote side -------------------------------------------------------------------------------
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _row(cols: list[str], values: Iterable[Any]) -> dict[str, Any]:
+    out = {}
+    for c, v in zip(cols, values, strict=True):
+        out[c] = {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
+    return out
+
+
+class Exporter:
+    """Turns the new rows of a run (and of its held-out eval runs ``RUN-eval*``) into events."""
+
+    def __init__(self, db: Path | str, run_id: str, log: EventLog) -> None:
+        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+        self.run_id, self.log = run_id, log
+        self.rollout_pk = self.train_id = self.cost_id = 0
+        self.runs: dict[str, tuple[Any, ...]] = {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _run_ids(self) -> str:
+        return "(run_id = ? OR run_id LIKE ? ESCAPE '\\')"
+
+    def pump(self) -> int:
+        """Append every row written since the last call; returns how many events."""
+        c = self.conn
+        like = self.run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
+        events: list[Event] = []
+        run_cols = _columns(c, "run")
+        for values in c.execute("SELECT * FROM run WHERE (id = ? OR id LIKE ? ESCAPE '\\') ORDER BY created_at",
+                                (self.run_id, like)):
+            row = _row(run_cols, values)
+            key = tuple(values)
+            if self.runs.get(row["id"]) != key:
+                self.runs[row["id"]] = key
+                events.append({"kind": "run", "row": row})
+        cols = _columns(c, "rollout")
+        child_cols = {t: _columns(c, t) for t in _CHILDREN}
+        rows = c.execute(f"SELECT * FROM rollout WHERE pk > ? AND {self._run_ids()} ORDER BY pk LIMIT 2000",
+                         (self.rollout_pk, self.run_id, like)).fetchall()
+        for values in rows:
+            row = _row(cols, values)
+            pk = row.pop("pk")
+            children = {t: [_row(child_cols[t], v) for v in c.execute(f"SELECT * FROM {t} WHERE rollout_pk = ?", (pk,))]
+                        for t in _CHILDREN}
+            events.append({"kind": "rollout", "row": row, "children": children})
+            self.rollout_pk = pk
+        tcols = _columns(c, "train_metric")
+        for values in c.execute(f"SELECT * FROM train_metric WHERE id > ? AND {self._run_ids()} ORDER BY id",
+                                (self.train_id, self.run_id, like)):
+            row = _row(tcols, values)
+            self.train_id = row.pop("id")
+            events.append({"kind": "train", "row": row})
+        ccols = _columns(c, "cost_event")
+        for values in c.execute(f"SELECT * FROM cost_event WHERE id > ? AND {self._run_ids()} ORDER BY id",
+                                (self.cost_id, self.run_id, like)):
+            row = _row(ccols, values)
+            self.cost_id = row.pop("id")
+            events.append({"kind": "cost", "row": row})
+        if events:
+            self.log.append(events)
+        return len(events)
+
+
+# -- the laptop side -------------------------------------------------------------------------------
+def cursor_key(run_id: str) -> str:
+    return f"stream_cursor:{run_id}"
+
+
+def read_cursor(conn: sqlite3.Connection, run_id: str) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (cursor_key(run_id),)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: base64.b64decode(v["b64"]) if isinstance(v, dict) and "b64" in v else v for k, v in row.items()}
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], upsert_key: str | None = None) -> int:
+    row = _decode(row)
+    cols = [c for c in _columns(conn, table) if c in row]
+    sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    if upsert_key:
+        sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != upsert_key)
+        sql += f" ON CONFLICT({upsert_key}) DO UPDATE SET {sets}"
+    return conn.execute(sql, [row[c] for c in cols]).lastrowid or 0
+
+
+def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[Event]:
+    """Apply ``events`` (in seq order) past the run's cursor, in one transaction with the new
+    cursor; returns the events applied (duplicates and replays are skipped)."""
+    from workbench.rollout import searchable_text
+
+    applied: list[Event] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cursor = read_cursor(conn, run_id)
+        for ev in sorted(events, key=lambda e: e["seq"]):
+            if ev["seq"] <= cursor:
+                continue
+            if ev["seq"] != cursor + 1:
+                break  # a gap: stop here, the next read resumes from the cursor
+            kind, row = ev["kind"], ev["row"]
+            if kind == "run" and row["id"] == run_id:
+                # The launch wrote this run's row (with where its stream lives): take the remote's progress.
+                conn.execute("UPDATE run SET status = ?, error = ?, finished_at = ?, summary = ?, model = ? "
+                             "WHERE id = ?", (row["status"], row["error"], row["finished_at"], row["summary"],
+                                              row["model"], run_id))
+            elif kind == "run":
+                _insert(conn, "run", row, upsert_key="id")
+            elif kind == "rollout":
+                # Keyed by the rollout id too: a re-exported stream (a restarted remote) adds nothing twice.
+                if not conn.execute("SELECT 1 FROM rollout WHERE id = ?", (row["id"],)).fetchone():
+                    pk = _insert(conn, "rollout", row)
+                    for table, rows in ev["children"].items():
+                        for r in rows:
+                            _insert(conn, table, {**r, "rollout_pk": pk, **({"id": None} if "id" in r else {})})
+                    msgs = orjson.loads(row.get("messages") or "[]")
+                    conn.execute("INSERT INTO rollout_fts (rowid, text) VALUES (?, ?)", (pk, searchable_text(msgs)))
+            elif kind in ("train", "cost"):
+                table = "train_metric" if kind == "train" else "cost_event"
+                key = ("run_id", "kind", "created_at")
+                if not conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? AND kind = ? AND created_at = ?",
+                                    [row[k] for k in key]).fetchone():
+                    _insert(conn, table, row)
+            cursor = ev["seq"]
+            applied.append(ev)
+        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                     (cursor_key(run_id), str(cursor)))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return applied
+
+
+def spent_usd(conn: sqlite3.Connection, run_id: str) -> float:
+    like = run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
+    return float(conn.execute("SELECT COALESCE(SUM(usd), 0) FROM cost_event WHERE run_id = ? OR run_id LIKE ? "
+                              "ESCAPE '\\'", (run_id, like)).fetchone()[0])
+
+
+def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: float | None = None,
+           on_event: Callable[[Event], None] | None = None, poll_s: float = 0.2, retry_max_s: float = 10.0,
+           until_finished: bool = True, timeout_s: float | None = None) -> str:
+    """Ingest the run's stream until it finishes (returns its final status). A failing read
+    (a dropped connection) is retried with backoff from the cursor. When the accrued spend reaches
+    ``budget_usd`` the run is asked to stop (it stops within one step)."""
+    delay = poll_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    status = ""
+    stop_sent = False
+    while True:
+        try:
+            events = log.read(read_cursor(conn, run_id))
+            delay = poll_s
+        except (OSError, ConnectionError, TimeoutError):
+            time.sleep(delay)
+            delay = min(retry_max_s, delay * 2)
+            continue
+        new = ingest(conn, run_id, events)
+        for ev in new:
+            if ev["kind"] == "run" and ev["row"]["id"] == run_id:
+                status = ev["row"]["status"]
+            if on_event:
+                on_event(ev)
+        if budget_usd is not None and not stop_sent:
+            spent = spent_usd(conn, run_id)
+            if spent >= budget_usd:
+                log.request_stop(f"budget reached: ${spent:.4f} spent of ${budget_usd:.4f}")
+                stop_sent = True
+        if until_finished and status in FINISHED and not new:
+            return status
+        if deadline is not None and time.monotonic() > deadline:
+            return status
+        if not new:
+            time.sleep(poll_s)
