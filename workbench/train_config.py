@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm": {"name": "grpo"},
     "loss": {"name": "pg", "kl_coef": 0.0},
     "trainer": {},  # filled from TrainerConfig when local_runtime is importable
+    "cloud": {},  # where and on what a launched run trains: checked by cloud_runtime.plan, unused by train
 }
 
 
@@ -113,6 +114,12 @@ def _check_keys(section: str, table: dict[str, Any], valid: list[str]) -> None:
 def resolve(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
             env: str | None = None) -> RunConfig:
     """The run configuration: defaults, then ``file``, then ``env``, then dotted ``overrides``."""
+    return validate_tables(load_tables(file, overrides, env))
+
+
+def load_tables(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                env: str | None = None) -> dict[str, Any]:
+    """The merged tables (defaults, ``file``, ``env``, dotted ``overrides``), not yet validated."""
     tables: dict[str, Any] = copy.deepcopy(DEFAULTS)
     tables["trainer"] = _trainer_defaults()
     loaded: dict[str, Any] = {}
@@ -139,7 +146,7 @@ def resolve(file: str | Path | None = None, overrides: dict[str, Any] | None = N
             raise ConfigError(f"unknown key {dotted}{nearest(section, list(tables))}; keys look like "
                               "loop.max_steps or trainer.lr")
         tables[section][key] = value
-    return validate_tables(tables)
+    return tables
 
 
 def validate_tables(tables: dict[str, Any]) -> RunConfig:

@@ -29,9 +29,9 @@ def cli(ctx: click.Context, db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import browse, envs_cmd, eval_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd
+    from . import browse, envs_cmd, eval_cmd, launch_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd
 
-    for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd):
+    for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 
@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         # Outside standalone mode click returns the code of ``ctx.exit(code)`` instead of exiting.
         rv = cli.main(args=argv, prog_name="workbench", standalone_mode=False)
     except WorkbenchError as e:
-        console_err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        # Messages name config tables like [env]: printed as they are, never as markup.
+        console_err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return e.exit_code
     except click.exceptions.Abort:
         console_err.print("aborted")

@@ -1,0 +1,185 @@
+"""``workbench launch``: plan (and, in a later build, run) an RL run on a GPU cluster;
+``workbench gpu-prices``: the GPU price table the plan costs with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from .common import console, emit_json
+
+
+def render_plan(plan: Any) -> None:
+    """The plan for people: cluster, memory fit, time and money, then every derivation."""
+    from rich.table import Table
+
+    from cloud_runtime.plan import fmt
+
+    d = plan.to_dict()
+    cluster = Table(title="cluster", box=None, show_edge=False, title_justify="left", show_header=False)
+    cluster.add_column(style="bold")
+    cluster.add_column()
+    cluster.add_row("provider / GPU", f"{plan.provider} {plan.gpu}")
+    cluster.add_row("nodes", f"{plan.nodes} × {plan.gpus_per_node} GPUs = {plan.total_gpus} GPUs")
+    cluster.add_row("trainer", f"{fmt(d['trainer_nodes'])} nodes, {plan.trainer_gpus} GPUs")
+    cluster.add_row("inference", f"{fmt(d['inference_nodes'])} nodes, {plan.inference_gpus} GPUs "
+                    f"({plan.inference_replicas} replicas × {plan.inference_tp} GPUs)")
+    cluster.add_row("mode", f"{plan.mode}, {plan.rollouts_per_step} rollouts/step, "
+                    f"{fmt(plan.tokens_per_step)} tokens/step, {plan.max_steps:,} steps")
+    console.print(cluster)
+    console.print()
+
+    mem = Table(title="memory per GPU (GB)", box=None, show_edge=False, title_justify="left")
+    for col in ("", "trainer", "inference"):
+        mem.add_column(col, justify="right" if col else "left")
+    tr, inf = plan.memory["trainer"], plan.memory["inference"]
+    rows = [("weights", tr["weights_gb"], inf["weights_gb"]), ("gradients", tr["grads_gb"], None),
+            ("optimizer (Adam fp32 m+v+master)", tr["optimizer_gb"], None),
+            ("gathered layers (FSDP)", tr["gathered_layers_gb"], None),
+            ("activations (checkpointed)", tr["activations_gb"], None),
+            ("KV cache, batch at mean length", None, inf["kv_batch_gb"]),
+            ("KV cache, one full-context sequence", None, inf["kv_full_context_gb"]),
+            ("total", tr["total_gb"], inf["total_gb"]), ("usable", tr["usable_gb"], inf["usable_gb"])]
+    for name, a, b in rows:
+        mem.add_row(name, "" if a is None else f"{a:.1f}", "" if b is None else f"{b:.1f}")
+    verdict = lambda ok: "[green]fits[/]" if ok else "[red]does not fit[/]"  # noqa: E731
+    mem.add_row("verdict", verdict(tr["fits"]), verdict(inf["fits"]))
+    console.print(mem)
+    if inf.get("batch_limited_by_memory"):
+        console.print("[yellow]note:[/] the inference batch is limited by KV-cache memory; requests will queue")
+    console.print()
+
+    cost = Table(title="time and cost", box=None, show_edge=False, title_justify="left", show_header=False)
+    cost.add_column(style="bold")
+    cost.add_column(justify="right")
+    cost.add_row("trainer time / step", f"{plan.trainer_time_s:,.1f} s")
+    cost.add_row("inference time / step", f"{plan.inference_time_s:,.1f} s ({plan.inference_bound}-bound decode)")
+    cost.add_row("weight sync / step", f"{plan.weight_sync_s:,.1f} s")
+    cost.add_row("step time", f"{plan.step_time_s:,.1f} s ({plan.step_time_s / 60:.2f} min, {plan.mode})")
+    cost.add_row("price", f"${plan.usd_per_gpu_s:g}/GPU-s (${plan.usd_per_gpu_s * 3600:.2f}/GPU-h)")
+    cost.add_row("$ / step", f"${plan.usd_per_step:,.2f}")
+    cost.add_row("wall time", f"{plan.wall_s / 3600:,.1f} h ({plan.wall_days:.2f} days)")
+    cost.add_row("total", f"${plan.total_usd:,.0f}")
+    if plan.budget_usd is not None:
+        ok = plan.total_usd <= plan.budget_usd
+        cost.add_row("budget", f"${plan.budget_usd:,.0f} " + ("[green]within[/]" if ok else "[red]exceeded[/]"))
+    console.print(cost)
+    console.print()
+    console.print("[bold]how each number was computed[/]")
+    for i, row in enumerate(plan.derivation, 1):
+        console.print(f"{i:>3}. {row.line()}", markup=False, highlight=False)
+    console.print()
+    console.print("[bold]assumptions[/]")
+    for a in plan.assumptions:
+        console.print(f"  - {a}", markup=False, highlight=False)
+
+
+def _launch(cfg: Any, plan: Any, backend: str | None) -> None:
+    """Start the run on ``backend``. Not in this build: the local and Modal backends come next."""
+    raise ConfigError("launching is not available yet in this build; `workbench launch ENV --config FILE --plan` "
+                      "shows the plan and cost without launching")
+
+
+@click.command("launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("env", required=False)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="A run config (TOML): the `workbench train` tables plus [cloud].")
+@click.option("--plan", "plan_only", is_flag=True, help="Print the cluster plan and cost; launch nothing.")
+@click.option("--backend", type=click.Choice(["local", "modal"]), default=None, help="Where to run.")
+@click.option("--budget", type=float, default=None, metavar="USD",
+              help="Refuse a plan whose estimated total exceeds USD (else cloud.budget_usd).")
+@click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object on the last line.")
+@click.pass_context
+def launch_command(ctx: click.Context, env: str | None, config_file: str | None, plan_only: bool,
+                   backend: str | None, budget: float | None, max_steps: int | None, db: str | None,
+                   as_json: bool) -> None:
+    """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
+    --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
+    from cloud_runtime.plan import check_budget, load_launch_config, make_plan
+
+    from ..train_config import parse_overrides
+
+    overrides = parse_overrides(ctx.args)
+    if max_steps is not None:
+        if max_steps < 1:
+            raise ConfigError("--max-steps must be a positive integer")
+        overrides["loop.max_steps"] = max_steps
+    if budget is not None and budget < 0:
+        raise ConfigError("--budget cannot be negative")
+    cfg = load_launch_config(config_file, overrides, env)
+    plan = make_plan(cfg, budget_usd=budget, max_steps=max_steps)
+    if plan_only:
+        if as_json:
+            emit_json(plan.to_dict())
+        else:
+            render_plan(plan)
+        check_budget(plan)
+        return
+    check_budget(plan)
+    if not plan.fits:
+        raise ConfigError("the plan does not fit in GPU memory (see `--plan`); add nodes, raise "
+                          "cloud.context_parallel or shorten cloud.context_length")
+    _launch(cfg, plan, backend)
+
+
+@click.group("gpu-prices")
+def gpu_prices_group() -> None:
+    """Show or edit GPU prices (USD per GPU-second) used to cost cluster plans."""
+
+
+@gpu_prices_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def gpu_prices_list(as_json: bool) -> None:
+    """List the GPU price table (defaults plus your overrides)."""
+    from rich.table import Table
+
+    from cloud_runtime.gpu_prices import load_prices, prices_path
+
+    rows = [p.to_dict() for p in load_prices().values()]
+    if as_json:
+        emit_json({"prices": rows, "path": str(prices_path())})
+        return
+    t = Table(box=None, show_edge=False)
+    for col in ("provider", "gpu", "$/GPU-s", "$/GPU-h", "source"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["provider"], r["gpu"], f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}", r["source"])
+    console.print(t)
+    console.print(f"overrides: {prices_path()} (edit with `workbench gpu-prices set PROVIDER GPU --per-hour USD`)")
+
+
+@gpu_prices_group.command("set")
+@click.argument("provider")
+@click.argument("gpu")
+@click.option("--per-second", "per_s", type=float, default=None, help="USD per GPU-second.")
+@click.option("--per-hour", "per_h", type=float, default=None, help="USD per GPU-hour.")
+@click.option("--source", default="user", help="Where the price comes from.")
+def gpu_prices_set(provider: str, gpu: str, per_s: float | None, per_h: float | None, source: str) -> None:
+    """Set the price of GPU at PROVIDER (a new provider is added)."""
+    from cloud_runtime.gpu_prices import set_price
+
+    if (per_s is None) == (per_h is None):
+        raise ConfigError("give exactly one of --per-second or --per-hour")
+    p = set_price(provider, gpu, per_s if per_s is not None else per_h / 3600, source)  # type: ignore[operator]
+    console.print(f"{p.provider} {p.gpu}: ${p.usd_per_gpu_s:.6f}/GPU-s (${p.usd_per_gpu_hour:.2f}/GPU-h)")
+
+
+@gpu_prices_group.command("delete")
+@click.argument("provider")
+@click.argument("gpu")
+def gpu_prices_delete(provider: str, gpu: str) -> None:
+    """Remove your override for GPU at PROVIDER (a default price comes back)."""
+    from cloud_runtime.gpu_prices import delete_price
+
+    from ..errors import NotFoundError
+
+    if not delete_price(provider, gpu):
+        raise NotFoundError(f"no override for {provider} {gpu}; `workbench gpu-prices list` shows the table")
+    console.print(f"removed {provider} {gpu}")
+
+
+COMMANDS = [launch_command, gpu_prices_group]
