@@ -169,9 +169,11 @@ class Exporter:
     """Turns the new rows of a run (and of its held-out eval runs ``RUN-eval*``) into events."""
 
     def __init__(self, db: Path | str, run_id: str, log: EventLog) -> None:
-        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+        # Read-only; used by one thread at a time (the pump thread, then the final pump after it).
+        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0, check_same_thread=False)
         self.run_id, self.log = run_id, log
-        self.rollout_pk = self.train_id = self.cost_id = 0
+        self.rollout_pk = 0
+        self.last_id = {"train_metric": 0, "cost_event": 0}
         self.runs: dict[str, tuple[Any, ...]] = {}
 
     def close(self) -> None:
@@ -204,18 +206,13 @@ class Exporter:
                         for t in _CHILDREN}
             events.append({"kind": "rollout", "row": row, "children": children})
             self.rollout_pk = pk
-        tcols = _columns(c, "train_metric")
-        for values in c.execute(f"SELECT * FROM train_metric WHERE id > ? AND {self._run_ids()} ORDER BY id",
-                                (self.train_id, self.run_id, like)):
-            row = _row(tcols, values)
-            self.train_id = row.pop("id")
-            events.append({"kind": "train", "row": row})
-        ccols = _columns(c, "cost_event")
-        for values in c.execute(f"SELECT * FROM cost_event WHERE id > ? AND {self._run_ids()} ORDER BY id",
-                                (self.cost_id, self.run_id, like)):
-            row = _row(ccols, values)
-            self.cost_id = row.pop("id")
-            events.append({"kind": "cost", "row": row})
+        for table, kind in (("train_metric", "train"), ("cost_event", "cost")):
+            tcols = _columns(c, table)
+            for values in c.execute(f"SELECT * FROM {table} WHERE id > ? AND {self._run_ids()} ORDER BY id",
+                                    (self.last_id[table], self.run_id, like)):
+                row = _row(tcols, values)
+                self.last_id[table] = row.pop("id")
+                events.append({"kind": kind, "row": row})
         if events:
             self.log.append(events)
         return len(events)
@@ -301,13 +298,15 @@ def spent_usd(conn: sqlite3.Connection, run_id: str) -> float:
 
 def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: float | None = None,
            on_event: Callable[[Event], None] | None = None, poll_s: float = 0.2, retry_max_s: float = 10.0,
-           until_finished: bool = True, timeout_s: float | None = None) -> str:
+           until_finished: bool = True, timeout_s: float | None = None,
+           exited: Callable[[], bool] | None = None) -> str:
     """Ingest the run's stream until it finishes (returns its final status). A failing read
     (a dropped connection) is retried with backoff from the cursor. When the accrued spend reaches
     ``budget_usd`` the run is asked to stop (it stops within one step)."""
     delay = poll_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    status = ""
+    row = conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()
+    status = row[0] if row else ""  # what the store already knows (a finished run needs no new event)
     stop_sent = False
     while True:
         try:
@@ -328,7 +327,7 @@ def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: 
             if spent >= budget_usd:
                 log.request_stop(f"budget reached: ${spent:.4f} spent of ${budget_usd:.4f}")
                 stop_sent = True
-        if until_finished and status in FINISHED and not new:
+        if not new and ((until_finished and status in FINISHED) or (exited is not None and exited())):
             return status
         if deadline is not None and time.monotonic() > deadline:
             return status

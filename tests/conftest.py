@@ -6,6 +6,7 @@ SQLite files under ``tmp_path``, and the CLI runs as the installed console scrip
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -101,3 +102,16 @@ def write_env(tmp_path: Path) -> Callable[..., Path]:
         return write_file(tmp_path / "src" / name, source)
 
     return write
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model built with the fast recipe (a few seconds of training), once per session, for
+    tests/local_runtime and tests/cloud. ``WORKBENCH_TEST_TINY_DIR`` points at an existing build
+    instead (for quick reruns)."""
+    given = os.environ.get("WORKBENCH_TEST_TINY_DIR")
+    if given:
+        return Path(given)
+    from local_runtime.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "workbench-tiny-v1", seed=0, fast=True)

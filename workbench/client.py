@@ -44,18 +44,17 @@ class ChatResponse:
 
 
 def resolve_api_key(flag: str | None, provider: str = "openai") -> str | None:
-    """The API key from the flag, then ``WORKBENCH_API_KEY``/``OPENAI_API_KEY``, then keyring."""
+    """The API key from the flag, then ``WORKBENCH_API_KEY``/``OPENAI_API_KEY``, then keyring
+    (``workbench login openai``; see workbench/credentials.py). The env vars come before keyring here:
+    they name the key for the endpoint at hand, which need not be the provider's own."""
     if flag:
         return flag
     for var in ("WORKBENCH_API_KEY", f"{provider.upper()}_API_KEY"):
         if os.environ.get(var):
             return os.environ[var]
-    try:
-        import keyring
+    from .credentials import stored_token
 
-        return keyring.get_password("workbench", provider)
-    except Exception:  # no keyring backend on this machine: the env vars are the fallback
-        return None
+    return stored_token(provider)
 
 
 def _error_detail(body: bytes) -> str:

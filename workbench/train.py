@@ -83,9 +83,12 @@ def task_stream(tasks: list[Task], seed: int, start: int = 0) -> Iterator[tuple[
 
 class Orchestrator:
     def __init__(self, cfg: RunConfig, store: Store, run_id: str, env: Environment, *,
-                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_record: Callable[[dict[str, Any]], None] | None = None,
+                 should_stop: Callable[[], str | None] | None = None) -> None:
         self.cfg, self.store, self.run_id, self.env = cfg, store, run_id, env
         self.on_record = on_record
+        self.should_stop = should_stop  # polled between steps: a reason to stop (a budget, `workbench stop`)
+        self.stopped: str | None = None
         self.step = 0  # the trainer's policy version, as last read from the store
         self.step0 = 0  # the version this process started at (a resumed run starts at its checkpoint)
         self.group0 = 0
@@ -149,6 +152,9 @@ class Orchestrator:
                     evaluated.add(self.step)
                     self.evals.append(asyncio.create_task(self.evaluate(eval_tasks, self.step)))
                 if self.step >= loop.max_steps:
+                    break
+                if self.should_stop is not None and (reason := self.should_stop()):
+                    self.stopped = reason
                     break
                 if producer.done():
                     producer.result()  # a fatal endpoint error: raise it
@@ -228,7 +234,8 @@ def _start_worker(db: Path, run_id: str, server_root: str, rdir: Path, threads: 
 
 
 async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = None, max_steps: int | None = None,
-                threads: int | None = None,
+                threads: int | None = None, run_id: str | None = None,
+                should_stop: Callable[[], str | None] | None = None,
                 on_start: Callable[[str, Path], None] | None = None,
                 on_record: Callable[[dict[str, Any]], None] | None = None,
                 log: Callable[[str], None] | None = None) -> TrainOutcome:
@@ -248,7 +255,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
     else:
         assert cfg is not None
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()
         rdir = run_dir(run_id)
         rdir.mkdir(parents=True, exist_ok=True)
         (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
@@ -276,7 +283,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         *(["--threads", str(threads)] if threads else [])])
     root = f"http://127.0.0.1:{server['port']}"
     base_url = root + "/v1"
-    orch = Orchestrator(cfg, store, run_id, env, on_record=on_record)
+    orch = Orchestrator(cfg, store, run_id, env, on_record=on_record, should_stop=should_stop)
     orch.base_model = str(server["model"])
     status, error = "completed", ""
     try:  # from here on, whatever happens, the trainer and the server are stopped
@@ -296,6 +303,8 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
             on_start(run_id, rdir)
         orch.worker, orch.worker_log = _start_worker(store.path, run_id, root, rdir, threads)
         await _orchestrate(orch, store, env, cfg, run_id, base_url, train_tasks, eval_tasks)
+        if orch.stopped is not None:
+            status, error = "stopped", orch.stopped
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "interrupted"
         raise
@@ -335,8 +344,9 @@ async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: 
                                    continuation=TokenContinuation(client, base_url, orch.base_model))
             await orch.run(engine, train_tasks, eval_tasks)
             assert orch.worker is not None
-            await asyncio.to_thread(orch.worker.wait, 600)  # it checkpoints and exits after its last step
-            orch.poll()
+            if orch.stopped is None:
+                await asyncio.to_thread(orch.worker.wait, 600)  # it checkpoints and exits after its last step
+                orch.poll()
     finally:
         try:
             if sandboxes is not None:

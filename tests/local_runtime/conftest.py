@@ -3,7 +3,6 @@ subprocesses on 127.0.0.1 driven with the official ``openai`` client."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,6 @@ from .helpers import SERVED, run_server
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model built with the fast recipe (a few seconds of training), once per session.
-    ``WORKBENCH_TEST_TINY_DIR`` points at an existing build instead (for quick reruns)."""
-    given = os.environ.get("WORKBENCH_TEST_TINY_DIR")
-    if given:
-        return Path(given)
-    from local_runtime.tiny_model import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "workbench-tiny-v1", seed=0, fast=True)
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,21 @@ def cli(ctx: click.Context, db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import browse, envs_cmd, eval_cmd, launch_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd
+    from . import (
+        browse,
+        envs_cmd,
+        eval_cmd,
+        launch_cmd,
+        login_cmd,
+        package_cmd,
+        prices_cmd,
+        sandbox_cmd,
+        serve_cmd,
+        train_cmd,
+    )
 
-    for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd):
+    for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd, package_cmd,
+                login_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

@@ -18,14 +18,28 @@ from .common import console, emit_json, fmt_float, open_store
 @click.option("--limit", type=int, default=30, show_default=True)
 @click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@click.option("--follow", is_flag=True, help="With RUN (a launched run): stream it into the store until it ends.")
 @click.pass_context
 def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: int, db: str | None,
-                 as_json: bool) -> None:
+                 as_json: bool, follow: bool) -> None:
     """List runs, newest first; with RUN, that run (a training run: its steps, evals and events)."""
     from ..store.queries import list_runs
 
+    if follow and not run:
+        raise click.UsageError("--follow needs a RUN")
     if run:
         with open_store(ctx, db) as store:
+            if follow:
+                from cloud_runtime.launch import follow_run
+
+                from .train_cmd import step_line
+
+                def on_event(ev: dict[str, Any]) -> None:
+                    row = ev["row"]
+                    if ev["kind"] == "train" and row["run_id"] == run:
+                        console.print(step_line({**row, "metrics": orjson.loads(row["metrics"])}), markup=False)
+
+                follow_run(store, run, on_event=on_event)
             show_run(store, run, as_json)
         return
     with open_store(ctx, db) as store:

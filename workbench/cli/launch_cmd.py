@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from ..errors import ConfigError
-from .common import console, emit_json
+from .common import console, console_err, emit_json
 
 
 def render_plan(plan: Any) -> None:
@@ -76,10 +77,39 @@ def render_plan(plan: Any) -> None:
         console.print(f"  - {a}", markup=False, highlight=False)
 
 
-def _launch(cfg: Any, plan: Any, backend: str | None) -> None:
-    """Start the run on ``backend``. Not in this build: the local and Modal backends come next."""
-    raise ConfigError("launching is not available yet in this build; `workbench launch ENV --config FILE --plan` "
-                      "shows the plan and cost without launching")
+def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | None, db: str | None,
+            threads: int | None, as_json: bool) -> None:
+    """Run the launch pipeline on ``backend`` and follow the run's stream into the store."""
+    from cloud_runtime.launch import launch_local
+
+    from .common import open_store
+    from .train_cmd import step_line
+
+    if backend is None:
+        raise ConfigError("say where to run: --backend local (the whole pipeline on this machine), or --plan to see "
+                          "the cloud plan and cost")
+    if backend != "local":
+        raise ConfigError("--backend modal is built against the Modal SDK but not available in this build: it has "
+                          "never run on Modal. Use --backend local (the same pipeline on this machine) or --plan")
+    store = open_store(ctx, db)
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev["kind"] == "train" and not ev["row"]["run_id"].count("-eval"):
+            row = ev["row"]
+            rec = {"kind": row["kind"], "step": row["step"], "metrics": json.loads(row["metrics"]),
+                   "message": row["message"]}
+            console_err.print(step_line(rec), highlight=False, markup=False)
+
+    out = launch_local(store, run, budget_usd=budget, threads=threads, on_event=on_event,
+                       on_start=lambda rid: console_err.print(f"launched run {rid} (backend local); "
+                                                             f"`workbench stop {rid}` stops it", markup=False))
+    summary = {"run_id": out.run_id, "status": out.status, "bundle_hash": out.bundle_hash,
+               "spent_usd": round(out.spent_usd, 6), **{k: v for k, v in out.summary.items() if k != "run_id"}}
+    if as_json:
+        emit_json(summary)
+    else:
+        console.print(f"run {out.run_id}: {out.status}, {summary.get('steps', 0)} steps, spent ${out.spent_usd:.4f}",
+                      markup=False)
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -91,12 +121,13 @@ def _launch(cfg: Any, plan: Any, backend: str | None) -> None:
 @click.option("--budget", type=float, default=None, metavar="USD",
               help="Refuse a plan whose estimated total exceeds USD (else cloud.budget_usd).")
 @click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
+@click.option("--threads", type=int, default=None, help="torch CPU threads per process (--backend local).")
 @click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object on the last line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (or the run's summary) as one JSON object.")
 @click.pass_context
 def launch_command(ctx: click.Context, env: str | None, config_file: str | None, plan_only: bool,
-                   backend: str | None, budget: float | None, max_steps: int | None, db: str | None,
-                   as_json: bool) -> None:
+                   backend: str | None, budget: float | None, max_steps: int | None, threads: int | None,
+                   db: str | None, as_json: bool) -> None:
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
     from cloud_runtime.plan import check_budget, load_launch_config, make_plan
@@ -110,6 +141,14 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         overrides["loop.max_steps"] = max_steps
     if budget is not None and budget < 0:
         raise ConfigError("--budget cannot be negative")
+    if backend == "local" and not plan_only:
+        # The local backend runs on this machine's CPU: the [cloud] table, the GPU plan's cost and
+        # memory fit do not apply; the budget is enforced on the run's own cost ledger instead.
+        from ..train_config import load_tables, validate_tables
+
+        _launch(ctx, validate_tables(load_tables(config_file, overrides, env)), backend, budget, db, threads,
+                as_json)
+        return
     cfg = load_launch_config(config_file, overrides, env)
     plan = make_plan(cfg, budget_usd=budget, max_steps=max_steps)
     if plan_only:
@@ -123,7 +162,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     if not plan.fits:
         raise ConfigError("the plan does not fit in GPU memory (see `--plan`); add nodes, raise "
                           "cloud.context_parallel or shorten cloud.context_length")
-    _launch(cfg, plan, backend)
+    _launch(ctx, cfg.run, backend, budget, db, threads, as_json)
 
 
 @click.group("gpu-prices")
@@ -182,4 +221,21 @@ def gpu_prices_delete(provider: str, gpu: str) -> None:
     console.print(f"removed {provider} {gpu}")
 
 
-COMMANDS = [launch_command, gpu_prices_group]
+
+
+@click.command("stop")
+@click.argument("run")
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.pass_context
+def stop_command(ctx: click.Context, run: str, db: str | None) -> None:
+    """Stop a launched run: it stops within one step and records its final cost."""
+    from cloud_runtime.launch import stop_run
+
+    from .common import open_store
+
+    with open_store(ctx, db) as store:
+        rid = stop_run(store, run)
+    console.print(f"asked run {rid} to stop; `workbench runs {rid} --follow` shows it finish", markup=False)
+
+
+COMMANDS = [launch_command, stop_command, gpu_prices_group]

@@ -1,0 +1,431 @@
+"""Reproducible environment bundles: a wheel, a dependency lock and a content hash, checked before GPU work.
+
+``workbench package ENV`` writes ``DIR/<env>-<hash12>/`` holding three files:
+
+- ``workbench_env_<env>-0.0.0+<hash12>-py3-none-any.whl``: the environment's files as the package
+  ``workbench_env_<env>`` (a single-file environment becomes the module ``workbench_env_<env>.py``),
+  with ``.dist-info`` METADATA (the lock as ``Requires-Dist`` pins), WHEEL, RECORD and a
+  ``workbench.environments`` entry point. Built here, not by setuptools: entries in a fixed order,
+  stored uncompressed, every timestamp 1980-01-01 and mode 0644, so the same files give the same bytes
+  on any machine.
+- ``requirements.lock``: the environment's declared requirements (``pyproject.toml`` ``[project]
+  dependencies``, ``requirements.txt``, or a single file's PEP 723 ``# /// script`` block) pinned to
+  the versions installed here, one ``name==version`` line each, sorted; empty when it declares none.
+- ``bundle.json``: the manifest (env name, hash, every file with its sha256, requirements, lock).
+
+**The hash** (sha256, 64 hex) is computed exactly like ``workbench.discovery.env_version``: for each
+file, in canonical order (relative path compared part by part), its POSIX relative path, a NUL, its
+bytes, a NUL; then, only when the lock is not empty, ``requirements.lock``, a NUL, the lock's bytes,
+a NUL. So for an environment without dependencies ``hash[:12] == env_version`` (what ``workbench envs``
+and every run record), and with dependencies the hash extends it with the lock (DESIGN.md: "an
+environment version is the content hash of its files plus its lock of dependencies").
+
+:func:`verify_bundle` is what the cloud side runs before any GPU work: it re-hashes the files inside the
+wheel plus the lock, compares with the hash the user launched, checks every other wheel entry and the
+manifest's sha256s, and rescans for secrets. Any difference raises :class:`BundleMismatchError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from workbench.discovery import EnvRef, resolve
+from workbench.errors import ConfigError, WorkbenchError
+
+from .secrets_scan import check_files
+
+FORMAT = 1
+MANIFEST = "bundle.json"
+LOCK = "requirements.lock"
+_SKIP_DIRS = {"__pycache__", ".git", ".venv", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_SCRIPT_BLOCK = re.compile(r"(?m)^# /// script\s*$\n(?P<body>(?:^#(?: .*)?$\n)+?)^# ///\s*$")
+
+
+class BundleError(WorkbenchError):
+    """An environment cannot be packaged, or a path is not a usable bundle."""
+
+
+class BundleMismatchError(BundleError):
+    """A bundle's contents do not hash to what the run was launched with: it must not run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """A bundle on disk, as written by :func:`build_bundle` or checked by :func:`verify_bundle`."""
+
+    path: Path  # the bundle directory
+    env: str
+    hash: str  # sha256 hex of the files plus the lock
+    env_version: str  # discovery's 12-hex version of the files alone
+    import_name: str  # the module to import after installing the wheel
+    wheel: Path
+    lock: list[str]
+    files: list[dict[str, Any]]
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK
+
+
+# -- the environment's files -----------------------------------------------------------------------
+def env_files(ref: EnvRef) -> list[tuple[str, bytes]]:
+    """(POSIX relative path, bytes) of every file of the environment, in canonical order."""
+    if ref.path is None:
+        raise BundleError(f"cannot package {ref.name!r}: it is installed module {ref.module!r} without source files "
+                          "here; package it from its source directory (workbench package PATH)")
+    if ref.path.is_file():
+        return [(ref.path.name, ref.path.read_bytes())]
+    found = []
+    for f in ref.path.rglob("*"):
+        rel = f.relative_to(ref.path)
+        if f.is_file() and not any(p in _SKIP_DIRS for p in rel.parts) and f.suffix not in {".pyc", ".pyo"}:
+            found.append((rel.parts, f))
+    found.sort(key=lambda x: x[0])
+    return [("/".join(parts), f.read_bytes()) for parts, f in found]
+
+
+def content_hash(files: list[tuple[str, bytes]], lock_text: str = "") -> str:
+    """The bundle hash: files in the given (canonical) order, then the lock when it is not empty."""
+    h = hashlib.sha256()
+    items = list(files) + ([(LOCK, lock_text.encode())] if lock_text else [])
+    for rel, data in items:
+        h.update(rel.encode())
+        h.update(b"\x00")
+        h.update(data)
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+# -- requirements and the lock ---------------------------------------------------------------------
+def declared_requirements(ref: EnvRef, files: list[tuple[str, bytes]]) -> list[str]:
+    """Requirement strings the environment declares, in the order written."""
+    by_path = dict(files)
+    reqs: list[str] = []
+    if ref.path is not None and ref.path.is_file():
+        m = _SCRIPT_BLOCK.search(by_path[ref.path.name].decode("utf-8", "replace"))
+        if m:
+            body = "\n".join(ln[2:] if ln.startswith("# ") else ln[1:] for ln in m.group("body").splitlines())
+            reqs += _toml_list(body, ref.path.name, ())
+        return reqs
+    if "pyproject.toml" in by_path:
+        reqs += _toml_list(by_path["pyproject.toml"].decode("utf-8", "replace"), "pyproject.toml", ("project",))
+    if "requirements.txt" in by_path:
+        for n, line in enumerate(by_path["requirements.txt"].decode("utf-8", "replace").splitlines(), 1):
+            line = line.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("-"):
+                raise ConfigError(f"requirements.txt:{n}: options such as {line.split()[0]} are not supported in an "
+                                  "environment's requirements; list one requirement per line")
+            reqs.append(line)
+    return reqs
+
+
+def _toml_list(text: str, where: str, table: tuple[str, ...]) -> list[str]:
+    """The ``dependencies`` list of ``table`` in a TOML document."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where} is not valid TOML ({e}); fix it and package again") from None
+    for t in table:
+        data = data.get(t, {}) if isinstance(data, dict) else {}
+    value = data.get("dependencies", []) if isinstance(data, dict) else []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {'.'.join((*table, 'dependencies'))} must be a list of requirement strings")
+    return value
+
+
+def lock_requirements(reqs: list[str], env: str) -> list[str]:
+    """Pin each requirement (whose marker applies here) to the version installed here: ``name==version``."""
+    if not reqs:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, tuple[set[str], str]] = {}
+    for text in reqs:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            raise ConfigError(f"environment {env!r} declares an invalid requirement {text!r} ({e})") from None
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        if req.url:
+            raise ConfigError(f"environment {env!r} requires {text!r} from a URL; a bundle pins versions, so "
+                              "publish it or vendor the code into the environment")
+        name = canonicalize_name(req.name)
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            raise ConfigError(f"environment {env!r} requires {text!r}, which is not installed here; "
+                              f"`pip install '{text}'`, check the environment runs, then package it") from None
+        if req.specifier and not req.specifier.contains(version, prereleases=True):
+            raise ConfigError(f"environment {env!r} requires {text!r} but {req.name} {version} is installed here; "
+                              "install a matching version so the lock pins what you tested")
+        extras = pins.get(name, (set(), version))[0] | set(req.extras)
+        pins[name] = (extras, version)
+    return [f"{n}[{','.join(sorted(x))}]=={v}" if x else f"{n}=={v}" for n, (x, v) in sorted(pins.items())]
+
+
+# -- the wheel ---------------------------------------------------------------------------------------
+def names(env: str, hash_: str) -> tuple[str, str, str]:
+    """(distribution name as in file names, import name, version) for an environment and its hash."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", env).strip("_").lower() or "env"
+    return f"workbench_env_{slug}", f"workbench_env_{slug}", f"0.0.0+{hash_[:12]}"
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_entries(env: str, kind: str, files: list[tuple[str, bytes]], lock: list[str],
+                  hash_: str) -> tuple[str, dict[str, bytes]]:
+    """The wheel's file name and its entries (name -> bytes), in the order they are written."""
+    dist, mod, version = names(env, hash_)
+    entries: dict[str, bytes] = {}
+    if kind == "module":
+        entries[f"{mod}.py"] = files[0][1]
+    else:
+        for rel, data in files:
+            entries[f"{mod}/{rel}"] = data
+    info = f"{dist}-{version}.dist-info"
+    meta = [
+        "Metadata-Version: 2.1", f"Name: {dist.replace('_', '-')}", f"Version: {version}",
+        f"Summary: Workbench environment {env} (bundle sha256 {hash_})",
+        *(f"Requires-Dist: {pin}" for pin in lock),
+    ]
+    entries[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: workbench package\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries[f"{info}/entry_points.txt"] = f"[workbench.environments]\n{env} = {mod}\n".encode()
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for name, data in entries.items():
+        writer.writerow([name, _record_hash(data), len(data)])
+    writer.writerow([f"{info}/RECORD", "", ""])
+    entries[f"{info}/RECORD"] = buf.getvalue().encode()
+    return f"{dist}-{version}-py3-none-any.whl", entries
+
+
+def zip_bytes(entries: dict[str, bytes]) -> bytes:
+    """A deterministic zip: entries in order, stored, fixed timestamps, mode 0644, Unix attributes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in entries.items():
+            zi = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            zi.create_system = 3
+            zi.external_attr = 0o100644 << 16
+            zi.compress_type = zipfile.ZIP_STORED
+            zf.writestr(zi, data)
+    return buf.getvalue()
+
+
+# -- build -----------------------------------------------------------------------------------------
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _workbench_version() -> str:
+    try:
+        return metadata.version("rl-workbench")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
+                 known_tokens: list[tuple[str, str]] | None = None) -> Bundle:
+    """Package ``env`` (a name, path or EnvRef) into ``out_dir/<env>-<hash12>/`` and return the bundle.
+
+    Refuses (:class:`SecretInBundleError`) when a file holds something shaped like a secret or the
+    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.credentials.known_tokens`.
+    """
+    ref = resolve(env) if isinstance(env, str) else env
+    files = env_files(ref)
+    root = ref.path if ref.path is not None and ref.path.is_dir() else (ref.path.parent if ref.path else Path("."))
+    if known_tokens is None:
+        from workbench.credentials import known_tokens as _known
+
+        known_tokens = _known()
+    check_files(((str(root / rel), data) for rel, data in files), f"package {ref.name!r}", known_tokens)
+    reqs = declared_requirements(ref, files)
+    lock = lock_requirements(reqs, ref.name)
+    lock_text = "".join(f"{pin}\n" for pin in lock)
+    digest = content_hash(files, lock_text)
+    kind = "module" if ref.path is not None and ref.path.is_file() else "package"
+    wheel_name, entries = wheel_entries(ref.name, kind, files, lock, digest)
+    wheel = zip_bytes(entries)
+    _, mod, _ = names(ref.name, digest)
+    manifest = {
+        "format": FORMAT,
+        "env": ref.name,
+        "kind": kind,
+        "import_name": mod,
+        "hash": digest,
+        "env_version": content_hash(files)[:12],
+        "files": [{"path": rel, "sha256": _sha(data), "size": len(data)} for rel, data in files],
+        "requirements": reqs,
+        "lock": lock,
+        "wheel": {"file": wheel_name, "sha256": _sha(wheel), "size": len(wheel)},
+        "lock_file": {"file": LOCK, "sha256": _sha(lock_text.encode()), "size": len(lock_text.encode())},
+        "workbench_version": _workbench_version(),
+    }
+    dest = Path(out_dir) / f"{ref.name}-{digest[:12]}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        _write(dest / wheel_name, wheel)
+        _write(dest / LOCK, lock_text.encode())
+        _write(dest / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    except OSError as e:
+        raise BundleError(f"cannot write the bundle to {dest} ({e.strerror or e}); choose another -o DIR") from None
+    return Bundle(dest, ref.name, digest, manifest["env_version"], mod, dest / wheel_name, lock, manifest["files"])
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+# -- verify ----------------------------------------------------------------------------------------
+def _expected(expected_hash: str) -> str:
+    value = expected_hash.strip().lower().removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{12,64}", value):
+        raise ConfigError(f"{expected_hash!r} is not a bundle hash; give the sha256 hex (at least 12 digits) "
+                          "that `workbench package` printed")
+    return value
+
+
+def _plain_name(manifest: dict[str, Any], key: str, where: Path) -> str:
+    entry = manifest.get(key)
+    name = entry.get("file") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name or PurePosixPath(name).name != name or name in {".", ".."}:
+        raise BundleError(f"{where} is not a valid bundle manifest: {key}.file is missing or not a plain file name")
+    return name
+
+
+def verify_bundle(path: str | Path, expected_hash: str) -> Bundle:
+    """Check the bundle at ``path`` (its directory or ``bundle.json``) against the hash the run was
+    launched with, before any GPU work. Returns the bundle; raises :class:`BundleMismatchError` when
+    anything differs, :class:`BundleError` when ``path`` is not a bundle, and ``SecretInBundleError``
+    when it holds a secret."""
+    want = _expected(expected_hash)
+    p = Path(path)
+    d = p.parent if p.name == MANIFEST else p
+    try:
+        manifest = orjson.loads((d / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        raise BundleError(f"{d} is not a bundle: it has no {MANIFEST}; build one with `workbench package ENV`") from None
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise BundleError(f"cannot read {d / MANIFEST} ({e}); rebuild the bundle with `workbench package ENV`") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{d / MANIFEST} is not a format-{FORMAT} workbench bundle manifest; rebuild it")
+    env, kind = str(manifest.get("env", "")), manifest.get("kind")
+    files_meta = manifest.get("files")
+    if not env or kind not in {"package", "module"} or not isinstance(files_meta, list) or not files_meta:
+        raise BundleError(f"{d / MANIFEST} is missing env, kind or files; rebuild the bundle")
+
+    def refuse(why: str) -> BundleMismatchError:
+        return BundleMismatchError(f"refusing to run bundle {d} ({env}): {why}; the environment is not the one "
+                                   f"launched (expected hash {want[:12]}), so package and launch it again")
+
+    wheel_path = d / _plain_name(manifest, "wheel", d / MANIFEST)
+    lock_path = d / _plain_name(manifest, "lock_file", d / MANIFEST)
+    try:
+        wheel_bytes, lock_bytes = wheel_path.read_bytes(), lock_path.read_bytes()
+    except OSError as e:
+        raise refuse(f"{Path(e.filename or '').name or 'a file'} is missing or unreadable") from None
+    _, mod, _ = names(env, "0" * 12)
+    try:
+        with zipfile.ZipFile(io.BytesIO(wheel_bytes)) as zf:
+            actual = {zi.filename: zf.read(zi) for zi in zf.infolist()}
+    except Exception as e:  # anything a damaged zip raises (BadZipFile, bad CRC, odd compression, bad offsets)
+        raise refuse(f"{wheel_path.name} is not a valid wheel ({type(e).__name__}: {e})") from None
+    rels = [str(f.get("path")) for f in files_meta if isinstance(f, dict)]
+    if kind == "module":
+        payload = [(rels[0], actual.get(f"{mod}.py", b""))] if len(rels) == 1 else []
+    else:
+        prefix = f"{mod}/"
+        payload = sorted(((n[len(prefix):], b) for n, b in actual.items() if n.startswith(prefix)),
+                         key=lambda x: tuple(x[0].split("/")))
+    lock_text = lock_bytes.decode("utf-8", "replace")
+    got = content_hash(payload, lock_text)
+    if not got.startswith(want):
+        raise refuse(f"its files and lock hash to {got[:12]}")
+    if got != manifest.get("hash"):
+        raise refuse(f"{MANIFEST} records hash {str(manifest.get('hash'))[:12]} but the contents hash to {got[:12]}")
+    lock = [ln for ln in lock_text.splitlines() if ln]
+    _, expected_entries = wheel_entries(env, kind, payload, lock, got)
+    if actual != expected_entries:
+        odd = sorted(set(actual) ^ set(expected_entries)) or [n for n in actual if actual[n] != expected_entries.get(n)]
+        raise refuse(f"the wheel differs from what `workbench package` builds ({odd[0]})")
+    if wheel_bytes != zip_bytes(expected_entries):  # the same entries, but other zip headers or attributes
+        raise refuse(f"{wheel_path.name} has the right files but is not the zip `workbench package` writes")
+    listed = [(f.get("path"), f.get("sha256")) for f in files_meta if isinstance(f, dict)]
+    if listed != [(r, _sha(b)) for r, b in payload] or manifest.get("lock") != lock:
+        raise refuse(f"{MANIFEST} does not list the wheel's files and lock")
+    for label, data in (("wheel", wheel_bytes), ("lock_file", lock_bytes)):
+        if _sha(data) != manifest[label].get("sha256"):
+            raise refuse(f"{manifest[label]['file']} does not match the sha256 in {MANIFEST}")
+    from workbench.credentials import known_tokens
+
+    inside = (lambda r: f"{mod}.py") if kind == "module" else (lambda r: f"{mod}/{r}")
+    check_files(((f"{wheel_path.name}!{inside(r)}", b) for r, b in payload), f"run bundle {d}", known_tokens())
+    return Bundle(d, env, got, content_hash(payload)[:12], mod, wheel_path, lock, files_meta)
+
+
+# -- run ---------------------------------------------------------------------------------------------
+def bundle_env_ref(path: str | Path, dest: str | Path | None = None) -> str:
+    """Unpack a (verified) bundle's environment files and return what ``discovery.resolve`` loads.
+
+    The files land in ``dest/<env>/`` (a package environment) or ``dest/<env>.py`` (a single file), so
+    the loaded environment keeps its name and discovery's ``env_version`` of it equals the bundle's
+    (``hash[:12]`` without dependencies). ``dest`` defaults to a fresh temporary directory. Call
+    :func:`verify_bundle` first: this re-checks the unpacked files against the manifest's hash only.
+    """
+    import tempfile
+
+    p = Path(path)
+    d = p.parent if p.name == MANIFEST else p
+    try:
+        manifest = orjson.loads((d / MANIFEST).read_bytes())
+        lock_text = (d / _plain_name(manifest, "lock_file", d / MANIFEST)).read_text()
+        with zipfile.ZipFile(d / _plain_name(manifest, "wheel", d / MANIFEST)) as zf:
+            env, kind = str(manifest["env"]), manifest["kind"]
+            _, mod, _ = names(env, "0" * 12)
+            if kind == "module":
+                files = [(str(manifest["files"][0]["path"]), zf.read(f"{mod}.py"))]
+            else:
+                files = sorted(((n[len(mod) + 1:], zf.read(n)) for n in zf.namelist() if n.startswith(f"{mod}/")),
+                               key=lambda x: tuple(x[0].split("/")))
+    except (OSError, KeyError, IndexError, TypeError, orjson.JSONDecodeError, zipfile.BadZipFile) as e:
+        raise BundleError(f"cannot unpack bundle {d} ({type(e).__name__}: {e}); rebuild it with `workbench package ENV`") from None
+    digest = content_hash(files, lock_text)
+    if digest != manifest.get("hash"):
+        raise BundleMismatchError(f"refusing to run bundle {d} ({env}): its files hash to {digest[:12]}, not "
+                                  f"{str(manifest.get('hash'))[:12]}; package and launch it again")
+    base = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix=f"workbench-bundle-{digest[:12]}-"))
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+    for rel, data in files:
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+            raise BundleMismatchError(f"refusing to run bundle {d} ({env}): it holds an unsafe path {rel!r}")
+        target = base / rel if kind == "module" else base.joinpath(name, *parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return str(base / files[0][0]) if kind == "module" else str(base / name)

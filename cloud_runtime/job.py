@@ -1,0 +1,147 @@
+"""The remote side of a launched run: verify the bundle, train, stream everything back.
+
+``run_remote`` is what the Modal orchestrator function calls, and what ``workbench launch
+--backend local`` runs in a local process (``python -m cloud_runtime.job``): the same code, only
+where it runs differs. Before any (GPU) work it checks the bundle's content hash against the one
+the laptop computed and refuses a mismatch. Then it runs :func:`workbench.train.train` into its own
+store (on Modal: a Volume), while
+
+* an :class:`~cloud_runtime.stream.Exporter` streams every new row (rollouts, step metrics, cost
+  events, the run's status) into the event log the laptop follows, and
+* a cost ledger records what the run's GPUs cost so far (``gpu_seconds`` cost events: GPUs ×
+  elapsed seconds × the GPU's price per second), so the laptop's budget guard sees the spend;
+
+and it stops within one step when the log's stop flag is raised (``workbench stop``, a budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+from .stream import EventLog, Exporter, open_log
+
+
+class CostLedger(threading.Thread):
+    """Records ``gpu_seconds`` cost events every ``every_s`` while the run lives."""
+
+    def __init__(self, db: Path, run_id: str, *, gpus: int, usd_per_gpu_s: float, gpu: str, provider: str,
+                 every_s: float = 1.0) -> None:
+        super().__init__(daemon=True, name="cost-ledger")
+        self.db, self.run_id, self.gpus, self.price, self.gpu, self.provider = db, run_id, gpus, usd_per_gpu_s, gpu, provider
+        self.every_s = every_s
+        self.done = threading.Event()
+        self.last = time.monotonic()
+
+    def record(self) -> None:
+        import sqlite3
+
+        now = time.monotonic()
+        dt, self.last = now - self.last, now
+        quantity = dt * self.gpus
+        con = sqlite3.connect(self.db, timeout=30.0)
+        try:
+            con.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                        "VALUES (?, 'gpu_seconds', ?, ?, ?, 'gpu_seconds', ?, ?)",
+                        (self.run_id, self.provider, self.gpu, quantity, quantity * self.price, time.time()))
+            con.commit()
+        finally:
+            con.close()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            self.record()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self.record()  # the final stretch
+
+
+class Pump(threading.Thread):
+    def __init__(self, exporter: Exporter, every_s: float = 0.2) -> None:
+        super().__init__(daemon=True, name="stream-exporter")
+        self.exporter, self.every_s = exporter, every_s
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                self.exporter.pump()
+            except Exception as e:  # a locked or busy store: say so and try again on the next tick
+                print(f"stream exporter: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self.exporter.pump()  # everything written up to now, the final status included
+
+
+def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any], log: EventLog, *,
+               run_id: str, workdir: str | Path, cost: dict[str, Any], threads: int | None = None) -> str:
+    """Verify the bundle, then train ``config`` (resolved run tables) streaming into ``log``;
+    returns the run's final status. ``cost``: ``gpus``, ``usd_per_gpu_s``, ``gpu``, ``provider``."""
+    from workbench.store import Store
+    from workbench.train import train
+    from workbench.train_config import validate_tables
+
+    from .bundle import bundle_env_ref, verify_bundle
+
+    verify_bundle(bundle_dir, expected_hash)  # before any GPU work: a mismatch refuses to run
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    tables = json.loads(json.dumps(config))
+    tables["env"]["name"] = bundle_env_ref(bundle_dir, work / "env")
+    cfg = validate_tables(tables)
+    db = work / "remote.db"
+    store = Store(db)
+    exporter = Exporter(db, run_id, log)
+    pump = Pump(exporter)
+    ledger = CostLedger(db, run_id, gpus=int(cost.get("gpus", 1)), usd_per_gpu_s=float(cost.get("usd_per_gpu_s", 0.0)),
+                        gpu=str(cost.get("gpu", "cpu")), provider=str(cost.get("provider", "local")))
+    pump.start()
+    started = False
+    try:
+        outcome = asyncio.run(train(cfg, store, run_id=run_id, threads=threads, should_stop=log.stop_requested,
+                                    on_start=lambda *_: ledger.start()))
+        started = True
+        return outcome.status
+    finally:
+        if ledger.is_alive() or started:
+            ledger.stop()
+        pump.stop()
+        exporter.close()
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cloud_runtime.job", description=__doc__.split("\n")[0])
+    ap.add_argument("--bundle", required=True)
+    ap.add_argument("--hash", required=True)
+    ap.add_argument("--spec", required=True, help="JSON: run_id, config (run tables), stream (log spec), cost")
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    spec = json.loads(Path(args.spec).read_text())
+    log = open_log(spec["stream"])
+    try:
+        status = run_remote(args.bundle, args.hash, spec["config"], log, run_id=spec["run_id"],
+                            workdir=args.workdir, cost=spec["cost"], threads=args.threads)
+    except WorkbenchError as e:
+        print(f"workbench launch: {e}", file=sys.stderr, flush=True)
+        log.append([{"kind": "run", "row": {"id": spec["run_id"], "status": "failed", "error": str(e),
+                                            "finished_at": time.time(), "summary": "{}", "model": ""}}])
+        return 2
+    return 0 if status in ("completed", "stopped") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Refuse to ship secrets: find things shaped like API keys, tokens and private keys in a bundle.
+
+A finding names the file and line and what the thing looks like, never the secret itself. Three
+kinds of check run over every text file of an environment before it is packaged (and again on the
+cloud side before a bundle runs):
+
+- known token shapes: OpenAI / Anthropic (``sk-...``), AWS access keys (``AKIA...``), GitHub
+  (``ghp_...``, ``github_pat_...``), Hugging Face (``hf_...``), Slack (``xox?-...``), Modal
+  (``ak-...`` / ``as-...``), PEM private keys (``-----BEGIN ... PRIVATE KEY-----``);
+- assignments of a long, random-looking string literal to a name such as ``api_key``, ``token``,
+  ``secret`` or ``password`` (``api_key = "..."``, ``"token": "..."``);
+- the literal value of a token this machine knows (``workbench login`` / the provider env vars).
+
+``.env`` files (``.env``, ``.env.local``, ...) are refused whole. A false positive is silenced by
+writing ``workbench: allow-secret`` on the same line (a comment in any syntax); a known token's value
+is refused even then.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from workbench.errors import WorkbenchError
+
+ALLOW_MARKER = "workbench: allow-secret"
+
+#: (what it looks like, pattern). Ordered: the first match on a line names the finding.
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("a PEM private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
+    ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
+    ("an OpenAI-style API key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("a Slack token", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}")),
+    ("a Modal token", re.compile(r"\ba[ks]-[A-Za-z0-9]{20,}")),
+]
+
+#: ``api_key = "..."``, ``"secret": '...'``, ``TOKEN := "..."``: a secret-ish name given a string literal.
+_ASSIGNMENT = re.compile(
+    r"""(?ix)
+    (?<![A-Za-z0-9_.\-])
+    (?P<name>[A-Za-z0-9_.\-]*?(?:api[_\-]?key|apikey|secret|token|passw(?:or)?d|access[_\-]?key|credentials?)
+        (?:[_.\-][A-Za-z0-9_.\-]*)?)
+    ["']?\s*(?::=|=|:)\s*
+    (?:[rbuRBU]{0,2})(?P<q>["'])(?P<value>[^"'\s]{16,})(?P=q)
+    """
+)
+
+_PLACEHOLDER = re.compile(r"(?i)(your|example|placeholder|changeme|dummy|redacted|xxxx|\.\.\.|<|>|\$\{|\{\{|%\()")
+
+#: Known token values shorter than this (``EMPTY``, ``x``: placeholders for local servers) are not looked for.
+MIN_KNOWN = 12
+
+#: Only text files are read; anything with a NUL byte in its first 8 KB is treated as binary.
+_BINARY_PROBE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SecretFinding:
+    path: str  # as given to the scanner (relative to the environment)
+    line: int  # 1-based
+    kind: str  # what it looks like, e.g. "an OpenAI-style API key"
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} looks like {self.kind}"
+
+
+class SecretInBundleError(WorkbenchError):
+    """An environment (or bundle) holds something shaped like a secret; it is not packaged or run."""
+
+    def __init__(self, what: str, findings: list[SecretFinding]) -> None:
+        self.findings = findings
+        first = findings[0]
+        rest = [f"{PurePosixPath(f.path).name}:{f.line}" for f in findings[1:4]]
+        more = f" (also {', '.join(rest)}{', ...' if len(findings) > 4 else ''})" if rest else ""
+        super().__init__(
+            f"refusing to {what}: {first}{more}; remove it and let the run read it from keyring "
+            "(`workbench login PROVIDER`) or the environment, or, if it is not a secret, add the comment "
+            f"`{ALLOW_MARKER}` on that line")
+
+
+def is_env_file(path: str) -> bool:
+    """``.env`` and ``.env.local`` style files, which hold secrets by convention (templates excepted)."""
+    name = PurePosixPath(path).name
+    if name != ".env" and not name.startswith(".env."):
+        return False
+    return not name.endswith((".example", ".sample", ".template", ".dist"))
+
+
+def _entropy(s: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in s:
+        counts[ch] = counts.get(ch, 0) + 1
+    return -sum(c / len(s) * math.log2(c / len(s)) for c in counts.values())
+
+
+def looks_random(value: str) -> bool:
+    """A long literal with letters and digits and high character entropy (not a word, path or URL)."""
+    if len(value) < 16 or _PLACEHOLDER.search(value):
+        return False
+    if any(c in value for c in "/:\\") or value.startswith(("os.", "env.")):
+        return False
+    has_alpha = any(c.isalpha() for c in value)
+    has_digit = any(c.isdigit() for c in value)
+    return has_alpha and has_digit and _entropy(value) >= 3.5
+
+
+def scan_text(path: str, text: str, known: Iterable[tuple[str, str]] = ()) -> list[SecretFinding]:
+    """Findings in one file's text. ``known`` holds (label, value) pairs of real tokens to look for."""
+    known = [(label, value) for label, value in known if len(value) >= MIN_KNOWN]
+    findings: list[SecretFinding] = []
+    if is_env_file(path):
+        lines = text.splitlines()
+        first = next((i for i, ln in enumerate(lines, 1) if ln.strip() and not ln.lstrip().startswith("#")), 1)
+        return [SecretFinding(path, first, "a .env file (which holds secrets by convention)")]
+    for lineno, line in enumerate(text.splitlines(), 1):
+        kind = next((f"your {label}" for label, value in known if value in line), None)  # never allowed
+        if kind is None and ALLOW_MARKER in line:
+            continue
+        if kind is None:
+            kind = next((k for k, pat in PATTERNS if pat.search(line)), None)
+        if kind is None:
+            m = next((m for m in _ASSIGNMENT.finditer(line) if looks_random(m.group("value"))), None)
+            if m is not None:
+                kind = f"a secret assigned to {m.group('name')!r}"
+        if kind is not None:
+            findings.append(SecretFinding(path, lineno, kind))
+    return findings
+
+
+def scan_bytes(path: str, data: bytes, known: Iterable[tuple[str, str]] = ()) -> list[SecretFinding]:
+    """Findings in one file's bytes; binary files are skipped unless they contain a known token."""
+    if b"\x00" in data[:_BINARY_PROBE]:
+        if is_env_file(path):
+            return [SecretFinding(path, 1, "a .env file (which holds secrets by convention)")]
+        for label, value in known:
+            if len(value) >= MIN_KNOWN and value.encode() in data:
+                return [SecretFinding(path, data[: data.index(value.encode())].count(b"\n") + 1, f"your {label}")]
+        return []
+    return scan_text(path, data.decode("utf-8", "replace"), known)
+
+
+def scan_files(files: Iterable[tuple[str, bytes]], known: Iterable[tuple[str, str]] = ()) -> list[SecretFinding]:
+    """Findings over (relative path, bytes) pairs, in the order given."""
+    known = list(known)
+    out: list[SecretFinding] = []
+    for path, data in files:
+        out.extend(scan_bytes(path, data, known))
+    return out
+
+
+def check_files(files: Iterable[tuple[str, bytes]], what: str, known: Iterable[tuple[str, str]] = ()) -> None:
+    """Raise :class:`SecretInBundleError` (file and line of the first finding) when anything is found."""
+    findings = scan_files(files, known)
+    if findings:
+        raise SecretInBundleError(what, findings)

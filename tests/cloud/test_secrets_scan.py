@@ -1,0 +1,90 @@
+"""The secret scan: every documented shape is caught with its file and line; ordinary code is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cloud_runtime.bundle import build_bundle
+from cloud_runtime.secrets_scan import SecretInBundleError, is_env_file, scan_bytes, scan_files, scan_text
+from tests.helpers import REPO, write_file
+
+# Secret-shaped strings are assembled at run time so this file itself holds none.
+R = "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"
+SECRETS = {
+    "OpenAI": f'client = OpenAI(api_key="sk-proj-{R}")',
+    "Anthropic": f"KEY = 'sk-ant-api03-{R}'",
+    "AWS": "aws_access_key_id = " + "AKIA" + "IOSFODNN7EXAMPLE",
+    "GitHub": f"export GH={'ghp_'}{R}abcd",
+    "Hugging Face": f"login(token='hf_{R}')",
+    "Slack": "url = '" + "xoxb-" + "123456789012-abcdefghij'",
+    "Modal": f"MODAL_TOKEN_SECRET={'as-'}{R}",
+    "PEM private key": "-----BEGIN " + "RSA PRIVATE KEY-----",
+    "assigned": 'api_key = "' + "a8Fj29dkLq0Zx7Pm3Nb5" + '"',
+}
+HARMLESS = [
+    'api_key = os.environ["OPENAI_API_KEY"]',
+    'api_key = "EMPTY"',
+    'api_key = "your-api-key-here-please-1234"',
+    'tokenizer_name = "Qwen2.5-0.5B-Instruct"',
+    'audio_tokenizer_class = "HiggsAudioV2TokenizerModel"',
+    'password = "correcthorsebatterystaple"',
+    'token_url = "https://example.com/oauth/token"',
+    "-----BEGIN PUBLIC KEY-----",
+    "mask-abcdefghijklmnopqrstuvwxyz0123",
+    "sha = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'",
+]
+
+
+@pytest.mark.parametrize("kind", list(SECRETS))
+def test_each_secret_shape_is_found_on_its_line(kind: str) -> None:
+    text = f"import os\n\n# settings\n{SECRETS[kind]}\nprint('ok')\n"
+    findings = scan_text("env/settings.py", text)
+    assert [(f.path, f.line) for f in findings] == [("env/settings.py", 4)], findings
+    assert R not in str(findings[0])  # the finding never repeats the secret
+
+
+@pytest.mark.parametrize("line", HARMLESS)
+def test_ordinary_lines_are_not_secrets(line: str) -> None:
+    assert scan_text("x.py", line + "\n") == []
+
+
+def test_the_product_and_bundled_envs_have_no_findings() -> None:
+    """No false positives on real code (tests are left out: their fake tokens are meant to look real)."""
+    # The product's own folders, walked (a checkout need not be a git repository).
+    files = [p for d in ("workbench", "local_runtime", "cloud_runtime", "app", "envs", "scripts")
+             for p in sorted((REPO / d).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    pairs = [(str(p.relative_to(REPO)), p.read_bytes()) for p in [*files, REPO / "pyproject.toml", REPO / "README.md"]]
+    assert len(pairs) > 100
+    assert scan_files(pairs) == []
+
+
+def test_allow_marker_silences_a_shape_but_never_a_known_token() -> None:
+    line = SECRETS["assigned"] + "  # workbench: allow-secret\n"
+    assert scan_text("x.py", line) == []
+    known = [("OpenAI API key (keyring)", "a8Fj29dkLq0Zx7Pm3Nb5")]
+    assert [f.kind for f in scan_text("x.py", line, known)] == ["your OpenAI API key (keyring)"]
+    assert scan_text("x.py", "x = 'EMPTY'\n", [("OpenAI API key", "EMPTY")]) == []  # placeholders are too short
+
+
+def test_dotenv_files_and_binaries() -> None:
+    assert is_env_file(".env") and is_env_file("sub/.env.local") and not is_env_file(".env.example")
+    assert [f.line for f in scan_text("sub/.env.production", "# x\n\nA=1\n")] == [3]
+    binary = b"\x00\x01" + f"sk-proj-{R}".encode()
+    assert scan_bytes("model.bin", binary) == []  # shapes are not looked for in binaries...
+    assert scan_bytes("model.bin", b"\x00\n\n" + R.encode(), [("HF token", R)])[0].line == 3  # ...known values are
+
+
+def test_package_refuses_and_names_every_place(tmp_path: Path) -> None:
+    env = tmp_path / "leaky"
+    write_file(env / "__init__.py", "def load_environment():\n    raise RuntimeError\n")
+    write_file(env / "data" / "config.yaml", f"model: gpt\nkeys:\n  hf: hf_{R}\n")
+    write_file(env / "tools.py", f"X = 1\nKEY = 'sk-ant-api03-{R}'\n")
+    with pytest.raises(SecretInBundleError) as e:
+        build_bundle(str(env), tmp_path / "out", known_tokens=[])
+    msg = str(e.value)
+    assert f"{env / 'data' / 'config.yaml'}:3 looks like a Hugging Face token" in msg
+    assert "tools.py:2" in msg and R not in msg and "\n" not in msg
+    assert [(Path(f.path).name, f.line) for f in e.value.findings] == [("config.yaml", 3), ("tools.py", 2)]
+    assert not (tmp_path / "out").exists()
