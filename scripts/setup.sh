@@ -20,5 +20,5 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0" ${WORKBENCH_TORCH_INDEX:+--index-url "$WORKBENCH_TORCH_INDEX"}
 fi
-"${PIP[@]}" -e "$ROOT[tui,local,dev]"
+"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud]"  # cloud: the Modal SDK, for launch and its offline tests
 echo "$want" > "$STAMP"
