@@ -11,7 +11,8 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 SCREENS: list[tuple[str, str, str]] = [
     ("environments", "Environments", "Bundled and user environments: validate, quick eval, edit, hot reload"),
     ("traces", "Traces", "Browse, filter, search and export every stored rollout"),
-    ("runs", "Runs", "Past and live runs with their summaries"),
+    ("runs", "Runs", "Past and live runs with their summaries; S stops a launched run"),
+    ("costs", "Costs", "The cost ledger by run, provider and day; budgets"),
 ]
 
 

@@ -12,6 +12,9 @@ Example::
     [keymap]                        # binding id = keys (comma separated)
     "screen.environments" = "f1"
     "env.eval" = "E"
+
+    [budget]                        # the Costs screen's monthly bar: spend this calendar month against it
+    monthly_usd = 50.0
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class TuiConfig:
     quick_eval_n: int = 5
     export_dir: Path = field(default_factory=Path.cwd)
     keymap: dict[str, str] = field(default_factory=dict)
+    monthly_budget_usd: float | None = None  # [budget] monthly_usd
     problems: list[str] = field(default_factory=list)  # shown as notifications at start
 
 
@@ -87,4 +91,14 @@ def load_config(path: Path | None = None) -> TuiConfig:
                 cfg.keymap[str(k)] = v.strip()
             else:
                 probs.append(f"tui.toml: keymap {k!r} must be a key string like \"f1\" or \"ctrl+e\"; ignored")
+    budget = data.get("budget", {})
+    if not isinstance(budget, dict):
+        probs.append("tui.toml: [budget] must be a table like `monthly_usd = 50.0`; ignored")
+    else:
+        monthly = budget.get("monthly_usd")
+        if monthly is not None:
+            if isinstance(monthly, bool) or not isinstance(monthly, int | float) or monthly < 0:
+                probs.append(f"tui.toml: budget.monthly_usd must be a non-negative number, got {monthly!r}; ignored")
+            else:
+                cfg.monthly_budget_usd = float(monthly)
     return cfg

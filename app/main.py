@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -16,6 +16,7 @@ from .commands import WorkbenchCommands
 from .config import TuiConfig, load_config
 from .data import StoreHandle
 from .format import fpath
+from .screens.costs import CostsScreen
 from .screens.environments import EnvironmentsScreen
 from .screens.help import HelpScreen, binding_rows
 from .screens.runs import RunsScreen
@@ -23,7 +24,7 @@ from .screens.traces import TracesScreen
 
 
 class WorkbenchApp(App[None]):
-    """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3."""
+    """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3/4."""
 
     TITLE = "Workbench"
     CSS_PATH = "workbench.tcss"
@@ -32,12 +33,14 @@ class WorkbenchApp(App[None]):
         "environments": EnvironmentsScreen,
         "traces": TracesScreen,
         "runs": RunsScreen,
+        "costs": CostsScreen,
     }
     DEFAULT_MODE = "environments"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "switch_mode('environments')", "Envs", id="screen.environments"),
         Binding("2", "switch_mode('traces')", "Traces", id="screen.traces"),
         Binding("3", "switch_mode('runs')", "Runs", id="screen.runs"),
+        Binding("4", "switch_mode('costs')", "Costs", id="screen.costs"),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("ctrl+t", "toggle_theme", "Light/dark theme", id="app.theme", show=False),
         Binding("q", "quit", "Quit", id="app.quit"),
@@ -51,9 +54,11 @@ class WorkbenchApp(App[None]):
         discover_fn: Callable[[], list[EnvRef]] | None = None,
         watch: bool = True,
         mode: str | None = None,
+        launcher: Callable[..., Any] | None = None,
     ) -> None:
         """``db`` is the store file. ``discover_fn`` lists the environments (default: bundled, user and
-        installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen."""
+        installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen; ``launcher`` runs
+        a launch from the Environments screen (default: ``cloud_runtime.launch.launch_local``)."""
         if mode is not None:
             self.DEFAULT_MODE = mode  # type: ignore[misc]  # read by App.__init__
         super().__init__()
@@ -61,6 +66,7 @@ class WorkbenchApp(App[None]):
         self.store = StoreHandle(db)
         self.discover_fn = discover_fn or discovery.discover
         self.watch_envs = watch
+        self.launcher = launcher
         for attr in ("theme", "light_theme"):
             name = getattr(self.config, attr)
             if name not in self.available_themes:

@@ -31,7 +31,8 @@ from ..env_state import (
     source_file,
     watch_dirs,
 )
-from ..format import clip, fnum, fpath
+from ..format import clip, fcost, fnum, fpath
+from .launch import LaunchRequest, LaunchScreen
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
@@ -44,6 +45,7 @@ class EnvironmentsScreen(Screen[None]):
         Binding("e", "quick_eval", "Quick eval", id="env.eval"),
         Binding("o", "open_editor", "Edit", id="env.edit"),
         Binding("r", "reload", "Reload", id="env.reload"),
+        Binding("L", "launch", "Launch", id="env.launch"),
         Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
     ]
 
@@ -362,3 +364,61 @@ class EnvironmentsScreen(Screen[None]):
             self.notify(f"cannot open an editor here ({e}); the file is {path}", severity="warning")
             return
         self._scan({st.name})
+
+    # -- launch ---------------------------------------------------------------------------------
+    def action_launch(self) -> None:
+        st = self._selected()
+        if st is None:
+            return
+        if st.status == "error":
+            self.notify(f"{st.name} does not load; fix it first", severity="error")
+            return
+        self.app.push_screen(LaunchScreen(st.name, env_spec(st.ref)), self._launch_confirmed)
+
+    def _launch_confirmed(self, req: LaunchRequest | None) -> None:
+        if req is None:
+            return
+        budget = "no budget" if req.budget_usd is None else f"budget {fcost(req.budget_usd)}"
+        self.notify(f"launching {req.env}: {req.max_steps} steps on the {req.backend} backend, {budget}…",
+                    title="launch", timeout=4)
+        self._launch(req)
+
+    @work(thread=True, exit_on_error=False, group="env-launch")
+    def _launch(self, req: LaunchRequest) -> None:
+        """``workbench launch ENV --backend local``: blocks this worker thread until the run ends."""
+        launcher = getattr(self.app, "launcher", None)
+        if launcher is None:
+            from cloud_runtime.launch import launch_local as launcher
+
+        def on_start(run_id: str) -> None:
+            self._ui(self._launch_started, req.env, run_id)
+
+        try:
+            store = self.app.store.get()  # type: ignore[attr-defined]
+            out = launcher(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
+        except WorkbenchError as e:
+            self._ui(self.notify, f"{req.env}: {e}", title="launch failed", severity="error", timeout=10)
+        except Exception as e:
+            self._ui(self.notify, f"{req.env}: {type(e).__name__}: {e}", title="launch failed", severity="error",
+                     timeout=10)
+        else:
+            self._ui(self._launch_done, req.env, out)
+
+    def _launch_started(self, env: str, run_id: str) -> None:
+        self.notify(f"{env}: run {run_id} started; press 3 to follow it, S there stops it", title="launched")
+        self._refresh_runs()
+
+    def _launch_done(self, env: str, out: Any) -> None:
+        sev = "information" if out.status == "completed" else "warning"
+        self.notify(f"{env}: run {out.run_id} {out.status}, spent {fcost(out.spent_usd)}", title="launch done",
+                    severity=sev, timeout=10)
+        self._refresh_runs()
+        self._scan(set())
+
+    def _refresh_runs(self) -> None:
+        from .costs import CostsScreen
+        from .runs import RunsScreen
+
+        screen = self.app.screen
+        if isinstance(screen, RunsScreen | CostsScreen):  # the others refresh when shown
+            screen.action_refresh()

@@ -68,6 +68,7 @@ class RunsScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
         Binding("t", "traces", "Traces of run", id="runs.traces"),
+        Binding("S", "stop", "Stop launched run", id="runs.stop"),
     ]
 
     def __init__(self) -> None:
@@ -217,3 +218,23 @@ class RunsScreen(Screen[None]):
         screen = self.app.screen
         if hasattr(screen, "set_filters"):
             screen.set_filters(run_id=run_id)
+
+    def action_stop(self) -> None:
+        run_id = self._selected_id()
+        if run_id is not None:
+            self._stop(run_id)
+
+    @work(thread=True, exit_on_error=False, group="runs-stop")
+    def _stop(self, run_id: str) -> None:
+        """``workbench stop RUN``: raise the launched run's stop flag; it stops within one step."""
+        from cloud_runtime.launch import stop_run
+
+        try:
+            rid = stop_run(self.app.store.get(), run_id)  # type: ignore[attr-defined]
+        except WorkbenchError as e:
+            call_ui(self.app, self.notify, str(e), title="stop", severity="warning", timeout=8)
+            return
+        except Exception as e:
+            call_ui(self.app, self.notify, f"stopping run {run_id} failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.notify, f"asked run {rid} to stop; it stops within one step", title="stop")

@@ -1,0 +1,147 @@
+"""Costs: the cost ledger by run, provider or day, its totals, and budgets as progress bars — each
+launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd``."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+
+from ..config import config_path
+from ..data import call_ui
+from ..format import fcost, fpath, ftime
+from ..ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
+
+COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
+KIND_TITLES = {"api_tokens": "api tokens", "gpu_seconds": "gpu", "sandbox_seconds": "sandbox"}
+
+
+def _bar_id(run_id: str) -> str:
+    return "budget-" + re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
+
+
+def _budget_row(label: Text, bar_id: str, spent: float, budget: float | None) -> Horizontal:
+    widgets: list[Label | ProgressBar] = [Label(label, classes="budget-label")]
+    if budget is not None:
+        bar = ProgressBar(total=budget, show_eta=False, id=bar_id, classes="budget-bar")
+        bar.progress = spent
+        widgets.append(bar)
+    return Horizontal(*widgets, classes="budget-row")
+
+
+def run_label(r: RunBudget) -> Text:
+    t = Text(f"{r.run_id}", style="bold")
+    t.append(f"  {r.env} ({r.status})  ", style="dim")
+    if r.budget_usd is None:
+        t.append(f"{fcost(r.spent_usd)} spent, no budget")
+        return t
+    t.append(f"{fcost(r.spent_usd)} of {fcost(r.budget_usd)}")
+    if r.spent_usd >= r.budget_usd:
+        t.append("  budget reached", style="bold red")
+    return t
+
+
+class CostsScreen(Screen[None]):
+    TITLE = "Costs"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("g", "cycle_group", "Group by run/provider/day", id="costs.group"),
+        Binding("r", "refresh", "Refresh", id="costs.refresh"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group = GROUPS[0]
+        self.ledger: Ledger | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("reading the cost ledger…", id="costs-totals")
+        yield VerticalScroll(id="budgets")
+        yield Static("", id="costs-group")
+        yield DataTable(id="costs-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(COSTS_POLL_S, self._tick)
+        self.action_refresh()
+
+    def on_screen_resume(self) -> None:
+        if self.is_mounted and self.ledger is not None:
+            self.action_refresh()
+
+    def _tick(self) -> None:
+        if self.app.screen is self:
+            self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self._load(self.group)
+
+    def action_cycle_group(self) -> None:
+        self.group = GROUPS[(GROUPS.index(self.group) + 1) % len(GROUPS)]
+        self.query_one("#costs-group", Static).update(f"by {self.group}: reading…")
+        self.action_refresh()
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="costs")
+    def _load(self, group: str) -> None:
+        try:
+            ledger = read_ledger(self.app.store.get().conn, group)  # type: ignore[attr-defined]
+        except Exception as e:
+            call_ui(self.app, self.notify, f"reading the cost ledger failed: {e}", severity="error")
+            return
+        call_ui(self.app, self._show, ledger)
+
+    async def _show(self, ledger: Ledger) -> None:
+        if ledger.group != self.group:
+            return  # a newer grouping was asked for meanwhile
+        self.ledger = ledger
+        totals = Text("total ", style="bold")
+        totals.append(f"{fcost(ledger.total_usd)} over {ledger.total_events} cost events   ")
+        totals.append("  ·  ".join(f"{KIND_TITLES[k]} {fcost(ledger.by_kind[k])}" for k in KINDS), style="dim")
+        self.query_one("#costs-totals", Static).update(totals)
+        await self._show_budgets(ledger)
+        self._show_table(ledger)
+
+    async def _show_budgets(self, ledger: Ledger) -> None:
+        box = self.query_one("#budgets", VerticalScroll)
+        monthly = self.app.config.monthly_budget_usd  # type: ignore[attr-defined]
+        month = time.strftime("%B %Y", time.localtime(ledger.month_start))
+        label = Text(f"this month ({month})", style="bold")
+        if monthly is None:
+            label.append(f"  {fcost(ledger.month_usd)} spent; set [budget] monthly_usd in "
+                         f"{fpath(config_path())} for a bar")
+        else:
+            label.append(f"  {fcost(ledger.month_usd)} of {fcost(monthly)}")
+            if ledger.month_usd >= monthly:
+                label.append("  budget reached", style="bold red")
+        rows = [_budget_row(label, "budget-month", ledger.month_usd, monthly)]
+        rows += [_budget_row(run_label(r), _bar_id(r.run_id), r.spent_usd, r.budget_usd) for r in ledger.runs]
+        if not ledger.runs:
+            rows.append(Horizontal(Label(Text("no launched runs: press 1, pick an environment and press L",
+                                              style="dim"), classes="budget-label"), classes="budget-row"))
+        await box.remove_children()
+        await box.mount_all(rows)
+
+    def _show_table(self, ledger: Ledger) -> None:
+        others = [g for g in GROUPS if g != ledger.group]
+        self.query_one("#costs-group", Static).update(
+            Text.assemble(("by " + ledger.group, "bold"), f"  ({len(ledger.rows)} rows; g: by {' / by '.join(others)})"))
+        table = self.query_one("#costs-table", DataTable)
+        table.clear(columns=True)
+        table.add_column(ledger.group, key="key")
+        table.add_column("events", key="events")
+        for k in KINDS:
+            table.add_column(KIND_TITLES[k], key=k)
+        table.add_column("total", key="total")
+        table.add_column("last", key="last")
+        for row in ledger.rows:
+            key = row.key or ("(no run)" if ledger.group == "run" else "-")
+            table.add_row(key, str(row.events), *(fcost(row.by_kind[k]) for k in KINDS),
+                          Text(fcost(row.usd), style="bold"), ftime(row.last_at, short=True), key=row.key)
