@@ -8,10 +8,11 @@ held-out evals, ``RUN-eval*``): the number ``workbench launch`` holds the budget
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass, field
 
 import orjson
+
+from workbench.budgets import month_start
 
 KINDS = ("api_tokens", "gpu_seconds", "sandbox_seconds")
 GROUPS = ("run", "provider", "day")  # the order the toggle key cycles through
@@ -58,12 +59,6 @@ class Ledger:
     month_usd: float
     month_start: float
     runs: list[RunBudget] = field(default_factory=list)
-
-
-def month_start(now: float | None = None) -> float:
-    """The first second of the current calendar month, local time."""
-    t = time.localtime(time.time() if now is None else now)
-    return time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
 
 
 def ledger_rows(conn: sqlite3.Connection, group: str) -> list[LedgerRow]:

@@ -112,3 +112,22 @@ def test_stop_and_follow_need_a_launched_run(tmp_path: Path) -> None:
     out = _wb(tmp_path, "launch", "arithmetic", "--config", str(ROOT / "cloud_runtime/configs/long-context-28node.toml"),
               "--backend", "modal", "--db", str(db), timeout=60)
     assert out.returncode != 0 and "never run on Modal" in out.stderr
+
+
+def test_the_monthly_budget_refuses_a_plan_and_caps_a_run(tmp_path: Path) -> None:
+    import time
+
+    db = tmp_path / "wb.db"
+    (tmp_path / "config" / "workbench").mkdir(parents=True)
+    (tmp_path / "config" / "workbench" / "tui.toml").write_text("[budget]\nmonthly_usd = 100.0\n")
+    config = str(ROOT / "cloud_runtime/configs/long-context-28node.toml")
+    refused = _wb(tmp_path, "launch", "arithmetic", "--config", config, "--plan", "--db", str(db), timeout=60)
+    assert refused.returncode != 0 and "exceeds what is left of the monthly budget: $100.00 of $100.00" \
+        in refused.stderr
+    store = Store(db)
+    store.create_run("old", kind="train", env_name="arithmetic")
+    store.conn.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                       "VALUES ('old', 'gpu_seconds', 'modal', 'H200', 1, 'gpu_seconds', 100.0, ?)", (time.time(),))
+    store.close()
+    spent = _wb(tmp_path, "launch", "arithmetic", "--backend", "local", "--db", str(db), timeout=60)
+    assert spent.returncode != 0 and "the monthly budget of $100.00 is spent" in spent.stderr

@@ -77,6 +77,14 @@ def render_plan(plan: Any) -> None:
         console.print(f"  - {a}", markup=False, highlight=False)
 
 
+def _check_monthly(ctx: click.Context, db: str | None, estimate_usd: float) -> None:
+    from ..budgets import check_monthly
+    from .common import open_store
+
+    with open_store(ctx, db) as store:
+        check_monthly(store.conn, estimate_usd)
+
+
 def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | None, db: str | None,
             threads: int | None, as_json: bool) -> None:
     """Run the launch pipeline on ``backend`` and follow the run's stream into the store."""
@@ -100,8 +108,11 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
                    "message": row["message"]}
             console_err.print(step_line(rec), highlight=False, markup=False)
 
-    out = launch_local(store, run, budget_usd=budget, threads=threads, on_event=on_event,
-                       on_start=lambda rid: console_err.print(f"launched run {rid} (backend local); "
+    from ..budgets import run_cap
+
+    cap, why = run_cap(store.conn, budget)  # the run's own budget or what is left of the month
+    out = launch_local(store, run, budget_usd=cap, threads=threads, on_event=on_event,
+                       on_start=lambda rid: console_err.print(f"launched run {rid} (backend local, {why}); "
                                                              f"`workbench stop {rid}` stops it", markup=False))
     summary = {"run_id": out.run_id, "status": out.status, "bundle_hash": out.bundle_hash,
                "spent_usd": round(out.spent_usd, 6), **{k: v for k, v in out.summary.items() if k != "run_id"}}
@@ -157,8 +168,10 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         else:
             render_plan(plan)
         check_budget(plan)
+        _check_monthly(ctx, db, plan.total_usd)
         return
     check_budget(plan)
+    _check_monthly(ctx, db, plan.total_usd)
     if not plan.fits:
         raise ConfigError("the plan does not fit in GPU memory (see `--plan`); add nodes, raise "
                           "cloud.context_parallel or shorten cloud.context_length")
