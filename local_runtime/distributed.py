@@ -112,4 +112,15 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
-__all__ = ["all_reduce_", "default_backend", "free_port", "init_from_env", "launch", "rank_world"]
+__all__ = ["all_reduce_", "broadcast_object", "default_backend", "free_port", "init_from_env", "launch", "rank_world"]
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` from rank ``src`` on every rank (pickled); the object itself outside a process group."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]

@@ -6,7 +6,9 @@ inference server under the name ``step-N`` (policy version N) and records the st
 
 The resolved run configuration is read from ``RUN_DIR/config.json``. The orchestrator (the
 ``workbench train`` process) learns about new policies from the ``train_metric`` rows this
-process writes; the two share nothing else. Exit codes: 0 after ``loop.max_steps`` steps, 2 on a
+process writes; the two share nothing else. Data parallel (``torchrun``, or one process per GPU
+with RANK/WORLD_SIZE set): rank 0 alone reads the store, records and publishes; it broadcasts each
+batch, and every rank steps on its shard of it. Exit codes: 0 after ``loop.max_steps`` steps, 2 on a
 configuration error, 3 when the orchestrator went away.
 """
 
@@ -30,6 +32,7 @@ from workbench.train_config import RunConfig, validate_tables
 from workbench.training_data import complete_groups, load_rollouts, split_stale
 
 from .checkpoint import CheckpointError
+from .distributed import broadcast_object, init_from_env
 from .trainer import Trainer, TrainerConfig
 
 POLL_S = 0.05
@@ -51,7 +54,7 @@ def _post(server: str, path: str, body: dict[str, Any]) -> None:
 
 
 class TrainLoop:
-    def __init__(self, store: Store, run_id: str, server: str, run_dir: Path, cfg: RunConfig,
+    def __init__(self, store: Store | None, run_id: str, server: str, run_dir: Path, cfg: RunConfig,
                  parent_pid: int | None = None) -> None:
         self.store, self.run_id, self.server, self.dir, self.cfg = store, run_id, server.rstrip("/"), run_dir, cfg
         self.parent_pid = parent_pid
@@ -63,6 +66,14 @@ class TrainLoop:
         self.pending: list[Any] = []
         self.read_pk = 0
         self.loaded: list[int] = []  # policy versions loaded into the server, oldest first
+        self.main = self.trainer.rank == 0  # reads the store, records, publishes
+        if self.main and store is None:
+            raise ValueError("rank 0 needs the store")
+
+    def record(self, step: int, kind: str, metrics: dict[str, Any], message: str) -> None:
+        if self.main:
+            assert self.store is not None
+            self.store.record_train(self.run_id, step, kind, metrics, message)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -74,13 +85,15 @@ class TrainLoop:
         if not self.checkpoint_dir.exists():
             return 0
         step = self.trainer.load_checkpoint(self.checkpoint_dir)
-        for rec in self.store.train_records(self.run_id, "step"):
-            if rec["step"] <= step:
-                self.consumed_pk = int(rec["metrics"].get("last_pk", self.consumed_pk))
+        if self.main:
+            assert self.store is not None
+            for rec in self.store.train_records(self.run_id, "step"):
+                if rec["step"] <= step:
+                    self.consumed_pk = int(rec["metrics"].get("last_pk", self.consumed_pk))
         self.read_pk = self.consumed_pk
         if step:
             self._publish(step)  # before the orchestrator hears of it and samples from it
-        self.store.record_train(self.run_id, step, "event", {}, f"resumed from the checkpoint of step {step}")
+        self.record(step, "event", {}, f"resumed from the checkpoint of step {step}")
         return step
 
     def _orchestrator_alive(self) -> bool:
@@ -93,7 +106,12 @@ class TrainLoop:
         return True
 
     def _next_groups(self) -> tuple[list[list[Any]], float]:
+        """The next batch on every rank: rank 0 reads it, the others receive it."""
+        return broadcast_object(self._read_groups() if self.main else None)
+
+    def _read_groups(self) -> tuple[list[list[Any]], float]:
         """Block until ``groups_per_step`` finished groups are there; (groups, seconds waited)."""
+        assert self.store is not None
         want = self.cfg.loop.groups_per_step
         size = self.cfg.loop.rollouts_per_task
         t0 = time.perf_counter()
@@ -114,7 +132,9 @@ class TrainLoop:
     def _publish(self, step: int) -> float:
         """Hot-load the adapter of ``step`` into the server; unload ones no rollout may use any more."""
         t0 = time.perf_counter()
-        path = self.trainer.save_adapter(self.dir / "adapters" / adapter_name(step))
+        path = self.trainer.save_adapter(self.dir / "adapters" / adapter_name(step))  # every rank takes part
+        if not self.main:
+            return time.perf_counter() - t0
         _post(self.server, "/v1/load_lora_adapter",
               {"lora_name": adapter_name(step), "lora_path": str(path), "policy_version": step})
         self.loaded.append(step)
@@ -140,8 +160,7 @@ class TrainLoop:
         common = {"wait_s": wait_s, "dropped": float(dropped), "last_pk": float(self.consumed_pk),
                   **{f"staleness_{k}": float(v) for k, v in sorted(hist.items())}}
         if not fresh:
-            self.store.record_train(self.run_id, version, "event", common,
-                                    f"dropped a whole batch of {dropped} stale rollouts")
+            self.record(version, "event", common, f"dropped a whole batch of {dropped} stale rollouts")
             return "event"
         out = self.algorithm.process(fresh)
         t_train = time.perf_counter()
@@ -149,10 +168,10 @@ class TrainLoop:
         metrics = {**{k: float(v) for k, v in out.stats.items()}, **res.metrics, **common,
                    "train_s": time.perf_counter() - t_train}
         if res.skipped:  # a NaN loss or gradient: the weights did not change, the run is marked
-            self.store.record_train(self.run_id, version, "skipped", metrics, res.reason or "skipped")
+            self.record(version, "skipped", metrics, res.reason or "skipped")
             return "skipped"
         metrics["update_s"] = self._publish(res.step)
-        self.store.record_train(self.run_id, res.step, "step", metrics, adapter_name(res.step))
+        self.record(res.step, "step", metrics, adapter_name(res.step))
         if loop.checkpoint_every and (res.step % loop.checkpoint_every == 0 or res.step == loop.max_steps):
             self._checkpoint(res.step)
         return "step"
@@ -161,9 +180,9 @@ class TrainLoop:
         try:
             self.trainer.save_checkpoint(self.checkpoint_dir)
         except CheckpointError as e:  # a full disk: the previous checkpoint is intact; the run goes on
-            self.store.record_train(self.run_id, step, "event", {}, f"checkpoint failed: {e}")
+            self.record(step, "event", {}, f"checkpoint failed: {e}")
         else:
-            self.store.record_train(self.run_id, step, "event", {}, f"checkpoint saved at step {step}")
+            self.record(step, "event", {}, f"checkpoint saved at step {step}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     run_dir = Path(args.dir)
-    store = Store(args.db)
+    rank, _ = init_from_env()  # a process group when RANK/WORLD_SIZE say so (torchrun, a cluster)
+    store = Store(args.db) if rank == 0 else None  # only rank 0 touches the store
     try:
         cfg = validate_tables(json.loads((run_dir / "config.json").read_text()))
         loop = TrainLoop(store, args.run, args.server, run_dir, cfg, args.parent_pid)
@@ -188,10 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         return loop.run()
     except WorkbenchError as e:
         print(f"workbench train: {e}", file=sys.stderr, flush=True)
-        store.record_train(args.run, 0, "event", {}, f"trainer failed: {e}")
+        if store is not None:
+            store.record_train(args.run, 0, "event", {}, f"trainer failed: {e}")
         return 2
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

@@ -134,3 +134,45 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
     if (tmp_path / "wb.db").exists():
         con = sqlite3.connect(tmp_path / "wb.db")
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir: str) -> dict[str, Any]:
+    """One trainer rank of a two-process run: rank 0 alone reads, records and publishes."""
+    from local_runtime.train_worker import TrainLoop
+
+    cfg = resolve(None, {"trainer.model": model, "loop.rollouts_per_task": 2, "loop.groups_per_step": 2,
+                         "loop.checkpoint_every": 0}, "arithmetic")
+    store = Store(db) if rank == 0 else None
+    loop = TrainLoop(store, "r2", server, Path(run_dir), cfg)
+    if rank == 0:  # finished groups, as rank 0 would have read them from the store
+        loop.pending = [_rollout(g, i, 0, float(i)) for g in ("g0", "g1") for i in range(2)]
+    groups, _ = loop._next_groups()
+    kind = loop.train_once(groups)
+    weights = {n: p.detach().clone() for n, p in loop.trainer.model.named_parameters() if "lora_B" in n}
+    return {"kind": kind, "groups": [[r.id for r in g] for g in groups], "step": loop.trainer.step_count,
+            "weights": weights, "world": loop.trainer.world_size}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_two_trainer_ranks_share_one_batch_and_only_rank0_records(tiny_dir: Path, server: str,
+                                                                   tmp_path: Path) -> None:
+    import torch
+
+    from local_runtime.distributed import launch
+
+    from .helpers import get_json
+
+    store = Store(tmp_path / "wb.db")
+    store.create_run("r2", kind="train", env_name="arithmetic")
+    store.close()
+    ranks = launch(_rank_step, 2, str(tiny_dir), str(tmp_path / "wb.db"), server, str(tmp_path / "run"),
+                   backend="gloo", threads_per_rank=1)
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["groups"] == ranks[1]["groups"] == [["g0.0", "g0.1"], ["g1.0", "g1.1"]]  # broadcast
+    assert [r["kind"] for r in ranks] == ["step", "step"] and [r["step"] for r in ranks] == [1, 1]
+    for name, w in ranks[0]["weights"].items():
+        assert torch.allclose(w, ranks[1]["weights"][name], atol=1e-6), name  # the same step on both
+    steps = Store(tmp_path / "wb.db").train_records("r2", "step")
+    assert [s["step"] for s in steps] == [1]  # recorded once, by rank 0
+    assert "step-1" in [m["id"] for m in get_json(server + "/v1/models")["data"]]  # published once
