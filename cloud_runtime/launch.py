@@ -53,7 +53,7 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
     from workbench.evaluate import new_run_id
 
     from .bundle import build_bundle
-    from .stream import spent_usd
+    from workbench.budgets import spent_usd
 
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()

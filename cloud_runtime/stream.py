@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from workbench.budgets import spent_usd
+
 Event = dict[str, Any]
 _CHILDREN = ("score", "model_call", "rollout_error", "trace")  # rows keyed by rollout_pk
 FINISHED = frozenset({"completed", "failed", "interrupted", "stopped"})
@@ -288,12 +290,6 @@ def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[E
         conn.execute("ROLLBACK")
         raise
     return applied
-
-
-def spent_usd(conn: sqlite3.Connection, run_id: str) -> float:
-    like = run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
-    return float(conn.execute("SELECT COALESCE(SUM(usd), 0) FROM cost_event WHERE run_id = ? OR run_id LIKE ? "
-                              "ESCAPE '\\'", (run_id, like)).fetchone()[0])
 
 
 def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: float | None = None,

@@ -19,6 +19,13 @@ def month_start(now: float | None = None) -> float:
     return time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
 
 
+def spent_usd(conn: sqlite3.Connection, run_id: str) -> float:
+    """A run's spend so far: its own cost events and those of its held-out evals (``RUN-eval*``)."""
+    like = run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
+    return float(conn.execute("SELECT COALESCE(SUM(usd), 0) FROM cost_event WHERE run_id = ? OR run_id LIKE ? "
+                              "ESCAPE '\\'", (run_id, like)).fetchone()[0])
+
+
 def monthly_budget_usd() -> float | None:
     """``[budget] monthly_usd`` from the config file, or None when none is set."""
     path = paths.config_dir() / "tui.toml"

@@ -15,10 +15,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
+from workbench.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
+
 from ..config import config_path
 from ..data import call_ui
 from ..format import fcost, fpath, ftime
-from ..ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
 KIND_TITLES = {"api_tokens": "api tokens", "gpu_seconds": "gpu", "sandbox_seconds": "sandbox"}

@@ -8,10 +8,10 @@ import pytest
 from textual.widgets import DataTable, ProgressBar
 
 from app.config import config_path, load_config
-from app.ledger import month_start, read_ledger
 from app.main import WorkbenchApp
 from app.screens.costs import CostsScreen
 from tests.app.conftest import SIZE, screen_text, wait_until
+from workbench.ledger import month_start, read_ledger
 from workbench.store import Store
 
 LAUNCHED, UNBUDGETED, EVAL = "0101-launch1", "0101-launch2", "0101-evalrun"

@@ -36,3 +36,22 @@ def test_caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cfg" / "workbench" / "tui.toml").write_text("[budget]\nmonthly_usd = -1\n")
     with pytest.raises(ConfigError, match="non-negative"):
         run_cap(store.conn, 1.0)
+
+
+def test_costs_command(tmp_path: Path, cli: object) -> None:
+    import json
+
+    store = _store(tmp_path, 7.0)
+    store.create_run("launched", kind="train", env_name="arithmetic",
+                     config={"launch": {"backend": "local", "budget_usd": 2.0}})
+    store.conn.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                       "VALUES ('launched', 'gpu_seconds', 'local', 'cpu', 1, 'gpu_seconds', 0.5, ?)", (time.time(),))
+    store.close()
+    rc, out, err = cli("costs", "--by", "provider", "--db", str(tmp_path / "wb.db"), "--json")  # type: ignore[operator]
+    assert rc == 0, err
+    d = json.loads(out.strip().splitlines()[-1])
+    assert d["total_usd"] == pytest.approx(1006.5) and d["month_usd"] == pytest.approx(7.5)
+    assert [(r["key"], r["usd"]) for r in d["rows"]] == [("local", pytest.approx(1006.5))]
+    assert [(r["run_id"], r["spent_usd"], r["budget_usd"]) for r in d["runs"]] == [("launched", 0.5, 2.0)]
+    rc, out, _ = cli("costs", "--db", str(tmp_path / "wb.db"))  # type: ignore[operator]
+    assert rc == 0 and "launched run launched (arithmetic, running): $0.5000 of $2.00 (25%)" in out

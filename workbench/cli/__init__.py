@@ -31,6 +31,7 @@ def cli(ctx: click.Context, db: str | None) -> None:
 def _register() -> None:
     from . import (
         browse,
+        costs_cmd,
         envs_cmd,
         eval_cmd,
         launch_cmd,
@@ -43,7 +44,7 @@ def _register() -> None:
     )
 
     for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd, package_cmd,
-                login_cmd):
+                login_cmd, costs_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

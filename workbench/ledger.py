@@ -1,7 +1,8 @@
-"""The cost ledger (the store's ``cost_event`` table) for the Costs screen: spend grouped by run,
-provider or day, totals, the month so far, and each launched run's spend against its budget.
+"""The cost ledger (the store's ``cost_event`` table), for ``workbench costs`` and the app's Costs
+screen: spend grouped by run, provider or day, totals, the month so far, and each launched run's
+spend against its budget.
 
-A launched run's spend is :func:`cloud_runtime.stream.spent_usd` (its own events and those of its
+A launched run's spend is :func:`workbench.budgets.spent_usd` (its own events and those of its
 held-out evals, ``RUN-eval*``): the number ``workbench launch`` holds the budget guard to.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from workbench.budgets import month_start
+from .budgets import month_start, spent_usd
 
 KINDS = ("api_tokens", "gpu_seconds", "sandbox_seconds")
 GROUPS = ("run", "provider", "day")  # the order the toggle key cycles through
@@ -80,7 +81,6 @@ def ledger_rows(conn: sqlite3.Connection, group: str) -> list[LedgerRow]:
 
 def launched_runs(conn: sqlite3.Connection, limit: int = 200) -> list[RunBudget]:
     """Every launched run (its config has a ``launch`` table), newest first, with its spend and budget."""
-    from cloud_runtime.stream import spent_usd
 
     out = []
     rows = conn.execute("SELECT id, env_name, status, config FROM run WHERE config LIKE '%\"launch\"%' "

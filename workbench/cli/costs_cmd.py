@@ -1,0 +1,48 @@
+"""``workbench costs``: the cost ledger by run, provider or day, and budgets (the app's Costs screen)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import click
+
+from .common import console, emit_json, open_store
+
+
+@click.command("costs")
+@click.option("--by", "group", type=click.Choice(["run", "provider", "day"]), default="run", show_default=True)
+@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@click.pass_context
+def costs_command(ctx: click.Context, group: str, db: str | None, as_json: bool) -> None:
+    """What runs cost: API tokens, GPU-seconds and sandbox-seconds, with the monthly and per-run budgets."""
+    from ..budgets import monthly_budget_usd
+    from ..ledger import KINDS, read_ledger
+
+    with open_store(ctx, db) as store:
+        ledger = read_ledger(store.conn, group)
+    monthly = monthly_budget_usd()
+    if as_json:
+        emit_json({**asdict(ledger), "monthly_budget_usd": monthly})
+        return
+    from rich.table import Table
+
+    month = time.strftime("%B %Y", time.localtime(ledger.month_start))
+    budget = f" of ${monthly:,.2f} monthly budget" if monthly is not None else " (no monthly budget: [budget] " \
+        "monthly_usd in tui.toml)"
+    console.print(f"total ${ledger.total_usd:,.4f} in {ledger.total_events} cost events; {month}: "
+                  f"${ledger.month_usd:,.4f}{budget}", markup=False)
+    t = Table(box=None, show_edge=False)
+    for col in (group, "events", *KINDS, "total $"):
+        t.add_column(col, justify="left" if col == group else "right")
+    for r in ledger.rows:
+        t.add_row(r.key, str(r.events), *(f"{r.by_kind[k]:,.4f}" for k in KINDS), f"{r.usd:,.4f}")
+    console.print(t)
+    for rb in ledger.runs:
+        cap = f"of ${rb.budget_usd:,.2f} ({100 * (rb.fraction or 0):.0f}%)" if rb.budget_usd is not None \
+            else "(no budget)"
+        console.print(f"launched run {rb.run_id} ({rb.env}, {rb.status}): ${rb.spent_usd:,.4f} {cap}", markup=False)
+
+
+COMMANDS = [costs_command]
