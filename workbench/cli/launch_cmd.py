@@ -102,7 +102,7 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
     store = open_store(ctx, db)
 
     def on_event(ev: dict[str, Any]) -> None:
-        if ev["kind"] == "train" and not ev["row"]["run_id"].count("-eval"):
+        if ev["kind"] == "train":  # the run's step, eval and event records
             row = ev["row"]
             rec = {"kind": row["kind"], "step": row["step"], "metrics": json.loads(row["metrics"]),
                    "message": row["message"]}
@@ -232,8 +232,6 @@ def gpu_prices_delete(provider: str, gpu: str) -> None:
     if not delete_price(provider, gpu):
         raise NotFoundError(f"no override for {provider} {gpu}; `workbench gpu-prices list` shows the table")
     console.print(f"removed {provider} {gpu}")
-
-
 
 
 @click.command("stop")
