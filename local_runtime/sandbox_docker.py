@@ -51,6 +51,7 @@ from .sandbox_fs import (
     HostDir,
     WorkdirFiles,
     base_env,
+    exec_argv,
     owner_alive,
     pool_dir,
     process_start_time,
@@ -156,9 +157,7 @@ class DockerSandbox(WorkdirFiles, Sandbox):
                    env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         if self.closed:
             raise RuntimeError(f"sandbox {self.name} is closed")
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-        if not argv:
-            raise ValueError("exec needs a command")
+        argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
         self.used = True
         token = secrets.token_hex(6)

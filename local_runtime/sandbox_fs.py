@@ -19,7 +19,7 @@ import stat
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -399,6 +399,14 @@ def warn_once(key: str, message: str) -> None:
         _warned.add(key)
         sys.stderr.write(f"workbench: warning: {message}\n")
         sys.stderr.flush()
+
+
+def exec_argv(cmd: str | Sequence[str]) -> list[str]:
+    """What ``Sandbox.exec`` runs: a string through ``/bin/sh -c``, a sequence as its arguments."""
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+    if not argv:
+        raise ValueError("exec needs a command")
+    return argv
 
 
 def base_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -43,7 +43,18 @@ from workbench.sandbox import (
 )
 from workbench.tasks import Task
 
-from .sandbox_fs import PATH, Capture, HostDir, WorkdirFiles, base_env, pool_dir, rmtree, seed, warn_once
+from .sandbox_fs import (
+    PATH,
+    Capture,
+    HostDir,
+    WorkdirFiles,
+    base_env,
+    exec_argv,
+    pool_dir,
+    rmtree,
+    seed,
+    warn_once,
+)
 
 SANDBOX_UID = 1000  # the uid processes see inside the sandbox
 #: host uids for sandboxes when Workbench runs as root (one per slot, so limits and files are per sandbox)
@@ -243,9 +254,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
                    env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         if self.closed:
             raise RuntimeError(f"sandbox {self.id} is closed")
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-        if not argv:
-            raise ValueError("exec needs a command")
+        argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
         full, kw = self._command(argv, cwd, env)
         t0 = time.perf_counter()

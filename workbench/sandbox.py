@@ -359,7 +359,7 @@ class Docker(_Runtime):
 @dataclass(slots=True)
 class ModalSandbox(_Runtime):
     """Modal sandboxes: declared here so an environment can name them; they run only in the cloud
-    (``workbench train --cloud``). Locally, swap with ``--runtime local`` or ``--runtime docker``."""
+    (``workbench launch --backend modal``). Locally, swap with ``--runtime local`` or ``--runtime docker``."""
 
     kind: ClassVar[str] = "modal"  # type: ignore[misc]
     image: str | None = None
