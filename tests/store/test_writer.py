@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,10 @@ def group(task_index: int, word: str = "answer", r: int = 2) -> list[RolloutReco
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path / "w.db")
-    s.create_run("run", env_name="env")
-    return s
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "w.db") as s:
+        s.create_run("run", env_name="env")
+        yield s
 
 
 def rows(store: Store, sql: str) -> list[tuple[object, ...]]:
@@ -114,7 +115,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _exited(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"  # reaped or a zombie
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"  # dead, or a zombie
     except FileNotFoundError:
         return True
 
