@@ -30,7 +30,7 @@ RUN_DEFAULTS: dict[str, Any] = {
 
 class Store:
     """A handle on one store file. Cheap control operations go through ``self.conn``; rollouts go
-    through a :class:`BatchWriter` (``writer()``), which owns its own connection and thread."""
+    through a :class:`BatchWriter` (``writer()``), which commits them from its own process."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = open_store_file(path)

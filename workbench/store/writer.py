@@ -1,21 +1,32 @@
-"""One batched writer per process: finished rollouts are committed in groups from one thread.
+"""Rollouts are committed in groups by a writer process, so SQLite work never holds the eval's GIL.
 
-A killed process loses at most the batch in flight; every committed batch is a complete SQLite
-transaction in WAL mode, so the file is never corrupted.
+``BatchWriter.submit`` turns a group into plain rows (JSON already serialized) and pickles them; a
+sender thread pipes them to the writer process (``serve``), which commits what arrives within
+``linger_s`` in one transaction and acknowledges each commit. Every committed batch is a complete
+SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies, the
+writer process exits at once, abandoning what it has not committed, just as a writer thread would
+have died with it: a killed eval loses at most the batch in flight (about ``linger_s`` of rollouts).
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import queue
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
+from ..errors import StoreError
 from ..rollout import ModelCall, RolloutError, Usage, searchable_text
 from ..rubric import Scores
 from ..tasks import Task
@@ -79,148 +90,261 @@ _COST_SQL = (
     "VALUES (?, 'api_tokens', ?, ?, ?, 'tokens', ?, ?)"
 )
 
+# What the eval process pipes to the writer process: a group (``_group_rows``),
+# or one of these markers.
+_FLUSH = "flush"  # commit now, then acknowledge
+_CLOSE = "close"  # commit, acknowledge, exit
+# The writer process's program: argv is this package's root, then serve's arguments.
+_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from workbench.store.writer import serve; serve(*sys.argv[2:])"
+
 
 def _clean_state(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if not k.startswith("_") and k != "task"}
 
 
-class _Flush:
-    __slots__ = ("event",)
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
+def _group_rows(records: list[RolloutRecord]) -> list[tuple[Any, ...]]:
+    """A group as plain rows, without rollout pks (``_write`` assigns them inside its transaction)."""
+    out = []
+    task_json: dict[str, tuple[str, str, str]] = {}
+    for r in records:
+        t, u = r.task, r.usage
+        tj = task_json.get(t.id)
+        if tj is None:
+            tj = task_json[t.id] = (dumps(t.prompt), dumps(t.answer), dumps(t.info))
+        rollout = (r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status, r.error_kind,
+                   r.reward, u.prompt_tokens, u.completion_tokens, u.cost_usd, r.duration_s, r.turns, r.created_at,
+                   *tj, r.completion, dumps(r.messages), dumps(_clean_state(r.state)))
+        calls = [(c.index, c.n_messages, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.latency_s * 1000.0,
+                  dumps(c.extra) if c.extra else None) for c in r.calls]
+        errors = [(e.kind, e.source, e.message) for e in r.errors]
+        errors += [("reward", name, msg) for name, msg in r.scores.errors]
+        trace = None
+        if r.trace is not None and r.trace.has_tokens:
+            nodes, ids, lps, mask = r.trace.pack()
+            trace = (nodes, ids, lps, mask, len(mask), len(r.trace.mismatches))
+        out.append((rollout, r.scores.rewards, r.scores.metrics, calls, errors, trace, r.provider,
+                    u.total_tokens, u.cost_usd))
+    return out
 
 
 class BatchWriter:
-    """Commits submitted groups of rollouts from a single background thread."""
+    """Commits submitted groups of rollouts from a writer process (see the module docstring).
+
+    ``error`` holds the first failure (a failed commit, or the writer process gone); ``submit``,
+    ``flush`` and ``close`` raise it.
+    """
 
     def __init__(self, path: Path | str, *, max_batch: int = 2048, linger_s: float = 0.05,
                  on_commit: Any = None) -> None:
         self.path = Path(path)
-        self.max_batch = max_batch
-        self.linger_s = linger_s
         self.on_commit = on_commit
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.committed = 0
         self.batches = 0
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="workbench-writer", daemon=True)
-        self._conn = connect(self.path)
-        self._thread.start()
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()  # None: close
+        self._acked = threading.Condition()
+        self._flushes_sent = self._flushes_done = 0
+        self._gone = False
+        root = Path(__file__).resolve().parents[2]
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - read when the writer process fails
+        # Its own session: a Ctrl-C at the terminal interrupts the eval, which then closes the writer cleanly.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(root), str(self.path.resolve()), str(max_batch), repr(linger_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
+        self._sender = threading.Thread(target=self._send, name="workbench-writer-send", daemon=True)
+        self._receiver = threading.Thread(target=self._receive, name="workbench-writer-acks", daemon=True)
+        self._sender.start()
+        self._receiver.start()
 
     def submit(self, records: list[RolloutRecord]) -> None:
         """Queue a group of rollouts; they are committed together, in one transaction."""
         if self.error is not None:
             raise self.error
-        self._q.put(records)
+        self._outbox.put(pickle.dumps(_group_rows(records), pickle.HIGHEST_PROTOCOL))
 
     def flush(self, timeout: float | None = None) -> None:
-        f = _Flush()
-        self._q.put(f)
-        f.event.wait(timeout)
+        """Wait until everything submitted so far is committed."""
+        with self._acked:
+            self._flushes_sent += 1
+            wanted = self._flushes_sent
+            self._outbox.put(pickle.dumps(_FLUSH))
+            self._acked.wait_for(lambda: self._flushes_done >= wanted or self._gone, timeout)
         if self.error is not None:
             raise self.error
 
     def close(self) -> None:
-        self._q.put(None)
-        self._thread.join()
-        self._conn.close()
+        self._outbox.put(None)
+        self._sender.join()
+        self._receiver.join()
         if self.error is not None:
             raise self.error
 
-    def _loop(self) -> None:
-        stop = False
-        while not stop:
-            item = self._q.get()
-            deadline = time.monotonic() + self.linger_s
-            groups: list[list[RolloutRecord]] = []
-            flushes: list[_Flush] = []
-            n = 0
-            while True:
-                if item is None:
-                    stop = True
-                elif isinstance(item, _Flush):
-                    flushes.append(item)
-                else:
-                    groups.append(item)
-                    n += len(item)
-                if stop or n >= self.max_batch or flushes:
-                    break
-                # Linger briefly so a busy run commits few large transactions instead of many small
-                # ones (each costs a BEGIN, index work setup and a WAL frame): this bounds how much a
-                # crash can lose to ``linger_s`` of finished rollouts.
-                wait = deadline - time.monotonic() if n else 0.0
-                try:
-                    item = self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
-                except queue.Empty:
-                    break
-            if groups and self.error is None:
-                try:
-                    self._write(groups)
-                except BaseException as e:  # disk full, locked past timeout, ...
-                    self.error = e
-            for f in flushes:
-                f.event.set()
-
-    def _write(self, groups: list[list[RolloutRecord]]) -> None:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+    def _send(self) -> None:
+        pipe = self._proc.stdin
+        assert pipe is not None
         try:
-            pk = conn.execute("SELECT COALESCE(MAX(pk), 0) FROM rollout").fetchone()[0]
-            rollouts, scores, calls, errors, fts, traces = [], [], [], [], [], []
-            cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+            with pipe:
+                while (data := self._outbox.get()) is not None:
+                    pipe.write(data)
+                    if self._outbox.empty():
+                        pipe.flush()
+                pipe.write(pickle.dumps(_CLOSE))
+        except OSError:
+            pass  # the writer process is gone: ``_receive`` reports why
+
+    def _receive(self) -> None:
+        """Take the writer process's acknowledgements until it exits."""
+        acks = self._proc.stdout
+        assert acks is not None
+        try:
+            while True:
+                try:
+                    kind, value = pickle.load(acks)
+                except EOFError:
+                    break
+                if kind == "committed":
+                    self.committed += value
+                    self.batches += 1
+                    if self.on_commit is not None:
+                        self.on_commit(value)
+                elif kind == "flushed":
+                    with self._acked:
+                        self._flushes_done += 1
+                        self._acked.notify_all()
+                elif self.error is None:
+                    self.error = value
+        except BaseException as e:  # on_commit raised, or a garbled acknowledgement: stop, as a failed commit does
+            self.error = self.error or e
+            self._proc.kill()
+        code = self._proc.wait()
+        with self._stderr:
+            if code != 0 and self.error is None:
+                self._stderr.seek(0)
+                last = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+                self.error = StoreError(f"the store's writer process stopped (exit code {code})"
+                                        + (f": {last[0]}" if last else "") + "; rollouts not yet committed are lost")
+        with self._acked:
+            self._gone = True
+            self._acked.notify_all()
+
+
+def serve(path: str, max_batch: str, linger_s: str) -> None:
+    """The writer process: commit the groups piped in by a ``BatchWriter`` and acknowledge each commit."""
+    if hasattr(os, "nice"):
+        os.nice(10)  # committing can wait a few milliseconds; the rollouts it stores should not
+    acks = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print must not corrupt the acknowledgements
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threading.Thread(target=_read_input, args=(inbox,), daemon=True).start()
+    # Exit with os._exit: a normal interpreter teardown would abort on the daemon thread reading stdin.
+    try:
+        _commit_loop(Path(path), int(max_batch), float(linger_s), inbox, acks)
+    except BaseException:
+        traceback.print_exc()  # its last line becomes the eval's error
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
+
+
+def _read_input(inbox: queue.SimpleQueue[Any]) -> None:
+    """Move what the eval process pipes in to ``inbox`` as it comes, so its pipe never fills up."""
+    while True:
+        try:
+            item = pickle.load(sys.stdin.buffer)
+        except Exception:  # the input ended without _CLOSE: the eval process died
+            os._exit(1)  # abandon what is not committed, as a writer thread dies with its process
+        inbox.put(item)
+        if item == _CLOSE:
+            return
+
+
+def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.SimpleQueue[Any], acks: IO[bytes]) -> None:
+    conn = connect(path)
+    failed = False
+    stop = False
+    while not stop:
+        item = inbox.get()
+        deadline = time.monotonic() + linger_s
+        groups: list[list[tuple[Any, ...]]] = []
+        flushes = 0
+        n = 0
+        while True:
+            if item == _CLOSE:
+                stop = True
+            elif item == _FLUSH:
+                flushes += 1
+            else:
+                groups.append(item)
+                n += len(item)
+            if stop or n >= max_batch or flushes:
+                break
+            # Linger briefly so a busy run commits few large transactions instead of many small
+            # ones (each costs a BEGIN, index work setup and a WAL frame): this bounds how much a
+            # crash can lose to ``linger_s`` of finished rollouts.
+            wait = deadline - time.monotonic() if n else 0.0
+            try:
+                item = inbox.get(timeout=wait) if wait > 0 else inbox.get_nowait()
+            except queue.Empty:
+                break
+        if groups and not failed:
+            try:
+                acks.write(pickle.dumps(("committed", _write(conn, groups))))
+            except BaseException as e:  # disk full, locked past timeout, ...
+                failed = True
+                acks.write(pickle.dumps(("error", _portable(e))))
+        for _ in range(flushes):
+            acks.write(pickle.dumps(("flushed", None)))
+        acks.flush()
+    conn.close()
+    acks.close()
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e`` if it survives pickling (sqlite3 errors do), else a StoreError with its text."""
+    try:
+        return pickle.loads(pickle.dumps(e))
+    except Exception:
+        return StoreError(f"writing rollouts failed: {type(e).__name__}: {e}")
+
+
+def _write(conn: Any, groups: list[list[tuple[Any, ...]]]) -> int:
+    """Insert the groups in one transaction; return how many rollouts that was."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        pk = conn.execute("SELECT COALESCE(MAX(pk), 0) FROM rollout").fetchone()[0]
+        rollouts, scores, calls, errors, fts, traces = [], [], [], [], [], []
+        cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for group in groups:
+            for rollout, rewards, metrics, r_calls, r_errors, trace, provider, tokens, usd in group:
+                pk += 1
+                run_id, model, messages = rollout[1], rollout[3], rollout[20]
+                rollouts.append((pk, *rollout))
+                scores += [(pk, name, "reward", v) for name, v in rewards.items()]
+                scores += [(pk, name, "metric", v) for name, v in metrics.items()]
+                calls += [(pk, *c) for c in r_calls]
+                errors += [(pk, run_id, *e) for e in r_errors]
+                if trace is not None:
+                    traces.append((pk, *trace))
+                fts.append((pk, searchable_text(orjson.loads(messages))))
+                if tokens or usd:
+                    acc = cost[(run_id, provider, model)]
+                    acc[0] += tokens
+                    acc[1] += usd
+        conn.executemany(_ROLLOUT_SQL, rollouts)
+        if scores:
+            conn.executemany(_SCORE_SQL, scores)
+        if calls:
+            conn.executemany(_CALL_SQL, calls)
+        if errors:
+            conn.executemany(_ERROR_SQL, errors)
+        conn.executemany(_FTS_SQL, fts)
+        if traces:
+            conn.executemany(_TRACE_SQL, traces)
+        if cost:
             now = time.time()
-            task_json: dict[str, tuple[str, str, str]] = {}
-            for group in groups:
-                for r in group:
-                    pk += 1
-                    t = r.task
-                    tj = task_json.get(t.id)
-                    if tj is None:
-                        tj = task_json[t.id] = (dumps(t.prompt), dumps(t.answer), dumps(t.info))
-                    rollouts.append((
-                        pk, r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status,
-                        r.error_kind, r.reward, r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cost_usd,
-                        r.duration_s, r.turns, r.created_at, tj[0], tj[1], tj[2],
-                        r.completion, dumps(r.messages), dumps(_clean_state(r.state)),
-                    ))
-                    for name, v in r.scores.rewards.items():
-                        scores.append((pk, name, "reward", v))
-                    for name, v in r.scores.metrics.items():
-                        scores.append((pk, name, "metric", v))
-                    for c in r.calls:
-                        calls.append((pk, c.index, c.n_messages, c.finish_reason, c.prompt_tokens,
-                                      c.completion_tokens, c.latency_s * 1000.0,
-                                      dumps(c.extra) if c.extra else None))
-                    for e in r.errors:
-                        errors.append((pk, r.run_id, e.kind, e.source, e.message))
-                    for name, msg in r.scores.errors:
-                        errors.append((pk, r.run_id, "reward", name, msg))
-                    if r.trace is not None and r.trace.has_tokens:
-                        nodes, ids, lps, mask = r.trace.pack()
-                        traces.append((pk, nodes, ids, lps, mask, len(mask), len(r.trace.mismatches)))
-                    fts.append((pk, searchable_text(r.messages)))
-                    if r.usage.total_tokens or r.usage.cost_usd:
-                        acc = cost[(r.run_id, r.provider, r.model)]
-                        acc[0] += r.usage.total_tokens
-                        acc[1] += r.usage.cost_usd
-            conn.executemany(_ROLLOUT_SQL, rollouts)
-            if scores:
-                conn.executemany(_SCORE_SQL, scores)
-            if calls:
-                conn.executemany(_CALL_SQL, calls)
-            if errors:
-                conn.executemany(_ERROR_SQL, errors)
-            conn.executemany(_FTS_SQL, fts)
-            if traces:
-                conn.executemany(_TRACE_SQL, traces)
-            if cost:
-                conn.executemany(_COST_SQL, [(k[0], k[1], k[2], v[0], v[1], now) for k, v in cost.items()])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        self.committed += len(rollouts)
-        self.batches += 1
-        if self.on_commit is not None:
-            self.on_commit(len(rollouts))
+            conn.executemany(_COST_SQL, [(k[0], k[1], k[2], v[0], v[1], now) for k, v in cost.items()])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(rollouts)
