@@ -13,6 +13,7 @@ SCREENS: list[tuple[str, str, str]] = [
     ("traces", "Traces", "Browse, filter, search and export every stored rollout"),
     ("runs", "Runs", "Past and live runs with their summaries; S stops a launched run"),
     ("costs", "Costs", "The cost ledger by run, provider and day; budgets"),
+    ("debugger", "Debugger", "Run one rollout turn by turn, see its tokens by logprob; or open a stored one"),
 ]
 
 

@@ -5,14 +5,21 @@ Everything here runs in worker threads and calls the same workbench functions as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench import discovery, paths
 from workbench.discovery import EnvRef
 from workbench.errors import WorkbenchError
 from workbench.validate import ValidationReport
+
+if TYPE_CHECKING:
+    from workbench.rescore import RescoreResult
+    from workbench.store import Store
+
+    from .data import AsyncRunner
 
 
 @dataclass(slots=True)
@@ -25,6 +32,9 @@ class EnvState:
     latest: dict[str, Any] | None = None  # the newest run of this env (a list_runs row)
     report: ValidationReport | None = None
     report_error: str = ""
+    loaded_version: str = ""  # the version of the last successful load (a reload to another re-scores)
+    rescore: RescoreResult | None = None  # the latest re-score of its stored rollouts
+    rescoring: tuple[int, int] | None = None  # (done, total) while one runs
 
     @property
     def name(self) -> str:
@@ -38,6 +48,7 @@ class LoadResult:
     status: str
     message: str
     tasks: int | None
+    reloaded: bool = False  # a reload of an env already loaded (its files may have been edited)
 
 
 def env_spec(ref: EnvRef) -> str:
@@ -69,15 +80,29 @@ def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
     try:
         env = discovery.load_ref(ref, reload=reload)
     except WorkbenchError as e:
-        return LoadResult(ref.name, version, "error", str(e), None)
+        return LoadResult(ref.name, version, "error", str(e), None, reload)
     except (Exception, SystemExit) as e:  # a bug in the env beyond what discovery wraps
-        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None)
+        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None, reload)
     try:
         n: int | None = len(env.tasks)
     except Exception:
         n = None
     desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
-    return LoadResult(ref.name, env.version or version, "ok", desc, n)
+    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload)
+
+
+def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,
+                   progress: Callable[[int, int], None]) -> RescoreResult | None:
+    """``workbench rescore ENV``: the env as its files are now, over every stored rollout of it, each
+    run with its own arguments. None when nothing of it is stored. Blocks: call it from a worker."""
+    from workbench.rescore import rescore
+    from workbench.store.rescores import count_stored
+
+    env = discovery.load_ref(ref)
+    if count_stored(store.conn, env.name) == 0:
+        return None
+    return runner.run(lambda: rescore(store, env, env_for_args=lambda args: discovery.load_ref(ref, args),
+                                      progress=progress))
 
 
 def watch_dirs(refs: list[EnvRef]) -> list[Path]:

@@ -17,6 +17,7 @@ from .config import TuiConfig, load_config
 from .data import StoreHandle
 from .format import fpath
 from .screens.costs import CostsScreen
+from .screens.debugger import DebuggerScreen
 from .screens.environments import EnvironmentsScreen
 from .screens.help import HelpScreen, binding_rows
 from .screens.runs import RunsScreen
@@ -34,6 +35,7 @@ class WorkbenchApp(App[None]):
         "traces": TracesScreen,
         "runs": RunsScreen,
         "costs": CostsScreen,
+        "debugger": DebuggerScreen,
     }
     DEFAULT_MODE = "environments"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -41,6 +43,7 @@ class WorkbenchApp(App[None]):
         Binding("2", "switch_mode('traces')", "Traces", id="screen.traces"),
         Binding("3", "switch_mode('runs')", "Runs", id="screen.runs"),
         Binding("4", "switch_mode('costs')", "Costs", id="screen.costs"),
+        Binding("5", "switch_mode('debugger')", "Debugger", id="screen.debugger", show=False),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("ctrl+t", "toggle_theme", "Light/dark theme", id="app.theme", show=False),
         Binding("q", "quit", "Quit", id="app.quit"),
@@ -67,6 +70,7 @@ class WorkbenchApp(App[None]):
         self.discover_fn = discover_fn or discovery.discover
         self.watch_envs = watch
         self.launcher = launcher
+        self.debug_request: tuple[str, Any] | None = None  # what the Debugger opens when shown next
         for attr in ("theme", "light_theme"):
             name = getattr(self.config, attr)
             if name not in self.available_themes:
@@ -88,6 +92,18 @@ class WorkbenchApp(App[None]):
 
     def on_unmount(self) -> None:
         self.store.close()
+
+    def open_debugger(self, *, env_spec: str | None = None, rollout: dict[str, Any] | None = None) -> None:
+        """Show the Debugger on an environment (its spec, as ``workbench debug`` takes it) or on a
+        stored rollout (a ``get_rollout`` row, opened read-only)."""
+        if rollout is not None:
+            self.debug_request = ("rollout", rollout)
+        elif env_spec is not None:
+            self.debug_request = ("env", env_spec)
+        if isinstance(self.screen, DebuggerScreen):
+            self.screen.take_request()  # already showing: it takes the request now
+        else:
+            self.switch_mode("debugger")
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -163,6 +164,15 @@ def _forget(modname: str) -> None:
         del sys.modules[key]
 
 
+class _FreshLoader(importlib.machinery.SourceFileLoader):
+    """Always compiles the source: a cached .pyc is trusted by (mtime in whole seconds, size), which
+    an edit saved within the same second that keeps the size would match, loading the old code."""
+
+    def get_code(self, fullname: str) -> Any:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
 def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
     if ref.origin in ("bundled", "installed"):
         modname = f"envs.{ref.name}" if ref.origin == "bundled" else (ref.module or ref.name)
@@ -174,10 +184,12 @@ def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
     digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
     modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"
     if ref.path.is_dir():
-        spec = importlib.util.spec_from_file_location(modname, ref.path / "__init__.py",
+        init = ref.path / "__init__.py"
+        spec = importlib.util.spec_from_file_location(modname, init, loader=_FreshLoader(modname, str(init)),
                                                       submodule_search_locations=[str(ref.path)])
     else:
-        spec = importlib.util.spec_from_file_location(modname, ref.path)
+        spec = importlib.util.spec_from_file_location(modname, ref.path,
+                                                      loader=_FreshLoader(modname, str(ref.path)))
     if spec is None or spec.loader is None:
         raise EnvLoadError(f"cannot import {ref.path}")
     module = importlib.util.module_from_spec(spec)

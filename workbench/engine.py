@@ -71,6 +71,7 @@ class RolloutEngine:
     proxy: Any = None  # an InterceptionProxy, for harnesses that call the model through their own client
     continuation: Any = None  # a TokenContinuation, where the upstream serves exact-token follow-up calls
     gate: Callable[[int], Awaitable[None]] | None = None  # awaited with a group's index before each of its rollouts
+    prepare: Callable[[Rollout], None] | None = None  # sees each rollout before its harness runs (the debugger)
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
     _needs_sandbox: bool = False
@@ -133,6 +134,8 @@ class RolloutEngine:
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
                           model=self.model, params=params, upstream_url=self.base_url,
                           continuation=self.continuation)
+        if self.prepare is not None:
+            self.prepare(rollout)
         harness = self.env.harness
         unregister = self.proxy.register(rollout) if self.proxy is not None else None
         held = False
@@ -215,7 +218,7 @@ class RolloutEngine:
                 c.scored += 1
                 c.reward_sum += sc.total
         self.writer.submit(records)
-        # Let the writer thread and the event loop breathe between groups.
+        # Let the writer's sender thread and the event loop breathe between groups.
         await asyncio.sleep(0)
 
 

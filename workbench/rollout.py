@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ class Rollout:
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0
     turns: int = 0
+    pause: Callable[[Rollout], Awaitable[None]] | None = None  # awaited before each model call (the debugger's step)
 
     async def generate(
         self, messages: list[Message] | None = None, *, tools: list[dict[str, Any]] | None = None, **overrides: Any
@@ -98,8 +100,8 @@ class Rollout:
         """
         msgs = self.messages if messages is None else messages
         params = self.params if not overrides else {**self.params, **overrides}
+        ids = await self.continued_prompt(msgs, tools)  # may wait on a debugger: the latency starts after it
         t0 = time.perf_counter()
-        ids = await self.continued_prompt(msgs, tools)
         resp: ChatResponse = await self.client.chat(
             base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params,
             **({"prompt_ids": ids} if ids is not None else {}))
@@ -107,7 +109,13 @@ class Rollout:
         return resp.message
 
     async def continued_prompt(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[int] | None:
-        """The exact token ids to send for a follow-up call (None: let the server render)."""
+        """The exact token ids to send for a follow-up call (None: let the server render).
+
+        Every model call, direct or through the interception proxy, comes here first, so this is
+        also where a stepping debugger holds the rollout (:attr:`pause`) until the next turn is asked for.
+        """
+        if self.pause is not None:
+            await self.pause(self)
         if self.continuation is None:
             return None
         return await self.continuation.prompt_ids(self.trace, msgs, tools)

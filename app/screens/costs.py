@@ -1,28 +1,34 @@
-"""Costs: the cost ledger by run, provider or day, its totals, and budgets as progress bars — each
-launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd``."""
+"""Costs: the cost ledger by run, provider or day, its totals, budgets as progress bars — each
+launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd`` —
+and the forecast of a planned run: a run config's plan (``workbench launch --plan``) against what is
+left of the month (:func:`cloud_runtime.forecast.cloud_forecast`)."""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Header, Input, Label, ProgressBar, Select, Static
 
 from workbench.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 from ..config import config_path
 from ..data import call_ui
 from ..format import fcost, fpath, ftime
+from ..widgets.forecast import ConfigPicker, forecast_text
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
 KIND_TITLES = {"api_tokens": "api tokens", "gpu_seconds": "gpu", "sandbox_seconds": "sandbox"}
+FORECAST_DEBOUNCE_S = 0.25
+FORECAST_HINT = "pick a bundled run config or type a path: its plan's total $ and wall time against this month"
 
 
 def _bar_id(run_id: str) -> str:
@@ -55,22 +61,34 @@ class CostsScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("g", "cycle_group", "Group by run/provider/day", id="costs.group"),
         Binding("r", "refresh", "Refresh", id="costs.refresh"),
+        Binding("f", "forecast", "Forecast a run", id="costs.forecast"),
     ]
+    DEFAULT_CSS = """
+    #forecast { height: auto; border: round $primary-darken-1; padding: 0 1; }
+    #forecast-text { height: auto; }
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.group = GROUPS[0]
         self.ledger: Ledger | None = None
+        self.forecast: Any = None  # the last (config, CloudForecast | error message) shown
+        self._forecast_gen = 0
+        self._forecast_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("reading the cost ledger…", id="costs-totals")
         yield VerticalScroll(id="budgets")
+        with Vertical(id="forecast"):
+            yield ConfigPicker("forecast-config", "or a run config TOML path")
+            yield Static(Text(FORECAST_HINT, style="dim"), id="forecast-text")
         yield Static("", id="costs-group")
         yield DataTable(id="costs-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#forecast", Vertical).border_title = "forecast of a planned run"
         self.set_interval(COSTS_POLL_S, self._tick)
         self.action_refresh()
 
@@ -84,6 +102,8 @@ class CostsScreen(Screen[None]):
 
     def action_refresh(self) -> None:
         self._load(self.group)
+        if self.forecast is not None:  # this month's spend moves: so does what is left for the plan
+            self._replan()
 
     def action_cycle_group(self) -> None:
         self.group = GROUPS[(GROUPS.index(self.group) + 1) % len(GROUPS)]
@@ -146,3 +166,47 @@ class CostsScreen(Screen[None]):
             key = row.key or ("(no run)" if ledger.group == "run" else "-")
             table.add_row(key, str(row.events), *(fcost(row.by_kind[k]) for k in KINDS),
                           Text(fcost(row.usd), style="bold"), ftime(row.last_at, short=True), key=row.key)
+
+    # -- the forecast of a planned run -----------------------------------------------------------
+    def action_forecast(self) -> None:
+        self.query_one("#forecast-config-pick", Select).focus()
+
+    @on(Input.Changed, "#forecast-config")
+    def _config_changed(self) -> None:
+        if self._forecast_timer is not None:
+            self._forecast_timer.stop()
+        self._forecast_timer = self.set_timer(FORECAST_DEBOUNCE_S, self._replan)
+
+    def _replan(self) -> None:
+        self._forecast_gen += 1
+        config = self.query_one("#forecast-config", Input).value.strip()
+        if not config:
+            self.forecast = None
+            self.query_one("#forecast-text", Static).update(Text(FORECAST_HINT, style="dim"))
+            return
+        self._plan(self._forecast_gen, config)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="costs-forecast")
+    def _plan(self, gen: int, config: str) -> None:
+        from pathlib import Path
+
+        from cloud_runtime.forecast import cloud_forecast
+        from workbench.errors import WorkbenchError
+
+        try:
+            if not Path(config).expanduser().is_file():
+                raise FileNotFoundError(f"config file {config} does not exist")
+            result: Any = cloud_forecast(self.app.store.get().conn, Path(config).expanduser())  # type: ignore[attr-defined]
+        except (WorkbenchError, FileNotFoundError) as e:
+            result = str(e)
+        except Exception as e:  # never a crash: the message goes where the forecast would be
+            result = f"{type(e).__name__}: {e}"
+        call_ui(self.app, self._show_forecast, gen, config, result)
+
+    def _show_forecast(self, gen: int, config: str, result: Any) -> None:
+        if gen != self._forecast_gen or not self.is_attached:
+            return
+        self.forecast = (config, result)
+        text = Text(f"no forecast: {result}", style="bold red") if isinstance(result, str) else forecast_text(
+            result, config)
+        self.query_one("#forecast-text", Static).update(text)

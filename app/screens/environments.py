@@ -1,4 +1,9 @@
-"""Environments: bundled and user environments, validate, quick eval, edit, hot reload."""
+"""Environments: bundled and user environments, validate, quick eval, edit, hot reload, live re-scoring.
+
+When a reload (hot reload on save, ``r``, or back from the editor) brings a new version of an env
+that has stored rollouts, every stored rollout is re-scored with the edited rubric in a worker
+thread (``workbench rescore``) and the reward distribution before and after is shown beside the
+detail panel; ``R`` re-scores on demand."""
 
 from __future__ import annotations
 
@@ -32,20 +37,28 @@ from ..env_state import (
     watch_dirs,
 )
 from ..format import clip, fcost, fnum, fpath
+from ..widgets.reward_compare import RewardCompare
+from .env_rescore import RescoreActions
 from .launch import LaunchRequest, LaunchScreen
+from .new_env import NewEnvScreen
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
 
 
-class EnvironmentsScreen(Screen[None]):
+class EnvironmentsScreen(RescoreActions, Screen[None]):
     TITLE = "Environments"
+    DEFAULT_CSS = "#env-bottom { height: auto; }"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("v", "validate", "Validate", id="env.validate"),
-        Binding("e", "quick_eval", "Quick eval", id="env.eval"),
+        Binding("e", "quick_eval", "Eval", id="env.eval"),
         Binding("o", "open_editor", "Edit", id="env.edit"),
-        Binding("r", "reload", "Reload", id="env.reload"),
+        Binding("n", "new_env", "New", id="env.new"),
+        Binding("d", "debug", "Debug", id="env.debug"),
         Binding("L", "launch", "Launch", id="env.launch"),
+        # Both also happen by themselves when a saved file reloads; listed under `?`.
+        Binding("r", "reload", "Reload", id="env.reload", show=False),
+        Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
         Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
     ]
 
@@ -58,6 +71,7 @@ class EnvironmentsScreen(Screen[None]):
         self._eval_total: int | None = None
         self._eval_counts: tuple[int, int, float, int] = (0, 0, 0.0, 0)
         self._stop_watch: asyncio.Event | None = None
+        self._open_after_scan: Path | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -65,8 +79,10 @@ class EnvironmentsScreen(Screen[None]):
         with Horizontal(id="eval-bar"):
             yield Label("", id="eval-label")
             yield ProgressBar(id="eval-progress", show_eta=False)
-        with VerticalScroll(id="env-detail-box"):
-            yield Static("loading environments…", id="env-detail")
+        with Horizontal(id="env-bottom"):
+            with VerticalScroll(id="env-detail-box"):
+                yield Static("loading environments…", id="env-detail")
+            yield RewardCompare(id="env-rescore")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -82,6 +98,7 @@ class EnvironmentsScreen(Screen[None]):
             self._runner.cancel()
         if self._stop_watch is not None:
             self._stop_watch.set()
+        self.cancel_rescores()
 
     # -- discovery and loading ------------------------------------------------------------------
     def _ui(self, fn: Any, *args: Any, **kwargs: Any) -> None:
@@ -129,13 +146,16 @@ class EnvironmentsScreen(Screen[None]):
                 self.envs[st.name] = st
                 table.add_row(*self._cells(st), key=st.name)
         self._show_detail()
+        self._open_created()
 
     def _apply_load(self, res: LoadResult) -> None:
         st = self.envs.get(res.name)
         if st is None:
             return
-        was_error = st.status == "error"
+        was_error, before = st.status == "error", st.loaded_version
         st.version, st.status, st.message, st.tasks = res.version, res.status, res.message, res.tasks
+        if res.status == "ok":
+            st.loaded_version = res.version
         self._update_row(st)
         self._show_detail()
         if res.status == "error":
@@ -143,6 +163,8 @@ class EnvironmentsScreen(Screen[None]):
                         severity="error", timeout=6)
         elif was_error:
             self.notify(f"{res.name} reloaded (version {res.version})", timeout=3)
+        if res.status == "ok" and res.reloaded and before != res.version:
+            self._start_rescore(st, quiet=True)  # an edit: show what it does to the stored rollouts
 
     def _cells(self, st: EnvState) -> list[Any]:
         latest = st.latest or {}
@@ -200,6 +222,7 @@ class EnvironmentsScreen(Screen[None]):
     def _show_detail(self) -> None:
         st = self._selected()
         detail = self.query_one("#env-detail", Static)
+        self._show_rescore(st)
         if st is None:
             detail.update("no environments found: add one under the user env folder or WORKBENCH_ENV_PATH")
             return
@@ -346,6 +369,39 @@ class EnvironmentsScreen(Screen[None]):
         self._scan(set())  # refresh the latest-run columns
 
     # -- editor ---------------------------------------------------------------------------------
+    # -- a new environment from a template; the debugger ----------------------------------------
+    def action_new_env(self) -> None:
+        self.app.push_screen(NewEnvScreen(), self._env_created)
+
+    def _env_created(self, path: Path | None) -> None:
+        """List the new env, select it and open its file in $EDITOR."""
+        if path is None:
+            return
+        self.notify(f"created {path.name} in {fpath(path.parent)}", title="new environment")
+        self._open_after_scan = path
+        self._scan(set())
+
+    def _open_created(self) -> None:
+        path, self._open_after_scan = self._open_after_scan, None
+        if path is None:
+            return
+        st = next((s for s in self.envs.values() if s.ref.path == path), None)
+        if st is None:
+            self.notify(f"{path} is not on the environment search path; use it by path", severity="warning")
+            return
+        table = self.query_one(DataTable)
+        table.move_cursor(row=table.get_row_index(st.name))
+        self.action_open_editor()
+
+    def action_debug(self) -> None:
+        st = self._selected()
+        if st is None:
+            return
+        if st.status == "error":
+            self.notify(f"{st.name} does not load; fix it first", severity="error")
+            return
+        self.app.open_debugger(env_spec=env_spec(st.ref))  # type: ignore[attr-defined]
+
     def action_open_editor(self) -> None:
         st = self._selected()
         path = source_file(st.ref) if st else None

@@ -1,7 +1,13 @@
 """Launch: the dialog behind ``L`` on an environment — what ``workbench launch ENV --backend local
---max-steps N --budget USD [--config FILE]`` does, from the app. The dialog checks the input and
-resolves the run config (``workbench.train_config.resolve``, in a worker: it imports the trainer);
-it returns a :class:`LaunchRequest` and the Environments screen runs the launch in a thread worker."""
+--max-steps N --budget USD [--config FILE]`` does, from the app.
+
+While the user picks a backend, steps, budget and config, a worker computes what the run will cost
+with the functions the CLI uses (:mod:`cloud_runtime.forecast`): for ``modal`` the cluster plan of
+``workbench launch --plan`` judged by the run and monthly budgets and the memory fit; for ``local``
+device-seconds × the local price and the cap the budget guard will enforce. A refused plan disables
+Launch, with the numbers shown. Confirming resolves the run config (``workbench.train_config.resolve``,
+in a worker: it imports the trainer) and the cap (``workbench.budgets.run_cap``) and returns a
+:class:`LaunchRequest`; the Environments screen runs the launch in a thread worker."""
 
 from __future__ import annotations
 
@@ -15,14 +21,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
+from textual.timer import Timer
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 
 from workbench.errors import WorkbenchError
 
 from ..data import call_ui
+from ..widgets.forecast import ConfigPicker, cloud_text, local_text
 
-MODAL_REASON = "never run on Modal in this build"
+MODAL_REASON = "plan only: never run on Modal in this build"
+MODAL_REFUSAL = ("Modal launches are not available in this build (never run on Modal); the plan above is what "
+                 "`workbench launch --plan` prints. Pick local to launch on this machine.")
 DEFAULT_MAX_STEPS = 20
+PLAN_DEBOUNCE_S = 0.25  # typing in a field replans once the keys stop
 
 
 @dataclass(slots=True)
@@ -31,7 +42,7 @@ class LaunchRequest:
     spec: str  # what the run config's env.name is set to (a name, module or file path)
     backend: str
     max_steps: int
-    budget_usd: float | None
+    budget_usd: float | None  # the cap the budget guard enforces: the run's budget or what is left of the month
     config_file: str | None
     run_cfg: Any  # the resolved workbench.train_config.RunConfig
 
@@ -61,12 +72,53 @@ def parse_inputs(steps: str, budget: str, config_file: str) -> tuple[int, float 
     return max_steps, budget_usd, path
 
 
+@dataclass(slots=True)
+class Forecast:
+    """One computed forecast for the inputs it was computed from."""
+
+    backend: str
+    inputs: tuple[int, float | None, str | None]
+    text: Text
+    refusal: str | None  # why Launch is disabled (None: it may launch)
+    result: Any = None  # the CloudForecast / LocalForecast, for tests and callers
+
+
+def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: float | None,
+                     config: str | None) -> Forecast:
+    """The forecast for these inputs (runs in a worker: it reads the store and the config file).
+    A config the plan cannot use is a refusal that says why, as the CLI would."""
+    from cloud_runtime.forecast import cloud_forecast, local_forecast
+
+    inputs = (steps, budget, config)
+    if backend == "modal":
+        try:
+            fc = cloud_forecast(conn, config, env=spec, max_steps=steps, budget_usd=budget)
+        except WorkbenchError as e:
+            hint = "" if config else " (pick a run config with a [cloud] table, e.g. a bundled one)"
+            return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
+        return Forecast(backend, inputs, cloud_text(fc), fc.refusal or MODAL_REFUSAL, fc)
+    lf = local_forecast(conn, steps, budget)
+    text = local_text(lf)
+    if config:
+        from workbench.train_config import load_tables
+
+        try:
+            if load_tables(config).get("cloud"):
+                text.append("\nthis config has a [cloud] table: pick modal to see its cluster plan", style="dim")
+        except WorkbenchError as e:  # the confirm shows it too; say it now
+            text.append(f"\nconfig: {e}", style="bold red")
+    return Forecast(backend, inputs, text, lf.refusal, lf)
+
+
 class LaunchScreen(ModalScreen["LaunchRequest | None"]):
-    """Backend, max steps, budget, config file; enter or Launch confirms, escape cancels."""
+    """Backend, max steps, budget, config file and the live forecast; enter or Launch confirms, escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", id="launch.cancel"),
     ]
+    DEFAULT_CSS = """
+    #launch-plan { height: auto; min-height: 3; border: round $primary-darken-1; padding: 0 1; }
+    """
 
     def __init__(self, env: str, spec: str | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         super().__init__()
@@ -75,31 +127,87 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         self._default_steps = max_steps
         self.busy = False
         self.error = ""
+        self.forecast: Forecast | None = None
+        self._plan_gen = 0
+        self._plan_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-box"):
             yield Static(f"[b]Launch a training run of {self.env}[/b]", id="launch-title")
-            yield Label("backend")
             with RadioSet(id="launch-backend"):
                 yield RadioButton("local (this machine's CPU)", value=True, id="backend-local")
-                yield RadioButton(f"modal — {MODAL_REASON}", id="backend-modal", disabled=True)
+                yield RadioButton(f"modal — {MODAL_REASON}", id="backend-modal")
             with Horizontal(classes="launch-field"):
                 yield Label("max steps", classes="launch-label")
                 yield Input(str(self._default_steps), id="launch-steps")
-            with Horizontal(classes="launch-field"):
-                yield Label("budget USD", classes="launch-label")
+                yield Label(" budget USD", classes="launch-label")
                 yield Input("", placeholder="empty: no budget", id="launch-budget")
             with Horizontal(classes="launch-field"):
                 yield Label("config file", classes="launch-label")
-                yield Input("", placeholder="optional: a run config TOML", id="launch-config")
+                yield ConfigPicker("launch-config", "optional: a run config TOML (a path)")
+            yield Static("computing the plan…", id="launch-plan")
             yield Static("", id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Launch", variant="primary", id="launch-ok")
                 yield Button("Cancel", id="launch-cancel")
 
     def on_mount(self) -> None:
+        self.query_one("#launch-backend", RadioSet).border_title = "backend"
+        self.query_one("#launch-plan", Static).border_title = "plan and cost"
         self.query_one("#launch-steps", Input).focus()
+        self._replan()
 
+    @property
+    def backend(self) -> str:
+        return "modal" if self.query_one("#backend-modal", RadioButton).value else "local"
+
+    def _inputs(self) -> tuple[int, float | None, str | None]:
+        return parse_inputs(self.query_one("#launch-steps", Input).value,
+                            self.query_one("#launch-budget", Input).value,
+                            self.query_one("#launch-config", Input).value)
+
+    # -- the live forecast -------------------------------------------------------------------------
+    @on(Input.Changed)
+    @on(RadioSet.Changed)
+    @on(Select.Changed)
+    def _inputs_changed(self) -> None:
+        if not self.busy and self.error:
+            self.error = ""
+            self.query_one("#launch-error", Static).update("")
+        if self._plan_timer is not None:
+            self._plan_timer.stop()
+        self._plan_timer = self.set_timer(PLAN_DEBOUNCE_S, self._replan)
+
+    def _replan(self) -> None:
+        self._plan_gen += 1
+        try:
+            steps, budget, config = self._inputs()
+        except ValueError as e:
+            self._show_forecast(self._plan_gen, Forecast(self.backend, (0, None, None),
+                                                         Text(str(e), style="bold red"), str(e)))
+            return
+        self.query_one("#launch-plan", Static).border_subtitle = "computing…"
+        self._compute(self._plan_gen, self.backend, steps, budget, config)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="launch-plan")
+    def _compute(self, gen: int, backend: str, steps: int, budget: float | None, config: str | None) -> None:
+        try:
+            fc = compute_forecast(self.app.store.get().conn, backend, self.spec, steps, budget, config)  # type: ignore[attr-defined]
+        except Exception as e:  # never a crash: say what went wrong where the plan would be
+            msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else str(e)
+            fc = Forecast(backend, (steps, budget, config), Text(f"no plan: {msg}", style="bold red"), msg)
+        call_ui(self.app, self._show_forecast, gen, fc)
+
+    def _show_forecast(self, gen: int, fc: Forecast) -> None:
+        if gen != self._plan_gen or not self.is_attached:
+            return  # the inputs changed meanwhile: a newer forecast is on its way
+        self.forecast = fc
+        panel = self.query_one("#launch-plan", Static)
+        panel.update(fc.text)
+        panel.border_subtitle = "Launch disabled" if fc.refusal else ""
+        self.query_one("#launch-ok", Button).disabled = fc.refusal is not None
+
+    # -- confirm -----------------------------------------------------------------------------------
     def show_error(self, message: str) -> None:
         self.busy = False
         self.error = message
@@ -122,11 +230,12 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         if self.busy:
             return
         try:
-            steps, budget, config = parse_inputs(self.query_one("#launch-steps", Input).value,
-                                                 self.query_one("#launch-budget", Input).value,
-                                                 self.query_one("#launch-config", Input).value)
+            steps, budget, config = self._inputs()
         except ValueError as e:
             self.show_error(str(e))
+            return
+        if self.backend == "modal":
+            self.show_error(MODAL_REFUSAL)
             return
         self.busy = True
         self.query_one("#launch-error", Static).update("resolving the run config…")
@@ -134,14 +243,18 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
     def _resolve(self, steps: int, budget: float | None, config: str | None) -> None:
+        from workbench.budgets import run_cap
         from workbench.train_config import resolve
 
         try:
             run_cfg = resolve(config, {"loop.max_steps": steps}, self.spec)
+            # What `workbench launch` hands the budget guard: the run's budget or what is left of
+            # the month, whichever is lower (refused when the month is spent).
+            cap, _ = run_cap(self.app.store.get().conn, budget)  # type: ignore[attr-defined]
         except WorkbenchError as e:
             call_ui(self.app, self.show_error, str(e))
             return
         except Exception as e:
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
             return
-        call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "local", steps, budget, config, run_cfg))
+        call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg))

@@ -1,4 +1,5 @@
-"""One stored rollout: messages by role, tool calls, rewards and metrics by function, errors, timing, cost."""
+"""One stored rollout: messages by role, tool calls, rewards and metrics by function, errors, timing, cost;
+``t`` shows its tokens coloured by logprob, ``d`` opens it in the Debugger (read-only)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from textual.widgets import Footer, Header, Static
 from workbench.rollout import content_text
 
 from ..format import ROLE_COLORS, fcost, fnum, ftime
+from ..widgets.token_view import TokenView
 
 
 def message_body(m: dict[str, Any]) -> Text:
@@ -82,6 +84,8 @@ class RolloutDetailScreen(Screen[None]):
     TITLE = "Rollout"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,backspace", "app.pop_screen", "Back", id="rollout.back"),
+        Binding("t", "toggle_tokens", "Tokens", id="rollout.tokens"),
+        Binding("d", "debug", "Debugger", id="rollout.debug"),
         Binding("j", "scroll(1)", "Down", show=False),
         Binding("k", "scroll(-1)", "Up", show=False),
     ]
@@ -119,10 +123,25 @@ class RolloutDetailScreen(Screen[None]):
                 box = Static(calls_table(calls), id="rollout-calls", classes="section")
                 box.border_title = "model calls"
                 yield box
+        tokens = TokenView(id="rollout-tokens")
+        tokens.display = False
+        yield tokens
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = self.rollout["id"]
 
     def action_scroll(self, lines: int) -> None:
-        self.query_one("#rollout-body", VerticalScroll).scroll_relative(y=lines, animate=False)
+        body = self.query_one(TokenView) if self.query_one(TokenView).display else self.query_one("#rollout-body")
+        body.scroll_relative(y=lines, animate=False)
+
+    def action_toggle_tokens(self) -> None:
+        """The transcript, or the token-exact trace (loaded the first time it is shown)."""
+        view = self.query_one(TokenView)
+        body = self.query_one("#rollout-body", VerticalScroll)
+        view.display, body.display = not view.display, view.display
+        if view.display and not view.report_text:
+            view.load_stored(self.app.store, self.rollout)  # type: ignore[attr-defined]
+
+    def action_debug(self) -> None:
+        self.app.open_debugger(rollout=self.rollout)  # type: ignore[attr-defined]

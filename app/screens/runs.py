@@ -1,5 +1,7 @@
 """Runs: every run in the store and the selected run's summary (``workbench show RUN``); for a training
-run also its reward curve, evals, events and last steps (``workbench runs RUN``), live while it runs."""
+run also its curves (reward and held-out evals, step-time split, staleness, throughput), evals, events,
+newest rollouts and last steps (``workbench runs RUN``), live while it runs: each second a worker
+reads only the records and rollouts stored since the last read."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from workbench.errors import WorkbenchError
 
 from ..data import call_ui
 from ..format import fcost, fnum, ftime
-from ..widgets.train_view import TrainView
+from ..widgets.train_view import TrainView, read_new_rollouts
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
 TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
@@ -82,7 +84,7 @@ class RunsScreen(Screen[None]):
             yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="run-summary-box"):
                 yield Static("no run selected", id="run-summary")
-        yield TrainView(id="train-box")
+        yield TrainView(id="train-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -153,23 +155,24 @@ class RunsScreen(Screen[None]):
             run = store.get_run(run_id)
             summary = run_summary(store, run_id)
             records = store.train_records(run["id"]) if run["kind"] == "train" else None
+            rollouts = read_new_rollouts(store.conn, run["id"]) if records is not None else []
         except WorkbenchError as e:
             call_ui(self.app, self.notify, str(e), severity="error")
             return
         except Exception as e:
             call_ui(self.app, self.notify, f"summarising run {run_id} failed: {e}", severity="error")
             return
-        call_ui(self.app, self._show_summary, run, summary, records)
+        call_ui(self.app, self._show_summary, run, summary, records, rollouts)
 
     def _show_summary(self, run: dict[str, Any], summary: dict[str, Any],
-                      records: list[dict[str, Any]] | None) -> None:
+                      records: list[dict[str, Any]] | None, rollouts: list[Any]) -> None:
         if self._selected_id() != run["id"]:
             return
         self.query_one("#run-summary", Static).update(summary_renderable(run, summary))
         view = self.query_one(TrainView)
         view.display = records is not None
         if records is not None:
-            view.show(run["id"], records)
+            view.show(run["id"], records, rollouts)
         self._watch_train(run["id"] if records is not None and run["status"] == "running" else None)
 
     def _watch_train(self, run_id: str | None) -> None:
@@ -183,21 +186,24 @@ class RunsScreen(Screen[None]):
     def _tick_train(self) -> None:
         view = self.query_one(TrainView)
         if view.run_id is not None:
-            self._poll_train(view.run_id, view.last_id)
+            self._poll_train(view.run_id, view.last_id, view.last_rollout_pk)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="train-poll")
-    def _poll_train(self, run_id: str, after_id: int) -> None:
+    def _poll_train(self, run_id: str, after_id: int, after_pk: int) -> None:
         try:
             store = self.app.store.get()  # type: ignore[attr-defined]
             records = store.train_records(run_id, after_id=after_id)
+            rollouts = read_new_rollouts(store.conn, run_id, after_pk)
             status = store.get_run(run_id)["status"]
         except Exception as e:
-            call_ui(self.app, self._add_train, run_id, None, f"reading training run {run_id} failed: {e}")
+            call_ui(self.app, self._add_train, run_id, None, [], f"reading training run {run_id} failed: {e}")
             return
-        call_ui(self.app, self._add_train, run_id, records, status)
+        call_ui(self.app, self._add_train, run_id, records, rollouts, status)
 
-    def _add_train(self, run_id: str, records: list[dict[str, Any]] | None, status: str) -> None:
-        """A poll's result: new records and the run's status (``None`` and an error message when it failed)."""
+    def _add_train(self, run_id: str, records: list[dict[str, Any]] | None, rollouts: list[Any],
+                   status: str) -> None:
+        """A poll's result: new records and rollouts and the run's status (``None`` and an error
+        message when it failed)."""
         view = self.query_one(TrainView)
         if view.run_id != run_id or self._train_timer is None:
             return
@@ -205,7 +211,7 @@ class RunsScreen(Screen[None]):
             self._watch_train(None)
             self.notify(status, severity="error")
             return
-        view.add(records)
+        view.add(records, rollouts)
         if status != "running":  # finished: stop, and show the final status in the list and summary
             self._watch_train(None)
             self.action_refresh()

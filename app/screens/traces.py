@@ -1,4 +1,5 @@
-"""Traces: every stored rollout, filtered, sorted, searched; Enter opens one; x exports the selection."""
+"""Traces: every stored rollout, filtered, sorted, searched; Enter opens one; m marks one and D on
+another shows the two side by side; x exports the selection."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from textual.timer import Timer
 from textual.validation import Number
 from textual.widgets import Footer, Header, Input, Static
 
+from workbench.diff import load_diff
 from workbench.errors import WorkbenchError
 from workbench.store.queries import RolloutSummary
 
@@ -23,6 +25,7 @@ from ..format import fnum, ftime
 from ..trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
 from ..widgets.virtual_table import Column, VirtualTable
 from .rollout_detail import RolloutDetailScreen
+from .rollout_diff import RolloutDiffScreen
 
 #: (input id, placeholder, Filters field, narrow)
 FILTER_INPUTS = [
@@ -66,6 +69,8 @@ class TracesScreen(Screen[None]):
         Binding("f", "focus_filters", "Filter", id="traces.filter"),
         Binding("s", "cycle_sort", "Sort", id="traces.sort"),
         Binding("c", "clear_filters", "Clear filters", id="traces.clear", show=False),
+        Binding("m", "mark", "Mark", id="traces.mark"),  # once marked, the status line says to press D
+        Binding("D", "diff", "Diff with mark", id="traces.diff", show=False),
         Binding("x", "export", "Export", id="traces.export"),
         Binding("r", "refresh", "Refresh", id="traces.refresh", show=False),
         Binding("escape", "focus_table", "Table", show=False),
@@ -78,6 +83,7 @@ class TracesScreen(Screen[None]):
         self._debounce: Timer | None = None
         self._pending: dict[str, str] = {}
         self._new = 0  # rollouts added to the store since the list was loaded
+        self.marked: str | None = None  # the rollout `D` compares against; kept across filters and sorts
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,7 +93,7 @@ class TracesScreen(Screen[None]):
                 yield Input(placeholder=placeholder, id=wid, classes="narrow" if narrow else "",
                             validators=validators, valid_empty=True)
         yield Static("", id="traces-status")
-        yield VirtualTable(COLUMNS, id="traces-table")
+        yield VirtualTable([Column("", 1, self._mark_cell), *COLUMNS], id="traces-table")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -143,8 +149,9 @@ class TracesScreen(Screen[None]):
         count = "counting…" if total is None else f"{total:,} rollouts"
         desc = self.filters.describe()
         new = f" · {self._new:+,} since loaded: press r" if self._new else ""
+        mark = f" · marked {self.marked}: D on another rollout diffs them" if self.marked else ""
         self.query_one("#traces-status", Static).update(
-            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else ""))
+            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else "") + mark)
 
     def on_screen_resume(self) -> None:
         """Back on Traces (from another screen): say if the store changed, without moving the list."""
@@ -240,6 +247,43 @@ class TracesScreen(Screen[None]):
             call_ui(self.app, self.notify, f"reading rollout {rollout_id} failed: {e}", severity="error")
             return
         call_ui(self.app, self.app.push_screen, RolloutDetailScreen(rollout))
+
+    # -- mark and diff ------------------------------------------------------------------------------
+    def _mark_cell(self, row: RolloutSummary) -> str | tuple[str, str]:
+        return ("●", "bold magenta") if row.id == self.marked else ""
+
+    def action_mark(self) -> None:
+        """Mark the rollout under the cursor for `D` (again on the marked one: unmark it)."""
+        row = self.table.current_row()
+        if row is None:
+            return
+        self.marked = None if row.id == self.marked else row.id
+        self.table.refresh()
+        self._show_status()
+
+    def action_diff(self) -> None:
+        """The marked rollout (A) and the one under the cursor (B), side by side."""
+        row = self.table.current_row()
+        if row is None:
+            return
+        if self.marked is None:
+            self.notify("mark a rollout with m first, then press D on another one", severity="warning")
+        elif row.id == self.marked:
+            self.notify("this is the marked rollout: press D on another one to compare them", severity="warning")
+        else:
+            self._open_diff(self.marked, row.id)
+
+    @work(thread=True, exit_on_error=False, group="traces-diff", exclusive=True)
+    def _open_diff(self, a: str, b: str) -> None:
+        try:
+            diff = load_diff(self.app.store.get().conn, a, b)  # type: ignore[attr-defined]
+        except WorkbenchError as e:
+            call_ui(self.app, self.notify, str(e), severity="error")
+            return
+        except Exception as e:
+            call_ui(self.app, self.notify, f"comparing {a} and {b} failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.app.push_screen, RolloutDiffScreen(diff))
 
     # -- export ---------------------------------------------------------------------------------
     def action_export(self) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from textual.widgets import DataTable, ProgressBar
+from textual.widgets import DataTable, Input, ProgressBar, Select, Static
 
 from app.config import config_path, load_config
 from app.main import WorkbenchApp
 from app.screens.costs import CostsScreen
+from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.ledger import month_start, read_ledger
 from workbench.store import Store
@@ -144,3 +146,75 @@ def test_bad_monthly_budget_is_a_problem() -> None:
     path.write_text('[budget]\nmonthly_usd = "lots"\n')
     cfg = load_config()
     assert cfg.monthly_budget_usd is None and "budget.monthly_usd" in cfg.problems[0]
+
+
+# -- the forecast of a planned run -----------------------------------------------------------------
+BIG_CONFIG = Path(__file__).resolve().parents[2] / "cloud_runtime" / "configs" / "long-context-28node.toml"
+
+
+def _forecast(screen: CostsScreen) -> str:
+    return str(screen.query_one("#forecast-text", Static).render())
+
+
+async def _forecast_of(pilot: Any, screen: CostsScreen, config: str) -> Any:
+    return await wait_until(pilot, lambda: screen.forecast is not None and screen.forecast[0] == config
+                            and screen.forecast[1], timeout=30, what=f"the forecast of {config}")
+
+
+async def test_costs_forecast_of_a_bundled_config_against_the_month(cost_store: Path, tmp_path: Path) -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("[budget]\nmonthly_usd = 50000\n")
+    plan = make_plan(load_launch_config(BIG_CONFIG, {}, "x"))
+    with Store(cost_store) as store:
+        left = 50000 - read_ledger(store.conn, "run").month_usd
+    fixed = plan.total_usd - plan.usd_per_step * plan.max_steps
+    app = _app(cost_store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, CostsScreen)
+        await wait_until(pilot, lambda: screen.ledger is not None, what="the ledger")
+        assert "pick a bundled run config" in _forecast(screen)
+        await pilot.press("f")
+        assert isinstance(app.focused, Select) and app.focused.id == "forecast-config-pick"
+        app.focused.value = str(BIG_CONFIG)  # what picking it from the list does
+        result = await _forecast_of(pilot, screen, str(BIG_CONFIG))
+        assert result.plan.total_usd == pytest.approx(plan.total_usd)
+        text = _forecast(screen)
+        for frag in ("long-context-28node.toml · modal 28 × 8 H200 = 224 GPUs · 1,000 steps",
+                     f"${plan.total_usd:,.0f} · wall {plan.wall_s / 3600:,.1f} h ({plan.wall_s / 86400:.2f} days)",
+                     f"${left:,.0f} left of $50,000: exceeded by ${plan.total_usd - left:,.0f}",
+                     f"(the month covers {int((left - fixed) / plan.usd_per_step):,} steps)"):
+            assert frag in text, (frag, text)
+        assert "refused" not in text  # the month is the reason, already said
+
+        path.write_text("[budget]\nmonthly_usd = 100000\n")
+        await pilot.press("r")  # a refresh re-reads the month and re-judges the plan
+        await wait_until(pilot, lambda: "within" in _forecast(screen), timeout=30, what="the new verdict")
+        assert f"${100000 - (50000 - left) - plan.total_usd:,.0f} would remain" in _forecast(screen)
+
+
+async def test_costs_forecast_errors_are_inline(cost_store: Path, tmp_path: Path) -> None:
+    no_cloud = tmp_path / "plain.toml"
+    no_cloud.write_text("[loop]\nmax_steps = 3\n")
+    tight = tmp_path / "tight.toml"
+    tight.write_text(BIG_CONFIG.read_text() + "budget_usd = 1000\n")  # appended to the [cloud] table
+    app = _app(cost_store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.ledger is not None, what="the ledger")
+        field = screen.query_one("#forecast-config", Input)
+        for config, fragment in ((str(tmp_path / "missing.toml"), "does not exist"),
+                                 (str(no_cloud), "the plan needs cloud.params_b")):
+            field.value = config
+            result = await _forecast_of(pilot, screen, config)
+            assert isinstance(result, str) and fragment in result
+            assert f"no forecast: {result}" in _forecast(screen)
+        field.value = str(tight)
+        await _forecast_of(pilot, screen, str(tight))
+        text = _forecast(screen)
+        assert "no monthly budget to hold it against" in text
+        assert "plan refused: estimated" in text and "exceeds the budget of $1,000" in text
+        field.value = ""
+        await wait_until(pilot, lambda: "pick a bundled run config" in _forecast(screen), what="the hint again")
+        assert screen.forecast is None

@@ -4,19 +4,24 @@ tested in tests/cloud/test_launch_local.py) with the resolved config; ``S`` on R
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Input, RadioButton, Static
+from textual.widgets import Button, Input, RadioButton, Select, Static
 
+from app.config import config_path
 from app.main import WorkbenchApp
 from app.screens.environments import EnvironmentsScreen
-from app.screens.launch import MODAL_REASON, LaunchScreen, parse_inputs
+from app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, MODAL_REFUSAL, LaunchScreen, parse_inputs
 from app.screens.runs import RunsScreen
+from cloud_runtime.gpu_prices import set_price
 from cloud_runtime.launch import Launched
+from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, T0, screen_text, wait_until
+from workbench.budgets import month_spent_usd
 from workbench.store import Store
 
 
@@ -81,7 +86,7 @@ async def test_dialog_shows_backends_and_bad_budget_launches_nothing(make_app: C
         dialog = await _open_dialog(pilot)
         assert dialog.query_one("#backend-local", RadioButton).value
         modal = dialog.query_one("#backend-modal", RadioButton)
-        assert modal.disabled and MODAL_REASON in str(modal.label)
+        assert not modal.value and MODAL_REASON in str(modal.label)
         assert MODAL_REASON in screen_text(app)
         _fill(dialog, budget="lots")
         await pilot.press("enter")
@@ -174,3 +179,175 @@ async def test_stop_key_on_runs(make_app: Callable[..., WorkbenchApp], store_fil
         await pilot.press("S")
         await wait_until(pilot, lambda: any("was not launched" in m for m in _messages(app)),
                          what="the not-launched notification")
+
+
+# -- the plan and cost estimate in the dialog ------------------------------------------------------
+BIG_CONFIG = Path(__file__).resolve().parents[2] / "cloud_runtime" / "configs" / "long-context-28node.toml"
+
+
+def _plan_text(dialog: LaunchScreen) -> str:
+    return str(dialog.query_one("#launch-plan", Static).render())
+
+
+def _launch_disabled(dialog: LaunchScreen) -> bool:
+    return dialog.query_one("#launch-ok", Button).disabled
+
+
+async def _settled(pilot: Any, dialog: LaunchScreen, backend: str, inputs: tuple[Any, ...]) -> Any:
+    """Wait until the dialog shows the forecast of exactly these inputs."""
+    return await wait_until(pilot, lambda: dialog.forecast is not None and dialog.forecast.backend == backend
+                            and dialog.forecast.inputs == inputs and dialog.forecast, timeout=60,
+                            what=f"the {backend} forecast of {inputs}")
+
+
+def _monthly(usd: float) -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"[budget]\nmonthly_usd = {usd}\n")
+
+
+def _spend(store_file: Path, usd: float, run_id: str = "1114-aaaaaa") -> None:
+    with Store(store_file) as store:
+        store.conn.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                           "VALUES (?, 'api_tokens', 'openai', 'gpt', 1000, 'tokens', ?, ?)", (run_id, usd, time.time()))
+        store.conn.commit()
+
+
+async def test_modal_plan_of_the_28_node_config_and_its_budget_refusal(
+        make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
+    rec = Recorder()
+    app = _make(make_app, rec)
+    expected = make_plan(load_launch_config(BIG_CONFIG, {"loop.max_steps": 1000}, "adder"), max_steps=1000)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        await _settled(pilot, dialog, "local", (DEFAULT_MAX_STEPS, None, None))
+        await pilot.click("#backend-modal")
+        dialog.query_one("#launch-config-pick", Select).value = str(BIG_CONFIG)  # the bundled-config picker
+        await wait_until(pilot, lambda: dialog.query_one("#launch-config", Input).value == str(BIG_CONFIG),
+                         what="the picked config in the path field")
+        _fill(dialog, steps="1000", budget="1000", config=str(BIG_CONFIG))
+        fc = await _settled(pilot, dialog, "modal", (1000, 1000.0, str(BIG_CONFIG)))
+        text = _plan_text(dialog)
+        for frag in ("modal 28 × 8 H200 = 224 GPUs", "trainer 10 nodes", "inference 18 nodes (18 × TP8)",
+                     f"trainer {expected.memory['trainer']['total_gb']:.1f} of 126.9 GB fits",
+                     f"{expected.step_time_s:,.1f} s (bandwidth-bound, async)", f"${expected.usd_per_step:,.2f}/step",
+                     f"${expected.total_usd:,.0f}", f"{expected.wall_s / 86400:.2f} days", "for 1,000 steps",
+                     "run $1,000: exceeded", "month: no monthly budget",
+                     "plan refused: estimated", "exceeds the budget of $1,000; the budget covers"):
+            assert frag in text, (frag, text)
+        assert 70_000 < fc.result.plan.total_usd < 90_000  # README: about $80k, 3.3 days, ~282 s per step
+        assert fc.result.plan.total_usd == pytest.approx(expected.total_usd)
+        assert _launch_disabled(dialog)
+        dialog.query_one("#launch-budget", Input).focus()
+        await pilot.press("enter")  # enter in a field still asks: the answer is the refusal, nothing launches
+        await wait_until(pilot, lambda: "not available in this build" in _error(dialog), what="the modal refusal")
+
+        _fill(dialog, steps="1000", budget="100000", config=str(BIG_CONFIG))  # within the run budget
+        fc = await _settled(pilot, dialog, "modal", (1000, 100000.0, str(BIG_CONFIG)))
+        assert "run $100,000: within" in _plan_text(dialog) and fc.result.refusal is None
+        assert fc.refusal == MODAL_REFUSAL and _launch_disabled(dialog)  # plan only in this build
+
+        _monthly(50_000)  # now the month is what refuses it
+        _spend(store_file, 1200.0)
+        _fill(dialog, steps="1000", budget="", config=str(BIG_CONFIG))
+        fc = await _settled(pilot, dialog, "modal", (1000, None, str(BIG_CONFIG)))
+        text = _plan_text(dialog)
+        assert "$48,800 left of $50,000 this month: exceeded" in text, text
+        assert "exceeds what is left of the monthly budget" in text and fc.result.within_month is False
+
+        _fill(dialog, steps="3", budget="", config=str(BIG_CONFIG))  # a short run fits the month
+        fc = await _settled(pilot, dialog, "modal", (3, None, str(BIG_CONFIG)))
+        assert "this month: within" in _plan_text(dialog) and fc.result.refusal is None
+        await pilot.press("escape")
+    assert not rec.calls
+
+
+async def test_modal_plan_errors_are_inline(make_app: Callable[..., WorkbenchApp], tmp_path: Path) -> None:
+    no_cloud = tmp_path / "plain.toml"
+    no_cloud.write_text("[loop]\nmax_steps = 2\n")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[cloud\nnodes = ")
+    app = _make(make_app, Recorder())
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        await pilot.click("#backend-modal")
+        fc = await _settled(pilot, dialog, "modal", (DEFAULT_MAX_STEPS, None, None))
+        assert "no plan: the plan needs cloud.params_b" in _plan_text(dialog) and "[cloud] table" in _plan_text(dialog)
+        assert fc.refusal and _launch_disabled(dialog)
+        _fill(dialog, steps="2", config=str(broken))
+        await _settled(pilot, dialog, "modal", (2, None, str(broken)))
+        assert "is not valid TOML" in _plan_text(dialog)
+        _fill(dialog, steps="2", config=str(no_cloud))
+        await _settled(pilot, dialog, "modal", (2, None, str(no_cloud)))
+        assert "the plan needs cloud." in _plan_text(dialog)
+        _fill(dialog, steps="two")
+        await wait_until(pilot, lambda: "whole number" in _plan_text(dialog), what="the input error in the plan")
+        assert isinstance(app.screen, LaunchScreen)
+
+
+async def test_local_estimate_cap_and_a_spent_month(make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
+    rec = Recorder()
+    app = _make(make_app, rec)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        await _settled(pilot, dialog, "local", (DEFAULT_MAX_STEPS, None, None))
+        text = _plan_text(dialog)
+        assert "this machine at $0/device-s" in text and "$0.0000 for 20 steps (free at $0/device-s)" in text
+        assert "cap         no budget" in text and not _launch_disabled(dialog)
+        _fill(dialog, steps="5", config=str(BIG_CONFIG))
+        await _settled(pilot, dialog, "local", (5, None, str(BIG_CONFIG)))
+        assert "this config has a [cloud] table: pick modal" in _plan_text(dialog)
+
+        _monthly(1.0)
+        _spend(store_file, 1.5)
+        _fill(dialog, steps="4", budget="0.25")
+        fc = await _settled(pilot, dialog, "local", (4, 0.25, None))
+        assert "the monthly budget of $1.00 is spent" in _plan_text(dialog) and fc.refusal
+        assert _launch_disabled(dialog)
+        await pilot.press("enter")  # the confirm path checks the cap itself
+        await wait_until(pilot, lambda: "monthly budget of $1.00 is spent" in _error(dialog), timeout=60,
+                         what="the refusal on confirm")
+        assert app.screen is dialog and not rec.calls and not dialog.busy
+
+
+async def test_local_confirm_hands_the_guard_the_monthly_cap(make_app: Callable[..., WorkbenchApp],
+                                                             store_file: Path) -> None:
+    """As `workbench launch --backend local`: the cap is the run budget or what is left of the month."""
+    _monthly(5.0)
+    _spend(store_file, 4.5)
+    with Store(store_file) as store:
+        left = 5.0 - month_spent_usd(store.conn)  # the fixture's eval rollouts cost a little too
+    assert 0.4 < left < 0.5
+    rec = Recorder()
+    app = _make(make_app, rec)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        _fill(dialog, steps="2", budget="2")
+        await _settled(pilot, dialog, "local", (2, 2.0, None))
+        assert f"${left:.2f} left of the $5.00 monthly budget (the budget guard stops the run there)" in _plan_text(dialog)
+        await pilot.click("#launch-ok")
+        await wait_until(pilot, lambda: rec.calls, timeout=60, what="the launch")
+        assert rec.calls[0][2]["budget_usd"] == pytest.approx(left)
+
+
+async def test_local_estimate_from_measured_launches(make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
+    set_price("local", "cpu", 0.001)
+    with Store(store_file) as store:  # a finished local launch: 120 device-seconds for 10 steps
+        store.create_run("1114-local01", kind="train", env_name="adder", model="m", status="completed",
+                         created_at=T0 + 9000, config={"launch": {"backend": "local", "budget_usd": None}})
+        for step in range(1, 11):
+            store.record_train("1114-local01", step, "step", {"loss": 0.1})
+        store.conn.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                           "VALUES ('1114-local01', 'gpu_seconds', 'local', 'cpu', 120, 'gpu_seconds', 0.12, ?)",
+                           (T0 + 9100,))
+        store.conn.commit()
+    app = _make(make_app, Recorder())
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        _fill(dialog, steps="50", budget="0.3")
+        fc = await _settled(pilot, dialog, "local", (50, 0.3, None))
+        text = _plan_text(dialog)
+        assert "12.0 device-s/step measured over 1 local launch" in text, text
+        assert "$0.6000 = 600 device-s × $0.001/device-s for 50 steps" in text
+        assert "stopped after about 25 steps" in text
+        assert fc.refusal is None and not _launch_disabled(dialog)  # the guard stops it at the cap

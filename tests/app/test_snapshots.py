@@ -77,3 +77,51 @@ def test_runs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp])
 def test_help_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     assert snap_compare(make_app(mode="traces"), terminal_size=SIZE,
                         run_before=_settle(_traces_ready, "question_mark"))
+
+
+def test_debugger_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    """The Debugger on a stored rollout with a tool call (read-only): transcript by turn, turns, scores."""
+    from app.screens.debugger import DebuggerScreen
+    from workbench.store.queries import get_rollout
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await wait_until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.screen._env_options,
+                         what="the environment picker")
+        app.open_debugger(rollout=get_rollout(app.store.get().conn, "1114-aaaaaa.2.0"))
+        await wait_until(pilot, lambda: "read-only" in screen_text(app) and "adder" in screen_text(app),
+                         what="the stored rollout")
+        await pilot.pause(0.3)
+        app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(mode="debugger"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_rollout_diff_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    """m on run b's task 2 (a tool call), D on its task 1: fields, scores, the aligned conversations."""
+    from app.screens.rollout_diff import RolloutDiffScreen
+
+    assert snap_compare(make_app(mode="traces"), terminal_size=SIZE,
+                        run_before=_settle(_traces_ready, *["down"] * 9, "m", "down", "D",
+                                           then=lambda app: isinstance(app.screen, RolloutDiffScreen)))
+
+
+def test_train_run_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
+    """A finished training run on Runs: the four plots, evals and events, newest rollouts, last steps."""
+    from app.screens.runs import RunsScreen
+    from app.widgets.train_view import TrainView
+    from tests.app.test_train_view import TRAIN, add_train_run
+
+    add_train_run(store_file, "completed", steps=12, rollouts=10)
+
+    def shown(app: WorkbenchApp) -> bool:
+        s = app.screen
+        if not isinstance(s, RunsScreen):
+            return False
+        view = s.query_one(TrainView)
+        return view.run_id == TRAIN and view.display and len(view.rollouts) == 10 and "(train)" in screen_text(app)
+
+    assert snap_compare(make_app(mode="runs"), terminal_size=SIZE,
+                        run_before=_settle(lambda app: len(getattr(app.screen, "runs", [])) == 3, "down",
+                                           then=shown))

@@ -32,19 +32,23 @@ def _register() -> None:
     from . import (
         browse,
         costs_cmd,
+        debug_cmd,
+        diff_cmd,
         envs_cmd,
         eval_cmd,
         launch_cmd,
         login_cmd,
+        new_cmd,
         package_cmd,
         prices_cmd,
+        rescore_cmd,
         sandbox_cmd,
         serve_cmd,
         train_cmd,
     )
 
-    for mod in (eval_cmd, envs_cmd, browse, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd, package_cmd,
-                login_cmd, costs_cmd):
+    for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
+                package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

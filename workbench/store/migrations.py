@@ -42,5 +42,11 @@ def _v4(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v4.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: sqlite3.Connection) -> None:
+    """Re-scoring: a record per applied re-score (env version, summary) and each rollout's new scores,
+    kept beside the original ones, which are never overwritten."""
+    _run_sql_file(conn, "v5.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -161,3 +161,30 @@ class TrainMetricRow(SQLModel, table=True):
     metrics: str = "{}"  # JSON: floats
     message: str = ""
     created_at: float
+
+
+class RescoreRow(SQLModel, table=True):
+    """An applied re-score (schema v5): the env version whose rubric scored the stored rollouts again."""
+
+    __tablename__ = "rescore"
+    id: int | None = Field(default=None, primary_key=True)
+    env_name: str
+    env_version: str
+    run_id: str | None = None  # None: every run of the environment
+    status: str  # running | completed | interrupted | failed
+    rollouts: int = 0
+    changed: int = 0
+    created_at: float
+    finished_at: float | None = None
+    summary: str = "{}"  # JSON: RescoreResult.as_dict()
+
+
+class RescoreRolloutRow(SQLModel, table=True):
+    """A rollout's new scores in one re-score; its original reward and scores stay where they were."""
+
+    __tablename__ = "rescore_rollout"
+    rescore_id: int = Field(primary_key=True, foreign_key="rescore.id")
+    rollout_pk: int = Field(primary_key=True)
+    reward: float
+    scores: str  # JSON {"rewards": {...}, "metrics": {...}}
+    errors: str | None = None  # JSON [[function, message], ...]
