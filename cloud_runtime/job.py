@@ -10,8 +10,13 @@ store (on Modal: a Volume), while
   events, the run's status) into the event log the laptop follows, and
 * a cost ledger records what the run's GPUs cost so far (``gpu_seconds`` cost events: GPUs ×
   elapsed seconds × the GPU's price per second), so the laptop's budget guard sees the spend;
+* a :class:`~cloud_runtime.handoff.HandoffBridge` hands finished rollouts to the trainer and its
+  records back through the hand-off logs (a directory here, a ``modal.Dict`` on Modal): the trainer
+  never opens this store, wherever it runs (``cloud_runtime.roles``);
 
 and it stops within one step when the log's stop flag is raised (``workbench stop``, a budget).
+With ``resume`` it continues a run whose store was restored (a hand-over at Modal's 24 h limit:
+``cloud_runtime.resume``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.errors import ConfigError, WorkbenchError
 
 from .stream import EventLog, Exporter, open_log
 
@@ -86,35 +92,64 @@ class Pump(threading.Thread):
 
 
 def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any], log: EventLog, *,
-               run_id: str, workdir: str | Path, cost: dict[str, Any], threads: int | None = None) -> str:
+               run_id: str, workdir: str | Path, cost: dict[str, Any], threads: int | None = None,
+               handoff: dict[str, Any] | None = None, roles: Any = None, resume: bool = False,
+               should_stop: Callable[[], str | None] | None = None) -> str:
     """Verify the bundle, then train ``config`` (resolved run tables) streaming into ``log``;
-    returns the run's final status. ``cost``: ``gpus``, ``usd_per_gpu_s``, ``gpu``, ``provider``."""
+    returns the run's final status. ``cost``: ``gpus``, ``usd_per_gpu_s``, ``gpu``, ``provider``.
+    ``handoff`` names the hand-off logs (default: a directory in ``workdir``); ``roles`` places the
+    inference server and trainer (default: local processes, ``cloud_runtime.roles.HandoffRoles``);
+    ``should_stop`` is asked between steps too (the 24 h hand-over); ``resume`` continues the run
+    in ``workdir``'s store from its checkpoint."""
     from workbench.store import Store
-    from workbench.train import train
+    from workbench.train import run_dir, train
     from workbench.train_config import validate_tables
 
     from .bundle import bundle_env_ref, verify_bundle
+    from .handoff import HandoffBridge, open_handoff
+    from .roles import HandoffRoles
 
     verify_bundle(bundle_dir, expected_hash)  # before any GPU work: a mismatch refuses to run
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    tables = json.loads(json.dumps(config))
-    tables["env"]["name"] = bundle_env_ref(bundle_dir, work / "env")
-    cfg = validate_tables(tables)
+    env_ref = bundle_env_ref(bundle_dir, work / "env")
+    cfg = None
+    if resume:  # the run folder's config names the previous call's install of the bundle: point it here
+        saved = run_dir(run_id) / "config.json"
+        if not saved.exists():
+            raise ConfigError(f"cannot resume run {run_id}: its config is not at {saved}")
+        tables = json.loads(saved.read_text())
+        tables["env"]["name"] = env_ref
+        saved.write_text(json.dumps(validate_tables(tables).raw, indent=1))
+    else:
+        tables = json.loads(json.dumps(config))
+        tables["env"]["name"] = env_ref
+        cfg = validate_tables(tables)
+    handoff = handoff or {"kind": "dir", "path": str(work / "handoff")}
+    roles = roles or HandoffRoles(handoff)
     db = work / "remote.db"
     store = Store(db)
     exporter = Exporter(db, run_id, log)
+    if resume:
+        exporter.skip_existing()  # the previous call streamed everything up to its hand-over
     pump = Pump(exporter)
+    bridge = HandoffBridge(db, run_id, *open_handoff(handoff))
     ledger = CostLedger(db, run_id, gpus=int(cost.get("gpus", 1)), usd_per_gpu_s=float(cost.get("usd_per_gpu_s", 0.0)),
                         gpu=str(cost.get("gpu", "cpu")), provider=str(cost.get("provider", "local")))
+
+    def stop_reason() -> str | None:
+        return log.stop_requested() or (should_stop() if should_stop is not None else None)
+
     pump.start()
+    bridge.start()
     started = False
     try:
-        outcome = asyncio.run(train(cfg, store, run_id=run_id, threads=threads, should_stop=log.stop_requested,
-                                    on_start=lambda *_: ledger.start()))
+        outcome = asyncio.run(train(cfg, store, resume=run_id if resume else None, run_id=run_id, threads=threads,
+                                    should_stop=stop_reason, on_start=lambda *_: ledger.start(), roles=roles))
         started = True
         return outcome.status
     finally:
+        bridge.stop()
         if ledger.is_alive() or started:
             ledger.stop()
         pump.stop()

@@ -50,10 +50,10 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
                  on_event: Callable[[Event], None] | None = None, on_start: Callable[[str], None] | None = None,
                  timeout_s: float | None = None) -> Launched:
     """Run ``run`` (a resolved RunConfig) through the whole launch pipeline with local processes."""
+    from workbench.budgets import spent_usd
     from workbench.evaluate import new_run_id
 
     from .bundle import build_bundle
-    from workbench.budgets import spent_usd
 
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()

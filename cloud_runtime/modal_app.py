@@ -177,7 +177,7 @@ def describe_app(app: modal.App) -> dict[str, Any]:
         "bundle": {"local": steps[-1].args[0], "path": BUNDLE_PATH, "hash": spec.bundle_hash},
         "secrets": spec.secret_keys + list(spec.secret_names),
         "ports": {"inference": INFERENCE_PORT, "vllm": VLLM_PORT, "master": MASTER_PORT},
-        "dicts": {"state": spec.state_dict_name, "events": spec.events_dict_name},
+        "dicts": {"state": spec.state_dict_name, "events": spec.events_dict_name, "train": spec.train_dict_name},
         "gpus_total": spec.gpus_per_node * (spec.trainer_nodes + spec.inference_nodes),
     }
 
@@ -192,7 +192,8 @@ def launch(app: modal.App, job: dict[str, Any]) -> str:
     built = _built_of(app)
     fns = built.functions
     with modal.enable_output(), app.run(detach=True):
-        call = fns["orchestrator"].spawn(built.spec.to_json(), job, fns["inference"], fns["trainer"])
+        call = fns["orchestrator"].spawn(built.spec.to_json(), job, fns["inference"], fns["trainer"],
+                                         fns["orchestrator"])
         return str(call.object_id)
 
 

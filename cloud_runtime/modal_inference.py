@@ -11,7 +11,11 @@ Each node runs
   proxied (streaming included) to the least-busy vLLM; ``load_lora_adapter`` first reloads the run
   volume until the adapter the trainer just wrote is visible here (a Modal Volume shows another
   container's files only after it commits and this one reloads), and on the head node it is fanned
-  out to every node, so one call from the trainer loads the adapter everywhere.
+  out to every node, so one call from the trainer loads the adapter everywhere;
+* ``/v1/chat/completions/tokens`` (token-in chat, which vLLM lacks) on top of vLLM's
+  ``/v1/completions`` (``vllm_tokens``), so multi-turn rollouts keep their sampled tokens exact; and
+  the ``policy_version`` of the adapter a response came from (the trainer passes it with every
+  load), in every whole (non-streamed) chat or completion response, as the embedded server does.
 
 **How the orchestrator finds it.** The head node (cluster rank 0) puts
 ``http://[its i6pn address]:INFERENCE_PORT`` into the run's ``modal.Dict`` under ``inference_url``
@@ -35,8 +39,11 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from .modal_spec import INFERENCE_PORT, VLLM_PORT, ModalSpec
 from .modal_trainer import cluster_view, url_host
+from .vllm_tokens import PARSERS, serve_token_route
 
 #: ``--max-lora-rank`` values vLLM accepts; an adapter's rank is rounded up to the next one.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -45,6 +52,7 @@ _ADAPTER_FIELDS = ("lora_name", "lora_path", "load_inplace")
 _HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive",
                   "proxy-connection", "te", "trailer", "upgrade"})
 FANOUT_HEADER = "X-Workbench-Fanout"
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 def vllm_lora_rank(rank: int) -> int:
@@ -66,6 +74,8 @@ def vllm_command(spec: ModalSpec, port: int = VLLM_PORT) -> list[str]:
         cmd += ["--data-parallel-size", str(spec.replicas_per_node)]
     if spec.max_model_len:
         cmd += ["--max-model-len", str(spec.max_model_len)]
+    if spec.tool_call_parser:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
     return cmd + list(spec.extra_vllm_args)
 
 
@@ -81,7 +91,8 @@ class AdapterGate:
 
     def __init__(self, upstreams: Sequence[str], *, peers: Sequence[str] = (),
                  sync: Callable[[], None] | None = None, visible_wait_s: float = 120.0,
-                 sync_interval_s: float = 1.0) -> None:
+                 sync_interval_s: float = 1.0, base_model: str | None = None,
+                 tool_call_parser: str | None = "hermes") -> None:
         if not upstreams:
             raise ValueError("an adapter gate needs at least one upstream")
         self.upstreams = [u.rstrip("/") for u in upstreams]
@@ -92,6 +103,14 @@ class AdapterGate:
         self.served = dict.fromkeys(self.upstreams, 0)
         self.session: Any = None
         self._sync_lock: asyncio.Lock | None = None
+        self.base_model = base_model  # policy version 0
+        self.versions: dict[str, int] = {}  # adapter name -> policy version, from the loads
+        self.tool_call_parser = tool_call_parser  # None: no token route (the probe then finds none)
+
+    def version_of(self, model: str | None) -> int | None:
+        if model is not None and model in self.versions:
+            return self.versions[model]
+        return 0 if model is not None and model == self.base_model else None
 
     # -- the aiohttp app -----------------------------------------------------------------------------
     def app(self) -> Any:
@@ -101,6 +120,8 @@ class AdapterGate:
         for op in ADAPTER_OPS:
             app.router.add_post(f"/v1/{op}", self._adapter_handler(op))
         app.router.add_get("/health", self.health)
+        if self.tool_call_parser in PARSERS:
+            app.router.add_post("/v1/chat/completions/tokens", self.tokens)
         app.router.add_route("*", "/{tail:.*}", self.proxy)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
@@ -133,6 +154,9 @@ class AdapterGate:
             ok = False
         return web.Response(status=200 if ok else 503, text="ok" if ok else "vLLM is not ready")
 
+    async def tokens(self, request: Any) -> Any:
+        return await serve_token_route(self, request)
+
     async def proxy(self, request: Any) -> Any:
         from aiohttp import ClientError, web
 
@@ -141,8 +165,14 @@ class AdapterGate:
         self.served[up] += 1
         try:
             headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+            data = await request.read()
             async with self.session.request(request.method, up + request.rel_url.path_qs, headers=headers,
-                                            data=await request.read()) as r:
+                                            data=data) as r:
+                version = self._version_for(request, data, r)
+                if version is not None:  # a whole JSON response: add the policy version vLLM cannot know
+                    body = orjson.loads(await r.read())
+                    body.setdefault("policy_version", version)
+                    return web.json_response(body, status=r.status, dumps=lambda o: orjson.dumps(o).decode())
                 out = web.StreamResponse(status=r.status, reason=r.reason, headers={
                     k: v for k, v in r.headers.items() if k.lower() not in _HOP})
                 await out.prepare(request)
@@ -155,6 +185,18 @@ class AdapterGate:
                                                 "type": "upstream_error"}}, status=502)
         finally:
             self.inflight[up] -= 1
+
+    def _version_for(self, request: Any, data: bytes, response: Any) -> int | None:
+        """The policy version to add to this response: a 200 JSON answer to a generation request
+        whose model is the base model or a loaded adapter; None otherwise (streams pass untouched)."""
+        if request.method != "POST" or request.path not in GENERATION_PATHS or response.status != 200 \
+                or not response.headers.get("Content-Type", "").startswith("application/json"):
+            return None
+        try:
+            model = orjson.loads(data).get("model")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return self.version_of(model)
 
     # -- adapters --------------------------------------------------------------------------------------
     async def ensure_visible(self, path: str) -> bool:
@@ -207,6 +249,7 @@ class AdapterGate:
         except (ValueError, UnicodeDecodeError):
             return web.json_response({"error": {"message": "the body is not JSON"}}, status=400)
         body = {k: raw[k] for k in _ADAPTER_FIELDS if k in raw}  # vLLM's fields; policy_version is ours
+        version = raw.get("policy_version")
         if "lora_name" not in body or (op == "load_lora_adapter" and "lora_path" not in body):
             return web.json_response({"error": {"message": f"{op} needs lora_name"
                                                 f"{' and lora_path' if op == 'load_lora_adapter' else ''}"}},
@@ -217,7 +260,8 @@ class AdapterGate:
                                                 "volume committed?"}}, status=404)
         calls = [self._post(f"{self.upstreams[0]}/v1/{op}", body)]
         if request.headers.get(FANOUT_HEADER, "1") != "0":
-            calls += [self._post(f"{peer}/v1/{op}", body, {FANOUT_HEADER: "0"}) for peer in self.peers]
+            peer_body = {**body, **({"policy_version": version} if version is not None else {})}
+            calls += [self._post(f"{peer}/v1/{op}", peer_body, {FANOUT_HEADER: "0"}) for peer in self.peers]
         results = await asyncio.gather(*calls)
         bad = [(i, s, t) for i, (s, t) in enumerate(results) if not self._ok(op, s, t)]
         if bad:
@@ -226,6 +270,10 @@ class AdapterGate:
             return web.json_response({"error": {"message": f"{op} failed on {where} "
                                                 f"({len(bad)} of {len(results)} nodes): {text[:300]}"}},
                                      status=status if 400 <= status < 600 else 502)
+        if op == "load_lora_adapter" and isinstance(version, int):
+            self.versions[str(body["lora_name"])] = version
+        elif op == "unload_lora_adapter":
+            self.versions.pop(str(body["lora_name"]), None)
         return web.Response(text=f"Success: {op} {body['lora_name']} on {len(results)} node(s)")
 
 
@@ -300,7 +348,8 @@ def serve_inference(spec_json: str) -> dict[str, Any]:
     # The orchestrator put the weights in the cache volume before spawning this: no hub calls (or cache
     # writes racing other containers) from here.
     vllm = subprocess.Popen(vllm_command(spec), stdin=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    gate = AdapterGate([f"http://127.0.0.1:{VLLM_PORT}", *peers], peers=peers, sync=runs.reload)
+    gate = AdapterGate([f"http://127.0.0.1:{VLLM_PORT}", *peers], peers=peers, sync=runs.reload,
+                       base_model=spec.base_model, tool_call_parser=spec.tool_call_parser)
     stop_gate: Callable[[], None] | None = None
     try:
         stop_gate = run_gate(gate, "::", INFERENCE_PORT)

@@ -9,14 +9,18 @@ The launcher calls it with the run's spec, its job (run tables, stream, cost) an
 2. spawns ``inference`` and waits for its URL in the run's ``modal.Dict`` (failing fast, with the
    cause, when the inference function ends first);
 3. calls ``cloud_runtime.job.run_remote(BUNDLE_PATH, spec.bundle_hash, config, log, run_id=...,
-   workdir=..., cost=...)`` — the same call ``workbench launch --backend local`` makes in a local
-   process — with ``log`` the streamed event log (by default the run's events ``modal.Dict``) and
-   the job's SQLite store on local disk. While it runs, :func:`current_run` tells the pipeline
-   where it is (:meth:`CloudRun.cloud_config`: the inference URL, the served model name, the run
-   folder on the volume) and gives it :meth:`CloudRun.start_trainer`, which spawns the clustered
-   trainer with a worker command line. The run tables are passed unchanged (their ``[cloud]``
-   table is the plan's);
-4. at the end (or on any error) raises the run's ``done`` flag and cancels what it spawned, so no
+   workdir=..., cost=..., handoff=..., roles=...)`` — the same call ``workbench launch --backend
+   local`` makes in a local process — with ``log`` the streamed event log (by default the run's
+   events ``modal.Dict``) and the job's SQLite store on local disk. ``roles``
+   (:class:`~cloud_runtime.roles.ModalRoles`) points the rollouts at the inference URL and spawns
+   the clustered trainer (:meth:`CloudRun.start_trainer`) running ``python -m
+   cloud_runtime.handoff``, which reads its batches from the hand-off ``modal.Dict``
+   (``spec.train_dict_name``) that the job's bridge fills. The run tables are passed unchanged
+   (their ``[cloud]`` table is the plan's);
+4. hands the run over before Modal's 24 h limit (``cloud_runtime.resume``): the run stops right
+   after a checkpoint, the store is snapshotted onto the volume, and a fresh ``orchestrator`` call
+   (``job["resume"]``) restores it and continues;
+5. at the end (or on any error) raises the run's ``done`` flag and cancels what it spawned, so no
    GPU keeps billing after the orchestrator is gone.
 
 Keep the run's SQLite store on the container's local disk: a Modal Volume is not a shared
@@ -33,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workbench.errors import WorkbenchError
 
 from .modal_spec import BUNDLE_PATH, ModalSpec
 
@@ -132,18 +138,46 @@ def default_cost(spec: ModalSpec) -> dict[str, Any]:
     return {"gpus": gpus, "usd_per_gpu_s": usd, "gpu": spec.gpu, "provider": "modal"}
 
 
-def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_fn: Any) -> dict[str, Any]:
+def fail_run(log: Any, run_id: str, reason: str) -> None:
+    """Tell the laptop the run failed (its follower stops) when the job itself can no longer say so."""
+    log.append([{"kind": "run", "row": {"id": run_id, "status": "failed", "error": reason,
+                                        "finished_at": time.time(), "summary": "{}", "model": ""}}])
+
+
+def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_fn: Any,
+                orchestrator_fn: Any = None) -> dict[str, Any]:
     """The ``orchestrator`` Modal function (see the module doc). ``job`` is what ``launch_local``
     writes to ``spec.json`` less the run id: ``config`` (the resolved run tables), ``stream`` (the
-    event log; default: the run's events Dict) and ``cost`` (default: :func:`default_cost`)."""
+    event log; default: the run's events Dict) and ``cost`` (default: :func:`default_cost`); a
+    hand-over adds ``resume`` and ``handovers``. ``orchestrator_fn`` is this function's own handle,
+    for the hand-over's fresh call."""
     import modal
 
     from . import job as remote
     from .modal_trainer import VolumeCommitter
+    from .resume import (
+        HandoverWatch,
+        Respawn,
+        check_resumable,
+        last_step,
+        read_records,
+        respawn_decision,
+        restore_store,
+        snapshot_store,
+    )
+    from .roles import ModalRoles
     from .stream import open_log
 
     global _current
+    called_at = time.time()  # Modal's limit counts from here
     spec = ModalSpec.from_json(spec_json)
+    resume, handovers = bool(job.get("resume")), int(job.get("handovers", 0))
+    log = open_log(job.get("stream") or {"kind": "modal_dict", "name": spec.events_dict_name})
+    try:
+        check_resumable(job["config"])  # before any GPU is started
+    except WorkbenchError as e:
+        fail_run(log, spec.run_id, str(e))
+        raise
     state = modal.Dict.from_name(spec.state_dict_name, create_if_missing=True)
     state.put("done", False)
     state.pop("inference_url", None)  # a previous attempt's URL points at a container that is gone
@@ -153,21 +187,47 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
     runs = modal.Volume.from_name(spec.volume_name)
     runs.reload()
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    work = JOB_WORKDIR / spec.run_id
+    db = work / "remote.db"
+    if resume:
+        restore_store(spec.store_snapshot, db)
+    steps_before = last_step(db, spec.run_id) if db.exists() else 0
     inference = inference_fn.spawn(spec_json)
     run = CloudRun(spec, "", trainer_fn, [inference])
     t0 = time.monotonic()
+    handoff = {"kind": "modal_dict", "name": spec.train_dict_name}
+    respawn = None
     try:
         run.inference_url = wait_for_url(lambda: state.get("inference_url"), call_alive(inference, "inference"),
                                          spec.startup_timeout_s)
         print(f"inference ready at {run.inference_url} after {time.monotonic() - t0:.0f}s", flush=True)
-        log = open_log(job.get("stream") or {"kind": "modal_dict", "name": spec.events_dict_name})
         _current = run
+        watch = HandoverWatch(lambda after: read_records(db, spec.run_id, after), called_at + spec.timeout_s,
+                              int(job["config"]["loop"]["checkpoint_every"]))
         # Adapters or checkpoints written in this container (a co-located trainer) reach the inference
         # nodes through the volume: commit them as they appear.
         with VolumeCommitter(spec.run_dir, runs.commit):
             status = remote.run_remote(BUNDLE_PATH, spec.bundle_hash, job["config"], log, run_id=spec.run_id,
-                                       workdir=JOB_WORKDIR / spec.run_id, cost=job.get("cost") or default_cost(spec))
-        return {"run_id": spec.run_id, "status": status, "wall_s": round(time.monotonic() - t0, 1)}
+                                       workdir=work, cost=job.get("cost") or default_cost(spec), handoff=handoff,
+                                       roles=ModalRoles(run, handoff, sync=runs.commit), resume=resume,
+                                       should_stop=watch)
+        decision = respawn_decision(status, steps_before=steps_before, steps_after=last_step(db, spec.run_id),
+                                    handovers=handovers, max_handovers=spec.max_handovers)
+        if decision.action == "respawn" and orchestrator_fn is None:
+            decision = Respawn("fail", "the run must be handed over but this call has no handle to itself")
+        if decision.action == "fail":
+            fail_run(log, spec.run_id, decision.reason)
+            status = "failed"
+        elif decision.action == "respawn":
+            snapshot_store(db, spec.store_snapshot)  # committed below, before the fresh call starts
+            respawn = {**job, "resume": True, "handovers": handovers + 1}
+            print(decision.reason, flush=True)
+        return {"run_id": spec.run_id, "status": status, "wall_s": round(time.monotonic() - t0, 1),
+                "handovers": handovers + (respawn is not None)}
+    except WorkbenchError as e:  # a refused bundle, a bad config: the laptop's follower must hear of it
+        if not _has_run(db, spec.run_id):  # else train() recorded the failure, and the exporter sent it
+            fail_run(log, spec.run_id, str(e))
+        raise
     finally:
         _current = None
         with contextlib.suppress(Exception):
@@ -177,7 +237,21 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
         for call in run.calls:
             with contextlib.suppress(Exception):
                 call.cancel()
+        if respawn is not None:  # last: the fresh call clears ``done`` and spawns its own inference
+            orchestrator_fn.spawn(spec_json, respawn, inference_fn, trainer_fn, orchestrator_fn)
 
 
-__all__ = ["JOB_WORKDIR", "CloudRun", "call_alive", "current_run", "default_cost", "orchestrate", "prefetch_weights",
-           "wait_for_url"]
+def _has_run(db: Path, run_id: str) -> bool:
+    import sqlite3
+
+    if not db.exists():
+        return False
+    con = sqlite3.connect(db, timeout=30.0)
+    try:
+        return con.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone() is not None
+    finally:
+        con.close()
+
+
+__all__ = ["JOB_WORKDIR", "CloudRun", "call_alive", "current_run", "default_cost", "fail_run", "orchestrate",
+           "prefetch_weights", "wait_for_url"]

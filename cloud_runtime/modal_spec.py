@@ -57,6 +57,9 @@ class ModalSpec:
     inference_tp: int | None = None  # GPUs per vLLM replica; default: the whole node
     max_model_len: int | None = None
     extra_vllm_args: tuple[str, ...] = ()
+    #: vLLM's parser of tool calls in replies (``--tool-call-parser``), also used by the gate's token
+    #: route (``vllm_tokens``, which knows ``hermes``: ``<tool_call>{json}</tool_call>``); "" for none.
+    tool_call_parser: str = "hermes"
     volume_name: str = "workbench-runs"
     hf_cache_volume: str = "workbench-hf-cache"
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # env var -> value (from keyring)
@@ -68,6 +71,7 @@ class ModalSpec:
     orchestrator_cpu: float = 8.0  # rollouts, rewards and local sandboxes run here
     orchestrator_memory_mib: int = 32768
     app_name: str = ""  # default: workbench-<run_id>
+    max_handovers: int = 30  # fresh orchestrator calls at the 24 h limit before the run gives up (30 days)
 
     def __post_init__(self) -> None:
         self.extra_vllm_args = tuple(self.extra_vllm_args)
@@ -106,6 +110,16 @@ class ModalSpec:
         return f"{self.app_name}-events"
 
     @property
+    def train_dict_name(self) -> str:
+        """The ``modal.Dict`` of the batch hand-off between orchestrator and trainer (``handoff``)."""
+        return f"{self.app_name}-train"
+
+    @property
+    def store_snapshot(self) -> str:
+        """Where the orchestrator leaves its store on the run volume when it hands the run over."""
+        return f"{self.run_dir}/orchestrator/remote.db"
+
+    @property
     def secret_keys(self) -> list[str]:
         return sorted(self.secrets)
 
@@ -134,6 +148,8 @@ class ModalSpec:
             raise bad("a multi-node role is a Modal cluster, which takes whole nodes: set gpus_per_node = 8")
         if self.gpus_per_node % self.tensor_parallel:
             raise bad(f"inference_tp ({self.tensor_parallel}) must divide gpus_per_node ({self.gpus_per_node})")
+        if self.max_handovers < 0:
+            raise bad("max_handovers must be 0 or more")
         if self.lora_rank < 1 or self.max_loras < 1:
             raise bad("lora_rank and max_loras must be positive")
         if not 60 <= self.timeout_s <= MAX_TIMEOUT_S:

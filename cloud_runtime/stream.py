@@ -37,6 +37,7 @@ FINISHED = frozenset({"completed", "failed", "interrupted", "stopped"})
 
 
 class EventLog(Protocol):
+    def head(self) -> int: ...
     def append(self, events: list[Event]) -> int: ...
     def read(self, after: int, limit: int = 500) -> list[Event]: ...
     def request_stop(self, reason: str) -> None: ...
@@ -114,44 +115,48 @@ class DirLog:
 
 
 class KeyValueLog:
-    """Events in a dict-like store: ``head`` → last seq, ``e:SEQ`` → event, ``stop`` → reason.
-    One writer; readers fetch by key, so reading never consumes anything (unlike a queue)."""
+    """Events in a dict-like store: ``head`` → last seq, ``e:SEQ`` → event, ``stop`` → reason
+    (each key after ``prefix``, so several logs can share one store). One writer; readers fetch by
+    key, so reading never consumes anything (unlike a queue)."""
 
-    def __init__(self, kv: Any) -> None:
-        self.kv = kv
+    def __init__(self, kv: Any, prefix: str = "") -> None:
+        self.kv, self.prefix = kv, prefix
 
     @classmethod
-    def modal(cls, name: str) -> KeyValueLog:
+    def modal(cls, name: str, prefix: str = "") -> KeyValueLog:
         import modal
 
-        return cls(modal.Dict.from_name(name, create_if_missing=True))
+        return cls(modal.Dict.from_name(name, create_if_missing=True), prefix)
+
+    def head(self) -> int:
+        return int(self.kv.get(f"{self.prefix}head", 0) or 0)
 
     def append(self, events: list[Event]) -> int:
-        seq = int(self.kv.get("head", 0) or 0)
+        seq = self.head()
         for ev in events:
             seq += 1
-            self.kv[f"e:{seq}"] = {**ev, "seq": seq}
-        self.kv["head"] = seq  # after the events: a reader never sees a head without its events
+            self.kv[f"{self.prefix}e:{seq}"] = {**ev, "seq": seq}
+        self.kv[f"{self.prefix}head"] = seq  # after the events: a reader never sees a head without its events
         return seq
 
     def read(self, after: int, limit: int = 500) -> list[Event]:
-        head = int(self.kv.get("head", 0) or 0)
-        return [self.kv.get(f"e:{s}") for s in range(after + 1, min(head, after + limit) + 1)]
+        head = self.head()
+        return [self.kv.get(f"{self.prefix}e:{s}") for s in range(after + 1, min(head, after + limit) + 1)]
 
     def request_stop(self, reason: str) -> None:
-        self.kv["stop"] = reason
+        self.kv[f"{self.prefix}stop"] = reason
 
     def stop_requested(self) -> str | None:
-        return self.kv.get("stop") or None
+        return self.kv.get(f"{self.prefix}stop") or None
 
 
 def open_log(spec: dict[str, Any]) -> EventLog:
     """The log a run's ``config["stream"]`` names: ``{"kind": "dir", "path": ...}`` or
-    ``{"kind": "modal_dict", "name": ...}``."""
+    ``{"kind": "modal_dict", "name": ..., "prefix": ""}``."""
     if spec.get("kind") == "dir":
         return DirLog(spec["path"])
     if spec.get("kind") == "modal_dict":
-        return KeyValueLog.modal(spec["name"])
+        return KeyValueLog.modal(spec["name"], spec.get("prefix", ""))
     raise ValueError(f"unknown stream kind {spec.get('kind')!r}")
 
 
@@ -180,6 +185,16 @@ class Exporter:
 
     def close(self) -> None:
         self.conn.close()
+
+    def skip_existing(self) -> None:
+        """Start after every row already in the store (a resumed job whose rows were streamed)."""
+        like = self.run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
+        args = (self.run_id, like)
+        self.rollout_pk = self.conn.execute(f"SELECT COALESCE(MAX(pk), 0) FROM rollout WHERE {self._run_ids()}",
+                                            args).fetchone()[0]
+        for table in self.last_id:
+            self.last_id[table] = self.conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table} WHERE "
+                                                    f"{self._run_ids()}", args).fetchone()[0]
 
     def _run_ids(self) -> str:
         return "(run_id = ? OR run_id LIKE ? ESCAPE '\\')"

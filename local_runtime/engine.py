@@ -42,6 +42,7 @@ class Engine:
         self.adapters: dict[str, Adapter] = {}
         self.load_counter = 0
         self.logprobs_mode = logprobs_mode
+        self.base_version = 0  # raised by update_weights (full fine-tuning publishes whole weights)
         self.tokens_generated = 0
         self.busy_s = 0.0
         self._no_shrink = False
@@ -51,7 +52,40 @@ class Engine:
         """Which weights answer for ``model``: 0 for the base model; for an adapter, the version given
         when it was loaded, or else the server's load counter at that time (so it grows with reloads)."""
         ad = self.adapters.get(model)
-        return ad.version if ad else 0
+        return ad.version if ad else self.base_version
+
+    def update_weights(self, path: str, version: int | None = None) -> int:
+        """Replace the base model's weights in place with the safetensors files in ``path`` (a
+        ``save_pretrained`` directory of the same architecture), between batches: what full fine-tuning
+        publishes after each step. Returns the new policy version of the base model."""
+        from safetensors.torch import load_file
+
+        p = Path(path).expanduser()
+        files = sorted(p.glob("*.safetensors")) if p.is_dir() else []
+        if not files:
+            raise AdapterError(400, f"no weights at {path} (expected a directory with *.safetensors, as written by "
+                                    "save_pretrained)")
+        if self.adapters:
+            raise AdapterError(409, f"LoRA adapters are loaded ({', '.join(sorted(self.adapters))}); unload them "
+                                    "before replacing the base weights")
+        state: dict[str, Any] = {}
+        try:
+            for f in files:
+                state.update(load_file(str(f), device=str(self.lm.device)))
+        except Exception as e:
+            raise AdapterError(400, f"cannot read the weights at {path} ({type(e).__name__}: {e})") from None
+        own = self.base.state_dict()
+        unknown = [k for k in state if k not in own]
+        if unknown:
+            raise AdapterError(400, f"the weights at {path} do not fit {self.lm.name} (unknown tensor {unknown[0]!r})")
+        for k, v in state.items():
+            if v.shape != own[k].shape:
+                raise AdapterError(400, f"the weights at {path} do not fit {self.lm.name} ({k} has shape "
+                                        f"{tuple(v.shape)}, the model {tuple(own[k].shape)})")
+        self.base.load_state_dict(state, strict=False)  # tied weights (lm_head) are absent from the files
+        self.load_counter += 1
+        self.base_version = self.load_counter if version is None else version
+        return self.base_version
 
     def load_adapter(self, name: str, path: str, version: int | None = None) -> Adapter:
         p = Path(path).expanduser()

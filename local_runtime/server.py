@@ -3,9 +3,10 @@
 Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/health`` (and ``/stats``),
 ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, ``/tokenize`` and ``/detokenize``
 (vLLM's names and bodies), and ``/v1/chat/completions/tokens`` (a chat request whose prompt comes as
-token ids: how multi-turn rollouts keep the sampled tokens exact; see workbench/continuation.py). Every
-response carries ``policy_version``, an integer naming the weights that produced it: 0 for the base
-model; for an adapter, the ``policy_version`` given when loading it (an extension of vLLM's body),
+token ids: how multi-turn rollouts keep the sampled tokens exact; see workbench/continuation.py), and
+``POST /update_weights`` (full fine-tuning: the base weights replaced in place, as prime-rl's vLLM server
+does). Every response carries ``policy_version``, an integer naming the weights that produced it: for
+the base model 0, or the version its weights were last updated to; for an adapter, the ``policy_version`` given when loading it (an extension of vLLM's body),
 else the server's adapter-load counter at that time. Run it with ``python -m local_runtime.server``
 or ``workbench serve``.
 """
@@ -339,6 +340,23 @@ async def unload_lora(request: web.Request) -> web.Response:
                           "lora_name": name})
 
 
+async def update_weights(request: web.Request) -> web.Response:
+    """Full fine-tuning's counterpart of ``load_lora_adapter``: the base model's weights are replaced
+    in place (``{"weight_dir": PATH, "policy_version": INT}``), between batches."""
+    engine, sched = request.app[ENGINE], request.app[SCHED]
+    body = await read_json(request)
+    path, version = body.get("weight_dir"), body.get("policy_version")
+    if not isinstance(path, str) or not path:
+        raise HTTPError(400, "send {\"weight_dir\": PATH} (and optionally \"policy_version\": INT)")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise HTTPError(400, "policy_version must be an integer (the training step that produced the weights)")
+    try:
+        new = await sched.in_worker(engine.update_weights, path, version)
+    except AdapterError as e:
+        raise HTTPError(e.status, e.message) from None
+    return json_response({"status": "ok", "model": engine.lm.name, "policy_version": new})
+
+
 def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
@@ -364,6 +382,7 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.router.add_get("/stats", health)
     app.router.add_post("/v1/load_lora_adapter", load_lora)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora)
+    app.router.add_post("/update_weights", update_weights)
     return app
 
 

@@ -12,9 +12,11 @@ So for turn N the client builds the prompt itself, as token ids:
   + the template's closing of the last reply (``<|im_end|>\\n``, less what the model sampled itself)
   + the template's rendering of the new messages and the generation prompt
 
-and sends it to ``/v1/chat/completions/tokens`` (prime-rl's route; the embedded server has it).
-The two renderings come from the server's ``/tokenize`` (vLLM's route), so the chat template lives
-in one place. Where the template is not append-only (it rewrites earlier turns, e.g. strips
+and sends it to ``/v1/chat/completions/tokens`` (prime-rl's route; the embedded server has it, and
+so does the adapter gate in front of vLLM on Modal, ``cloud_runtime.vllm_tokens``). The two
+renderings come from the server's ``/tokenize`` (vLLM's route), so the chat template lives in one
+place. :func:`continuation_for` turns continuation on for the embedded server by its name and for
+any other server that answers a probe of both routes. Where the template is not append-only (it rewrites earlier turns, e.g. strips
 reasoning), the call falls back to the server's own rendering and the trace records the branch.
 """
 
@@ -25,13 +27,51 @@ from typing import Any
 
 import orjson
 
-from .client import ChatClient, ModelError
+from .client import ChatClient, EndpointInfo, ModelError
 from .trace import Message, Trace
 
 #: Where an endpoint, by its ``/v1/models`` ``owned_by``, serves ``/tokenize`` and the tokens route.
 CONTINUATION_SERVERS = frozenset({"workbench"})
 
 _PROBE_USER: list[Message] = [{"role": "user", "content": "x"}]
+#: Answers that show a route exists: served (200) or a body refused by its validation (400, 422).
+_ROUTE_EXISTS = frozenset({200, 400, 422})
+
+
+async def _status(client: ChatClient, url: str, payload: dict[str, Any]) -> int | None:
+    import aiohttp
+
+    session = await client.session()
+    try:
+        async with session.post(url, data=orjson.dumps(payload), headers=client.headers,
+                                timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            await resp.read()
+            return resp.status
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+
+
+async def serves_token_route(client: ChatClient, base_url: str, model: str) -> bool:
+    """Whether the endpoint serves ``/v1/chat/completions/tokens`` and ``/tokenize``: the tokens
+    route is sent an empty prompt (a server that has it refuses it with 400/422 and generates
+    nothing; one without it answers 404), ``/tokenize`` a one-character prompt."""
+    base = base_url.rstrip("/")
+    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    route, tokenize = await asyncio.gather(
+        _status(client, base + "/chat/completions/tokens", {"model": model, "messages": [], "tokens": []}),
+        _status(client, root + "/tokenize", {"model": model, "prompt": "x"}))
+    return route in _ROUTE_EXISTS and tokenize == 200
+
+
+async def continuation_for(client: ChatClient, base_url: str, model: str,
+                           info: EndpointInfo) -> TokenContinuation | None:
+    """Token continuation for this endpoint, or None where it cannot work: the endpoint returns no
+    token ids, or it serves neither the tokens route by name (``CONTINUATION_SERVERS``) nor by probe."""
+    if not info.returns_tokens:
+        return None
+    if info.continues_tokens or await serves_token_route(client, base_url, model):
+        return TokenContinuation(client, base_url, model)
+    return None
 
 
 class TokenContinuation:

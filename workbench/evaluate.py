@@ -170,10 +170,10 @@ async def evaluate(
                                    concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
                                    provider=price.provider if price else "", extra_params=extra_params,
                                    sandboxes=sandboxes)
-            if extra_params and info.continues_tokens and not opts.render_prompts:
-                from .continuation import TokenContinuation
+            if extra_params and not opts.render_prompts:
+                from .continuation import continuation_for
 
-                engine.continuation = TokenContinuation(client, base_url, model)
+                engine.continuation = await continuation_for(client, base_url, model, info)
             if getattr(env.harness, "needs_proxy", False):
                 from .proxy import InterceptionProxy
 

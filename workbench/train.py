@@ -21,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -41,8 +39,12 @@ from .paths import data_dir
 from .store import Store
 from .tasks import Task
 from .train_config import RunConfig, validate_tables
+from .train_roles import LocalRoles, TrainRoles, WorkerProcess
 
 POLL_S = 0.05
+#: A stop whose reason starts with this is a hand-over (a run continued by a fresh process, e.g. at
+#: Modal's 24 h limit): the run is left ``resuming``, not finished, so followers keep following.
+HANDOVER = "hand-over"
 
 
 @dataclass(slots=True)
@@ -61,7 +63,8 @@ def split_tasks(env: Environment, cfg: RunConfig) -> tuple[list[Task], list[Task
     tasks = list(env.tasks)
     held = cfg.loop.eval_tasks
     if held >= len(tasks):
-        raise ConfigError(f"loop.eval_tasks ({held}) leaves no training tasks: {env.name!r} has {len(tasks)}")
+        raise ConfigError(f"loop.eval_tasks ({held}) leaves no training tasks: {env.name!r} has {len(tasks)}; "
+                          "hold out fewer with --loop.eval_tasks N (0 for none)")
     train, evals = (tasks[:-held], tasks[-held:]) if held else (tasks, [])
     if cfg.loop.groups_per_step > len(train):
         raise ConfigError(f"loop.groups_per_step ({cfg.loop.groups_per_step}) is larger than the task set "
@@ -95,12 +98,17 @@ class Orchestrator:
         self.base_model = ""
         self.seen_id = 0
         self.engine: RolloutEngine | None = None
-        self.worker: subprocess.Popen[bytes] | None = None
+        self.worker: WorkerProcess | None = None  # the trainer (a local process, or a Modal call)
         self.worker_log: Path | None = None
         self.evals: list[asyncio.Task[None]] = []
         self.eval_engine_args: dict[str, Any] = {}
 
     # -- the trainer's progress, read from the store -------------------------------------------
+    def served_model(self, version: int) -> str:
+        """The model name that serves policy ``version``: its LoRA adapter ``step-N``, or with full
+        fine-tuning the base model's own name (the server replaced its weights in place)."""
+        return f"step-{version}" if version and self.cfg.trainer.get("lora", True) else self.base_model
+
     def poll(self) -> list[dict[str, Any]]:
         recs = self.store.train_records(self.run_id, after_id=self.seen_id)
         for rec in recs:
@@ -108,11 +116,11 @@ class Orchestrator:
             if rec["kind"] == "step" and rec["step"] > self.step:
                 self.step = rec["step"]
                 if self.engine is not None:
-                    self.engine.model = rec["message"]  # the adapter name: new groups sample from it
+                    self.engine.model = self.served_model(self.step)  # new groups sample from it
             if rec["kind"] == "event" and rec["message"].startswith("resumed from the checkpoint"):
                 self.step = self.step0 = rec["step"]
                 if self.engine is not None and self.step:
-                    self.engine.model = f"step-{self.step}"
+                    self.engine.model = self.served_model(self.step)
             if rec["kind"] == "event" and rec["message"].startswith("trainer failed"):
                 raise WorkbenchError(rec["message"])
             if self.on_record:
@@ -176,7 +184,7 @@ class Orchestrator:
         recorded on the training run."""
         assert self.engine is not None
         eval_id = f"{self.run_id}-eval{version}"
-        model = f"step-{version}" if version else self.base_model
+        model = self.served_model(version)
         self.store.create_run(eval_id, kind="eval", env_name=self.env.name, env_version=self.env.version,
                               env_source=self.env.source, env_args=self.cfg.env_args, model=model,
                               base_url=self.engine.base_url, harness=self.env.harness.describe(),
@@ -204,9 +212,15 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[st
     evals = store.train_records(run_id, "eval")
     events = store.train_records(run_id, "event")
     rewards = [s["metrics"].get("reward_mean", 0.0) for s in steps]
+    # One batch's mean is noisy: the start and the end are the means over a window of steps.
+    window = max(1, min(10, len(rewards) // 10))
+    start = sum(rewards[:window]) / window if rewards else None
+    end = sum(rewards[-window:]) / window if rewards else None
     out: dict[str, Any] = {
         "run_id": run_id, "steps": steps[-1]["step"] if steps else 0,
         "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+        "reward_start": start, "reward_end": end, "reward_window": window,
+        "reward_gain": (end - start) if rewards else None,  # type: ignore[operator]
         "dropped": int(sum(s["metrics"].get("dropped", 0.0) for s in steps + events)),
         "skipped_steps": len(store.train_records(run_id, "skipped")),
         "eval_first": evals[0]["metrics"]["reward_mean"] if evals else None,
@@ -218,30 +232,15 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[st
     return out
 
 
-def _start_worker(db: Path, run_id: str, server_root: str, rdir: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], Path]:
-    log = rdir / "trainer.log"
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    cmd = [sys.executable, "-m", "local_runtime.train_worker", "--db", str(db), "--run", run_id,
-           "--server", server_root, "--dir", str(rdir), "--parent-pid", str(os.getpid())]
-    if threads:
-        cmd += ["--threads", str(threads)]
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    return proc, log
-
-
 async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = None, max_steps: int | None = None,
                 threads: int | None = None, run_id: str | None = None,
                 should_stop: Callable[[], str | None] | None = None,
                 on_start: Callable[[str, Path], None] | None = None,
                 on_record: Callable[[dict[str, Any]], None] | None = None,
-                log: Callable[[str], None] | None = None) -> TrainOutcome:
-    """Run (or ``resume``) a training run to ``loop.max_steps``; the three processes live as long as this."""
-    from local_runtime.embedded import start_server, terminate
-
+                log: Callable[[str], None] | None = None, roles: TrainRoles | None = None) -> TrainOutcome:
+    """Run (or ``resume``) a training run to ``loop.max_steps``; the three processes live as long as this.
+    ``roles`` places the inference server and the trainer (default: :class:`LocalRoles`)."""
+    roles = roles or LocalRoles()
     if resume:
         run = store.get_run(resume)
         if run["kind"] != "train":
@@ -259,9 +258,6 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         rdir = run_dir(run_id)
         rdir.mkdir(parents=True, exist_ok=True)
         (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
-    if not cfg.trainer.get("lora", True):
-        raise ConfigError("the local loop hot-loads LoRA adapters into the inference server; full fine-tuning "
-                          "(trainer.lora = false) has no weight-reload route there yet: keep trainer.lora = true")
     env = discovery.load(cfg.env, cfg.env_args)
     if cfg.loop.temperature is not None:
         env.sampling.temperature = cfg.loop.temperature
@@ -277,14 +273,11 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
     model_spec = str(cfg.trainer.get("model", "tiny"))
     if log:
         log(f"starting the inference server for {model_spec}")
-    server = start_server(model_spec, name="server", logdir=rdir, extra_args=[
-        # Ends by itself if this process is killed outright (SIGKILL leaves no time to stop it).
-        "--exit-when-idle", "600", "--max-batch", str(max(8, cfg.loop.concurrency)),
-        *(["--threads", str(threads)] if threads else [])])
-    root = f"http://127.0.0.1:{server['port']}"
+    server = roles.start_inference(model_spec, rdir, max_batch=max(8, cfg.loop.concurrency), threads=threads)
+    root = server.root
     base_url = root + "/v1"
     orch = Orchestrator(cfg, store, run_id, env, on_record=on_record, should_stop=should_stop)
-    orch.base_model = str(server["model"])
+    orch.base_model = server.model
     status, error = "completed", ""
     try:  # from here on, whatever happens, the trainer and the server are stopped
         if resume:
@@ -301,10 +294,10 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
                              concurrency=cfg.loop.concurrency, sampling=asdict(env.sampling), config=cfg.raw)
         if on_start:
             on_start(run_id, rdir)
-        orch.worker, orch.worker_log = _start_worker(store.path, run_id, root, rdir, threads)
+        orch.worker, orch.worker_log = roles.start_trainer(store.path, run_id, root, rdir, threads)
         await _orchestrate(orch, store, env, cfg, run_id, base_url, train_tasks, eval_tasks)
         if orch.stopped is not None:
-            status, error = "stopped", orch.stopped
+            status, error = "resuming" if orch.stopped.startswith(HANDOVER) else "stopped", orch.stopped
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "interrupted"
         raise
@@ -318,7 +311,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
                 orch.worker.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 orch.worker.kill()
-        terminate(int(server["pid"]))
+        server.stop()
         summary = summarize(store, run_id, time.perf_counter() - t0)
         store.update_run(run_id, status=status, error=error, finished_at=time.time(), summary=summary)
     return TrainOutcome(run_id, status, summary)
@@ -327,7 +320,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
 async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: RunConfig, run_id: str,
                        base_url: str, train_tasks: list[Task], eval_tasks: list[Task]) -> None:
     """The orchestrator's part: rollouts into the store until the trainer reaches ``max_steps``."""
-    from .continuation import TokenContinuation
+    from .continuation import continuation_for
 
     client = ChatClient(None, max_connections=cfg.loop.concurrency, request_timeout=cfg.loop.timeout_s + 5.0)
     writer = store.writer()
@@ -341,7 +334,7 @@ async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: 
                                    base_url=base_url, rollouts_per_task=cfg.loop.rollouts_per_task,
                                    concurrency=cfg.loop.concurrency, timeout_s=cfg.loop.timeout_s,
                                    extra_params=training_params(info), sandboxes=sandboxes, gate=orch.gate,
-                                   continuation=TokenContinuation(client, base_url, orch.base_model))
+                                   continuation=await continuation_for(client, base_url, orch.base_model, info))
             await orch.run(engine, train_tasks, eval_tasks)
             assert orch.worker is not None
             if orch.stopped is None:

@@ -117,27 +117,60 @@ def resolve(file: str | Path | None = None, overrides: dict[str, Any] | None = N
     return validate_tables(load_tables(file, overrides, env))
 
 
-def load_tables(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                env: str | None = None) -> dict[str, Any]:
-    """The merged tables (defaults, ``file``, ``env``, dotted ``overrides``), not yet validated."""
-    tables: dict[str, Any] = copy.deepcopy(DEFAULTS)
-    tables["trainer"] = _trainer_defaults()
-    loaded: dict[str, Any] = {}
-    if file is not None:
-        path = Path(file)
-        try:
-            loaded = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path} is not valid TOML: {e}") from None
+#: The run config an environment may ship beside its code (``<package>/train.toml``, or
+#: ``<name>.train.toml`` beside a single-file env): the settings its author found to train it well.
+ENV_CONFIG_FILE = "train.toml"
+
+
+def env_config_file(env: str) -> Path | None:
+    """The run config shipped with ``env``, if it has one (an unknown env is reported when it loads)."""
+    from . import discovery
+    from .errors import WorkbenchError
+
+    try:
+        ref = discovery.resolve(env)
+    except WorkbenchError:
+        return None
+    if ref.path is None:
+        return None
+    path = ref.path / ENV_CONFIG_FILE if ref.path.is_dir() else ref.path.with_suffix("." + ENV_CONFIG_FILE)
+    return path if path.is_file() else None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+
+
+def _merge(tables: dict[str, Any], loaded: dict[str, Any], source: Path) -> None:
     for section, table in loaded.items():
         if section not in tables:
-            raise ConfigError(f"unknown section {section!r}{nearest(section, list(tables))}; "
+            raise ConfigError(f"{source}: unknown section {section!r}{nearest(section, list(tables))}; "
                               f"sections: {', '.join(tables)}")
         if not isinstance(table, dict):
-            raise ConfigError(f"{section!r} must be a table")
+            raise ConfigError(f"{source}: {section!r} must be a table")
         tables[section].update(table)
+
+
+def load_tables(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                env: str | None = None, *, env_config: bool = True) -> dict[str, Any]:
+    """The merged tables, not yet validated. Later layers win: the defaults, the run config the
+    environment ships (``env_config``), ``file``, ``env``, then the dotted ``overrides``."""
+    tables: dict[str, Any] = copy.deepcopy(DEFAULTS)
+    tables["trainer"] = _trainer_defaults()
+    loaded = _read_toml(Path(file)) if file is not None else {}
+    name = env or (loaded.get("env") or {}).get("name") or (overrides or {}).get("env.name")
+    shipped = env_config_file(name) if env_config and isinstance(name, str) and name else None
+    if shipped is not None:
+        own = _read_toml(shipped)
+        (own.get("env") or {}).pop("name", None)  # it configures the env; it does not choose it
+        _merge(tables, own, shipped)
+    if file is not None:
+        _merge(tables, loaded, Path(file))
     if env:
         tables["env"]["name"] = env
     for dotted, value in (overrides or {}).items():

@@ -60,6 +60,13 @@ def test_launch_local_streams_a_run_into_the_store(tiny_dir: Path, tmp_path: Pat
     assert store.conn.execute("SELECT COUNT(*) FROM cost_event WHERE run_id = ? AND kind = 'gpu_seconds'",
                               (s["run_id"],)).fetchone()[0] >= 1
     store.close()
+    # The trainer got its batches through the hand-off logs (the Modal path), not the job's store.
+    handoff = tmp_path / "data" / "workbench" / "remote" / s["run_id"] / "handoff"
+    shipped = [json.loads(line) for line in (handoff / "batches" / "events.jsonl").read_text().splitlines()]
+    rollout_ids = [e["id"] for e in shipped if e["kind"] == "rollout"]
+    assert len(rollout_ids) >= 16 and len(rollout_ids) == len(set(rollout_ids))
+    records = [json.loads(line)["row"] for line in (handoff / "records" / "events.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "step"] == [1, 2]
     # The stream is done: following it again adds nothing.
     again = _wb(tmp_path, "runs", s["run_id"], "--follow", "--db", str(db), "--json", timeout=60)
     assert again.returncode == 0, again.stderr

@@ -51,7 +51,7 @@ def test_package_arithmetic_json(tmp_path: Path, env: dict[str, str]) -> None:
     assert bundle == tmp_path / "dist" / f"arithmetic-{out['hash'][:12]}"
     assert sorted(p.name for p in bundle.iterdir()) == sorted(["bundle.json", "requirements.lock", Path(out["wheel"]).name])
     manifest = json.loads((bundle / "bundle.json").read_text())
-    assert manifest["hash"] == out["hash"] and [f["path"] for f in manifest["files"]] == ["README.md", "__init__.py"]
+    assert manifest["hash"] == out["hash"] and [f["path"] for f in manifest["files"]] == ["README.md", "__init__.py", "train.toml"]
     before = {p.name: p.read_bytes() for p in bundle.iterdir()}
 
     again = workbench(["package", "arithmetic", "-o", tmp_path / "dist", "--json"], env)

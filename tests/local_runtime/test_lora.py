@@ -108,3 +108,59 @@ def test_adapter_errors(lora_server: str, tmp_path: Path) -> None:
     assert status == 400 and "lora_path" in body["error"]["message"]
     status, body = post(lora_server + "/v1/load_lora_adapter", {"lora_name": SERVED, "lora_path": str(tmp_path)})
     assert status == 400
+
+
+def make_full_weights(tiny_dir: Path, out: Path, seed: int) -> Path:
+    """The tiny model with every weight perturbed, saved as a full-fine-tuning step would save it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def test_update_weights_replaces_the_base_model_in_place(tiny_dir: Path, tmp_path: Path,
+                                                         adapters: tuple[Path, Path]) -> None:
+    """Full fine-tuning's publish: /update_weights swaps the served weights and the version; bad
+    weights are refused with the reason and the served weights stay as they were."""
+    import openai
+    from safetensors.torch import save_file
+    import torch
+
+    new = make_full_weights(tiny_dir, tmp_path / "step-3", seed=3)
+    with run_server(tiny_dir, "--served-model-name", SERVED) as root:
+        client = openai.OpenAI(base_url=root + "/v1", api_key="x", max_retries=0)
+        base_ids, base_lps, version = sample(client, SERVED)
+        assert version == 0
+
+        status, body = post(root + "/update_weights", {"weight_dir": str(new), "policy_version": 3})
+        assert (status, body["policy_version"]) == (200, 3), body
+        ids, lps, version = sample(client, SERVED)
+        assert version == 3 and get_json(root + "/health")["policy_version"] == 3
+        assert (ids, lps) != (base_ids, base_lps)  # the same seed on other weights
+
+        (tmp_path / "empty").mkdir()
+        wrong = tmp_path / "wrong"
+        wrong.mkdir()
+        save_file({"model.norm.weight": torch.ones(7)}, str(wrong / "model.safetensors"))
+        alien = tmp_path / "alien"
+        alien.mkdir()
+        save_file({"not.a.tensor.of.this.model": torch.ones(2)}, str(alien / "model.safetensors"))
+        for body, code, text in [({"weight_dir": str(tmp_path / "empty")}, 400, "no weights"),
+                                 ({"weight_dir": str(wrong)}, 400, "has shape (7,)"),
+                                 ({"weight_dir": str(alien)}, 400, "unknown tensor"),
+                                 ({"weight_dir": str(new), "policy_version": "4"}, 400, "must be an integer"),
+                                 ({}, 400, "weight_dir")]:
+            status, answer = post(root + "/update_weights", body)
+            assert status == code and text in json.dumps(answer), answer
+        assert sample(client, SERVED) == (ids, lps, 3)  # nothing half-loaded
+
+        # With an adapter loaded the base weights cannot change under it.
+        assert post(root + "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapters[0])})[0] == 200
+        status, answer = post(root + "/update_weights", {"weight_dir": str(new)})
+        assert status == 409 and "unload them" in json.dumps(answer)

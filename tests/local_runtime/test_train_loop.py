@@ -88,6 +88,29 @@ def test_resume_continues_from_the_checkpoint(trained: tuple[Path, dict[str, Any
     store.close()
 
 
+def test_full_fine_tuning_publishes_whole_weights(tiny_dir: Path, tmp_path: Path) -> None:
+    """trainer.lora = false: each step's weights replace the server's in place (/update_weights);
+    new groups ask for the base model's own name and carry the newer policy version."""
+    from workbench.training_data import load_rollouts
+
+    out = _train(tmp_path, "arithmetic", "--max-steps", "2", "--trainer.model", str(tiny_dir), "--trainer.lora",
+                 "false", "--trainer.lr", "1e-4", "--loop.eval_tasks", "0", "--json", *SMALL)
+    assert out.returncode == 0, out.stderr
+    run_id = json.loads(out.stdout.strip().splitlines()[-1])["run_id"]
+    store = Store(tmp_path / "wb.db")
+    steps = store.train_records(run_id, "step")
+    assert [s["step"] for s in steps] == [1, 2] and [s["message"] for s in steps] == ["", ""]
+    assert all(abs(s["metrics"]["mismatch_kl"]) < 1e-3 for s in steps)  # the server runs the trainer's weights
+    models = {r[0] for r in store.conn.execute("SELECT model FROM rollout WHERE run_id=?", (run_id,))}
+    assert not any(m.startswith("step-") for m in models), models
+    versions = {r.policy_version for r in load_rollouts(store.conn, run_id)[0]}
+    assert versions & {1, 2}, versions  # groups sampled after a publish carry its version
+    weights = tmp_path / "data" / "workbench" / "runs" / run_id / "weights"
+    assert sorted(p.name for p in weights.iterdir()) == ["step-2"]  # one copy kept: the newest
+    assert (weights / "step-2" / "model.safetensors").is_file()
+    store.close()
+
+
 def _rollout(group: str, i: int, version: int, reward: float) -> TrainRollout:
     return TrainRollout(f"{group}.{i}", group, reward, [Branch([1, 2, 3, 4], [0.0, 0.0, -1.0, -1.2], [0, 0, 1, 1],
                                                                 version)])
@@ -121,11 +144,11 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert "unknown key loop.max_stepz (did you mean 'max_steps'?)" in bad_file.stderr
     bad_json = _train(tmp_path, "arithmetic", "-a", "{x", "--loop.groups_per_step", "500")
     assert bad_json.returncode != 0 and "Traceback" not in bad_json.stderr
-    too_big = _train(tmp_path, "arithmetic", "-a", '{"n": 10}', "--loop.groups_per_step", "50")
+    too_big = _train(tmp_path, "arithmetic", "-a", '{"n": 10}', "--loop.groups_per_step", "50", "--loop.eval_tasks", "0")
     assert too_big.returncode != 0 and "larger than the task set (10 training tasks)" in too_big.stderr
     bad_target = _train(tmp_path, "arithmetic", "--env.args", "{n = 10}", "--trainer.target_modules", '["nope"]',
                         "--max-steps", "1", "--loop.groups_per_step", "1", "--loop.rollouts_per_task", "2",
-                        "--threads", "1")
+                        "--loop.eval_tasks", "0", "--threads", "1")
     assert bad_target.returncode != 0 and "nope" in bad_target.stderr and "Traceback" not in bad_target.stderr
     dry = _train(tmp_path, "arithmetic", "--dry-run", "--trainer.lr", "3e-4", "--sync")
     assert dry.returncode == 0 and "lr = 0.0003" in dry.stdout and "sync = true" in dry.stdout

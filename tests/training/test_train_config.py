@@ -67,3 +67,42 @@ def test_bad_files(tmp_path: Path) -> None:
         resolve(bad, None, "arithmetic")
     with pytest.raises(ConfigError, match="no environment"):
         resolve(None, None, None)
+
+
+def _env_package(root: Path, train_toml: str) -> Path:
+    pkg = root / "shipenv"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import workbench as wb\n\n"
+        "def load_environment():\n"
+        "    tasks = wb.TaskSet.from_records([{'prompt': 'hi', 'answer': 'x'}])\n"
+        "    rubric = wb.Rubric()\n"
+        "    rubric.reward(lambda completion: 1.0)\n"
+        "    return wb.Environment(name='shipenv', tasks=tasks, harness=wb.SingleTurn(), rubric=rubric)\n")
+    (pkg / "train.toml").write_text(train_toml)
+    return pkg
+
+
+def test_an_environment_ships_its_run_config_below_file_and_flags(tmp_path: Path) -> None:
+    pkg = _env_package(tmp_path, '[env]\nname = "elsewhere"\nargs = {n = 5}\n[loop]\nmax_steps = 40\n'
+                                 'groups_per_step = 3\n[trainer]\nlr = 0.003\n')
+    cfg = resolve(None, {}, str(pkg))
+    # The shipped file configures the env it sits in (its [env] name is ignored) ...
+    assert cfg.env == str(pkg) and cfg.env_args == {"n": 5}
+    assert (cfg.loop.max_steps, cfg.loop.groups_per_step, cfg.trainer["lr"]) == (40, 3, 0.003)
+    # ... under the user's config file and the command line.
+    f = tmp_path / "run.toml"
+    f.write_text(f'[env]\nname = "{pkg}"\n[loop]\nmax_steps = 7\n')
+    cfg = resolve(f, {"trainer.lr": 0.02})
+    assert (cfg.loop.max_steps, cfg.loop.groups_per_step, cfg.trainer["lr"]) == (7, 3, 0.02)
+    # The bundled arithmetic env ships one too; --dry-run output round-trips through it.
+    assert resolve(None, {}, "arithmetic").loop.max_steps != 20
+
+
+def test_a_broken_shipped_run_config_names_its_file(tmp_path: Path) -> None:
+    pkg = _env_package(tmp_path, "[loop\nmax_steps = 3\n")
+    with pytest.raises(ConfigError, match=r"shipenv/train\.toml is not valid TOML"):
+        resolve(None, {}, str(pkg))
+    (pkg / "train.toml").write_text("[looop]\nmax_steps = 3\n")
+    with pytest.raises(ConfigError, match=r"train\.toml: unknown section 'looop'.*loop"):
+        resolve(None, {}, str(pkg))

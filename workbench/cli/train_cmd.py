@@ -65,6 +65,11 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         cfg = resolve(config_file, overrides, env)
     if dry_run:
         assert cfg is not None
+        from ..train_config import env_config_file
+
+        shipped = env_config_file(cfg.env)
+        if shipped is not None:
+            click.echo(f"# includes the run config shipped with {cfg.env}: {shipped}")
         click.echo(to_toml(cfg.raw), nl=False)
         return
     store = open_store(ctx, db)
@@ -82,8 +87,8 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
     if as_json:
         emit_json(s)
     else:
-        console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fmt_float(s['reward_first'])} → "
-                      f"{fmt_float(s['reward_last'])}, held-out {fmt_float(s['eval_first'])} → "
+        console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fmt_float(s['reward_start'])} → "
+                      f"{fmt_float(s['reward_end'])} (mean of the first and last {s['reward_window']} steps), held-out {fmt_float(s['eval_first'])} → "
                       f"{fmt_float(s['eval_last'])}, dropped {s['dropped']}, {s.get('wall_s', 0):.0f}s")
 
 

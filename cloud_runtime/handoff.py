@@ -1,0 +1,253 @@
+"""The batch hand-off between the orchestrator and a trainer that does not share its store.
+
+On Modal the orchestrator's SQLite store is on its own container's disk; the trainer nodes are
+other containers. So the two meet in two append-only event logs (``cloud_runtime.stream``: a
+``modal.Dict`` there, a directory for ``workbench launch --backend local``, which runs exactly this
+code path on one machine):
+
+* the **batch log**, written by :class:`HandoffBridge` in the orchestrator: every finished rollout
+  of the run, in store order, as the trainer needs it (token ids, logprobs, mask, policy version,
+  reward), plus a heartbeat while there is nothing new;
+* the **record log**, written by the trainer's rank 0 through :class:`LogFeed`: its step, skipped
+  and event records, which the bridge copies into the orchestrator's store — where
+  :class:`workbench.train.Orchestrator` and the stream exporter already look for them.
+
+:class:`LogFeed` is the trainer's ``local_runtime.train_feed.TrainFeed``; its cursor is the batch
+log's sequence number, recorded as ``last_pk`` with every step, so a resumed trainer re-reads from
+the checkpointed step's position. Rank 0 still broadcasts each batch to the other ranks.
+
+Exactly-once: the bridge resumes its batch position from the log itself (every event carries the
+store pk it had shipped up to), copies records and advances its record cursor in one SQLite
+transaction, and the feed skips a rollout id it has already seen.
+
+    python -m cloud_runtime.handoff --handoff JSON --run RUN --server URL --dir RUN_DIR
+
+runs the training worker (``local_runtime.train_worker``) with a :class:`LogFeed` over the logs
+that ``JSON`` names (see :func:`open_handoff`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from array import array
+from typing import Any
+
+import orjson
+
+from workbench.algorithms import Branch, TrainRollout
+from workbench.training_data import load_rollouts
+
+from .stream import DirLog, Event, EventLog, KeyValueLog
+
+#: A trainer that hears nothing (not even a heartbeat) for this long takes its orchestrator for gone.
+ORPHAN_AFTER_S = 600.0
+HEARTBEAT_S = 30.0
+_PAGE = 500
+
+
+# -- the wire form of a rollout ----------------------------------------------------------------------
+def _b64(a: array[Any] | bytes) -> str:
+    return base64.b64encode(a if isinstance(a, bytes) else a.tobytes()).decode()
+
+
+def _unb64(kind: str, text: str) -> list[Any]:
+    a = array(kind)
+    a.frombytes(base64.b64decode(text))
+    return a.tolist()
+
+
+def encode_rollout(r: TrainRollout, pk: int) -> Event:
+    """A rollout as a batch-log event: per-token arrays as base64 of int32 / float32 / uint8."""
+    return {"kind": "rollout", "pk": pk, "id": r.id, "group": r.group_id, "reward": r.reward,
+            "status": r.status, "gold": r.gold,
+            "branches": [{"ids": _b64(array("i", b.token_ids)), "lps": _b64(array("f", b.logprobs)),
+                          "mask": _b64(bytes(b.mask)), "version": b.policy_version,
+                          **({"teacher": _b64(array("f", b.teacher_logprobs))} if b.teacher_logprobs is not None
+                             else {})} for b in r.branches]}
+
+
+def decode_rollout(ev: Event) -> TrainRollout:
+    branches = [Branch(_unb64("i", b["ids"]), _unb64("f", b["lps"]), list(base64.b64decode(b["mask"])),
+                       b.get("version"), _unb64("f", b["teacher"]) if "teacher" in b else None)
+                for b in ev["branches"]]
+    return TrainRollout(ev["id"], ev["group"], ev["reward"], branches, ev.get("status", "ok"), bool(ev.get("gold")),
+                        int(ev["seq"]))
+
+
+# -- where the two logs live ---------------------------------------------------------------------------
+def open_handoff(spec: dict[str, Any]) -> tuple[EventLog, EventLog]:
+    """(batch log, record log) of a hand-off spec: ``{"kind": "dir", "path": DIR}`` (two directories
+    under DIR) or ``{"kind": "modal_dict", "name": NAME}`` (one ``modal.Dict``, two key prefixes)."""
+    kind = spec.get("kind")
+    if kind == "dir":
+        return DirLog(f"{spec['path']}/batches"), DirLog(f"{spec['path']}/records")
+    if kind == "modal_dict":
+        return KeyValueLog.modal(spec["name"], "b:"), KeyValueLog.modal(spec["name"], "r:")
+    raise ValueError(f"unknown hand-off kind {kind!r}")
+
+
+def _read_all(log: EventLog, after: int) -> list[Event]:
+    out: list[Event] = []
+    while True:
+        page = log.read(after, _PAGE)
+        out += page
+        if len(page) < _PAGE:
+            return out
+        after = page[-1]["seq"]
+
+
+# -- the trainer's side ------------------------------------------------------------------------------
+class LogFeed:
+    """The trainer's feed over the two logs (``local_runtime.train_feed.TrainFeed``)."""
+
+    def __init__(self, batches: EventLog, records: EventLog, *, orphan_after_s: float = ORPHAN_AFTER_S,
+                 parent_pid: int | None = None) -> None:
+        self.batches, self.records_log, self.orphan_after_s = batches, records, orphan_after_s
+        self.parent_pid = parent_pid  # the orchestrator's process, when it runs on this machine
+        self.seen: set[str] = set()
+        self.last_news = time.monotonic()
+
+    def read(self, after: int) -> tuple[list[TrainRollout], int]:
+        events = _read_all(self.batches, after)
+        if events:
+            self.last_news = time.monotonic()
+        out = []
+        for ev in events:
+            if ev["kind"] == "rollout" and ev["id"] not in self.seen:
+                self.seen.add(ev["id"])
+                out.append(decode_rollout(ev))
+        return out, events[-1]["seq"] if events else after
+
+    def record(self, step: int, kind: str, metrics: dict[str, Any], message: str) -> None:
+        self.records_log.append([{"kind": "record", "row": {"step": step, "kind": kind, "metrics": metrics,
+                                                             "message": message, "created_at": time.time()}}])
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        return [ev["row"] for ev in _read_all(self.records_log, 0) if ev["row"]["kind"] == kind]
+
+    def gone(self) -> str | None:
+        if self.parent_pid is not None:
+            try:
+                os.kill(self.parent_pid, 0)
+            except ProcessLookupError:
+                return f"the orchestrator (pid {self.parent_pid}) is gone"
+        quiet = time.monotonic() - self.last_news
+        if quiet > self.orphan_after_s:
+            return f"no word from the orchestrator (not even a heartbeat) for {quiet:.0f}s"
+        return None
+
+
+# -- the orchestrator's side -----------------------------------------------------------------------------
+def records_cursor_key(run_id: str) -> str:
+    return f"handoff_records:{run_id}"
+
+
+class HandoffBridge(threading.Thread):
+    """Ships the run's finished rollouts from the store to the batch log and copies the trainer's
+    records from the record log into the store, every ``every_s`` (see the module doc)."""
+
+    def __init__(self, db: Any, run_id: str, batches: EventLog, records: EventLog, *, every_s: float = 0.2,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        super().__init__(daemon=True, name="handoff-bridge")
+        self.conn = sqlite3.connect(db, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.run_id, self.batches, self.records = run_id, batches, records
+        self.every_s, self.heartbeat_s = every_s, heartbeat_s
+        self.shipped_pk = self._shipped_pk()
+        self.last_append = 0.0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def _shipped_pk(self) -> int:
+        """Where the batch log ends, in store pks (every batch event carries the pk it shipped up to)."""
+        head = self.batches.head()
+        last = self.batches.read(head - 1, 1) if head else []
+        return int(last[0].get("pk", 0)) if last else 0
+
+    def ship(self) -> int:
+        """Append the rollouts committed since the last call (or a heartbeat when due); how many."""
+        rollouts, last = load_rollouts(self.conn, self.run_id, after_pk=self.shipped_pk, limit=_PAGE)
+        now = time.monotonic()
+        if rollouts:
+            self.batches.append([encode_rollout(r, r.pk) for r in rollouts])
+        elif now - self.last_append >= self.heartbeat_s:
+            self.batches.append([{"kind": "heartbeat", "pk": self.shipped_pk, "t": time.time()}])
+        else:
+            return 0
+        self.shipped_pk, self.last_append = last, now
+        return len(rollouts)
+
+    def take_records(self) -> int:
+        """Copy new trainer records into ``train_metric`` with the cursor, in one transaction."""
+        key = records_cursor_key(self.run_id)
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        cursor = int(row[0]) if row else 0
+        events = self.records.read(cursor, _PAGE)
+        if not events:
+            return 0
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for ev in events:
+                r = ev["row"]
+                self.conn.execute("INSERT INTO train_metric (run_id, step, kind, metrics, message, created_at) "
+                                  "VALUES (?, ?, ?, ?, ?, ?)", (self.run_id, int(r["step"]), r["kind"],
+                                                                orjson.dumps(r["metrics"]).decode(), r["message"],
+                                                                float(r["created_at"])))
+            self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                              "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, str(events[-1]["seq"])))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return len(events)
+
+    def pump(self) -> None:
+        while self.ship() >= _PAGE:
+            pass
+        while self.take_records() >= _PAGE:
+            pass
+
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                self.pump()
+                self.error = None
+            except Exception as e:  # a busy store or an unreachable Dict: say so once, retry next tick
+                if self.error is None:
+                    print(f"hand-off bridge: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                self.error = e
+
+    def stop(self) -> None:
+        """Stop the thread after a last pass (the trainer's final records reach the store)."""
+        self.done.set()
+        if self.is_alive():
+            self.join()
+        try:
+            self.pump()
+        finally:
+            self.conn.close()
+
+
+# -- the trainer's command line ----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """``local_runtime.train_worker``'s command line with ``--handoff JSON`` instead of ``--db``."""
+    import argparse
+
+    from local_runtime import train_worker
+
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--handoff", required=True, help="JSON: the hand-off logs (see open_handoff)")
+    ap.add_argument("--parent-pid", type=int, default=None)
+    args, rest = ap.parse_known_args(argv)
+    spec = json.loads(args.handoff)
+    return train_worker.main(rest, prog="python -m cloud_runtime.handoff",
+                             open_feed=lambda: LogFeed(*open_handoff(spec), parent_pid=args.parent_pid))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
