@@ -81,8 +81,9 @@ class LocalRoles:
         env.setdefault("HF_HUB_OFFLINE", "1")
         cmd = [sys.executable, "-m", self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
                "--server", server_root, "--dir", str(rdir)]
-        if threads:
-            cmd += ["--threads", str(threads)]
+        # The server takes half the cores by default; the trainer, unless told, the other half (torch
+        # would take them all and the two would contend for every core).
+        cmd += ["--threads", str(threads or max(1, min(8, (os.cpu_count() or 1) // 2)))]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         return proc, log

@@ -29,11 +29,12 @@ else:
 
 
 class RescoreActions(_Base):
-    """Needs ``envs``, ``_selected()``, ``_show_detail()`` and ``_ui()`` from the screen."""
+    """Needs ``envs``, ``_selected()``, ``_selected_loaded()``, ``_show_detail()`` and ``_ui()`` from the screen."""
 
     envs: dict[str, EnvState]
     if TYPE_CHECKING:
         def _selected(self) -> EnvState | None: ...
+        def _selected_loaded(self) -> EnvState | None: ...
         def _show_detail(self) -> None: ...
         def _ui(self, fn: Any, *args: Any, **kwargs: Any) -> None: ...
 
@@ -46,13 +47,9 @@ class RescoreActions(_Base):
             runner.cancel()
 
     def action_rescore(self) -> None:
-        st = self._selected()
-        if st is None:
-            return
-        if st.status == "error":
-            self.notify(f"{st.name} does not load; fix it first", severity="error")
-            return
-        self._start_rescore(st, quiet=False)
+        st = self._selected_loaded()
+        if st is not None:
+            self._start_rescore(st, quiet=False)
 
     def _start_rescore(self, st: EnvState, *, quiet: bool) -> None:
         """Re-score ``st``'s stored rollouts in a worker; a re-score of it still running is cancelled.

@@ -215,6 +215,14 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             return None
         return self.envs.get(str(key))
 
+    def _selected_loaded(self) -> EnvState | None:
+        """The selected environment if it loads; otherwise None, with a notification saying so."""
+        st = self._selected()
+        if st is not None and st.status == "error":
+            self.notify(f"{st.name} does not load; fix it first", severity="error")
+            return None
+        return st
+
     @on(DataTable.RowHighlighted)
     def _on_highlight(self) -> None:
         self._show_detail()
@@ -394,11 +402,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self.action_open_editor()
 
     def action_debug(self) -> None:
-        st = self._selected()
+        st = self._selected_loaded()
         if st is None:
-            return
-        if st.status == "error":
-            self.notify(f"{st.name} does not load; fix it first", severity="error")
             return
         self.app.open_debugger(env_spec=env_spec(st.ref))  # type: ignore[attr-defined]
 
@@ -423,11 +428,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
 
     # -- launch ---------------------------------------------------------------------------------
     def action_launch(self) -> None:
-        st = self._selected()
+        st = self._selected_loaded()
         if st is None:
-            return
-        if st.status == "error":
-            self.notify(f"{st.name} does not load; fix it first", severity="error")
             return
         self.app.push_screen(LaunchScreen(st.name, env_spec(st.ref)), self._launch_confirmed)
 
