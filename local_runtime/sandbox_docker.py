@@ -7,10 +7,16 @@ seeding, file access and reset need no round trip). Every container carries the 
 ``workbench.sandbox=1``, ``workbench.run=<run id>`` and its owner's pid, and is renamed after the
 rollout it serves (``wb-<rollout id>-...``).
 
-Commands go through the Engine API directly (exec create, a hijacked exec start stream, exec inspect)
-over asyncio, without a thread per command. Each command writes its process-group id to ``/.wb`` first,
-so a timeout kills exactly its process tree, output so far kept; a released container has all its
-sandbox-user processes killed before it is reused.
+Commands go through the container's exec agent (``sandbox_agent.py``): one ``docker exec`` per
+container starts it as root with only the capabilities to switch users (``SETUID``, ``SETGID``); it
+forks every command as the sandbox user with the container's limits, kills a command's whole tree on
+timeout (output so far kept) and, when a rollout releases the container, kills every process of the
+sandbox user and clears its shared memory, so the next rollout starts clean. Commands cannot signal,
+trace or impersonate it (another uid; its channel is the exec's stream, which only Workbench holds).
+Where the image has no usable ``python3`` (or ``Docker(exec_agent=False)``), each command is its own
+``docker exec`` through the Engine API (exec create, a hijacked start stream, exec inspect) over
+asyncio; it writes its process-group id to ``/.wb`` first, so a timeout kills exactly its process tree,
+and a released container has all its sandbox-user processes killed before it is reused.
 
 Cleanup: containers are removed on close and on Ctrl-C (the run's ``finally``); when Workbench is
 killed outright, each container's pid 1 notices that its heartbeat file stopped being renewed and exits
@@ -45,6 +51,7 @@ from workbench.sandbox import (
 )
 from workbench.tasks import Task
 
+from .sandbox_channel import AgentChannel, AgentDied, agent_argv, docker_stream
 from .sandbox_dockerapi import DockerAPIError, EngineAPI, _read_frames, connect, sandbox_user
 from .sandbox_fs import (
     Capture,
@@ -88,6 +95,7 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         self.dead = False
         self.held_since = 0.0
         self._cgroup: str | None = None
+        self.agent: AgentChannel | None = None
 
     # -- lifecycle (blocking; run in threads) --------------------------------------------------
     def create_blocking(self) -> None:
@@ -115,6 +123,8 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             if p.network_name != "bridge":  # an allow list: names were pinned, no DNS unless listed
                 kw["extra_hosts"] = p.extra_hosts
                 kw["dns"] = ["127.0.0.1"]
+        if p.use_agent:  # the agent (root) may become the sandbox user; nothing else may change identity
+            kw["cap_add"] = ["SETUID", "SETGID"]
         c = p.client.containers.run(
             p.image, command=["/bin/sh", "-c", loop], detach=True, user="0:0", name=self.name, labels=labels,
             mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.pids + 4,
@@ -137,12 +147,31 @@ class DockerSandbox(WorkdirFiles, Sandbox):
                 self.pool.client.api.remove_container(self.container_id, force=True)
         rmtree(self.work.path.parent)
 
+    # -- the exec agent ------------------------------------------------------------------------
+    async def start_agent(self) -> AgentChannel:
+        """Start the container's agent: one ``docker exec`` (as root) whose stream is the channel."""
+        exec_id = await self._exec_create(agent_argv(), None, "/", True, user="0:0")
+        status, payload, reader, writer = await self.pool.api.request("POST", f"/exec/{exec_id}/start",
+                                                                      {"Detach": False, "Tty": False}, upgrade=True)
+        if reader is None or writer is None:
+            raise AgentDied(f"sandbox {self.name}: starting the exec agent failed ({status}: "
+                            f"{payload.decode(errors='replace')[:200]})")
+        errors = bytearray()
+        channel = AgentChannel(self.name, docker_stream(reader, errors), writer, lambda: errors.decode(errors="replace"))
+        self.agent = channel
+        await channel.open({"rlimits": {}, "user": list(self.pool.user), "grace": 0.1})
+        return channel
+
+    async def close_agent(self) -> None:
+        if self.agent is not None:
+            await self.agent.close()
+
     # -- exec ----------------------------------------------------------------------------------
     async def _exec_create(self, argv: list[str], env: Mapping[str, str] | None, cwd: str | None,
-                           stdin: bool) -> str:
+                           stdin: bool, user: str | None = None) -> str:
         uid, gid = self.pool.user
         cfg = {"AttachStdin": stdin, "AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": argv,
-               "Env": [f"{k}={v}" for k, v in base_env("/tmp", env).items()], "User": f"{uid}:{gid}",
+               "Env": [f"{k}={v}" for k, v in base_env("/tmp", env).items()], "User": user or f"{uid}:{gid}",
                "WorkingDir": WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")}
         try:
             r = await self.pool.api.call("POST", f"/containers/{self.container_id}/exec", cfg)
@@ -160,6 +189,17 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
         self.used = True
+        if self.agent is not None:
+            if not self.agent.alive:
+                self.dead = True
+                raise AgentDied(f"sandbox {self.name}: {self.agent.dead}")
+            inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
+            try:
+                return await self.agent.exec(argv, cwd=inner_cwd, env=base_env("/tmp", env), stdin=stdin,
+                                             timeout=timeout, cap=self.limits.output_bytes)
+            except AgentDied:
+                self.dead = True
+                raise
         token = secrets.token_hex(6)
         # Record the process group (the exec'd process leads its own session), then become the command.
         wrapped = ["/bin/sh", "-c", f'echo $$ > /.wb/{token}.pid; exec "$@"', "sh", *argv]
@@ -228,8 +268,16 @@ class DockerSandbox(WorkdirFiles, Sandbox):
                 writer.close()
 
     async def reset(self) -> None:
-        """Kill every process of the sandbox user and empty the folders."""
-        if self.used and self._pids() != 0:
+        """Kill every process of the sandbox user and empty the folders (the agent also clears shared memory
+        and System V IPC); a container that cannot be made clean is dead (removed, never reused)."""
+        if self.agent is not None:
+            self.agent.abandon("the sandbox was released while the command ran")
+            report = await self.agent.reset()
+            if not report.get("ok") or report.get("left") or report.get("ipc"):
+                raise SandboxError(f"sandbox {self.name} could not be reset: {report}")
+            if float(report.get("cpu", 0.0)) > self.limits.cpu_seconds / 2:
+                raise SandboxError(f"sandbox {self.name}: its agent has used half its CPU-time limit; replacing it")
+        elif self.used and self._pids() != 0:
             await self._run_quiet(["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"])
         self.used = False
         await asyncio.to_thread(self._wipe)
@@ -257,9 +305,9 @@ class DockerSandbox(WorkdirFiles, Sandbox):
     def _wipe(self) -> None:
         self.work.wipe(0o755)
         self.tmp.wipe(0o755)
-        for p in self.ctl.glob("*.pid"):
-            with contextlib.suppress(OSError):
-                p.unlink()
+        for p in self.ctl.iterdir():  # pid files, and whatever a command left in the writable control folder
+            if p.name != "hb":
+                rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
 
 
 
@@ -301,6 +349,8 @@ class DockerPool(SandboxPool):
         self._ready = asyncio.Condition()
         self._slots = 0
         self.closed = False
+        self.use_agent = runtime.exec_agent
+        self.agent_ok = False  # an agent has started in this pool (later failures are that container's own)
         self.client: Any = None
         self.api: EngineAPI
         self.image = ""
@@ -366,8 +416,11 @@ class DockerPool(SandboxPool):
         self.all.add(sb)
         try:
             await asyncio.to_thread(sb.create_blocking)
+            if self.use_agent:
+                await self._start_agent(sb)
         except BaseException as e:
             self.all.discard(sb)
+            await sb.close_agent()
             await asyncio.shield(asyncio.to_thread(sb.remove_blocking))
             if isinstance(e, Exception) and not isinstance(e, SandboxError):
                 raise SandboxError(f"starting a sandbox container from {self.image} failed: "
@@ -375,6 +428,22 @@ class DockerPool(SandboxPool):
             raise
         self.stats.created += 1
         return sb
+
+    async def _start_agent(self, sb: DockerSandbox) -> None:
+        try:
+            await sb.start_agent()
+            self.agent_ok = True
+        except AgentDied as e:
+            await sb.close_agent()
+            sb.agent = None
+            if self.agent_ok:
+                raise
+            if self.use_agent:  # the image cannot run it (no python3?): one docker exec per command instead
+                self.use_agent = False
+                from .sandbox_fs import warn_once
+
+                warn_once("docker-agent", f"wb.Docker(): the exec agent does not start in {self.image} ({e}); every "
+                          "command is its own docker exec instead (slower, as isolated)")
 
     def _spawn_warm(self) -> None:
         async def warm() -> None:
@@ -387,6 +456,7 @@ class DockerPool(SandboxPool):
                 async with self._ready:
                     self._ready.notify_all()
             if self.closed:
+                await sb.close_agent()
                 await asyncio.to_thread(sb.remove_blocking)
                 return
             self.idle.append(sb)
@@ -459,6 +529,7 @@ class DockerPool(SandboxPool):
                 sb.dead = True
             if self.closed or sb.dead or len(self.idle) >= self.size:
                 self.all.discard(sb)
+                await sb.close_agent()
                 await asyncio.to_thread(sb.remove_blocking)
                 if not self.closed and sb.dead and len(self.idle) + self.creating < self.size:
                     self._spawn_warm()
@@ -481,6 +552,8 @@ class DockerPool(SandboxPool):
         self.all.clear()
         self.idle.clear()
         self.held.clear()
+        for sb in doomed:
+            await sb.close_agent()
         if doomed:
             await asyncio.gather(*(asyncio.to_thread(sb.remove_blocking) for sb in doomed), return_exceptions=True)
         if self.dir != Path():

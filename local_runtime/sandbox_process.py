@@ -1,15 +1,26 @@
 """``wb.Local()``: sandboxes as local processes, isolated with bubblewrap where it is available.
 
-Every ``exec`` is one ``bwrap`` invocation: new user, pid, network, ipc, uts and cgroup namespaces; a
-root made of read-only system folders (``/usr`` and the library links, a few files of ``/etc``)
-plus the sandbox's own ``/work`` and ``/tmp`` (host folders, bind-mounted); a clean environment; rlimits
-on CPU time, address space, file size and (inside the user namespace, so per sandbox) processes. The
-whole process tree dies with the pid namespace on timeout, on cancellation and when Workbench dies.
+A sandbox is a ``bwrap`` namespace (``sandbox_bwrap.py``): new user, pid, network, ipc, uts and cgroup
+namespaces; a root made of read-only system folders (``/usr`` and the library links, a few files of
+``/etc``) plus the sandbox's own ``/work`` and ``/tmp`` (host folders, bind-mounted); a clean environment;
+rlimits on CPU time, address space, file size and (inside the user namespace, so per sandbox) processes.
+Everything in it dies with the pid namespace when Workbench dies.
 
 When the host process is root, sandboxes run as a per-slot unprivileged uid (root-owned host files
 stay unreadable and the process limit is exact). Where bubblewrap or user namespaces are missing
 (macOS, locked-down kernels), ``isolation="auto"`` falls back to plain subprocesses in the workdir with
 the same rlimits and a clean environment, and says so once on stderr.
+
+With bubblewrap and user namespaces, commands go through an exec agent (``sandbox_agent.py``): one
+long-lived ``bwrap`` per sandbox runs the agent as the namespace's init, and the agent forks each
+command with the limits, so an ``exec`` costs a fork instead of a namespace, ~30 mounts and three
+helper execs. It starts with the warm pool (or at a cold sandbox's first command). When a rollout
+releases the sandbox the agent kills every other process in the namespace and clears ``/dev/shm``
+and System V IPC, the host wipes ``/work`` and ``/tmp``, and the agent serves the next rollout; an
+agent that cannot prove itself clean (a process left, its limits or priority changed by a command)
+is killed with its namespace and a fresh one started. ``Local(exec_agent=False)``, or a host
+``python3`` the sandbox cannot see, keeps one ``bwrap`` (one namespace) per command, killed whole on
+timeout and cancellation.
 """
 
 from __future__ import annotations
@@ -17,22 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from workbench.sandbox import (
     WORKDIR,
     ExecResult,
-    Limits,
     Local,
     PoolStats,
     Sandbox,
@@ -43,6 +47,17 @@ from workbench.sandbox import (
 )
 from workbench.tasks import Task
 
+from .sandbox_bwrap import (
+    ROOT_UID_BASE,
+    SANDBOX_UID,
+    Isolation,
+    bwrap_argv,
+    detect,
+    limits_preexec,
+    prlimit_args,
+    sandbox_python,
+)
+from .sandbox_channel import AgentChannel, AgentDied, agent_argv, agent_code
 from .sandbox_fs import (
     PATH,
     Capture,
@@ -56,139 +71,7 @@ from .sandbox_fs import (
     warn_once,
 )
 
-SANDBOX_UID = 1000  # the uid processes see inside the sandbox
-#: host uids for sandboxes when Workbench runs as root (one per slot, so limits and files are per sandbox)
-ROOT_UID_BASE = 1_300_000_000
 TIMEOUT_EXIT = 124
-_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "ssl", "ca-certificates",
-              "pki", "mime.types", "nsswitch.conf", "protocols", "services", "magic", "inputrc")
-_ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-
-
-# -- isolation detection ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Isolation:
-    mode: str  # "userns" (bwrap + user namespace) | "setpriv" (root, no user namespaces) | "none"
-    bwrap: str | None
-    prlimit: str | None
-    reason: str = ""
-    setpriv: str | None = None
-
-
-_detected: dict[str, Isolation] = {}
-
-
-def _root_mounts() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
-    for name in _ROOT_LINKS:
-        p = Path("/") / name
-        if p.is_symlink():
-            args += ["--symlink", os.readlink(p), f"/{name}"]
-        elif p.is_dir():
-            args += ["--ro-bind", str(p), f"/{name}"]
-    for name in _ETC_FILES:
-        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for p in sorted(Path("/etc").glob("python3*")):
-        args += ["--ro-bind-try", str(p), str(p)]
-    return args
-
-
-def _drop_to(uid: int | None) -> Callable[[], None] | None:
-    if uid is None:
-        return None
-
-    def fn() -> None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-
-    return fn
-
-
-def detect(isolation: str = "auto") -> Isolation:
-    """Find out (once per process) how this machine can isolate a sandbox."""
-    forced = os.environ.get("WORKBENCH_SANDBOX_ISOLATION")  # tests and debugging: userns | setpriv | none
-    key = f"{isolation}:{forced}"
-    if key in _detected:
-        return _detected[key]
-    sysdirs = "/usr/bin:/bin:/usr/sbin:/sbin"
-    prlimit, setpriv = shutil.which("prlimit", path=sysdirs), shutil.which("setpriv", path=sysdirs)
-    bwrap = shutil.which("bwrap")
-    root = os.geteuid() == 0
-    reasons: list[str] = []
-    mode = "none"
-    if isolation == "none":
-        reasons.append("isolation='none' was asked for")
-    elif forced == "none":
-        reasons.append("WORKBENCH_SANDBOX_ISOLATION=none")
-    elif not sys.platform.startswith("linux"):
-        reasons.append(f"bubblewrap needs Linux (this is {sys.platform})")
-    elif not bwrap:
-        reasons.append("bubblewrap (bwrap) is not installed")
-    else:
-        candidates = [forced] if forced in ("userns", "setpriv") else (["userns", "setpriv"] if root else ["userns"])
-        for cand in candidates:
-            if cand == "setpriv" and not setpriv:
-                reasons.append("no setpriv for the root fallback")
-                continue
-            err = _probe(bwrap, cand, root, setpriv)
-            if err is None:
-                mode, reasons = cand, []
-                break
-            reasons.append(err)
-    result = Isolation(mode, bwrap if mode != "none" else None, prlimit, "; ".join(reasons), setpriv)
-    _detected[key] = result
-    return result
-
-
-def _probe(bwrap: str, mode: str, root: bool, setpriv: str | None) -> str | None:
-    with tempfile.TemporaryDirectory(prefix="wb-probe-") as d:
-        os.chmod(d, 0o777)
-        argv = _bwrap_argv(bwrap, mode, Path(d), Path(d), Path(d), "none", (), {"PATH": PATH}, WORKDIR,
-                           ["/bin/sh", "-c", "test -w /work && test ! -e /root/. -o ! -r /root"])
-        if root and mode == "userns":
-            argv = [setpriv, f"--reuid={ROOT_UID_BASE}", f"--regid={ROOT_UID_BASE}", "--clear-groups", "--", *argv] \
-                if setpriv else argv
-        pre = _drop_to(ROOT_UID_BASE) if root and mode == "userns" and not setpriv else None
-        try:
-            p = subprocess.run(argv, capture_output=True, timeout=20, preexec_fn=pre, env={"PATH": PATH},
-                               stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError) as e:
-            return f"bwrap ({mode}) failed to start: {e}"
-        if p.returncode != 0:
-            msg = (p.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit {p.returncode}"]
-            return f"bwrap ({mode}) does not work here: {msg[0]}"
-    return None
-
-
-def _bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network: str, binds: Sequence[str],
-                env: Mapping[str, str], cwd: str, argv: list[str]) -> list[str]:
-    if mode == "setpriv":  # root without user namespaces: every other namespace, the uid switch comes later
-        a = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if network != "host":
-            a.append("--unshare-net")
-    else:
-        a = [bwrap, "--unshare-all"]
-        if network == "host":
-            a.append("--share-net")
-    a += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    if mode == "userns":
-        a += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    a += _root_mounts()
-    for name in ("passwd", "group", "hosts"):
-        if (etc / name).exists():
-            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-    if network == "host":
-        a += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-    for b in binds:
-        a += ["--ro-bind", b, b]
-    a += ["--proc", "/proc", "--dev", "/dev", "--bind", str(tmp), "/tmp", "--bind", str(work), WORKDIR,
-          "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
-    for k, v in env.items():
-        a += ["--setenv", k, v]
-    if mode == "userns":
-        a += ["--cap-drop", "ALL"]
-    return [*a, "--", *argv]
 
 
 # -- the sandbox -----------------------------------------------------------------------------------
@@ -212,6 +95,10 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         self.closed = False
         self.held_since = 0.0
         self._running: set[asyncio.subprocess.Process] = set()
+        self.agent: AgentChannel | None = None
+        self._agent_proc: asyncio.subprocess.Process | None = None
+        self._agent_start: asyncio.Future[AgentChannel] | None = None
+        self._agent_stderr: asyncio.Future[None] | None = None
 
     def create(self) -> None:
         self.work.path.parent.mkdir(mode=0o711, exist_ok=True)
@@ -220,19 +107,19 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         self.tmp.create(0o755)
 
     # -- exec ----------------------------------------------------------------------------------
-    def _command(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None
+    def _command(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None, *, agent: bool = False
                  ) -> tuple[list[str], dict[str, Any]]:
         """The full argv and spawn options. Limits and the uid switch are commands (``prlimit``, ``setpriv``)
-        where those exist, so the spawn needs no ``preexec_fn`` (which forbids the cheap vfork path)."""
+        where those exist, so the spawn needs no ``preexec_fn`` (which forbids the cheap vfork path).
+        For the exec ``agent`` no limits: it applies them to each command it starts (:meth:`agent_config`)."""
         iso, lim, uid = self.pool.iso, self.limits, self.host_uid
-        # Per-sandbox process counting: inside its own user namespace, or under its own host uid (root).
-        per_sandbox_nproc = iso.mode in ("userns", "setpriv") or uid is not None
-        limits = _prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc) if iso.prlimit else []
+        per_sandbox_nproc = self.pool.per_sandbox_nproc(uid)
+        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc) if iso.prlimit and not agent else []
         drop = [iso.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None and iso.setpriv \
             else []
         pre_uid = uid if uid is not None and not drop and iso.mode != "setpriv" else None
-        preexec = None if limits and pre_uid is None else _limits_preexec(
-            lim, pre_uid, rlimits=not limits, nproc=per_sandbox_nproc and not limits)
+        preexec = None if (limits or agent) and pre_uid is None else limits_preexec(
+            lim, pre_uid, rlimits=not limits and not agent, nproc=per_sandbox_nproc and not limits and not agent)
         if iso.mode == "none":
             home = str(self.tmp.path)
             run_cwd = str(self.work.path) if cwd is None else cwd if cwd.startswith("/") else str(self.work.path / cwd)
@@ -246,8 +133,9 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             inner = [*drop, "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
         elif drop:
             outer = [*drop, "--"]
-        full = _bwrap_argv(iso.bwrap or "bwrap", iso.mode, self.work.path, self.tmp.path, self.pool.dir / "etc",
-                           self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd, [*inner, *argv])
+        full = bwrap_argv(iso.bwrap or "bwrap", iso.mode, self.work.path, self.tmp.path, self.pool.dir / "etc",
+                           self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd, [*inner, *argv],
+                           as_pid_1=agent)
         return [*outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
 
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
@@ -256,6 +144,11 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             raise RuntimeError(f"sandbox {self.id} is closed")
         argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
+        channel = await self._channel()
+        if channel is not None:
+            inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
+            return await channel.exec(argv, cwd=inner_cwd, env=base_env("/tmp", env), stdin=stdin, timeout=timeout,
+                                      cap=self.limits.output_bytes)
         full, kw = self._command(argv, cwd, env)
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
@@ -268,63 +161,142 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             self._running.discard(proc)
             if proc.returncode is None:
                 _killpg(proc)
+                self.pool.track(_reaped(proc))  # reaped by asyncio, not by a garbage-collected Popen
 
 
-    def kill_all(self) -> None:
+    def kill_all(self) -> asyncio.Future[None] | None:
+        """Kill every process of the sandbox; what to await for the agent's namespace to be gone, if any."""
         for proc in list(self._running):
             _killpg(proc)
+        return self.stop_agent()
+
+    async def reset(self) -> asyncio.Future[None] | None:
+        """Hand back: the per-command processes are killed and the agent resets its namespace (kept for the
+        next rollout); an agent that fails that is killed. What to await before wiping the files, if any."""
+        for proc in list(self._running):
+            _killpg(proc)
+        agent = self.agent
+        if agent is None or not agent.alive or self._agent_start is None or not self._agent_start.done():
+            return self.stop_agent()
+        agent.abandon("the sandbox was released while the command ran")
+        try:
+            report = await agent.reset()
+        except SandboxError:
+            return self.stop_agent()
+        if not report["ok"] or report["left"] or report["ipc"] or report["cpu"] > self.limits.cpu_seconds / 2:
+            return self.stop_agent()
+        return None
+
+    # -- the exec agent ------------------------------------------------------------------------
+    async def _channel(self) -> AgentChannel | None:
+        """The running agent (started now if needed), or None where commands run one ``bwrap`` each."""
+        if not self.pool.use_agent:
+            return None
+        if self.agent is not None and self.agent.alive:
+            return self.agent
+        if self._agent_start is None or self._agent_start.done() and (self.agent is None or not self.agent.alive):
+            self.start_agent()
+        assert self._agent_start is not None
+        try:
+            return await asyncio.shield(self._agent_start)
+        except AgentDied as e:
+            if self.pool.agent_ok:
+                raise  # it worked before: this sandbox's agent died (killed from outside?); the next exec restarts it
+            self.pool.agent_unavailable(str(e))
+            return None
+
+    def start_agent(self) -> None:
+        """Start the agent in the background (a fresh namespace); the first ``exec`` waits for it."""
+        self.stop_agent()
+        self._agent_start = asyncio.ensure_future(self._start_agent())
+        self._agent_start.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def _start_agent(self) -> AgentChannel:
+        program = self.pool.agent_program
+        full, kw = self._command(agent_argv(self.pool.agent_python, program), None, None, agent=True)
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, limit=1 << 20, **kw))
+        try:
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:  # stopped while starting: the process may exist all the same
+            spawn.add_done_callback(self._kill_orphan)
+            raise
+        self._agent_proc = proc
+        errors = bytearray()
+        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+
+        async def read() -> bytes:
+            return await stdout.read(1 << 16)
+
+        channel = AgentChannel(self.id, read, proc.stdin, lambda: errors.decode(errors="replace"))
+        self._agent_stderr = asyncio.ensure_future(_pump(stderr, _Tail(errors)))
+        self.agent = channel
+        await channel.open(self.pool.agent_config(self), program)
+        self.pool.agent_ok = True
+        return channel
+
+    def _kill_orphan(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        if not spawn.cancelled() and spawn.exception() is None:
+            proc = spawn.result()
+            _killpg(proc)
+            self.pool.track(_reaped(proc))
+
+    def stop_agent(self) -> asyncio.Future[None] | None:
+        """Kill the agent's namespace (every process of this sandbox) and forget the channel. Returns a
+        future done when its ``bwrap`` has been reaped (the pool tracks it, so close waits for it too)."""
+        if self._agent_start is not None and not self._agent_start.done():
+            self._agent_start.cancel()
+        self._agent_start = None
+        if self.agent is not None:
+            self.agent.fail("the sandbox was released")
+            self.agent = None
+        if self._agent_stderr is not None:
+            self._agent_stderr.cancel()
+            self._agent_stderr = None
+        proc, self._agent_proc = self._agent_proc, None
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            _killpg(proc)
+        return self.pool.track(_reaped(proc))
+
+
+class _Tail:
+    """The last 4 KiB of a stream (the agent's stderr, for error messages)."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self.buf = buf
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        del self.buf[:-4096]
 
 
 def _killpg(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-
-
-def _prlimit_args(prlimit: str, lim: Limits, *, nproc: bool) -> list[str]:
-    mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
-    args = [prlimit, f"--cpu={cpu}:{cpu + 5}", f"--as={mem}:{mem}", f"--fsize={fsize}:{fsize}", "--core=0:0"]
-    if nproc:
-        args.append(f"--nproc={lim.pids}:{lim.pids}")
-    return [*args, "--"]
-
-
-def _limits_preexec(lim: Limits, uid: int | None, *, rlimits: bool, nproc: bool) -> Callable[[], None]:
-    """The fallback when ``prlimit``/``setpriv`` are missing: set limits and switch uid in the child."""
-    cpu, mem, fsize, pids = int(lim.cpu_seconds), lim.memory_mb << 20, lim.file_size_mb << 20, lim.pids
-    libc = _libc()
-
-    def fn() -> None:
-        if rlimits:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        if libc is not None:  # the direct child dies with us (bwrap's --die-with-parent does the rest)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return fn
-
-
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
+    """Kill the process group the spawn started. ``proc.kill()`` only where that is refused: it polls the
+    process first and may reap it under asyncio's child watcher (which then warns about an unknown child)."""
     try:
-        import ctypes
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
 
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
+
+async def _reaped(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed process to exit, then close its pipes (not left to the garbage collector)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 10)
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
-async def _pump(stream: asyncio.StreamReader | None, cap: Capture) -> None:
+async def _pump(stream: asyncio.StreamReader | None, cap: Capture | _Tail) -> None:
     if stream is None:
         return
     while True:
@@ -398,11 +370,36 @@ class ProcessPool(SandboxPool):
         self.stats = PoolStats()
         self.idle: list[ProcessSandbox] = []
         self.held: set[ProcessSandbox] = set()
-        self._resets: set[asyncio.Task[None]] = set()
+        self._resets: set[asyncio.Future[None]] = set()
         self._next = 0
         self.dir = Path()
         self.iso = Isolation("none", None, None)
         self.closed = False
+        self.use_agent = runtime.exec_agent
+        self.agent_python = ""
+        self.agent_program: bytes | None = None
+        self.agent_ok = False  # an agent has started in this pool (later failures are that sandbox's own)
+
+    def per_sandbox_nproc(self, uid: int | None) -> bool:
+        """Whether RLIMIT_NPROC counts one sandbox's processes only: inside its own user namespace, or
+        under its own host uid (root)."""
+        return self.iso.mode in ("userns", "setpriv") or uid is not None
+
+    def agent_config(self, sb: ProcessSandbox) -> dict[str, Any]:
+        """What the exec agent applies to every command: the limits ``prlimit`` would have set."""
+        lim = self.limits
+        mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
+        rlimits: dict[str, list[int]] = {"cpu": [cpu, cpu + 5], "as": [mem, mem], "fsize": [fsize, fsize],
+                                         "core": [0, 0]}
+        if self.per_sandbox_nproc(sb.host_uid):
+            rlimits["nproc"] = [lim.pids, lim.pids]
+        return {"rlimits": rlimits, "user": None, "grace": 0.1}
+
+    def agent_unavailable(self, reason: str) -> None:
+        if self.use_agent:
+            self.use_agent = False
+            warn_once("local-agent", f"wb.Local(): the exec agent does not start here ({reason}); every command "
+                      "starts its own bubblewrap sandbox instead (slower, as isolated)")
 
     def slot_uid(self, slot: int) -> int | None:
         if os.geteuid() != 0:
@@ -423,6 +420,11 @@ class ProcessPool(SandboxPool):
             if not os.path.exists(b):
                 raise SandboxError(f"Local(binds=...): {b} does not exist")
         self.iso = iso
+        if self.use_agent:
+            self.agent_python = sandbox_python() if iso.mode == "userns" else ""
+            self.use_agent = bool(self.agent_python)
+            if self.use_agent:
+                self.agent_program = await asyncio.to_thread(agent_code, self.agent_python) or None
         self.dir = pool_dir("local")
         etc = self.dir / "etc"
         etc.mkdir(mode=0o755)
@@ -431,14 +433,16 @@ class ProcessPool(SandboxPool):
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
         for _ in range(self.size):
-            self.idle.append(self._new())
+            self.idle.append(self._new(warm=True))
         return self
 
-    def _new(self) -> ProcessSandbox:
+    def _new(self, warm: bool = False) -> ProcessSandbox:
         sb = ProcessSandbox(self, self._next)
         self._next += 1
         sb.create()
         self.stats.created += 1
+        if warm and self.use_agent:
+            sb.start_agent()
         return sb
 
     async def acquire(self, rollout_id: str = "", task: Task | None = None) -> ProcessSandbox:
@@ -466,18 +470,39 @@ class ProcessPool(SandboxPool):
         assert isinstance(sandbox, ProcessSandbox)
         if not self._taken_back(sandbox):
             return
-        sandbox.kill_all()
         if self.closed:
+            sandbox.kill_all()
             return
-        t = asyncio.ensure_future(asyncio.to_thread(self._reset, sandbox))
+        self.track(self._recycle(sandbox))
+
+    def track(self, coro: Any) -> asyncio.Future[None]:
+        """Run ``coro`` in the background; :meth:`close` waits for it."""
+        t = asyncio.ensure_future(coro)
         self._resets.add(t)
         t.add_done_callback(self._resets.discard)
+        return t
 
-    def _reset(self, sb: ProcessSandbox) -> None:
-        sb.work.wipe(0o755)
-        sb.tmp.wipe(0o755)
-        if not self.closed and len(self.idle) < self.size:
+    async def _recycle(self, sb: ProcessSandbox) -> None:
+        """Make a released sandbox clean for the next rollout (or remove it when the pool has enough)."""
+        dying = await sb.reset()
+        keep = not self.closed and len(self.idle) < self.size
+        if not keep:
+            dying = sb.kill_all() or dying
+        if dying is not None:  # the namespace is gone (its processes with it) once its bwrap has exited
+            await dying
+        await asyncio.to_thread(self._wipe, sb, keep)
+        if keep and not self.closed:
+            if self.use_agent and (sb.agent is None or not sb.agent.alive):
+                sb.start_agent()  # the next rollout finds its agent running
             self.idle.append(sb)
+        elif keep:
+            sb.kill_all()
+
+    @staticmethod
+    def _wipe(sb: ProcessSandbox, keep: bool) -> None:
+        if keep:
+            sb.work.wipe(0o755)
+            sb.tmp.wipe(0o755)
         else:
             rmtree(sb.work.path.parent)
 
@@ -485,10 +510,10 @@ class ProcessPool(SandboxPool):
         if self.closed:
             return
         self.closed = True
-        for sb in list(self.held):
+        for sb in [*self.held, *self.idle]:
             sb.kill_all()
             sb.closed = True
-        if self._resets:
+        while self._resets:  # recycles, and the reaping of every agent killed above
             await asyncio.gather(*self._resets, return_exceptions=True)
         self.idle.clear()
         self.held.clear()

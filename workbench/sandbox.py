@@ -20,7 +20,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -242,6 +242,14 @@ class _Runtime:
     def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
         raise NotImplementedError
 
+    def warm_size(self, concurrency: int) -> int:
+        """How many sandboxes to keep warm for ``concurrency`` rollouts at once: a quarter more (at least one),
+        so a rollout that starts while another's sandbox is still being reset finds one ready instead of
+        waiting for the reset. ``pool_size`` (when set) is the exact cap."""
+        if self.pool_size is not None:  # type: ignore[attr-defined]
+            return min(concurrency, self.pool_size)  # type: ignore[attr-defined]
+        return concurrency + max(1, concurrency // 4) if concurrency > 0 else 0
+
     def sandbox(self, task: Task | None = None, **kw: Any) -> _OneSandbox:
         """``async with wb.Local().sandbox() as sb:`` — one sandbox outside a run (tests, debugging)."""
         return _OneSandbox(self, task, kw)
@@ -286,7 +294,11 @@ class Local(_Runtime):
     workdir at ``/work``, a clean environment, rlimits on CPU time, memory, processes and file size.
     ``isolation="auto"`` falls back to plain subprocesses (with a one-time warning) where bubblewrap
     or user namespaces are missing; ``"bwrap"`` makes that an error; ``"none"`` never isolates.
-    ``binds`` adds host paths, read-only. ``pool_size`` caps the warm pool (default: the run's concurrency).
+    ``binds`` adds host paths, read-only. ``pool_size`` caps the warm pool (default: the run's concurrency
+    and a quarter more).
+    ``exec_agent``: commands are forked by one agent process per sandbox (much cheaper than a bubblewrap
+    sandbox per command), which is reset between rollouts; ``False`` starts a bubblewrap sandbox for every
+    command instead.
     """
 
     kind: ClassVar[str] = "local"  # type: ignore[misc]
@@ -301,6 +313,8 @@ class Local(_Runtime):
     cpus: float = 1.0
     binds: Sequence[str] = ()
     pool_size: int | None = None
+    _: KW_ONLY
+    exec_agent: bool = True
 
     def __post_init__(self) -> None:
         if self.isolation not in ("auto", "bwrap", "none"):
@@ -313,7 +327,7 @@ class Local(_Runtime):
     def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
         from local_runtime.sandbox_process import ProcessPool
 
-        return ProcessPool(self, run_id=run_id, size=size if self.pool_size is None else min(size, self.pool_size))
+        return ProcessPool(self, run_id=run_id, size=self.warm_size(size))
 
 
 @dataclass(slots=True)
@@ -323,8 +337,12 @@ class Docker(_Runtime):
     ``image``: a local image name (default: ``workbench-sandbox:1``, built offline by ``workbench sandbox
     image``); or ``dockerfile``: a Dockerfile (relative paths are relative to the environment's folder)
     built locally with no pull (``FROM workbench-sandbox:1`` works offline). Every container is labelled
-    with the run id (and renamed after the rollout it serves), runs as an unprivileged user with all
-    capabilities dropped, a read-only root, no network by default and the given limits.
+    with the run id (and renamed after the rollout it serves); commands run as an unprivileged user with no
+    capabilities (the container keeps only SETUID and SETGID, for its exec agent), a read-only root, no
+    network by default and the given limits.
+    ``exec_agent``: commands are forked by one agent process per container (root, with only the right to
+    switch to the sandbox user) instead of one ``docker exec`` each; ``False``, or an image without
+    ``python3``, uses ``docker exec`` per command.
     """
 
     kind: ClassVar[str] = "docker"  # type: ignore[misc]
@@ -339,6 +357,8 @@ class Docker(_Runtime):
     file_size_mb: int = 256
     output_bytes: int = 1 << 20
     pool_size: int | None = None
+    _: KW_ONLY
+    exec_agent: bool = True
 
     def __post_init__(self) -> None:
         if self.image is not None and self.dockerfile is not None:
@@ -352,8 +372,7 @@ class Docker(_Runtime):
     def pool(self, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> SandboxPool:
         from local_runtime.sandbox_docker import DockerPool
 
-        return DockerPool(self, run_id=run_id, size=size if self.pool_size is None else min(size, self.pool_size),
-                          env_dir=env_dir)
+        return DockerPool(self, run_id=run_id, size=self.warm_size(size), env_dir=env_dir)
 
 
 @dataclass(slots=True)

@@ -123,3 +123,37 @@ def test_coding_env_loads_through_discovery() -> None:
     assert isinstance(env.runtime, wb.Docker) and [t.info["task"] for t in env.tasks] == ["median", "roman"]
     with pytest.raises(wb.EnvLoadError, match="unknown task"):
         coding.load_environment(tasks=["nope"])
+
+
+async def test_scoring_is_one_command_that_also_lists_the_test_files(runtime: str) -> None:
+    """The hidden tests, the visible suite and the test-file listing come from one command; the listing is
+    written before the repository's code runs, and `edited_tests` falls back to its own listing without it."""
+    env = coding.load_environment(tasks=["durations"], runtime=runtime)
+    fns = {f.name: f.fn for f in env.rubric.functions}
+    task = next(iter(env.tasks))
+    async with env.runtime.sandbox(task) as sb:
+        counted: list[Any] = []
+        real_exec = sb.exec
+
+        async def counting_exec(cmd: Any, **kw: Any) -> Any:
+            counted.append(cmd)
+            return await real_exec(cmd, **kw)
+
+        sb.exec = counting_exec  # type: ignore[method-assign]
+        for path, content in solution("durations").items():
+            await sb.write_file(path, content)
+        state: dict[str, Any] = {}
+        assert await fns["hidden_tests"](sandbox=sb, info=task.info, state=state) == 1.0
+        assert state["verdict"]["test_files"] == [TEST_FILE]
+        assert await fns["edited_tests"](sandbox=sb, info=task.info, state=state) == 0.0
+        assert len(counted) == 1, counted  # the metric reused the scoring run's listing
+        # A test file the model added shows in the listing.
+        await sb.write_file("tests/test_extra.py", "import unittest\n")
+        state = {}
+        await fns["hidden_tests"](sandbox=sb, info=task.info, state=state)
+        assert state["verdict"]["test_files"] == sorted([TEST_FILE, "tests/test_extra.py"])
+        assert await fns["edited_tests"](sandbox=sb, info=task.info, state=state) == 1.0
+        # No scoring run (its reward failed): the metric lists the files itself.
+        counted.clear()
+        assert await fns["edited_tests"](sandbox=sb, info=task.info, state={}) == 1.0
+        assert len(counted) == 1 and "find tests" in counted[0]

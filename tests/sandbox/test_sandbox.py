@@ -156,11 +156,11 @@ async def test_docker_engine_down_is_one_clear_error(monkeypatch: pytest.MonkeyP
 
 async def test_local_without_isolation_warns_once_and_works(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from local_runtime import sandbox_fs, sandbox_process
+    from local_runtime import sandbox_bwrap, sandbox_fs
 
     monkeypatch.setenv("WORKBENCH_SANDBOX_ISOLATION", "none")
     monkeypatch.setattr(sandbox_fs, "_warned", set())
-    monkeypatch.setattr(sandbox_process, "_detected", {})
+    monkeypatch.setattr(sandbox_bwrap, "_detected", {})
     for _ in range(2):
         async with wb.Local().sandbox() as sb:
             assert not sb.isolated

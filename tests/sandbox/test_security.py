@@ -265,7 +265,9 @@ def test_killed_parent_leaves_no_process_local(tmp_path: Path, cli: Callable[...
 
 
 def _containers_of(client: Any, pid: int) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": ["workbench.sandbox=1", f"workbench.pid={pid}"]})
+    # sparse: no inspect per container, which fails when one is auto-removed between the list and the inspect
+    return client.containers.list(all=True, sparse=True,
+                                  filters={"label": ["workbench.sandbox=1", f"workbench.pid={pid}"]})
 
 
 def test_killed_parent_docker_gc_removes_containers(docker_client: Any, tmp_path: Path, cli: Callable[..., Any]) -> None:
