@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 
@@ -16,15 +17,35 @@ SCREENS: list[tuple[str, str, str]] = [
     ("debugger", "Debugger", "Run one rollout turn by turn, see its tokens by logprob; or open a stored one"),
 ]
 
+#: (action, title, help) of the Environments screen's actions on the selected environment.
+ENV_ACTIONS: list[tuple[str, str, str]] = [
+    ("launch", "Launch a training run of the selected environment", "The launch dialog with its plan and cost (L)"),
+    ("new_env", "New environment from a template", "single-turn, tools, multi-turn or sandboxed (n)"),
+    ("debug", "Debug the selected environment", "One rollout turn by turn in the Debugger (d)"),
+    ("rescore", "Re-score the selected environment's stored rollouts", "Before/after reward distribution (R)"),
+    ("validate", "Validate the selected environment", "Load it, check tasks and rubric, score gold answers (v)"),
+]
+
 
 class WorkbenchCommands(Provider):
-    """Go to a screen, toggle the theme, show the key help."""
+    """Go to a screen, act on the selected environment, toggle the theme, show the key help."""
+
+    async def _on_environment(self, action: str) -> None:
+        await self.app.switch_mode("environments")
+        screen = self.app.screen
+        for _ in range(100):  # a first visit lists and loads the environments in a worker: up to 5 s
+            envs = getattr(screen, "envs", None)
+            if envs and all(st.status != "loading" for st in envs.values()):
+                break
+            await asyncio.sleep(0.05)
+        await screen.run_action(action)
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app
         cmds: list[tuple[str, Callable[[], object], str]] = [
             (f"Go to {title}", partial(app.switch_mode, mode), text) for mode, title, text in SCREENS
         ]
+        cmds += [(title, partial(self._on_environment, action), text) for action, title, text in ENV_ACTIONS]
         cmds.append(("Toggle light/dark theme", partial(app.run_action, "toggle_theme"), "Switch between themes"))
         cmds.append(("Show keys (help)", partial(app.run_action, "help"), "List the key bindings of this screen"))
         return cmds

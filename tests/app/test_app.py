@@ -50,6 +50,20 @@ async def test_command_palette_goes_to_a_screen(make_app: Callable[..., Workbenc
         await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen), what="the Runs screen")
 
 
+async def test_command_palette_launches_from_another_screen(make_app: Callable[..., WorkbenchApp]) -> None:
+    """An environment action from the palette goes to Environments and acts on the selected env."""
+    from app.screens.launch import LaunchScreen
+
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.press(*"launch a training")
+        await wait_until(pilot, lambda: "Launch a training run" in screen_text(app), what="the palette hit")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch dialog")
+        assert "adder" in screen_text(app)
+
+
 async def test_theme_toggle(make_app: Callable[..., WorkbenchApp]) -> None:
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -125,3 +125,38 @@ def test_train_run_snapshot(snap_compare: Any, make_app: Callable[..., Workbench
     assert snap_compare(make_app(mode="runs"), terminal_size=SIZE,
                         run_before=_settle(lambda app: len(getattr(app.screen, "runs", [])) == 3, "down",
                                            then=shown))
+
+
+def test_costs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp], store_file: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger by run with its totals (no monthly budget configured, no forecast picked), on a
+    fixed clock: the cost events and "this month" are pinned to the fixture's November 2023."""
+    import sqlite3
+
+    import workbench.ledger
+    from app.screens.costs import CostsScreen
+    from tests.app.conftest import T0
+
+    con = sqlite3.connect(store_file)
+    con.execute("UPDATE cost_event SET created_at = ? + id * 60", (T0,))
+    con.commit()
+    con.close()
+    real = workbench.ledger.month_start
+    monkeypatch.setattr(workbench.ledger, "month_start", lambda now=None: real(T0 + 86400 if now is None else now))
+
+    def ready(app: WorkbenchApp) -> bool:
+        s = app.screen
+        return isinstance(s, CostsScreen) and s.ledger is not None and "spent" in screen_text(app)
+
+    assert snap_compare(make_app(mode="costs"), terminal_size=SIZE, run_before=_settle(ready))
+
+
+def test_launch_dialog_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    """L on the selected environment: backend, steps, budget, config and the local estimate."""
+    from app.screens.launch import LaunchScreen
+
+    def shown(app: WorkbenchApp) -> bool:
+        s = app.screen
+        return isinstance(s, LaunchScreen) and s.forecast is not None
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(_envs_ready, "L", then=shown))
