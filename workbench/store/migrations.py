@@ -48,5 +48,10 @@ def _v5(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v5.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: sqlite3.Connection) -> None:
+    """The trace browser's count of an environment's rollouts in a reward range, from the index alone."""
+    _run_sql_file(conn, "v6.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
