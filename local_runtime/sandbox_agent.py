@@ -332,11 +332,7 @@ class Agent:
                 victims = tree(root, me)
                 if not victims:
                     return
-                for pid in victims:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+                sigkill_all(victims)
 
         self.as_user(kill)
 
@@ -352,14 +348,7 @@ class Agent:
         uid = self.user[0] if self.user is not None else os.getuid()
         victims = [p for p in table if p not in keep and owner(p) == uid]
         if victims:
-            def kill():
-                for pid in victims:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-
-            self.as_user(kill)
+            self.as_user(lambda: sigkill_all(victims))
 
     def kill_everything(self):
         for cmd in list(self.cmds.values()):
@@ -492,6 +481,14 @@ def owner(pid):
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return -1
+
+
+def sigkill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # already gone
 
 
 def tree(root, me, table=None):

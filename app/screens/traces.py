@@ -4,6 +4,7 @@ another shows the two side by side; x exports the selection."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -236,17 +237,22 @@ class TracesScreen(Screen[None]):
     def _on_selected(self, event: VirtualTable.Selected) -> None:
         self._open(event.row.id)
 
-    @work(thread=True, exit_on_error=False, group="traces-open", exclusive=True)
-    def _open(self, rollout_id: str) -> None:
+    def _push_loaded(self, build: Callable[[], Screen[Any]], failed: str) -> None:
+        """From a worker thread: push the screen ``build`` makes, or say why it could not be made."""
         try:
-            rollout = load_rollout(self.app.store, rollout_id)  # type: ignore[attr-defined]
+            screen = build()
         except WorkbenchError as e:
             call_ui(self.app, self.notify, str(e), severity="error")
             return
         except Exception as e:
-            call_ui(self.app, self.notify, f"reading rollout {rollout_id} failed: {e}", severity="error")
+            call_ui(self.app, self.notify, f"{failed}: {e}", severity="error")
             return
-        call_ui(self.app, self.app.push_screen, RolloutDetailScreen(rollout))
+        call_ui(self.app, self.app.push_screen, screen)
+
+    @work(thread=True, exit_on_error=False, group="traces-open", exclusive=True)
+    def _open(self, rollout_id: str) -> None:
+        self._push_loaded(lambda: RolloutDetailScreen(load_rollout(self.app.store, rollout_id)),  # type: ignore[attr-defined]
+                          f"reading rollout {rollout_id} failed")
 
     # -- mark and diff ------------------------------------------------------------------------------
     def _mark_cell(self, row: RolloutSummary) -> str | tuple[str, str]:
@@ -275,15 +281,8 @@ class TracesScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="traces-diff", exclusive=True)
     def _open_diff(self, a: str, b: str) -> None:
-        try:
-            diff = load_diff(self.app.store.get().conn, a, b)  # type: ignore[attr-defined]
-        except WorkbenchError as e:
-            call_ui(self.app, self.notify, str(e), severity="error")
-            return
-        except Exception as e:
-            call_ui(self.app, self.notify, f"comparing {a} and {b} failed: {e}", severity="error")
-            return
-        call_ui(self.app, self.app.push_screen, RolloutDiffScreen(diff))
+        self._push_loaded(lambda: RolloutDiffScreen(load_diff(self.app.store.get().conn, a, b)),  # type: ignore[attr-defined]
+                          f"comparing {a} and {b} failed")
 
     # -- export ---------------------------------------------------------------------------------
     def action_export(self) -> None:

@@ -86,8 +86,9 @@ def _check_monthly(ctx: click.Context, db: str | None, estimate_usd: float) -> N
 
 
 def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | None, db: str | None,
-            threads: int | None, as_json: bool) -> None:
-    """Run the launch pipeline on ``backend`` and follow the run's stream into the store."""
+            threads: int | None, as_json: bool, plan: Any = None) -> None:
+    """Run the launch pipeline on ``backend`` and follow the run's stream into the store. ``run`` is a
+    RunConfig for the local backend, the LaunchConfig (with its ``plan``) for Modal."""
     from cloud_runtime.launch import launch_local
 
     from .common import open_store
@@ -96,9 +97,6 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
     if backend is None:
         raise ConfigError("say where to run: --backend local (the whole pipeline on this machine), or --plan to see "
                           "the cloud plan and cost")
-    if backend != "local":
-        raise ConfigError("--backend modal is built against the Modal SDK but not available in this build: it has "
-                          "never run on Modal. Use --backend local (the same pipeline on this machine) or --plan")
     store = open_store(ctx, db)
 
     def on_event(ev: dict[str, Any]) -> None:
@@ -111,9 +109,18 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
     from ..budgets import run_cap
 
     cap, why = run_cap(store.conn, budget)  # the run's own budget or what is left of the month
-    out = launch_local(store, run, budget_usd=cap, threads=threads, on_event=on_event,
-                       on_start=lambda rid: console_err.print(f"launched run {rid} (backend local, {why}); "
-                                                             f"`workbench stop {rid}` stops it", markup=False))
+
+    def on_start(rid: str) -> None:
+        console_err.print(f"launched run {rid} (backend {backend}, {why}); `workbench stop {rid}` stops it",
+                          markup=False)
+
+    if backend == "modal":
+        from cloud_runtime.launch_modal import UNVERIFIED, launch_modal
+
+        console_err.print(f"workbench: {UNVERIFIED}", markup=False)
+        out = launch_modal(store, run, plan, budget_usd=cap, on_event=on_event, on_start=on_start)
+    else:
+        out = launch_local(store, run, budget_usd=cap, threads=threads, on_event=on_event, on_start=on_start)
     summary = {"run_id": out.run_id, "status": out.status, "bundle_hash": out.bundle_hash,
                "spent_usd": round(out.spent_usd, 6), **{k: v for k, v in out.summary.items() if k != "run_id"}}
     if as_json:
@@ -175,7 +182,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     if not plan.fits:
         raise ConfigError("the plan does not fit in GPU memory (see `--plan`); add nodes, raise "
                           "cloud.context_parallel or shorten cloud.context_length")
-    _launch(ctx, cfg.run, backend, budget, db, threads, as_json)
+    _launch(ctx, cfg if backend == "modal" else cfg.run, backend, budget, db, threads, as_json, plan)
 
 
 @click.group("gpu-prices")
