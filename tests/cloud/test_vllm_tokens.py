@@ -9,8 +9,6 @@ itself is not installed here: nothing in this file ran against vLLM.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pytest
 
 from cloud_runtime.modal_inference import AdapterGate, run_gate
 from cloud_runtime.vllm_tokens import TokenRouteError, chat_response, completion_request
+from tests.local_runtime.helpers import post_json
 from workbench.client import ChatClient, preflight
 from workbench.continuation import continuation_for, serves_token_route
 
@@ -106,12 +105,7 @@ def gate(embedded: str) -> Iterator[str]:
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return post_json(url, body, timeout=120)
 
 
 @pytest.mark.slow

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 
 from .helpers import SERVED, get_json, run_server
+from .helpers import post_json as post
 
 PROMPT = "<|im_start|>user\nTell me a joke.<|im_end|>\n<|im_start|>assistant\n"
 
@@ -28,15 +27,6 @@ def make_adapter(tiny_dir: Path, out: Path, seed: int) -> Path:
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     get_peft_model(model, cfg).save_pretrained(out)
     return out
-
-
-def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +119,8 @@ def test_update_weights_replaces_the_base_model_in_place(tiny_dir: Path, tmp_pat
     """Full fine-tuning's publish: /update_weights swaps the served weights and the version; bad
     weights are refused with the reason and the served weights stay as they were."""
     import openai
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     new = make_full_weights(tiny_dir, tmp_path / "step-3", seed=3)
     with run_server(tiny_dir, "--served-model-name", SERVED) as root:

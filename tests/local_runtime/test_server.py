@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import ARITH, SERVED, get_json
+from .helpers import ARITH, SERVED, get_json, post_json
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -220,16 +220,7 @@ async def test_event_loop_stays_responsive_during_generation(aclient: Any, serve
 
 
 def _post(server: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(server + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return post_json(server + path, body)
 
 
 def test_tokenize_renders_the_chat_template_and_detokenize_inverts(server: str, tok: Any) -> None:
