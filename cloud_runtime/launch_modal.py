@@ -69,12 +69,9 @@ def run_secrets() -> dict[str, str]:
 
 
 @contextmanager
-def modal_credentials() -> Iterator[None]:
-    """The Modal token (keyring, env or ~/.modal.toml) in the environment the SDK reads, for the spawn
-    only; a missing token is the error that names ``workbench login modal``."""
-    from workbench.credentials import require_token
-
-    token = require_token("modal")
+def modal_credentials(token: Any) -> Iterator[None]:
+    """The Modal ``token`` (from ``require_token("modal")``: keyring, env or ~/.modal.toml) in the
+    environment the SDK reads, for the spawn only."""
     saved = {k: os.environ.get(k) for k in token.env()}
     os.environ.update(token.env())
     try:
@@ -87,11 +84,11 @@ def modal_credentials() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _spawn_on_modal(spec: ModalSpec, job: dict[str, Any]) -> str:
+def _spawn_on_modal(spec: ModalSpec, job: dict[str, Any], token: Any) -> str:
     from .modal_app import build_app
     from .modal_app import launch as modal_launch
 
-    with modal_credentials():
+    with modal_credentials(token):
         return modal_launch(build_app(spec), job)
 
 
@@ -109,7 +106,7 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
     from .bundle import build_bundle
     from .modal_orchestrator import default_cost
 
-    require_token("modal")  # before anything is built: the error names `workbench login modal`
+    token = require_token("modal")  # before anything is built: the error names `workbench login modal`
     run = launch.run
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()
@@ -127,7 +124,7 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
     if on_start:
         on_start(run_id)
     try:
-        call_id = (spawn or _spawn_on_modal)(spec, job)
+        call_id = spawn(spec, job) if spawn is not None else _spawn_on_modal(spec, job, token)
     except Exception as e:
         store.update_run(run_id, status="failed", finished_at=time.time(), error=f"launching on Modal failed: {e}")
         raise
