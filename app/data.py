@@ -22,13 +22,17 @@ def call_ui(app: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None
 
 
 class StoreHandle:
-    """Hands each thread its own :class:`Store` on the same file; closes them all at the end."""
+    """Hands each thread its own :class:`Store` on the same file; closes them at the end.
+
+    A store whose thread is still running (a worker mid-query when the app quits) is not closed under
+    it, which would crash the process inside SQLite: it closes with its thread, whose thread-local
+    storage is freed when the thread ends."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[Store] = []
+        self._all: list[tuple[threading.Thread, Store]] = []
         self.get()  # create / migrate the file now, so a bad --db fails before the app starts
 
     def get(self) -> Store:
@@ -37,13 +41,16 @@ class StoreHandle:
             store = Store(self.path)
             self._local.store = store
             with self._lock:
-                self._all.append(store)
+                self._all.append((threading.current_thread(), store))
         return store
 
     def close(self) -> None:
         with self._lock:
             stores, self._all = self._all, []
-        for s in stores:
+        me = threading.current_thread()
+        for thread, s in stores:
+            if thread is not me and thread.is_alive():
+                continue
             try:
                 s.close()
             except Exception:

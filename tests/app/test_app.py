@@ -123,3 +123,35 @@ def test_run_app_on_a_bad_store_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError):
         run_app(str(bad))
+
+
+def test_store_handle_never_closes_a_connection_under_a_running_thread(store_file: Path) -> None:
+    """The app quitting while a worker is mid-query must not close that worker's connection under it
+    (SQLite would crash the process): it closes with its thread. Finished threads' stores are closed."""
+    import sqlite3
+    import threading
+
+    from app.data import StoreHandle
+
+    handle = StoreHandle(store_file)
+    main_store = handle.get()
+    busy, release, results = threading.Event(), threading.Event(), []
+
+    def worker() -> None:
+        store = handle.get()
+        busy.set()
+        release.wait(10)
+        results.append(store.conn.execute("SELECT COUNT(*) FROM rollout").fetchone()[0])  # after close()
+
+    done = threading.Thread(target=lambda: handle.get())
+    done.start()
+    done.join()
+    running = threading.Thread(target=worker)
+    running.start()
+    assert busy.wait(10)
+    handle.close()
+    release.set()
+    running.join(10)
+    assert results and results[0] > 0  # the running thread's connection was left open
+    with pytest.raises(sqlite3.ProgrammingError):  # this thread's own store was closed
+        main_store.conn.execute("SELECT 1")
