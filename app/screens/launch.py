@@ -129,6 +129,8 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         self.error = ""
         self.forecast: Forecast | None = None
         self._plan_gen = 0
+        self._shown_gen = 0
+        self._planned: tuple[str, ...] | None = None  # the backend and raw fields of the latest plan
         self._plan_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
@@ -178,7 +180,21 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
             self._plan_timer.stop()
         self._plan_timer = self.set_timer(PLAN_DEBOUNCE_S, self._replan)
 
+    @property
+    def settled(self) -> bool:
+        """The plan on screen is for the fields as they are: no replan pending or computing."""
+        return self.forecast is not None and self._plan_timer is None and self._shown_gen == self._plan_gen
+
+    def _raw_fields(self) -> tuple[str, ...]:
+        return (self.backend, *(self.query_one(f"#launch-{f}", Input).value
+                                for f in ("steps", "budget", "config")))
+
     def _replan(self) -> None:
+        self._plan_timer = None
+        raw = self._raw_fields()
+        if raw == self._planned:
+            return  # a Changed that changed nothing (the fields post one as they mount)
+        self._planned = raw
         self._plan_gen += 1
         try:
             steps, budget, config = self._inputs()
@@ -202,6 +218,7 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         if gen != self._plan_gen or not self.is_attached:
             return  # the inputs changed meanwhile: a newer forecast is on its way
         self.forecast = fc
+        self._shown_gen = gen
         panel = self.query_one("#launch-plan", Static)
         panel.update(fc.text)
         panel.border_subtitle = "Launch disabled" if fc.refusal else ""

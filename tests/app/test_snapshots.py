@@ -157,6 +157,6 @@ def test_launch_dialog_snapshot(snap_compare: Any, make_app: Callable[..., Workb
 
     def shown(app: WorkbenchApp) -> bool:
         s = app.screen
-        return isinstance(s, LaunchScreen) and s.forecast is not None
+        return isinstance(s, LaunchScreen) and s.settled
 
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(_envs_ready, "L", then=shown))
