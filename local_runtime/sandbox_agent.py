@@ -76,6 +76,7 @@ class Agent:
         self.grace = 0.1
         self.oom_adj = True
         self.baseline = None
+        self.warm = None  # the warm-Python zygote's agent side, when the runtime asked for one
         self.poll = select.poll()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -130,7 +131,10 @@ class Agent:
             self.user = tuple(cfg["user"]) if cfg.get("user") else None
             self.grace = float(cfg.get("grace", 0.1))
             self.oom_adj = bool(cfg.get("oom_adj", True))
-            self.baseline = own_state()
+            if cfg.get("warm"):
+                self.warm = Warm(self, cfg["warm"])
+                self.warm.spawn()
+            self.baseline = own_state()  # after Warm: it may load ctypes, which own_state then reads with
             self.send(b"H", 0, numbers(os.getpid(), os.getuid()))
 
     # -- starting a command --------------------------------------------------------------------
@@ -142,8 +146,13 @@ class Agent:
             in_r, in_w = os.pipe()
         else:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY), None
+        pid = None
+        if self.warm is not None and self.warm.wants(argv):
+            pid = self.warm.start(xid, {"argv": argv, "env": env, "cwd": cwd, "rlimits": self.rlimits,
+                                        "user": self.user, "oom_adj": self.oom_adj}, in_r, out_w, err_w)
         try:
-            pid = os.fork()
+            if pid is None:
+                pid = os.fork()
         except OSError as e:
             for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
                 if fd is not None:
@@ -342,6 +351,8 @@ class Agent:
         me = os.getpid()
         table = proc_table()
         keep = {me, 1}
+        if self.warm is not None and self.warm.pid:
+            keep.add(self.warm.pid)
         for cmd in self.cmds.values():
             keep.update(tree(cmd.pid, me, table))
             keep.add(cmd.pid)
@@ -367,6 +378,8 @@ class Agent:
             self.close_input(cmd)
         self.cmds.clear()
         uid = self.user[0] if self.user is not None else os.getuid()
+        spare = self.warm.spare_from_reset() if self.warm is not None else 0
+        agent_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
@@ -376,6 +389,9 @@ class Agent:
                     os.setgid(self.user[1])
                     os.setuid(self.user[0])
                 for _ in range(3):
+                    if spare:  # the zygote (same uid) has just killed all the others itself: only stragglers
+                        sigkill_all([p for p in pids_of(uid) if p not in (spare, agent_pid, os.getpid())])
+                        continue
                     try:
                         os.kill(-1, signal.SIGKILL)  # all of this uid's processes but the caller
                     except OSError:
@@ -399,11 +415,13 @@ class Agent:
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             self.reap()
-            left = [p for p in pids_of(uid) if p != me]
+            left = [p for p in pids_of(uid) if p != me and p != spare]
             if not left:
                 break
             time.sleep(0.005)
         self.by_pid.clear()
+        if self.warm is not None:
+            self.warm.after_reset()
         # A process of the same uid may have lowered our limits or priority (prlimit, renice, taskset):
         # commands we start would inherit that, so such an agent must not serve another rollout.
         ok = ok and own_state() == self.baseline
@@ -422,6 +440,8 @@ class Agent:
                             pass
                     except OSError:
                         pass
+                elif self.warm is not None and fd == self.warm.fd:
+                    self.warm.receive()
                 elif fd in self.by_fd:
                     self.read_output(fd)
                 elif fd in self.by_in:
@@ -433,6 +453,200 @@ class Agent:
                         self.write_input(fd)
             self.reap()
             self.finish()
+
+
+class Warm:
+    """The agent's side of the warm-Python zygote (``sandbox_warm.py``, which the host sends in the
+    configuration): starts it as a fresh interpreter, hands it the Python commands it may fork (their spec
+    through a pipe only the forked child reads, their stdio over the socket) and takes their pids and exit
+    statuses back. Whenever it is not ready, or goes away, commands start the usual way."""
+
+    REPLY_S = 5.0
+
+    def __init__(self, agent, cfg):
+        self.agent = agent
+        self.program = cfg["program"].encode() if isinstance(cfg["program"], str) else cfg["program"]
+        self.modules = list(cfg.get("modules", ()))
+        self.sock = None
+        self.fd = -1
+        self.pid = 0
+        self.ready = False
+        self.replies = {}  # exec id -> pid
+        self.alive_seen = False
+        self.killed = False
+        self.state = None  # what a same-uid process could change about the zygote, as it was when ready
+        if os.getuid() == 0:
+            try:  # orphans of a zygote that died come to us, with their exit status
+                import ctypes
+
+                ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+            except (OSError, ImportError, AttributeError):
+                pass
+
+    def spawn(self):
+        import _socket
+
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        prog_r, prog_w = os.pipe()
+        n = len(self.program)
+        boot = (f"import os\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n if not c:raise SystemExit(3)\n"
+                " b+=c\nexec(compile(b,'wb-warm','exec'))")
+        env = {"PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+               "LC_ALL": "C.UTF-8"}
+        try:
+            pid = os.fork()
+        except OSError:
+            for x in (ours, theirs):
+                x.close()
+            for fd in (prog_r, prog_w):
+                os.close(fd)
+            return
+        if pid == 0:
+            try:
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.setsid()
+                os.dup2(prog_r, 0)
+                os.dup2(theirs.fileno(), 3)
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.closerange(4, 1 << 16)
+                os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", boot], env)
+            except BaseException:
+                pass
+            os._exit(127)
+        theirs.close()
+        os.close(prog_r)
+        try:
+            data = self.program + marshal.dumps({"modules": self.modules}, 2)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(prog_w, view):]
+        except OSError:
+            pass
+        os.close(prog_w)
+        self.sock, self.fd, self.pid, self.ready = ours, ours.fileno(), pid, False
+        self.agent.poll.register(self.fd, select.POLLIN)
+        self.state = None
+        self.wait_for(lambda: self.alive_seen)  # not traceable before any command can run beside it
+
+    def wait_for(self, done):
+        deadline = time.monotonic() + self.REPLY_S
+        while self.sock is not None and not done():
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                self.gone()  # stuck (stopped from inside?): it serves no one any more
+                return False
+            self.receive()
+        return self.sock is not None
+
+    def gone(self):
+        if self.sock is not None:
+            try:
+                self.agent.poll.unregister(self.fd)
+            except KeyError:
+                pass
+            self.sock.close()
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.sock, self.fd, self.pid, self.ready, self.alive_seen = None, -1, 0, False, False
+
+    def receive(self):
+        try:
+            msg = self.sock.recv(HEAD.size)
+        except OSError:
+            msg = b""
+        if len(msg) != HEAD.size:
+            self.gone()
+            return
+        kind, a, b = HEAD.unpack(msg)
+        if kind == b"A":
+            self.alive_seen = True
+        elif kind == b"R":
+            self.ready = bool(a)
+            self.state = proc_state(self.pid)
+        elif kind == b"k":
+            self.killed = True
+        elif kind == b"P":
+            self.replies[a] = b
+        elif kind == b"W":
+            cmd = self.agent.by_pid.pop(a, None)
+            if cmd is not None:
+                cmd.status = b
+                cmd.exited_at = time.monotonic()
+
+    def wants(self, argv):
+        return self.ready and any("python" in a for a in argv[:3])
+
+    def start(self, xid, spec, in_r, out_w, err_w):
+        """The pid of the command the zygote forked, or None (then start it the usual way)."""
+        data = marshal.dumps(spec, 2)
+        if len(data) > 60000:
+            return None  # more than a pipe holds without a reader
+        spec_r, spec_w = os.pipe()
+        try:
+            os.write(spec_w, data)
+            os.close(spec_w)
+            self.sock.sendmsg([HEAD.pack(b"F", xid, 0)],
+                              [(_sock_mod().SOL_SOCKET, _sock_mod().SCM_RIGHTS,
+                                struct.pack("4i", spec_r, in_r, out_w, err_w))])
+        except OSError:
+            os.close(spec_r)
+            self.gone()
+            return None
+        os.close(spec_r)
+        self.wait_for(lambda: xid in self.replies)
+        pid = self.replies.pop(xid, 0)
+        if not pid:
+            return None
+        return pid
+
+    def spare_from_reset(self):
+        """Under bubblewrap the zygote is the sandbox user too, so the reset's ``kill(-1)`` would take it:
+        it kills every other process of the uid itself, and the reset only mops up. Its pid (0: none)."""
+        if not self.pid or self.agent.user is not None or not self.ready:
+            return 0
+        self.killed = False
+        self.sock.send(HEAD.pack(b"K", 0, 0))
+        return self.pid if self.wait_for(lambda: self.killed) else 0
+
+    def after_reset(self):
+        """Keep a zygote that nothing changed (a same-uid command may renice, re-limit or stop it); replace
+        one that is gone or changed, so the next rollout's commands fork from a pristine one."""
+        state = proc_state(self.pid) if self.pid else None
+        if state is not None and (not self.ready or state == self.state):
+            return
+        self.gone()
+        self.spawn()
+
+
+def proc_state(pid):
+    """What another process of the same uid can change about ``pid`` without tracing it (or None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/limits", "rb") as fh:
+            limits = fh.read()
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            cpus = [line for line in fh.read().splitlines() if line.startswith(b"Cpus_allowed")]
+    except (OSError, IndexError):
+        return None
+    if fields[0] in (b"T", b"t", b"Z", b"X"):
+        return None  # stopped, or dead
+    ctypes = sys.modules.get("ctypes")
+    nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+    io = None if ctypes is None or nr is None else ctypes.CDLL(None, use_errno=True).syscall(nr, 1, pid)
+    return fields[16], fields[37], fields[38], limits, cpus, io  # nice, rt priority, policy
+
+
+def _sock_mod():
+    import _socket
+
+    return _socket
 
 
 def proc_table():

@@ -17,7 +17,7 @@ import os
 import struct
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
@@ -61,6 +61,23 @@ def agent_code(python: str) -> bytes:
     except OSError:
         return b""
     return _compiled(python, (st.st_mtime_ns, st.st_ino))
+
+
+@cache
+def warm_source() -> str:
+    return Path(__file__).with_name("sandbox_warm.py").read_text()
+
+
+WARM_DEFAULT = ("unittest",)
+
+
+def warm_config(setting: bool | Sequence[str]) -> dict[str, Any] | None:
+    """The agent's ``warm`` configuration for a runtime's ``warm_python`` (None: off): the zygote's program
+    and the modules it imports before it forks (``True``: what ``python3 -m unittest`` needs)."""
+    if not setting:
+        return None
+    modules = WARM_DEFAULT if setting is True else tuple(str(m) for m in setting)  # type: ignore[union-attr]
+    return {"program": warm_source(), "modules": list(modules)}
 
 
 def agent_argv(python: str = "python3", program: bytes | None = None) -> list[str]:

@@ -51,7 +51,7 @@ from workbench.sandbox import (
 )
 from workbench.tasks import Task
 
-from .sandbox_channel import AgentChannel, AgentDied, agent_argv, docker_stream
+from .sandbox_channel import AgentChannel, AgentDied, agent_argv, docker_stream, warm_config
 from .sandbox_dockerapi import DockerAPIError, EngineAPI, _read_frames, connect, sandbox_user
 from .sandbox_fs import (
     Capture,
@@ -159,7 +159,8 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         errors = bytearray()
         channel = AgentChannel(self.name, docker_stream(reader, errors), writer, lambda: errors.decode(errors="replace"))
         self.agent = channel
-        await channel.open({"rlimits": {}, "user": list(self.pool.user), "grace": 0.1})
+        await channel.open({"rlimits": {}, "user": list(self.pool.user), "grace": 0.1,
+                                "warm": warm_config(self.pool.runtime.warm_python)})
         return channel
 
     async def close_agent(self) -> None:

@@ -57,7 +57,7 @@ from .sandbox_bwrap import (
     prlimit_args,
     sandbox_python,
 )
-from .sandbox_channel import AgentChannel, AgentDied, agent_argv, agent_code
+from .sandbox_channel import AgentChannel, AgentDied, agent_argv, agent_code, warm_config
 from .sandbox_fs import (
     PATH,
     Capture,
@@ -393,7 +393,7 @@ class ProcessPool(SandboxPool):
                                          "core": [0, 0]}
         if self.per_sandbox_nproc(sb.host_uid):
             rlimits["nproc"] = [lim.pids, lim.pids]
-        return {"rlimits": rlimits, "user": None, "grace": 0.1}
+        return {"rlimits": rlimits, "user": None, "grace": 0.1, "warm": warm_config(self.runtime.warm_python)}
 
     def agent_unavailable(self, reason: str) -> None:
         if self.use_agent:

@@ -14,6 +14,7 @@ the medians are reported with the load average before and after.
     python scripts/bench_sandbox.py                     # both runtimes, agent and baseline, warm and cold
     python scripts/bench_sandbox.py --runtimes local -n 64 -c 8 --agent on --json
     python scripts/bench_sandbox.py --cmd 'cat timefmt/duration.py'   # lighter commands: the sandbox's own cost
+    python scripts/bench_sandbox.py --agent on --python both --pools warm  # warm Python against fresh interpreters
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def make_runtime(kind: str, warm: bool, agent: bool = True) -> Any:
+def make_runtime(kind: str, warm: bool, agent: bool = True, py: bool = False) -> Any:
     size = None if warm else 0
-    return (wb.Local(timeout=30, pool_size=size, exec_agent=agent) if kind == "local"
-            else wb.Docker(timeout=30, pool_size=size, exec_agent=agent))
+    return (wb.Local(timeout=30, pool_size=size, exec_agent=agent, warm_python=py) if kind == "local"
+            else wb.Docker(timeout=30, pool_size=size, exec_agent=agent, warm_python=py))
 
 
 async def _filled(pool: Any, want: int) -> None:
@@ -83,10 +84,10 @@ async def _filled(pool: Any, want: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def bench_rollouts(kind: str, warm: bool, n: int, c: int, base_url: str, tmp: Path, agent: bool = True
-                         ) -> dict[str, Any]:
+async def bench_rollouts(kind: str, warm: bool, n: int, c: int, base_url: str, tmp: Path, agent: bool = True,
+                         py: bool = False) -> dict[str, Any]:
     env = coding.load_environment(tasks=[TASK], max_turns=2)
-    env.runtime = make_runtime(kind, warm, agent)
+    env.runtime = make_runtime(kind, warm, agent, py)
     task = next(iter(env.tasks))
     store = Store(tmp / f"{kind}-{warm}-{agent}-{time.monotonic_ns()}.db")
     writer = store.writer()
@@ -104,7 +105,8 @@ async def bench_rollouts(kind: str, warm: bool, n: int, c: int, base_url: str, t
     writer.close()
     store.close()
     acq = pool.stats.acquire_s
-    return {"runtime": kind, "agent": agent, "pool": "warm" if warm else "cold", "rollouts": counters.finished,
+    return {"runtime": kind, "agent": agent, "python": "warm" if py else "cold", "pool": "warm" if warm else "cold",
+            "rollouts": counters.finished,
             "errors": counters.failed, "mean_reward": counters.reward_sum / max(1, counters.scored),
             "wall_s": round(wall, 2), "rollouts_per_s": round(counters.finished / wall, 2),
             "acquire_p50_ms": round(statistics.median(acq) * 1000, 1) if acq else None,
@@ -158,7 +160,7 @@ async def bench_exec(kind: str, c: int, k: int, agent: bool = True) -> dict[str,
 
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r["bench"], r["runtime"], r["agent"], r.get("pool"), r.get("concurrency"))
+    return (r["bench"], r["runtime"], r["agent"], r.get("python"), r.get("pool"), r.get("concurrency"))
 
 
 def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -184,7 +186,7 @@ def show(r: dict[str, Any]) -> str:
         return f"{head} exec `true` x{r['concurrency']:<2}  {r['execs_per_s']:7.1f}/s  p50 {r['p50_ms']:6.1f} ms"
     if r["bench"] == "acquire":
         return f"{head} {r['pool']:4} acquire  p50 {r['p50_ms']:7.1f} ms  p95 {r['p95_ms']:7.1f} ms"
-    return (f"{head} {r['pool']:4} rollouts {r['rollouts_per_s']:6.2f}/s  ({r['rollouts']} in {r['wall_s']} s, errors "
+    return (f"{head} {r['python']:4}-py {r['pool']:4} rollouts {r['rollouts_per_s']:6.2f}/s  ({r['rollouts']} in {r['wall_s']} s, errors "
             f"{r['errors']}, reward {r['mean_reward']:.2f}, acquire p50 {r['acquire_p50_ms']} ms, cold starts "
             f"{r['cold_starts']})")
 
@@ -195,6 +197,8 @@ async def main() -> None:
     ap.add_argument("--agent", choices=["both", "on", "off"], default="both",
                     help="with the exec agent, without it (the per-command baseline), or both, alternately")
     ap.add_argument("--pools", default="warm,cold")
+    ap.add_argument("--python", choices=["both", "warm", "cold"], default="both",
+                    help="python3 commands forked from a warm interpreter (warm_python=True), started fresh, or both")
     ap.add_argument("-n", type=int, default=64, help="rollouts per configuration")
     ap.add_argument("-c", type=int, default=8, help="concurrent rollouts")
     ap.add_argument("--acquires", type=int, default=30)
@@ -205,6 +209,7 @@ async def main() -> None:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     agents = {"both": [False, True], "on": [True], "off": [False]}[a.agent]
+    pythons = {"both": [False, True], "warm": [True], "cold": [False]}[a.python]
     pools = [p == "warm" for p in a.pools.split(",")]
     load0 = os.getloadavg()
     mock, url = start_mock(a.cmd)
@@ -219,8 +224,9 @@ async def main() -> None:
                                 results.append({"bench": "exec", **await bench_exec(kind, c, max(4, 64 // c), agent)})
                         for warm in pools:
                             results.append({"bench": "acquire", **await bench_acquire(kind, warm, a.acquires, agent)})
-                            results.append({"bench": "rollouts",
-                                            **await bench_rollouts(kind, warm, a.n, a.c, url, Path(d), agent)})
+                            for py in pythons if agent else [False]:  # warm Python lives in the agent
+                                results.append({"bench": "rollouts", **await bench_rollouts(
+                                    kind, warm, a.n, a.c, url, Path(d), agent, py)})
     finally:
         mock.terminate()
         mock.wait()

@@ -285,6 +285,15 @@ def _check_common(rt: Any) -> None:
         raise ConfigError(f"pool_size={rt.pool_size!r} must be a whole number >= 0")
 
 
+def _check_warm(rt: Any) -> None:
+    w = rt.warm_python
+    if isinstance(w, bool):
+        return
+    if isinstance(w, str) or not isinstance(w, Sequence) or not all(
+            isinstance(m, str) and m and all(p.isidentifier() for p in m.split(".")) for m in w):
+        raise ConfigError(f"warm_python={w!r}: use True, False or a list of module names to import up front")
+
+
 @dataclass(slots=True)
 class Local(_Runtime):
     """Tools and programs run as local processes, isolated with bubblewrap where it is available.
@@ -299,6 +308,9 @@ class Local(_Runtime):
     ``exec_agent``: commands are forked by one agent process per sandbox (much cheaper than a bubblewrap
     sandbox per command), which is reset between rollouts; ``False`` starts a bubblewrap sandbox for every
     command instead.
+    ``warm_python``: ``python3`` commands are forked from a warm interpreter that has already imported
+    ``unittest`` (``True``) or the listed modules, instead of starting one each (~50 ms of CPU saved per
+    command); only commands that behave the same run that way (see ``local_runtime/sandbox_warm.py``).
     """
 
     kind: ClassVar[str] = "local"  # type: ignore[misc]
@@ -315,8 +327,10 @@ class Local(_Runtime):
     pool_size: int | None = None
     _: KW_ONLY
     exec_agent: bool = True
+    warm_python: bool | Sequence[str] = False
 
     def __post_init__(self) -> None:
+        _check_warm(self)
         if self.isolation not in ("auto", "bwrap", "none"):
             raise ConfigError(f"Local(isolation={self.isolation!r}): use 'auto', 'bwrap' or 'none'")
         _check_common(self)
@@ -342,7 +356,7 @@ class Docker(_Runtime):
     network by default and the given limits.
     ``exec_agent``: commands are forked by one agent process per container (root, with only the right to
     switch to the sandbox user) instead of one ``docker exec`` each; ``False``, or an image without
-    ``python3``, uses ``docker exec`` per command.
+    ``python3``, uses ``docker exec`` per command. ``warm_python``: as for :class:`Local`.
     """
 
     kind: ClassVar[str] = "docker"  # type: ignore[misc]
@@ -359,8 +373,10 @@ class Docker(_Runtime):
     pool_size: int | None = None
     _: KW_ONLY
     exec_agent: bool = True
+    warm_python: bool | Sequence[str] = False
 
     def __post_init__(self) -> None:
+        _check_warm(self)
         if self.image is not None and self.dockerfile is not None:
             raise ConfigError("wb.Docker takes image=... or dockerfile=..., not both")
         _check_common(self)

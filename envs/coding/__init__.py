@@ -164,8 +164,9 @@ def _passed(v: dict[str, Any]) -> bool:
 
 
 def load_environment(tasks: list[str] | None = None, max_turns: int = 12, runtime: str = "local",
-                     timeout: float = 30.0) -> wb.Environment:
-    """``tasks``: task names to keep (default: all, sorted by name); ``runtime``: "local" or "docker[:IMAGE]"."""
+                     timeout: float = 30.0, warm_python: bool = True) -> wb.Environment:
+    """``tasks``: task names to keep (default: all, sorted by name); ``runtime``: "local" or "docker[:IMAGE]";
+    ``warm_python``: the tests and the scoring runner fork from a warm interpreter (``unittest`` imported)."""
     names = task_names()
     if tasks:
         unknown = sorted(set(tasks) - set(names))
@@ -211,12 +212,12 @@ def load_environment(tasks: list[str] | None = None, max_turns: int = 12, runtim
     def tool_calls(state: dict[str, Any]) -> float:
         return float(state.get("tool_calls", 0))
 
-    rt: Any = wb.Local(timeout=timeout) if runtime == "local" else None
+    rt: Any = wb.Local(timeout=timeout, warm_python=warm_python) if runtime == "local" else None
     if rt is None:
         kind, _, image = runtime.partition(":")
         if kind != "docker":
             raise wb.EnvLoadError(f"coding: runtime={runtime!r}; use 'local' or 'docker[:IMAGE]'")
-        rt = wb.Docker(image=image or None, timeout=timeout)
+        rt = wb.Docker(image=image or None, timeout=timeout, warm_python=warm_python)
     return wb.Environment(
         name="coding",
         tasks=wb.TaskSet.from_records([make_task(n) for n in names], name="coding"),
