@@ -397,6 +397,7 @@ class Agent:
                     except OSError:
                         pass
                 clear_shared(uid)
+                clear_keyrings()
                 os._exit(0)
             except BaseException:
                 os._exit(1)
@@ -756,6 +757,23 @@ def clear_shared(uid):
                     fn(ident, 0, 0) if kind != "sem" else fn(ident, 0, 0, 0)  # IPC_RMID == 0
         except (OSError, ImportError, AttributeError):
             pass
+
+
+def clear_keyrings():
+    """Empty the sandbox user's kernel keyrings (user and user-session): they outlive its processes, so
+    a key a command added would otherwise wait there for the next rollout (Docker's seccomp profile
+    refuses keyctl to begin with)."""
+    nr = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+    if nr is None:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+            libc.syscall(nr, 7, ring)  # KEYCTL_CLEAR
+    except (OSError, ImportError, AttributeError):
+        pass
 
 
 def remove_tree(path):

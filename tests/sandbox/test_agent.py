@@ -28,6 +28,12 @@ DOUBLE_FORK = ("import os, sys, time\n"
                "print('forked', flush=True)\n")
 
 
+# add_key("user", "wb-left-key", "x", KEY_SPEC_USER_KEYRING) (refused under Docker's seccomp profile)
+ADD_KEY = ("import ctypes, os\n"
+           "nr = {'x86_64': 248, 'aarch64': 217}.get(os.uname().machine)\n"
+           "nr and ctypes.CDLL(None).syscall(nr, b'user', b'wb-left-key', b'x', 1, -4)\n")
+
+
 async def _count(sb: wb.Sandbox, marker: str) -> int:
     r = await sb.exec(f"ps -eo args 2>/dev/null | grep -c '[#] {marker}' || true", timeout=10)
     return int(r.stdout.strip() or 0)
@@ -107,6 +113,8 @@ async def test_the_next_rollout_starts_clean(runtime_kind: str) -> None:
         sb = await pool.acquire("agenttest.0.0")
         r = await sb.exec("echo a > /tmp/t && echo b > /dev/shm/s && (echo c > /.wb/c 2>/dev/null; true)")
         assert r.ok, r
+        r = await sb.exec(["python3", "-c", ADD_KEY])  # a kernel key outlives the process that added it
+        assert r.ok, r
         await sb.close()
         for _ in range(200):
             if pool.idle:  # type: ignore[attr-defined]
@@ -115,6 +123,8 @@ async def test_the_next_rollout_starts_clean(runtime_kind: str) -> None:
         sb = await pool.acquire("agenttest.1.0")
         r = await sb.exec("ls -A /tmp /dev/shm; ls -A /.wb 2>/dev/null; true", timeout=10)
         assert r.ok and not {"t", "s", "c"} & set(r.stdout.split()), r
+        r = await sb.exec("cat /proc/keys 2>/dev/null; true")
+        assert "wb-left-key" not in r.stdout, r
         await sb.close()
 
 
