@@ -134,7 +134,7 @@ class Agent:
             if cfg.get("warm"):
                 self.warm = Warm(self, cfg["warm"])
                 self.warm.spawn()
-            self.baseline = own_state()  # after Warm: it may load ctypes, which own_state then reads with
+            self.baseline = own_state()  # after Warm, which may load ctypes (own_state reads the I/O priority with it)
             self.send(b"H", 0, numbers(os.getpid(), os.getuid()))
 
     # -- starting a command --------------------------------------------------------------------

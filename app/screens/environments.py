@@ -443,9 +443,12 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="env-launch")
     def _launch(self, req: LaunchRequest) -> None:
-        """``workbench launch ENV --backend local``: blocks this worker thread until the run ends."""
-        launcher = getattr(self.app, "launcher", None)
-        if launcher is None:
+        """``workbench launch ENV --backend local|modal``: blocks this worker thread until the run ends."""
+        modal = req.backend == "modal"
+        launcher = getattr(self.app, "modal_launcher" if modal else "launcher", None)
+        if launcher is None and modal:
+            from cloud_runtime.launch_modal import launch_modal as launcher
+        elif launcher is None:
             from cloud_runtime.launch import launch_local as launcher
 
         def on_start(run_id: str) -> None:
@@ -453,7 +456,13 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
 
         try:
             store = self.app.store.get()  # type: ignore[attr-defined]
-            out = launcher(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
+            if modal:
+                from cloud_runtime.launch_modal import UNVERIFIED
+
+                self._ui(self.notify, UNVERIFIED, title="modal launch", severity="warning", timeout=10)
+                out = launcher(store, req.run_cfg, req.plan, budget_usd=req.budget_usd, on_start=on_start)
+            else:
+                out = launcher(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
         except WorkbenchError as e:
             self._ui(self.notify, f"{req.env}: {e}", title="launch failed", severity="error", timeout=10)
         except Exception as e:

@@ -1,4 +1,4 @@
-"""Launch: the dialog behind ``L`` on an environment — what ``workbench launch ENV --backend local
+"""Launch: the dialog behind ``L`` on an environment — what ``workbench launch ENV --backend local|modal
 --max-steps N --budget USD [--config FILE]`` does, from the app.
 
 While the user picks a backend, steps, budget and config, a worker computes what the run will cost
@@ -6,8 +6,10 @@ with the functions the CLI uses (:mod:`cloud_runtime.forecast`): for ``modal`` t
 ``workbench launch --plan`` judged by the run and monthly budgets and the memory fit; for ``local``
 device-seconds × the local price and the cap the budget guard will enforce. A refused plan disables
 Launch, with the numbers shown. Confirming resolves the run config (``workbench.train_config.resolve``,
-in a worker: it imports the trainer) and the cap (``workbench.budgets.run_cap``) and returns a
-:class:`LaunchRequest`; the Environments screen runs the launch in a thread worker."""
+in a worker: it imports the trainer; for ``modal`` the launch config, its plan and the Modal token, as
+``workbench launch --backend modal`` does) and the cap (``workbench.budgets.run_cap``) and returns a
+:class:`LaunchRequest`; the Environments screen runs the launch in a thread worker. A Modal launch is
+marked unverified, as the CLI marks it: it has never run on Modal from this project."""
 
 from __future__ import annotations
 
@@ -29,9 +31,7 @@ from workbench.errors import WorkbenchError
 from ..data import call_ui
 from ..widgets.forecast import ConfigPicker, cloud_text, local_text
 
-MODAL_REASON = "plan only: never run on Modal in this build"
-MODAL_REFUSAL = ("Modal launches are not available in this build (never run on Modal); the plan above is what "
-                 "`workbench launch --plan` prints. Pick local to launch on this machine.")
+MODAL_REASON = "unverified: never run on Modal from this project"
 DEFAULT_MAX_STEPS = 20
 PLAN_DEBOUNCE_S = 0.25  # typing in a field replans once the keys stop
 
@@ -44,7 +44,8 @@ class LaunchRequest:
     max_steps: int
     budget_usd: float | None  # the cap the budget guard enforces: the run's budget or what is left of the month
     config_file: str | None
-    run_cfg: Any  # the resolved workbench.train_config.RunConfig
+    run_cfg: Any  # the resolved workbench.train_config.RunConfig (local), cloud_runtime.plan.LaunchConfig (modal)
+    plan: Any = None  # the cluster plan a Modal launch runs (cloud_runtime.plan.Plan)
 
 
 def parse_inputs(steps: str, budget: str, config_file: str) -> tuple[int, float | None, str | None]:
@@ -96,7 +97,11 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
         except WorkbenchError as e:
             hint = "" if config else " (pick a run config with a [cloud] table, e.g. a bundled one)"
             return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
-        return Forecast(backend, inputs, cloud_text(fc), fc.refusal or MODAL_REFUSAL, fc)
+        from cloud_runtime.launch_modal import UNVERIFIED
+
+        text = cloud_text(fc)
+        text.append(f"\n{UNVERIFIED}", style="yellow")
+        return Forecast(backend, inputs, text, fc.refusal, fc)
     lf = local_forecast(conn, steps, budget)
     text = local_text(lf)
     if config:
@@ -251,12 +256,12 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         except ValueError as e:
             self.show_error(str(e))
             return
-        if self.backend == "modal":
-            self.show_error(MODAL_REFUSAL)
-            return
         self.busy = True
         self.query_one("#launch-error", Static).update("resolving the run config…")
-        self._resolve(steps, budget, config)
+        if self.backend == "modal":
+            self._resolve_modal(steps, budget, config)
+        else:
+            self._resolve(steps, budget, config)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
     def _resolve(self, steps: int, budget: float | None, config: str | None) -> None:
@@ -275,3 +280,30 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
             return
         call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg))
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
+    def _resolve_modal(self, steps: int, budget: float | None, config: str | None) -> None:
+        """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan, the run
+        and monthly budgets, the memory fit, and a Modal token (its error names ``workbench login modal``)."""
+        from cloud_runtime.plan import check_budget, load_launch_config, make_plan
+        from workbench.budgets import check_monthly, run_cap
+        from workbench.credentials import require_token
+
+        try:
+            cfg = load_launch_config(config, {"loop.max_steps": steps}, self.spec)
+            plan = make_plan(cfg, budget_usd=budget, max_steps=steps)
+            conn = self.app.store.get().conn  # type: ignore[attr-defined]
+            check_budget(plan)
+            check_monthly(conn, plan.total_usd)
+            if not plan.fits:
+                raise WorkbenchError("the plan does not fit in GPU memory (see the plan above); add nodes, raise "
+                                     "cloud.context_parallel or shorten cloud.context_length")
+            require_token("modal")
+            cap, _ = run_cap(conn, budget)
+        except WorkbenchError as e:
+            call_ui(self.app, self.show_error, str(e))
+            return
+        except Exception as e:
+            call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
+            return
+        call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "modal", steps, cap, config, cfg, plan))

@@ -15,7 +15,7 @@ from textual.widgets import Button, Input, RadioButton, Select, Static
 from app.config import config_path
 from app.main import WorkbenchApp
 from app.screens.environments import EnvironmentsScreen
-from app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, MODAL_REFUSAL, LaunchScreen, parse_inputs
+from app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, LaunchScreen, parse_inputs
 from app.screens.runs import RunsScreen
 from cloud_runtime.gpu_prices import set_price
 from cloud_runtime.launch import Launched
@@ -240,12 +240,12 @@ async def test_modal_plan_of_the_28_node_config_and_its_budget_refusal(
         assert _launch_disabled(dialog)
         dialog.query_one("#launch-budget", Input).focus()
         await pilot.press("enter")  # enter in a field still asks: the answer is the refusal, nothing launches
-        await wait_until(pilot, lambda: "not available in this build" in _error(dialog), what="the modal refusal")
+        await wait_until(pilot, lambda: "exceeds the budget" in _error(dialog), what="the budget refusal")
 
         _fill(dialog, steps="1000", budget="100000", config=str(BIG_CONFIG))  # within the run budget
         fc = await _settled(pilot, dialog, "modal", (1000, 100000.0, str(BIG_CONFIG)))
         assert "run $100,000: within" in _plan_text(dialog) and fc.result.refusal is None
-        assert fc.refusal == MODAL_REFUSAL and _launch_disabled(dialog)  # plan only in this build
+        assert fc.refusal is None and not _launch_disabled(dialog) and "never run on Modal" in _plan_text(dialog)
 
         _monthly(50_000)  # now the month is what refuses it
         _spend(store_file, 1200.0)
@@ -351,3 +351,43 @@ async def test_local_estimate_from_measured_launches(make_app: Callable[..., Wor
         assert "$0.6000 = 600 device-s × $0.001/device-s for 50 steps" in text
         assert "stopped after about 25 steps" in text
         assert fc.refusal is None and not _launch_disabled(dialog)  # the guard stops it at the cap
+
+
+async def test_a_modal_launch_needs_a_token_then_runs_the_plan(make_app: Callable[..., WorkbenchApp],
+                                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Confirming a Modal plan checks what `workbench launch --backend modal` checks: without a Modal token
+    the dialog says which command fixes it and nothing launches; with one, the launcher gets the launch
+    config and its plan (launch_modal in the app; the real pipeline is tested offline in tests/cloud)."""
+    for var in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.modal.toml
+    calls: list[tuple[Any, ...]] = []
+
+    def modal_launcher(store: Any, launch: Any, plan: Any, **kwargs: Any) -> Launched:
+        calls.append((launch, plan, kwargs))
+        kwargs["on_start"]("1130-modal1")
+        return Launched("1130-modal1", "completed", "hash", 1.5, {"steps": 3})
+
+    rec = Recorder()
+    app = _make(make_app, rec)
+    app.modal_launcher = modal_launcher  # type: ignore[attr-defined]
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await _open_dialog(pilot)
+        await pilot.click("#backend-modal")
+        _fill(dialog, steps="3", budget="100000", config=str(BIG_CONFIG))
+        fc = await _settled(pilot, dialog, "modal", (3, 100000.0, str(BIG_CONFIG)))
+        assert fc.refusal is None and not _launch_disabled(dialog)
+        await pilot.click("#launch-ok")
+        await wait_until(pilot, lambda: "workbench login modal" in _error(dialog), what="the missing-token error")
+        assert app.screen is dialog and not calls and not dialog.busy
+
+        monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
+        monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
+        dialog.query_one("#launch-steps", Input).focus()
+        await pilot.press("enter")  # enter in a field confirms, as the Launch button does
+        await wait_until(pilot, lambda: bool(calls), what="the modal launcher")
+        await wait_until(pilot, lambda: any("1130-modal1 started" in m for m in _messages(app)), what="the start")
+    (launch, plan, kwargs), = calls
+    assert launch.run.loop.max_steps == 3 and plan.total_gpus == 224 and plan.max_steps == 3
+    assert kwargs["budget_usd"] == 100000.0 and not rec.calls
+    assert any("never run on Modal" in m for m in _messages(app))
