@@ -78,13 +78,7 @@ class Agent:
         self.baseline = None
         self.warm = None  # the warm-Python zygote's agent side, when the runtime asked for one
         self.poll = select.poll()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *a: None)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_IGN)
+        self.wake_r, self.wake_w = wake_on_signals()
         self.poll.register(self.rfd, select.POLLIN)
         self.poll.register(self.wake_r, select.POLLIN)
 
@@ -178,44 +172,7 @@ class Agent:
             self.by_in[in_w] = cmd
 
     def child(self, argv, env, cwd, in_r, out_w, err_w):
-        stage = "setup"
-        try:
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
-                        signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-                signal.signal(sig, signal.SIG_DFL)
-            os.setsid()
-            os.dup2(in_r, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            for res, lim in self.rlimits:
-                resource.setrlimit(res, lim)
-            if self.oom_adj:  # under memory pressure the kernel takes a command, not the agent
-                try:
-                    with open("/proc/self/oom_score_adj", "w") as fh:
-                        fh.write("1000")
-                except OSError:
-                    pass
-            if self.user is not None:
-                stage = "switching user"
-                os.setgroups([])
-                os.setgid(self.user[1])
-                os.setuid(self.user[0])
-            stage = "cwd " + cwd
-            os.chdir(cwd)
-            stage = argv[0]
-            os.execvpe(argv[0], argv, env)
-        except OSError as e:
-            msg = f"workbench: {stage}: {e.strerror or e}\n"
-            code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) and stage == argv[0] else 126
-            try:
-                os.write(2, msg.encode())
-            except OSError:
-                pass
-            os._exit(code)
-        except BaseException:
-            os._exit(126)
-        os._exit(126)
+        become_command(argv, env, cwd, in_r, out_w, err_w, self.rlimits, self.user, self.oom_adj)
 
     # -- output, input, exits ------------------------------------------------------------------
     def forward(self, cmd, stream, data):
@@ -278,13 +235,7 @@ class Agent:
         cmd.stdin = None
 
     def reap(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reaped():
             cmd = self.by_pid.pop(pid, None)
             if cmd is not None:
                 cmd.status = status
@@ -468,6 +419,7 @@ class Warm:
         self.agent = agent
         self.program = cfg["program"].encode() if isinstance(cfg["program"], str) else cfg["program"]
         self.modules = list(cfg.get("modules", ()))
+        self.agent_source = cfg["agent"]  # the zygote's children become commands with our become_command
         self.sock = None
         self.fd = -1
         self.pid = 0
@@ -520,7 +472,7 @@ class Warm:
         theirs.close()
         os.close(prog_r)
         try:
-            data = self.program + marshal.dumps({"modules": self.modules}, 2)
+            data = self.program + marshal.dumps({"modules": self.modules, "agent": self.agent_source}, 2)
             view = memoryview(data)
             while view:
                 view = view[os.write(prog_w, view):]
@@ -648,6 +600,100 @@ def _sock_mod():
     import _socket
 
     return _socket
+
+
+def become_command(argv, env, cwd, in_r, out_w, err_w, rlimits, user, oom_adj, in_place=None):
+    """In a freshly forked child: reset the signals, lead a new session, take the command's stdio, close
+    every other descriptor, apply the limits, drop to the sandbox user, enter ``cwd``, then exec ``argv``;
+    or, where ``in_place(argv, env, cwd)`` returns something (the warm zygote's plan), return that and let
+    the caller run the command in this process. Otherwise never returns: a failure exits 126 (127: no
+    such program) with the reason on stderr, as a shell would."""
+    stage = "setup"
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                    signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        for res, lim in rlimits:
+            resource.setrlimit(res, tuple(lim))
+        if oom_adj:  # under memory pressure the kernel takes a command, not the agent
+            try:
+                with open("/proc/self/oom_score_adj", "w") as fh:
+                    fh.write("1000")
+            except OSError:
+                pass
+        if user is not None:
+            stage = "switching user"
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+        stage = "cwd " + cwd
+        os.chdir(cwd)
+        stage = argv[0]
+        plan = in_place(argv, env, cwd) if in_place is not None else None
+        if plan is not None:
+            return plan
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        msg = f"workbench: {stage}: {e.strerror or e}\n"
+        code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) and stage == argv[0] else 126
+        try:
+            os.write(2, msg.encode())
+        except OSError:
+            pass
+        os._exit(code)
+    except BaseException:
+        os._exit(126)
+    os._exit(126)
+
+
+def wake_on_signals():
+    """A pipe that a SIGCHLD (or any signal) makes readable, for a poll loop; the signals a terminal or a
+    process of the same uid could send to stop us are ignored. Returns its read and write ends."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    return wake_r, wake_w
+
+
+def reaped():
+    """(pid, wait status) of each child that has ended, without waiting for the others."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
+
+
+def set_dumpable(on):
+    """PR_SET_DUMPABLE: whether processes of our uid may trace us and read our /proc files."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 1 if on else 0, 0, 0, 0)
+    except (OSError, ImportError, AttributeError):
+        pass
+
+
+def set_comm(name):
+    """The name ``ps`` shows for this process."""
+    try:
+        with open("/proc/self/comm", "w") as fh:
+            fh.write(name[:15])
+    except OSError:
+        pass
 
 
 def proc_table():
@@ -821,18 +867,9 @@ def main():
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    if os.getuid() != 0:
-        try:  # not traceable, and our /proc files (fds, memory) belong to root, out of the commands' reach
-            import ctypes
-
-            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-        except (OSError, ImportError, AttributeError):
-            pass
-    try:
-        with open("/proc/self/comm", "w") as fh:
-            fh.write("wb-agent")
-    except OSError:
-        pass
+    if os.getuid() != 0:  # not traceable, and our /proc files (fds, memory) belong to root, out of reach
+        set_dumpable(False)
+    set_comm("wb-agent")
     agent = Agent(rfd, wfd)
     try:
         agent.run()

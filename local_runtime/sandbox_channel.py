@@ -77,7 +77,7 @@ def warm_config(setting: bool | Sequence[str]) -> dict[str, Any] | None:
     if not setting:
         return None
     modules = WARM_DEFAULT if setting is True else tuple(str(m) for m in setting)  # type: ignore[union-attr]
-    return {"program": warm_source(), "modules": list(modules)}
+    return {"program": warm_source(), "modules": list(modules), "agent": agent_source().decode()}
 
 
 def agent_argv(python: str = "python3", program: bytes | None = None) -> list[str]:

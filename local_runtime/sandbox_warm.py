@@ -13,8 +13,9 @@ arguments, environment, input or output: the agent writes the command's spec int
 with the command's stdio, over a socket (SCM_RIGHTS); only the forked child reads them. So a command
 finds in its memory nothing of any other command.
 
-The child sets itself up as the agent's own children do (session, stdio, rlimits, user, directory) and
-then decides, by :func:`plan`, whether it may run the command in place. Only a command that would behave
+The child sets itself up with the agent's own code (``become_command``: session, stdio, rlimits, user,
+directory; the agent's source comes with the configuration) and then decides, by :func:`plan`, whether
+it may run the command in place. Only a command that would behave
 the same is run warm: a simple ``python3 [-IEsSBuq] (-c CODE | -m MODULE | SCRIPT) ARGS`` (directly or
 as the whole of a ``sh -c`` line with no expansions, redirections or operators), whose ``python3`` is this
 interpreter, with no ``PYTHON*`` variables it could not honour, the same locale, and no file in its
@@ -33,10 +34,8 @@ zygote survives it); zygote -> agent ``A`` (alive and untraceable), ``R`` (ready
 """
 
 import _socket
-import errno
 import marshal
 import os
-import resource
 import select
 import signal
 import struct
@@ -53,6 +52,11 @@ LOCALE_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
 # How each /bin/sh runs a ``-c`` line that is one simple command (what a program can tell): dash forks it
 # and exports PWD; busybox ash execs it and exports PWD and SHLVL. Lines for other shells run for real.
 SHELLS = {"dash": {"forks": True, "shlvl": False}, "busybox": {"forks": False, "shlvl": True}}
+
+
+# The agent's own (sandbox_agent.py, sent with us): main() installs them.
+AGENT_HELPERS = ("become_command", "reaped", "set_comm", "set_dumpable", "wake_on_signals")
+become_command = reaped = set_comm = set_dumpable = wake_on_signals = None
 
 
 class Launch(BaseException):
@@ -369,13 +373,7 @@ class Zygote:
             "tops": set(n.partition(".")[0] for n in sys.modules) - startup,
         }
         self.imported = imported
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *a: None)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_IGN)
+        self.wake_r, self.wake_w = wake_on_signals()
 
     def send(self, kind, a=0, b=0):
         self.sock.send(HEAD.pack(kind, a, b))
@@ -434,20 +432,14 @@ class Zygote:
         self.send(b"P", xid, max(pid, 0))
 
     def reap(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reaped():
             self.send(b"W", pid, status & 0xFFFFFFFF)
 
 
 def child(zygote, fds):
-    """In the forked child: read the spec, set up as the agent's children do, then run warm or exec."""
+    """In the forked child: read the spec, become the command as the agent's children do
+    (:func:`become_command`, from the agent's own code), then run warm or exec for real."""
     spec_r, in_r, out_w, err_w = fds
-    stage, argv0 = "setup", None
     try:
         signal.set_wakeup_fd(-1)
         os.close(zygote.sock.detach())
@@ -461,58 +453,16 @@ def child(zygote, fds):
             data += chunk
         os.close(spec_r)
         spec = marshal.loads(data)
-        for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
-                    signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_DFL)
-        os.setsid()
-        os.dup2(in_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
-        for res, lim in spec["rlimits"]:
-            resource.setrlimit(res, tuple(lim))
-        if spec.get("oom_adj", True):
-            try:
-                with open("/proc/self/oom_score_adj", "w") as fh:
-                    fh.write("1000")
-            except OSError:
-                pass
-        if spec.get("user"):
-            stage = "switching user"
-            os.setgroups([])
-            os.setgid(spec["user"][1])
-            os.setuid(spec["user"][0])
-        argv, env, cwd = spec["argv"], spec["env"], spec["cwd"]
-        stage = "cwd " + cwd
-        os.chdir(cwd)
-        stage = argv0 = argv[0]
-        p = plan(argv, env, cwd, zygote.info)
-        if p is None:
-            os.execvpe(argv[0], argv, env)
-        if p["shell_forks"]:
-            as_shell()  # returns in the command's process, the shell's child
-        try:  # a command is traceable and dumps core as an exec'd one would (the zygote is neither)
-            import ctypes
-
-            ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, 1
-        except (OSError, ImportError, AttributeError):
-            pass
-        try:
-            with open("/proc/self/comm", "w") as fh:
-                fh.write(os.path.basename(p["words"][0])[:15])
-        except OSError:
-            pass
-        return p
-    except OSError as e:
-        msg = f"workbench: {stage}: {e.strerror or e}\n"
-        code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) and stage == argv0 else 126
-        try:
-            os.write(2, msg.encode())
-        except OSError:
-            pass
-        os._exit(code)
     except BaseException:
         os._exit(126)
+    p = become_command(spec["argv"], spec["env"], spec["cwd"], in_r, out_w, err_w, spec["rlimits"],
+                       spec.get("user"), spec.get("oom_adj", True),
+                       in_place=lambda argv, env, cwd: plan(argv, env, cwd, zygote.info))
+    set_dumpable(True)  # a command is traceable and dumps core as an exec'd one would (the zygote is neither)
+    set_comm(os.path.basename(p["words"][0]))
+    if p["shell_forks"]:
+        as_shell()  # returns in the command's process, the shell's child
+    return p
 
 
 def as_shell():
@@ -521,11 +471,7 @@ def as_shell():
     pid = os.fork()
     if pid == 0:
         return
-    try:
-        with open("/proc/self/comm", "w") as fh:
-            fh.write("sh")
-    except OSError:
-        pass
+    set_comm("sh")
     for sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     while True:
@@ -543,6 +489,12 @@ def main():
     # The agent gave us: fd 0 our program then our configuration (marshal), fd 3 the socket.
     if sys.version_info < (3, 10):  # noqa: UP036 (the sandbox's python3, not ours)
         raise SystemExit(0)  # no sys.orig_argv, no structseq field names: the agent goes on without us
+    try:  # first of all: not traceable by the commands (the same uid under bubblewrap)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, ImportError, AttributeError):
+        pass
     data = b""
     while True:
         chunk = os.read(0, 1 << 16)
@@ -550,21 +502,14 @@ def main():
             break
         data += chunk
     cfg = marshal.loads(data)
+    agent = {"__name__": "wb_agent", "__builtins__": __builtins__}
+    exec(compile(cfg["agent"], PROGRAM, "exec"), agent)  # its definitions only (not its main)
+    globals().update({name: agent[name] for name in AGENT_HELPERS})
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    try:  # not traceable by the commands (same uid under bubblewrap); our memory is the next command's
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (OSError, ImportError, AttributeError):
-        pass
-    try:
-        with open("/proc/self/comm", "w") as fh:
-            fh.write("wb-warm")
-    except OSError:
-        pass
+    set_comm("wb-warm")
     sock = _socket.socket(fileno=3)
     sock.send(HEAD.pack(b"A", 0, 0))  # untraceable now: the agent may let commands run
     zygote = Zygote(sock, cfg.get("modules", ()))

@@ -258,52 +258,45 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
             return
         self.busy = True
         self.query_one("#launch-error", Static).update("resolving the run config…")
-        if self.backend == "modal":
-            self._resolve_modal(steps, budget, config)
-        else:
-            self._resolve(steps, budget, config)
+        self._resolve(self.backend, steps, budget, config)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
-    def _resolve(self, steps: int, budget: float | None, config: str | None) -> None:
-        from workbench.budgets import run_cap
-        from workbench.train_config import resolve
-
+    def _resolve(self, backend: str, steps: int, budget: float | None, config: str | None) -> None:
         try:
-            run_cfg = resolve(config, {"loop.max_steps": steps}, self.spec)
-            # What `workbench launch` hands the budget guard: the run's budget or what is left of
-            # the month, whichever is lower (refused when the month is spent).
-            cap, _ = run_cap(self.app.store.get().conn, budget)  # type: ignore[attr-defined]
+            request = (self._modal_request if backend == "modal" else self._local_request)(steps, budget, config)
         except WorkbenchError as e:
             call_ui(self.app, self.show_error, str(e))
             return
         except Exception as e:
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
             return
-        call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg))
+        call_ui(self.app, self._resolved, request)
 
-    @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
-    def _resolve_modal(self, steps: int, budget: float | None, config: str | None) -> None:
+    def _local_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
+        from workbench.budgets import run_cap
+        from workbench.train_config import resolve
+
+        run_cfg = resolve(config, {"loop.max_steps": steps}, self.spec)
+        # What `workbench launch` hands the budget guard: the run's budget or what is left of
+        # the month, whichever is lower (refused when the month is spent).
+        cap, _ = run_cap(self.app.store.get().conn, budget)  # type: ignore[attr-defined]
+        return LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg)
+
+    def _modal_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
         """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan, the run
         and monthly budgets, the memory fit, and a Modal token (its error names ``workbench login modal``)."""
         from cloud_runtime.plan import check_budget, load_launch_config, make_plan
         from workbench.budgets import check_monthly, run_cap
         from workbench.credentials import require_token
 
-        try:
-            cfg = load_launch_config(config, {"loop.max_steps": steps}, self.spec)
-            plan = make_plan(cfg, budget_usd=budget, max_steps=steps)
-            conn = self.app.store.get().conn  # type: ignore[attr-defined]
-            check_budget(plan)
-            check_monthly(conn, plan.total_usd)
-            if not plan.fits:
-                raise WorkbenchError("the plan does not fit in GPU memory (see the plan above); add nodes, raise "
-                                     "cloud.context_parallel or shorten cloud.context_length")
-            require_token("modal")
-            cap, _ = run_cap(conn, budget)
-        except WorkbenchError as e:
-            call_ui(self.app, self.show_error, str(e))
-            return
-        except Exception as e:
-            call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
-            return
-        call_ui(self.app, self._resolved, LaunchRequest(self.env, self.spec, "modal", steps, cap, config, cfg, plan))
+        cfg = load_launch_config(config, {"loop.max_steps": steps}, self.spec)
+        plan = make_plan(cfg, budget_usd=budget, max_steps=steps)
+        conn = self.app.store.get().conn  # type: ignore[attr-defined]
+        check_budget(plan)
+        check_monthly(conn, plan.total_usd)
+        if not plan.fits:
+            raise WorkbenchError("the plan does not fit in GPU memory (see the plan above); add nodes, raise "
+                                 "cloud.context_parallel or shorten cloud.context_length")
+        require_token("modal")
+        cap, _ = run_cap(conn, budget)
+        return LaunchRequest(self.env, self.spec, "modal", steps, cap, config, cfg, plan)

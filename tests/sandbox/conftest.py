@@ -7,6 +7,7 @@ to start it (``.ci/run`` starts it in CI).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -64,3 +65,12 @@ async def sandbox(runtime_kind: str) -> AsyncIterator[wb.Sandbox]:
     rt = make_runtime(runtime_kind, pids=64, memory="256m", timeout=20)
     async with rt.sandbox() as sb:
         yield sb
+
+
+async def hand_back(sb: wb.Sandbox, pool: Any) -> None:
+    """Release ``sb`` and wait until the pool has reset it and has it idle again (the next acquire reuses it)."""
+    await sb.close()
+    for _ in range(200):
+        if pool.idle:
+            return
+        await asyncio.sleep(0.02)

@@ -15,7 +15,7 @@ import pytest
 
 import workbench as wb
 from local_runtime.sandbox_channel import AgentDied
-from tests.sandbox.conftest import make_runtime
+from tests.sandbox.conftest import hand_back, make_runtime
 
 # A daemon that leaves the command's process group and session and is re-parented away from it.
 DOUBLE_FORK = ("import os, sys, time\n"
@@ -115,11 +115,7 @@ async def test_the_next_rollout_starts_clean(runtime_kind: str) -> None:
         assert r.ok, r
         r = await sb.exec(["python3", "-c", ADD_KEY])  # a kernel key outlives the process that added it
         assert r.ok, r
-        await sb.close()
-        for _ in range(200):
-            if pool.idle:  # type: ignore[attr-defined]
-                break
-            await asyncio.sleep(0.02)
+        await hand_back(sb, pool)
         sb = await pool.acquire("agenttest.1.0")
         r = await sb.exec("ls -A /tmp /dev/shm; ls -A /.wb 2>/dev/null; true", timeout=10)
         assert r.ok and not {"t", "s", "c"} & set(r.stdout.split()), r
@@ -184,11 +180,7 @@ async def test_an_agent_a_command_tampered_with_is_not_reused(runtime_kind: str)
         r = await sb.exec(["python3", "-c", f"import resource\ntry:\n resource.prlimit({pid}, resource.RLIMIT_NOFILE, "
                            "(64, 64)); print('lowered')\nexcept OSError as e: print('refused', e.errno)"])
         assert r.stdout.startswith("lowered" if runtime_kind == "local" else "refused"), r  # Docker: another uid
-        await sb.close()
-        for _ in range(200):
-            if pool.idle:  # type: ignore[attr-defined]
-                break
-            await asyncio.sleep(0.02)
+        await hand_back(sb, pool)
         sb = await pool.acquire("tamper.1.0")
         assert (await sb.exec("ulimit -n")).stdout.strip() == normal
         await sb.close()

@@ -21,7 +21,7 @@ import pytest
 
 import workbench as wb
 from local_runtime.sandbox_warm import plan, sh_words
-from tests.sandbox.conftest import make_runtime
+from tests.sandbox.conftest import hand_back, make_runtime
 
 PROBE = r'''
 import json, os, resource, signal, sys
@@ -211,11 +211,7 @@ async def test_the_zygote_survives_rollouts_or_comes_back(runtime_kind: str) -> 
             await _warm_up(sb)
             r = await sb.exec("python3 -c 'import time; time.sleep(30)' > /dev/null 2>&1 & echo started")
             assert r.ok, r
-            await sb.close()
-            for _ in range(200):
-                if pool.idle:  # type: ignore[attr-defined]
-                    break
-                await asyncio.sleep(0.02)
+            await hand_back(sb, pool)
         sb = await pool.acquire("warmtest.2.0")
         r = await sb.exec("ps -eo args | grep -c '[t]ime.sleep' || true")
         assert r.stdout.strip() == "0", r
@@ -292,11 +288,7 @@ async def test_a_zygote_changed_from_inside_is_replaced_before_the_next_rollout(
             nices.append(r.stdout.strip())
             if tamper:
                 assert (await sb.exec(tamper.format(pid=pid[0]))).ok
-            await sb.close()
-            for _ in range(200):
-                if pool.idle:  # type: ignore[attr-defined]
-                    break
-                await asyncio.sleep(0.02)
+            await hand_back(sb, pool)
         assert pids[0] == pids[1], pids  # kept across a clean reset
         assert (pids[1] != pids[2]) == (runtime_kind == "local"), pids
         assert nices == ["0 True"] * 3, nices
