@@ -124,7 +124,8 @@ def load_environment(n: int = 6, seed: int = 0, max_turns: int = 6) -> wb.Enviro
         tasks=wb.TaskSet.from_records(make_rows(n, seed), name="__env_name__"),
         harness=wb.ToolLoop(tools=[run], max_turns=max_turns, system_prompt=SYSTEM_PROMPT),
         rubric=rubric,
-        # No network, CPU/memory limits and a timeout per command; wb.Docker(image=...) for containers.
+        # No network, CPU/memory limits and a timeout per command; wb.Docker(image=...) for containers;
+        # warm_python=True where commands are mostly `python3 ...` (test suites): they fork warm.
         runtime=wb.Local(timeout=30),
         sampling=wb.Sampling(max_tokens=512, temperature=1.0),
         description="Answer questions about a log file by running shell commands in a sandbox.",
