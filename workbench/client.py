@@ -11,6 +11,7 @@ import os
 import random
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -43,15 +44,25 @@ class ChatResponse:
     extra: dict[str, Any] | None = None
 
 
-def resolve_api_key(flag: str | None, provider: str = "openai") -> str | None:
-    """The API key from the flag, then ``WORKBENCH_API_KEY``/``OPENAI_API_KEY``, then keyring
-    (``workbench login openai``; see workbench/credentials.py). The env vars come before keyring here:
-    they name the key for the endpoint at hand, which need not be the provider's own."""
+#: The API hosts whose key ``workbench login PROVIDER`` stores (see workbench/credentials.py).
+PROVIDER_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
+
+
+def resolve_api_key(flag: str | None, base_url: str | None = None) -> str | None:
+    """The API key for ``base_url``: the flag, then ``WORKBENCH_API_KEY``/``OPENAI_API_KEY`` (they name the
+    key for the endpoint at hand, whatever it is, as OpenAI's own clients read them), then, only when
+    ``base_url`` is a provider's own API, the token ``workbench login PROVIDER`` stored: a stored OpenAI
+    key is never sent to another endpoint (a local server, a colleague's vLLM, a third-party API)."""
     if flag:
         return flag
-    for var in ("WORKBENCH_API_KEY", f"{provider.upper()}_API_KEY"):
+    for var in ("WORKBENCH_API_KEY", "OPENAI_API_KEY"):
         if os.environ.get(var):
             return os.environ[var]
+    provider = PROVIDER_HOSTS.get((urlsplit(base_url).hostname or "").lower()) if base_url else None
+    if provider is None:
+        return None
+    if provider != "openai" and os.environ.get(f"{provider.upper()}_API_KEY"):
+        return os.environ[f"{provider.upper()}_API_KEY"]
     from .credentials import stored_token
 
     return stored_token(provider)

@@ -126,7 +126,7 @@ async def evaluate(
     store.register_env(env.name, env.version, env.source, env.description)
     prices = store.prices()
     price = match_price(model, prices)
-    api_key = resolve_api_key(opts.api_key)
+    api_key = resolve_api_key(opts.api_key, base_url)
 
     if run is None:
         run_id = new_run_id()

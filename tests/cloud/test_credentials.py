@@ -149,12 +149,22 @@ def test_known_tokens_gathers_every_source_without_values_in_labels(memory_keyri
 
 def test_resolve_api_key_reads_the_login_after_flag_and_env(memory_keyring: MemoryKeyring,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    assert resolve_api_key(None) is None
+    openai, anthropic = "https://api.openai.com/v1", "https://api.anthropic.com/v1/"
+    assert resolve_api_key(None, openai) is None
     store_token("openai", OPENAI)
-    assert resolve_api_key(None) == OPENAI
-    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
-    assert resolve_api_key(None) == "from-env"
-    assert resolve_api_key("from-flag") == "from-flag"
+    store_token("anthropic", "sk-ant-" + "q7" * 12)
+    assert resolve_api_key(None, openai) == OPENAI
+    assert resolve_api_key(None, "https://API.OpenAI.com:443/v1") == OPENAI
+    assert resolve_api_key(None, anthropic) == "sk-ant-" + "q7" * 12
+    # A stored login goes to its provider's own API only: never to a local server or a third-party endpoint.
+    for other in ("http://127.0.0.1:8000/v1", "https://api.openai.com.evil.example/v1", "https://example.com/v1",
+                  None):
+        assert resolve_api_key(None, other) is None, other
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ant-from-env")
+    assert resolve_api_key(None, anthropic) == "ant-from-env"
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")  # names the key for whatever endpoint is at hand
+    assert resolve_api_key(None, openai) == "from-env" and resolve_api_key(None, "http://127.0.0.1:8000/v1") == "from-env"
+    assert resolve_api_key("from-flag", openai) == "from-flag"
 
 
 def test_unknown_provider(clean_env: Path) -> None:
