@@ -122,13 +122,13 @@ class CostsScreen(Screen[None]):
     async def _show(self, ledger: Ledger) -> None:
         if ledger.group != self.group:
             return  # a newer grouping was asked for meanwhile
-        self.ledger = ledger
         totals = Text("total ", style="bold")
         totals.append(f"{fcost(ledger.total_usd)} over {ledger.total_events} cost events   ")
         totals.append("  ·  ".join(f"{KIND_TITLES[k]} {fcost(ledger.by_kind[k])}" for k in KINDS), style="dim")
         self.query_one("#costs-totals", Static).update(totals)
         await self._show_budgets(ledger)
         self._show_table(ledger)
+        self.ledger = ledger  # last: once it is set, all of it is on screen
 
     async def _show_budgets(self, ledger: Ledger) -> None:
         box = self.query_one("#budgets", VerticalScroll)
