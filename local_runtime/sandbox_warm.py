@@ -197,8 +197,8 @@ def plan(argv, env, cwd, zygote):
         "quiet": int("q" in opts), "safe_path": "I" in opts,
     }
     return {"exe": exe, "words": words, "mode": mode, "target": target, "rest": rest, "path0": path0,
-            "flags": flag, "shell_forks": via_sh and SHELLS[zygote["shell"]]["forks"], "unbuffered": "u" in opts or (not ignore_env and bool(env.get("PYTHONUNBUFFERED"))),
-            "env": env}
+            "flags": flag, "env": env, "shell_forks": via_sh and SHELLS[zygote["shell"]]["forks"],
+            "unbuffered": "u" in opts or (not ignore_env and bool(env.get("PYTHONUNBUFFERED")))}
 
 
 # -- running a command in place ------------------------------------------------------------------------
@@ -286,8 +286,9 @@ def run(p):
         code = exit_code(e)
     except BaseException as e:
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == PROGRAM and tb.tb_next is not None:
+        while tb is not None and tb.tb_frame.f_code.co_filename == PROGRAM:
             tb = tb.tb_next  # our own frames: a fresh interpreter's traceback starts at the command's code
+            # (none left: a syntax error in the command, which CPython prints without a traceback)
         e.__traceback__ = tb
         sys.excepthook(type(e), e, tb)
         code, sigint = 1, isinstance(e, KeyboardInterrupt)

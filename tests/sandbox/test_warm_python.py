@@ -65,6 +65,8 @@ ENDINGS = [
     "python3 -c 'import sys; sys.exit(3)'",
     "python3 -c 'import sys; sys.exit(\"bye\")'",
     "python3 -c 'raise ValueError(\"x\")'",
+    "python3 -c 'x = ('",
+    "python3 broken.py",
     "python3 -c 'def f(): raise KeyError(1)' -c 'f()'",
     "python3 -c 'import os; os.kill(os.getpid(), 2)'",
     "python3 -c 'import sys; print(sys.stdin.read().upper())'",
@@ -108,7 +110,7 @@ async def _warm_up(sb: wb.Sandbox) -> None:
 @pytest.fixture
 async def pair(runtime_kind: str) -> AsyncIterator[tuple[wb.Sandbox, wb.Sandbox]]:
     """A warm and a cold sandbox of the same runtime, with the same files."""
-    files = {"probe.py": PROBE, "shutdown.py": SHUTDOWN, **TESTS}
+    files = {"probe.py": PROBE, "shutdown.py": SHUTDOWN, "broken.py": "import os\nprint(\n", **TESTS}
     async with make_runtime(runtime_kind, warm_python=True).sandbox() as warm, \
             make_runtime(runtime_kind).sandbox() as cold:
         for sb in (warm, cold):
