@@ -61,6 +61,12 @@ def _cells(table: DataTable) -> dict[str, list[str]]:
     return {str(row[0]): [str(c) for c in row] for row in (table.get_row_at(i) for i in range(table.row_count))}
 
 
+def _painted(app: Any, *fragments: str) -> str | None:
+    """The screen's text once every fragment is on it (None before)."""
+    text = screen_text(app)
+    return text if all(f in text for f in fragments) else None
+
+
 def test_ledger_queries(cost_store: Path) -> None:
     with Store(cost_store) as store:
         led = read_ledger(store.conn, "provider")
@@ -89,8 +95,8 @@ async def test_costs_screen_groups_totals_and_budgets(cost_store: Path) -> None:
         assert bar.percentage == pytest.approx(0.4)
         month = screen.query_one("#budget-month", ProgressBar)
         assert month.total == 3.0 and month.percentage == pytest.approx(0.3)
-        text = screen_text(app)
-        assert "40%" in text and "30%" in text
+        # The bars' percentages are painted on the next refresh after they mount.
+        text = await wait_until(pilot, lambda: _painted(app, "40%", "30%"), what="the budget bars painted")
         for frag in ("total $1.9000 over 6 cost events", "api tokens $1.3500", "gpu $0.5000", "sandbox $0.0500",
                      "$0.4000 of $1.0000", "$0.9000 of $3.0000", "$0.2000 spent, no budget"):
             assert frag in text, frag
@@ -136,8 +142,8 @@ async def test_costs_on_an_empty_store(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         await wait_until(pilot, lambda: screen.ledger is not None, what="the ledger")
-        assert "total $0.0000 over 0 cost events" in screen_text(app)
-        assert "no launched runs" in screen_text(app)
+        text = await wait_until(pilot, lambda: _painted(app, "no launched runs"), what="the empty ledger painted")
+        assert "total $0.0000 over 0 cost events" in text
 
 
 def test_bad_monthly_budget_is_a_problem() -> None:
