@@ -294,3 +294,15 @@ async def test_a_zygote_changed_from_inside_is_replaced_before_the_next_rollout(
         assert pids[0] == pids[1], pids  # kept across a clean reset
         assert (pids[1] != pids[2]) == (runtime_kind == "local"), pids
         assert nices == ["0 True"] * 3, nices
+
+
+def test_warm_python_settings_are_checked_and_carried_by_runtime_swaps() -> None:
+    from workbench.errors import ConfigError
+    from workbench.sandbox import swap_runtime
+
+    for bad in ("unittest", ["unit test"], [""], [3], {"unittest": 1}):
+        with pytest.raises(ConfigError, match="warm_python"):
+            wb.Local(warm_python=bad)  # type: ignore[arg-type]
+    assert wb.Docker(warm_python=["json", "xml.etree.ElementTree"]).warm_python == ["json", "xml.etree.ElementTree"]
+    assert swap_runtime("docker", wb.Local(warm_python=True)).warm_python is True  # --runtime keeps it
+    assert swap_runtime("local", wb.Docker(warm_python=["json"])).warm_python == ["json"]
