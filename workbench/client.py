@@ -49,20 +49,21 @@ PROVIDER_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
 
 
 def resolve_api_key(flag: str | None, base_url: str | None = None) -> str | None:
-    """The API key for ``base_url``: the flag, then ``WORKBENCH_API_KEY``/``OPENAI_API_KEY`` (they name the
-    key for the endpoint at hand, whatever it is, as OpenAI's own clients read them), then, only when
-    ``base_url`` is a provider's own API, the token ``workbench login PROVIDER`` stored: a stored OpenAI
-    key is never sent to another endpoint (a local server, a colleague's vLLM, a third-party API)."""
+    """The API key for ``base_url``: the flag, then ``WORKBENCH_API_KEY`` (the key for the endpoint at hand,
+    whatever it is). For a provider's own API (``api.openai.com``, ``api.anthropic.com``) then that
+    provider's variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``) and the token ``workbench login
+    PROVIDER`` stored; for any other endpoint ``OPENAI_API_KEY``, as OpenAI-compatible clients read it.
+    So a stored login never leaves for another endpoint, and no provider's key goes to another provider."""
     if flag:
         return flag
-    for var in ("WORKBENCH_API_KEY", "OPENAI_API_KEY"):
-        if os.environ.get(var):
-            return os.environ[var]
+    if os.environ.get("WORKBENCH_API_KEY"):
+        return os.environ["WORKBENCH_API_KEY"]
     provider = PROVIDER_HOSTS.get((urlsplit(base_url).hostname or "").lower()) if base_url else None
+    var = f"{provider or 'openai'}_API_KEY".upper()
+    if os.environ.get(var):
+        return os.environ[var]
     if provider is None:
         return None
-    if provider != "openai" and os.environ.get(f"{provider.upper()}_API_KEY"):
-        return os.environ[f"{provider.upper()}_API_KEY"]
     from .credentials import stored_token
 
     return stored_token(provider)

@@ -160,10 +160,13 @@ def test_resolve_api_key_reads_the_login_after_flag_and_env(memory_keyring: Memo
     for other in ("http://127.0.0.1:8000/v1", "https://api.openai.com.evil.example/v1", "https://example.com/v1",
                   None):
         assert resolve_api_key(None, other) is None, other
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")  # OpenAI's, and the convention for compatible endpoints
+    assert resolve_api_key(None, openai) == "from-env" and resolve_api_key(None, "http://127.0.0.1:8000/v1") == "from-env"
+    assert resolve_api_key(None, anthropic) == "sk-ant-" + "q7" * 12  # never OpenAI's key to Anthropic
     monkeypatch.setenv("ANTHROPIC_API_KEY", "ant-from-env")
     assert resolve_api_key(None, anthropic) == "ant-from-env"
-    monkeypatch.setenv("OPENAI_API_KEY", "from-env")  # names the key for whatever endpoint is at hand
-    assert resolve_api_key(None, openai) == "from-env" and resolve_api_key(None, "http://127.0.0.1:8000/v1") == "from-env"
+    monkeypatch.setenv("WORKBENCH_API_KEY", "wb-from-env")  # names the key for whatever endpoint is at hand
+    assert {resolve_api_key(None, u) for u in (openai, anthropic, "http://127.0.0.1:8000/v1")} == {"wb-from-env"}
     assert resolve_api_key("from-flag", openai) == "from-flag"
 
 

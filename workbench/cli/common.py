@@ -38,8 +38,8 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-m", "--model", default=None, help="Model name (default: the embedded model)."),
         click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL",
                      help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: embedded server)."),
-        click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, OPENAI_API_KEY, or for api.openai.com / "
-                     "api.anthropic.com the `workbench login` token)."),
+        click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, then OPENAI_API_KEY, or for api.anthropic.com "
+                     "ANTHROPIC_API_KEY, then for those two APIs the `workbench login` token)."),
         click.option("--harness", default=None, help="Swap the harness: module:Name or file.py:Name."),
         click.option("--runtime", default=None, help="Swap the runtime: local | docker[:IMAGE] | modal."),
     ]
