@@ -355,6 +355,14 @@ def finish(code, sigint, before):
     os._exit(code if ok else 120)
 
 
+def os_threads():
+    """How many threads this process runs (the kernel's count: threads started outside Python too)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
 # -- the zygote ----------------------------------------------------------------------------------------
 class Zygote:
     def __init__(self, sock, modules):
@@ -384,7 +392,12 @@ class Zygote:
 
         gc.collect()
         gc.freeze()  # what we imported is never collected: a command's collections walk only its own objects
-        self.send(b"R", 1, self.imported)
+        if os_threads() > 1:
+            # A module started a thread (a BLAS pool, say): a fork would copy its locks mid-use and leave its
+            # pool behind. Not forkable, so never ready: the agent starts every command the usual way.
+            self.send(b"R", 0, self.imported)
+        else:
+            self.send(b"R", 1, self.imported)
         poll = select.poll()
         poll.register(self.sock.fileno(), select.POLLIN)
         poll.register(self.wake_r, select.POLLIN)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import workbench as wb
-from local_runtime.sandbox_warm import plan, sh_words
+from local_runtime.sandbox_warm import os_threads, plan, sh_words
 from tests.sandbox.conftest import hand_back, make_runtime
 
 PROBE = r'''
@@ -306,3 +306,19 @@ def test_warm_python_settings_are_checked_and_carried_by_runtime_swaps() -> None
     assert wb.Docker(warm_python=["json", "xml.etree.ElementTree"]).warm_python == ["json", "xml.etree.ElementTree"]
     assert swap_runtime("docker", wb.Local(warm_python=True)).warm_python is True  # --runtime keeps it
     assert swap_runtime("local", wb.Docker(warm_python=["json"])).warm_python == ["json"]
+
+
+def test_a_zygote_with_threads_is_never_forked_from() -> None:
+    """A preloaded module that starts threads makes the zygote unforkable (it then reports not ready and every
+    command starts the usual way): the count is the kernel's, so threads started outside Python count too."""
+    import threading
+
+    before = os_threads()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert os_threads() == before + 1
+    finally:
+        stop.set()
+        t.join()
