@@ -57,6 +57,7 @@ class CloudForecast:
     plan: Plan
     month: Month
     refusal: str | None  # the sentence `workbench launch` refuses this plan with; None: it may launch
+    launch: Any = None  # the LaunchConfig planned (what a confirmed launch runs)
 
     @property
     def within_run_budget(self) -> bool | None:
@@ -86,7 +87,7 @@ def cloud_forecast(conn: sqlite3.Connection, config_file: str | Path | None, *, 
         refusal = str(e)
     if refusal is None and not plan.fits:
         refusal = DOES_NOT_FIT
-    return CloudForecast(plan, this_month(conn), refusal)
+    return CloudForecast(plan, this_month(conn), refusal, cfg)
 
 
 @dataclass(slots=True)

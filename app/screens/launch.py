@@ -283,20 +283,17 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         return LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg)
 
     def _modal_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
-        """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan, the run
-        and monthly budgets, the memory fit, and a Modal token (its error names ``workbench login modal``)."""
-        from cloud_runtime.plan import check_budget, load_launch_config, make_plan
-        from workbench.budgets import check_monthly, run_cap
+        """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan's verdict
+        (run and monthly budgets, memory fit: the forecast's, as fresh as the month's spend) and a Modal token
+        (its error names ``workbench login modal``)."""
+        from cloud_runtime.forecast import cloud_forecast
+        from workbench.budgets import run_cap
         from workbench.credentials import require_token
 
-        cfg = load_launch_config(config, {"loop.max_steps": steps}, self.spec)
-        plan = make_plan(cfg, budget_usd=budget, max_steps=steps)
         conn = self.app.store.get().conn  # type: ignore[attr-defined]
-        check_budget(plan)
-        check_monthly(conn, plan.total_usd)
-        if not plan.fits:
-            raise WorkbenchError("the plan does not fit in GPU memory (see the plan above); add nodes, raise "
-                                 "cloud.context_parallel or shorten cloud.context_length")
+        fc = cloud_forecast(conn, config, env=self.spec, max_steps=steps, budget_usd=budget)
+        if fc.refusal:
+            raise WorkbenchError(fc.refusal)
         require_token("modal")
         cap, _ = run_cap(conn, budget)
-        return LaunchRequest(self.env, self.spec, "modal", steps, cap, config, cfg, plan)
+        return LaunchRequest(self.env, self.spec, "modal", steps, cap, config, fc.launch, fc.plan)

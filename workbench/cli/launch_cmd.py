@@ -180,8 +180,9 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     check_budget(plan)
     _check_monthly(ctx, db, plan.total_usd)
     if not plan.fits:
-        raise ConfigError("the plan does not fit in GPU memory (see `--plan`); add nodes, raise "
-                          "cloud.context_parallel or shorten cloud.context_length")
+        from cloud_runtime.forecast import DOES_NOT_FIT
+
+        raise ConfigError(DOES_NOT_FIT)
     _launch(ctx, cfg if backend == "modal" else cfg.run, backend, budget, db, threads, as_json, plan)
 
 
