@@ -387,11 +387,7 @@ class Agent:
                 if fd == self.rfd:
                     self.read_channel()
                 elif fd == self.wake_r:
-                    try:
-                        while os.read(self.wake_r, 512):
-                            pass
-                    except OSError:
-                        pass
+                    drain(self.wake_r)
                 elif self.warm is not None and fd == self.warm.fd:
                     self.warm.receive()
                 elif fd in self.by_fd:
@@ -420,6 +416,9 @@ class Warm:
         self.program = cfg["program"].encode() if isinstance(cfg["program"], str) else cfg["program"]
         self.modules = list(cfg.get("modules", ()))
         self.agent_source = cfg["agent"]  # the zygote's children become commands with our become_command
+        import _socket
+
+        self.socket = _socket
         self.sock = None
         self.fd = -1
         self.pid = 0
@@ -437,9 +436,7 @@ class Warm:
                 pass
 
     def spawn(self):
-        import _socket
-
-        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        ours, theirs = self.socket.socketpair(self.socket.AF_UNIX, self.socket.SOCK_SEQPACKET)
         prog_r, prog_w = os.pipe()
         n = len(self.program)
         boot = (f"import os\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n if not c:raise SystemExit(3)\n"
@@ -544,19 +541,15 @@ class Warm:
         try:
             os.write(spec_w, data)
             os.close(spec_w)
-            self.sock.sendmsg([HEAD.pack(b"F", xid, 0)],
-                              [(_sock_mod().SOL_SOCKET, _sock_mod().SCM_RIGHTS,
-                                struct.pack("4i", spec_r, in_r, out_w, err_w))])
+            self.sock.sendmsg([HEAD.pack(b"F", xid, 0)], [(self.socket.SOL_SOCKET, self.socket.SCM_RIGHTS,
+                                                           struct.pack("4i", spec_r, in_r, out_w, err_w))])
         except OSError:
             os.close(spec_r)
             self.gone()
             return None
         os.close(spec_r)
         self.wait_for(lambda: xid in self.replies)
-        pid = self.replies.pop(xid, 0)
-        if not pid:
-            return None
-        return pid
+        return self.replies.pop(xid, 0) or None
 
     def spare_from_reset(self):
         """Under bubblewrap the zygote is the sandbox user too, so the reset's ``kill(-1)`` would take it:
@@ -590,16 +583,7 @@ def proc_state(pid):
         return None
     if fields[0] in (b"T", b"t", b"Z", b"X"):
         return None  # stopped, or dead
-    ctypes = sys.modules.get("ctypes")
-    nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
-    io = None if ctypes is None or nr is None else ctypes.CDLL(None, use_errno=True).syscall(nr, 1, pid)
-    return fields[16], fields[37], fields[38], limits, cpus, io  # nice, rt priority, policy
-
-
-def _sock_mod():
-    import _socket
-
-    return _socket
+    return fields[16], fields[37], fields[38], limits, cpus, ioprio(pid)  # nice, rt priority, policy
 
 
 def become_command(argv, env, cwd, in_r, out_w, err_w, rlimits, user, oom_adj, in_place=None):
@@ -665,6 +649,15 @@ def wake_on_signals():
     return wake_r, wake_w
 
 
+def drain(fd):
+    """Read a non-blocking pipe (a :func:`wake_on_signals` pipe) until it is empty."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:
+        pass
+
+
 def reaped():
     """(pid, wait status) of each child that has ended, without waiting for the others."""
     while True:
@@ -724,13 +717,14 @@ def own_state():
     return state
 
 
-def ioprio():
-    """Our I/O priority (ioprio_get has no Python wrapper; ctypes is loaded only where it already is)."""
+def ioprio(pid=0):
+    """The I/O priority of ``pid`` (0: ours; ioprio_get has no Python wrapper; ctypes is loaded only where
+    it already is)."""
     ctypes = sys.modules.get("ctypes")
     if ctypes is None:
         return None
     nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
-    return None if nr is None else ctypes.CDLL(None, use_errno=True).syscall(nr, 1, 0)  # IOPRIO_WHO_PROCESS, self
+    return None if nr is None else ctypes.CDLL(None, use_errno=True).syscall(nr, 1, pid)  # IOPRIO_WHO_PROCESS
 
 
 def numbers(*values):

@@ -55,8 +55,8 @@ SHELLS = {"dash": {"forks": True, "shlvl": False}, "busybox": {"forks": False, "
 
 
 # The agent's own (sandbox_agent.py, sent with us): main() installs them.
-AGENT_HELPERS = ("become_command", "reaped", "set_comm", "set_dumpable", "wake_on_signals")
-become_command = reaped = set_comm = set_dumpable = wake_on_signals = None
+AGENT_HELPERS = ("become_command", "drain", "reaped", "set_comm", "set_dumpable", "wake_on_signals")
+become_command = drain = reaped = set_comm = set_dumpable = wake_on_signals = None
 
 
 class Launch(BaseException):
@@ -202,18 +202,23 @@ def plan(argv, env, cwd, zygote):
 
 
 # -- running a command in place ------------------------------------------------------------------------
+_FLAGS_TYPE = []  # the look-alike's class, made once in the zygote (a class per command would cost each one)
+
+
 def look_alike_flags(changes):
     names = getattr(type(sys.flags), "__match_args__", None)
     values = list(sys.flags)
     if not names or len(names) != len(values):
         return sys.flags
-    import collections
+    if not _FLAGS_TYPE:
+        import collections
 
+        _FLAGS_TYPE.append(collections.namedtuple("flags", names))
     fields = dict(zip(names, values, strict=True))
     for k, v in changes.items():
         if k in fields:
             fields[k] = type(fields[k])(v)
-    return collections.namedtuple("flags", names)(**fields)
+    return _FLAGS_TYPE[0](**fields)
 
 
 def stdio(fd, writing, name, template, unbuffered, line_buffering):
@@ -375,6 +380,7 @@ class Zygote:
                 imported += 1
             except Exception:
                 pass
+        look_alike_flags({})  # its class, once
         self.info = {
             "exe": os.path.realpath(sys.executable),
             "locale": locale_of(os.environ),
@@ -404,11 +410,7 @@ class Zygote:
         while True:
             for fd, _ in poll.poll():
                 if fd == self.wake_r:
-                    try:
-                        while os.read(self.wake_r, 512):
-                            pass
-                    except OSError:
-                        pass
+                    drain(self.wake_r)
                     self.reap()
                 else:
                     self.receive()
