@@ -141,6 +141,8 @@ class ChatClient:
     One aiohttp session is shared by all rollouts; its pool is sized to the run's concurrency.
     Retries 429, 5xx, timeouts and connection errors with exponential backoff and jitter
     (honouring ``Retry-After``); other errors are raised at once as :class:`ModelError`.
+    ``request_timeout=None``: no timer per request (only connecting is bounded), for callers whose
+    every call runs under a deadline of their own, as the engine's rollouts do.
     """
 
     def __init__(
@@ -148,7 +150,7 @@ class ChatClient:
         api_key: str | None = None,
         *,
         max_connections: int = 64,
-        request_timeout: float = 600.0,
+        request_timeout: float | None = 600.0,
         max_retries: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
@@ -164,6 +166,7 @@ class ChatClient:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._urls: dict[str, Any] = {}  # parsed once: aiohttp parses a str URL on every request
 
     async def __aenter__(self) -> ChatClient:
         await self.open()
@@ -178,9 +181,12 @@ class ChatClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300,
                                              enable_cleanup_closed=False)
+            timeout = aiohttp.ClientTimeout(total=self.request_timeout) if self.request_timeout is not None \
+                else aiohttp.ClientTimeout(total=None, sock_connect=60)
+            # The headers are the session's, so a request does not merge a dict of its own into them.
             self._session = aiohttp.ClientSession(
-                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), timeout=timeout,
+                headers=self._headers,
             )
 
     @property
@@ -201,8 +207,15 @@ class ChatClient:
     async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
         import aiohttp
 
+        target = self._urls.get(url)
+        if target is None:
+            from yarl import URL
+
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            target = self._urls[url] = URL(url)
         try:
-            async with self._session.post(url, data=payload, headers=self._headers) as resp:
+            async with self._session.post(target, data=payload) as resp:
                 body = await resp.read()
                 if resp.status >= 400:
                     err = classify_status(resp.status, body, model)
@@ -217,7 +230,8 @@ class ChatClient:
         except ModelError:
             raise
         except TimeoutError:
-            raise ModelError("timeout", f"no answer from {url} within {self.request_timeout:g}s") from None
+            within = f" within {self.request_timeout:g}s" if self.request_timeout is not None else ""
+            raise ModelError("timeout", f"no answer from {url}{within}") from None
         except aiohttp.ClientConnectorError as e:
             raise ModelError("connection", f"cannot connect to {url} ({e.os_error.strerror or e})") from None
         except (aiohttp.ClientError, OSError) as e:
@@ -273,7 +287,7 @@ class ChatClient:
             await self.open()
         url = base_url.rstrip("/") + "/models"
         try:
-            async with self._session.get(url, headers=self._headers, timeout=aiohttp.ClientTimeout(total=15)) as resp:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=15)) as resp:
                 body = await resp.read()
                 if resp.status in (401, 403):
                     raise EndpointError(

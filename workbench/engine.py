@@ -41,6 +41,27 @@ class RunCounters:
     cost_usd: float = 0.0
 
 
+class _Deadlines:
+    """Per-rollout timeouts for the engine's workers: one watchdog task that cancels a worker whose
+    rollout is past its deadline (within ``tick`` of it), instead of a timer armed and disarmed per
+    rollout. A worker tells its own cancellation from an outside one as ``asyncio.timeout`` does."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.tick = min(0.1, timeout_s / 10)
+        self.active: dict[asyncio.Task[Any], float] = {}
+        self.expired: set[asyncio.Task[Any]] = set()
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            now = time.perf_counter()  # the clock of ``Rollout.started``
+            for task, deadline in list(self.active.items()):
+                if now >= deadline and task not in self.expired:
+                    self.expired.add(task)
+                    task.cancel()
+
+
 @dataclass(slots=True)
 class _Group:
     task: Task
@@ -76,6 +97,7 @@ class RolloutEngine:
     fatal: FatalRunError | None = None
     _needs_sandbox: bool = False
     _hold_sandboxes: bool = False
+    _deadlines: _Deadlines | None = None
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
         """Every task once (as a group of ``rollouts_per_task``), except the slots in ``skip``."""
@@ -90,6 +112,8 @@ class RolloutEngine:
         self._hold_sandboxes = any("sandboxes" in f.args for f in self.env.rubric.group_rewards)
         jobs = self._jobs(groups, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
+        self._deadlines = _Deadlines(self.timeout_s)
+        watchdog = asyncio.create_task(self._deadlines.watch())
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
         try:
             await asyncio.gather(*workers)
@@ -98,6 +122,8 @@ class RolloutEngine:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             raise
+        finally:
+            watchdog.cancel()
         if self.fatal is not None:
             raise self.fatal
         return self.counters
@@ -139,15 +165,27 @@ class RolloutEngine:
         harness = self.env.harness
         unregister = self.proxy.register(rollout) if self.proxy is not None else None
         held = False
+        deadlines = self._deadlines
+        assert deadlines is not None
+        me = asyncio.current_task()
+        assert me is not None
+        cancelling = me.cancelling()
         try:
+            deadlines.active[me] = rollout.started + self.timeout_s
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    # The rollout's sandbox is live from before the harness until after scoring.
-                    if self.sandbox_factory is not None:
-                        rollout.sandbox = await self.sandbox_factory(rollout)
-                    elif self.sandboxes is not None and (self._needs_sandbox or group.task.sandbox is not None):
-                        rollout.sandbox = await self.sandboxes.acquire(rid, group.task)
-                    await harness.run(rollout)
+                # The rollout's sandbox is live from before the harness until after scoring.
+                if self.sandbox_factory is not None:
+                    rollout.sandbox = await self.sandbox_factory(rollout)
+                elif self.sandboxes is not None and (self._needs_sandbox or group.task.sandbox is not None):
+                    rollout.sandbox = await self.sandboxes.acquire(rid, group.task)
+                await harness.run(rollout)
+                if me in deadlines.expired:  # the harness swallowed its cancellation: still out of time
+                    me.uncancel()
+                    raise TimeoutError
+            except asyncio.CancelledError:
+                if me not in deadlines.expired or me.uncancel() > cancelling:
+                    raise  # cancelled from outside (Ctrl-C, the run stopping): not this rollout's timeout
+                rollout.failure = RolloutError("timeout", harness.describe(), f"rollout exceeded its {self.timeout_s:g}s timeout")
             except TimeoutError:
                 rollout.failure = RolloutError("timeout", harness.describe(), f"rollout exceeded its {self.timeout_s:g}s timeout")
             except ModelError as e:
@@ -163,6 +201,8 @@ class RolloutEngine:
 
                 rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))
             finally:
+                del deadlines.active[me]
+                deadlines.expired.discard(me)
                 if unregister is not None:
                     unregister()
             rollout.duration_s = time.perf_counter() - rollout.started

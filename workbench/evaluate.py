@@ -141,10 +141,8 @@ async def evaluate(
             store.update_run(run_id, error=f"resumed with env version {env.version} (started with {run['env_version']})")
         skip = store.done_slots(run_id)
 
-    # The per-request timeout is only a backstop: it must fire after the per-rollout timeout, or aiohttp
-    # turns the rollout's cancellation into a retryable request timeout and the rollout outlives its limit.
-    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=opts.timeout_s + 5.0,
-                        max_retries=opts.max_retries)
+    # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
+    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None, max_retries=opts.max_retries)
     t0 = time.perf_counter()
     interrupted = False
     async with client:

@@ -1,8 +1,9 @@
 """Rollouts are committed in groups by a writer process, so SQLite work never holds the eval's GIL.
 
-``BatchWriter.submit`` turns a group into plain rows (JSON already serialized) and pickles them; a
-sender thread pipes them to the writer process (``serve``), which commits what arrives within
-``linger_s`` in one transaction and acknowledges each commit. Every committed batch is a complete
+``BatchWriter.submit`` turns a group into one JSON document (plus its packed token traces); a sender
+thread pipes what gathered every few milliseconds to the writer process (``serve``), which turns the
+documents into rows, commits what arrives within ``linger_s`` in one transaction and acknowledges each
+commit. Every committed batch is a complete
 SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies, the
 writer process exits at once, abandoning what it has not committed, just as a writer thread would
 have died with it: a killed eval loses at most the batch in flight (about ``linger_s`` of rollouts).
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -94,37 +95,60 @@ _COST_SQL = (
 # or one of these markers.
 _FLUSH = "flush"  # commit now, then acknowledge
 _CLOSE = "close"  # commit, acknowledge, exit
+#: How long the sender thread lets submitted groups gather before it pipes them on.
+_SEND_EVERY_S = 0.005
 # The writer process's program: argv is this package's root, then serve's arguments.
 _CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from workbench.store.writer import serve; serve(*sys.argv[2:])"
 
 
 def _clean_state(state: dict[str, Any]) -> dict[str, Any]:
+    if not state:
+        return state
     return {k: v for k, v in state.items() if not k.startswith("_") and k != "task"}
 
 
-def _group_rows(records: list[RolloutRecord]) -> list[tuple[Any, ...]]:
-    """A group as plain rows, without rollout pks (``_write`` assigns them inside its transaction)."""
-    out = []
-    task_json: dict[str, tuple[str, str, str]] = {}
-    for r in records:
-        t, u = r.task, r.usage
-        tj = task_json.get(t.id)
-        if tj is None:
-            tj = task_json[t.id] = (dumps(t.prompt), dumps(t.answer), dumps(t.info))
-        rollout = (r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status, r.error_kind,
-                   r.reward, u.prompt_tokens, u.completion_tokens, u.cost_usd, r.duration_s, r.turns, r.created_at,
-                   *tj, r.completion, dumps(r.messages), dumps(_clean_state(r.state)))
-        calls = [(c.index, c.n_messages, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.latency_s * 1000.0,
-                  dumps(c.extra) if c.extra else None) for c in r.calls]
+def _jsonable(obj: Any) -> Any:
+    """``obj`` with what orjson refuses even with a ``default`` (integers beyond 64 bits) made text."""
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -(2**63) <= obj < 2**64:
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _group_payload(records: list[RolloutRecord]) -> bytes:
+    """A group as one JSON document (one orjson call in the eval process: the writer process turns it
+    into rows, so the per-field JSON encoding and the search text cost the rollouts' thread nothing),
+    pickled with the packed token traces, which are binary."""
+    tasks: dict[str, tuple[Any, Any, Any]] = {}
+    rollouts = []
+    traces: list[Any] | None = None
+    for i, r in enumerate(records):
+        t, u, sc = r.task, r.usage, r.scores
+        if t.id not in tasks:
+            tasks[t.id] = (t.prompt, t.answer, t.info)
         errors = [(e.kind, e.source, e.message) for e in r.errors]
-        errors += [("reward", name, msg) for name, msg in r.scores.errors]
-        trace = None
+        if sc.errors:
+            errors += [("reward", name, msg) for name, msg in sc.errors]
+        rollouts.append((
+            r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status, r.error_kind,
+            r.reward, u.prompt_tokens, u.completion_tokens, u.cost_usd, r.duration_s, r.turns, r.created_at,
+            r.completion, r.messages, _clean_state(r.state), sc.rewards, sc.metrics,
+            [(c.index, c.n_messages, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.latency_s * 1000.0,
+              c.extra or None) for c in r.calls],
+            errors, r.provider))
         if r.trace is not None and r.trace.has_tokens:
             nodes, ids, lps, mask = r.trace.pack()
-            trace = (nodes, ids, lps, mask, len(mask), len(r.trace.mismatches))
-        out.append((rollout, r.scores.rewards, r.scores.metrics, calls, errors, trace, r.provider,
-                    u.total_tokens, u.cost_usd))
-    return out
+            traces = traces or [None] * len(records)
+            traces[i] = (nodes, ids, lps, mask, len(mask), len(r.trace.mismatches))
+    doc = (tasks, rollouts)
+    try:
+        data = orjson.dumps(doc, option=_OPTS, default=repr)
+    except orjson.JSONEncodeError:
+        data = orjson.dumps(_jsonable(doc), option=_OPTS, default=repr)
+    return pickle.dumps((len(records), data, traces), pickle.HIGHEST_PROTOCOL)
 
 
 class BatchWriter:
@@ -141,7 +165,12 @@ class BatchWriter:
         self.committed = 0
         self.batches = 0
         self.error: BaseException | None = None
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()  # None: close
+        # What submit/flush/close hand to the sender thread, in order (None: close). The sender wakes at
+        # most every ``_SEND_EVERY_S`` (a flush or close wakes it at once), not once per group: waking a
+        # thread costs the rollouts' thread a GIL hand-off each time.
+        self._outbox: deque[bytes | None] = deque()
+        self._queued = threading.Event()
+        self._urgent = False
         self._acked = threading.Condition()
         self._flushes_sent = self._flushes_done = 0
         self._gone = False
@@ -160,35 +189,58 @@ class BatchWriter:
         """Queue a group of rollouts; they are committed together, in one transaction."""
         if self.error is not None:
             raise self.error
-        self._outbox.put(pickle.dumps(_group_rows(records), pickle.HIGHEST_PROTOCOL))
+        self._outbox.append(_group_payload(records))
+        if not self._queued.is_set():
+            self._queued.set()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything submitted so far is committed."""
         with self._acked:
             self._flushes_sent += 1
             wanted = self._flushes_sent
-            self._outbox.put(pickle.dumps(_FLUSH))
+            self._put_now(pickle.dumps(_FLUSH))
             self._acked.wait_for(lambda: self._flushes_done >= wanted or self._gone, timeout)
         if self.error is not None:
             raise self.error
 
     def close(self) -> None:
-        self._outbox.put(None)
+        self._put_now(None)
         self._sender.join()
         self._receiver.join()
         if self.error is not None:
             raise self.error
 
+    def _put_now(self, item: bytes | None) -> None:
+        self._urgent = True
+        self._outbox.append(item)
+        self._queued.set()
+
     def _send(self) -> None:
         pipe = self._proc.stdin
         assert pipe is not None
+        outbox = self._outbox
         try:
             with pipe:
-                while (data := self._outbox.get()) is not None:
-                    pipe.write(data)
-                    if self._outbox.empty():
-                        pipe.flush()
-                pipe.write(pickle.dumps(_CLOSE))
+                while True:
+                    self._queued.wait()
+                    if not self._urgent:
+                        time.sleep(_SEND_EVERY_S)  # let the groups of the next few milliseconds gather
+                    self._urgent = False
+                    self._queued.clear()
+                    # One write for all that gathered: each write gives up and takes back the GIL.
+                    chunk = []
+                    closing = False
+                    while outbox:
+                        data = outbox.popleft()
+                        if data is None:
+                            chunk.append(pickle.dumps(_CLOSE))
+                            closing = True
+                            break
+                        chunk.append(data)
+                    pipe.write(b"".join(chunk))
+                    pipe.flush()
+                    if closing:
+                        return
         except OSError:
             pass  # the writer process is gone: ``_receive`` reports why
 
@@ -265,7 +317,7 @@ def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.Simpl
     while not stop:
         item = inbox.get()
         deadline = time.monotonic() + linger_s
-        groups: list[list[tuple[Any, ...]]] = []
+        groups: list[tuple[int, bytes, list[Any] | None]] = []
         flushes = 0
         n = 0
         while True:
@@ -275,7 +327,7 @@ def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.Simpl
                 flushes += 1
             else:
                 groups.append(item)
-                n += len(item)
+                n += item[0]
             if stop or n >= max_batch or flushes:
                 break
             # Linger briefly so a busy run commits few large transactions instead of many small
@@ -307,28 +359,33 @@ def _portable(e: BaseException) -> BaseException:
         return StoreError(f"writing rollouts failed: {type(e).__name__}: {e}")
 
 
-def _write(conn: Any, groups: list[list[tuple[Any, ...]]]) -> int:
-    """Insert the groups in one transaction; return how many rollouts that was."""
+def _write(conn: Any, groups: list[tuple[int, bytes, list[Any] | None]]) -> int:
+    """Insert the groups (``_group_payload``s) in one transaction; return how many rollouts that was."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         pk = conn.execute("SELECT COALESCE(MAX(pk), 0) FROM rollout").fetchone()[0]
         rollouts, scores, calls, errors, fts, traces = [], [], [], [], [], []
         cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for group in groups:
-            for rollout, rewards, metrics, r_calls, r_errors, trace, provider, tokens, usd in group:
+        for _, data, group_traces in groups:
+            tasks, group = orjson.loads(data)
+            task_json = {tid: (dumps(p), dumps(a), dumps(i)) for tid, (p, a, i) in tasks.items()}
+            for k, (rid, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward,
+                    ptoks, ctoks, usd, duration_s, turns, created_at, completion, messages, state, rewards, metrics,
+                    r_calls, r_errors, provider) in enumerate(group):
                 pk += 1
-                run_id, model, messages = rollout[1], rollout[3], rollout[20]
-                rollouts.append((pk, *rollout))
+                rollouts.append((pk, rid, run_id, env_name, model, task_id, task_index, sample_index, status,
+                                 error_kind, reward, ptoks, ctoks, usd, duration_s, turns, created_at,
+                                 *task_json[task_id], completion, dumps(messages), dumps(state)))
                 scores += [(pk, name, "reward", v) for name, v in rewards.items()]
                 scores += [(pk, name, "metric", v) for name, v in metrics.items()]
-                calls += [(pk, *c) for c in r_calls]
+                calls += [(pk, *c[:6], dumps(c[6]) if c[6] is not None else None) for c in r_calls]
                 errors += [(pk, run_id, *e) for e in r_errors]
-                if trace is not None:
-                    traces.append((pk, *trace))
-                fts.append((pk, searchable_text(orjson.loads(messages))))
-                if tokens or usd:
+                if group_traces is not None and group_traces[k] is not None:
+                    traces.append((pk, *group_traces[k]))
+                fts.append((pk, searchable_text(messages)))
+                if ptoks or ctoks or usd:
                     acc = cost[(run_id, provider, model)]
-                    acc[0] += tokens
+                    acc[0] += ptoks + ctoks
                     acc[1] += usd
         conn.executemany(_ROLLOUT_SQL, rollouts)
         if scores:
