@@ -98,6 +98,7 @@ class RolloutEngine:
     _needs_sandbox: bool = False
     _hold_sandboxes: bool = False
     _deadlines: _Deadlines | None = None
+    _group_scored: bool = False  # whether the rubric has group rewards
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
         """Every task once (as a group of ``rollouts_per_task``), except the slots in ``skip``."""
@@ -109,7 +110,9 @@ class RolloutEngine:
         until the caller cancels (training), each group waiting on :attr:`gate` when one is set."""
         skip = skip or set()
         self._needs_sandbox = needs_sandbox(self.env)
-        self._hold_sandboxes = any("sandboxes" in f.args for f in self.env.rubric.group_rewards)
+        group_rewards = self.env.rubric.group_rewards
+        self._group_scored = bool(group_rewards)
+        self._hold_sandboxes = any("sandboxes" in f.args for f in group_rewards)
         jobs = self._jobs(groups, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
         self._deadlines = _Deadlines(self.timeout_s)
@@ -226,7 +229,7 @@ class RolloutEngine:
     async def _finish_group(self, group: _Group) -> None:
         ok = [i for i, s in enumerate(group.scores) if s is not None]
         try:
-            if ok and self.env.rubric.group_rewards:
+            if ok and self._group_scored:
                 ctxs = [group.contexts[i] for i in ok]
                 await self.env.rubric.score_group(ctxs, [group.scores[i] for i in ok])  # type: ignore[arg-type, misc]
         finally:
@@ -258,8 +261,6 @@ class RolloutEngine:
                 c.scored += 1
                 c.reward_sum += sc.total
         self.writer.submit(records)
-        # Let the writer's sender thread and the event loop breathe between groups.
-        await asyncio.sleep(0)
 
 
 async def _release(rollout: Rollout) -> None:
