@@ -134,8 +134,7 @@ class RolloutEngine:
     def _jobs(self, groups: Iterable[tuple[int, Task]], skip: set[tuple[int, int]]) -> Iterator[tuple[_Group, int]]:
         r = self.rollouts_per_task
         for i, task in groups:
-            todo = [s for s in range(r) if (i, s) not in skip]
-            if not todo:
+            if skip and all((i, s) in skip for s in range(r)):
                 continue
             # Groups are committed whole, so a group is either all there or not at all.
             g = _Group(task, i, r, [None] * r, [None] * r, r, [None] * r)
@@ -223,7 +222,7 @@ class RolloutEngine:
             held = self._hold_sandboxes and rollout.sandbox is not None
             return rollout, scores, ctx
         finally:
-            if not held:
+            if not held and rollout.sandbox is not None:
                 await _release(rollout)
 
     async def _finish_group(self, group: _Group) -> None:

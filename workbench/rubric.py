@@ -46,6 +46,11 @@ class ScoreFn:
     takes_kwargs: bool
     is_async: bool
 
+    @property
+    def group_args(self) -> tuple[str, ...]:
+        """The names a group reward is called with (every group name when it takes ``**kwargs``)."""
+        return tuple(sorted(set(self.args) | GROUP_ARGS)) if self.takes_kwargs else self.args
+
 
 @dataclass(slots=True)
 class Scores:
@@ -209,8 +214,7 @@ class Rubric:
         for f in groups:
             try:
                 kwargs: dict[str, Any] = {}
-                wanted = set(f.args) | (GROUP_ARGS if f.takes_kwargs else set())
-                for a in wanted:
+                for a in f.group_args:
                     if a == "rewards":
                         kwargs[a] = [sc.total for sc in scores]
                     elif a in _PLURAL:
