@@ -1,10 +1,10 @@
 """Rollouts are committed in groups by a writer process, so SQLite work never holds the eval's GIL.
 
-``BatchWriter.submit`` turns a group into one JSON document (plus its packed token traces); a sender
-thread pipes what gathered every few milliseconds to the writer process (``serve``), which turns the
-documents into rows, commits what arrives within ``linger_s`` in one transaction and acknowledges each
-commit. Every committed batch is a complete
-SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies, the
+``BatchWriter.submit`` turns a group into one JSON document (plus its packed token traces) and pipes
+what gathered over a few milliseconds to the writer process (``serve``) in one write, from the
+submitting thread itself; the writer process turns the documents into rows, commits what arrives
+within ``linger_s`` in one transaction and acknowledges each commit. Every committed batch is a
+complete SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies, the
 writer process exits at once, abandoning what it has not committed, just as a writer thread would
 have died with it: a killed eval loses at most the batch in flight (about ``linger_s`` of rollouts).
 """
@@ -14,25 +14,31 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import select
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import StoreError
-from ..rollout import ModelCall, RolloutError, Usage, searchable_text
-from ..rubric import Scores
-from ..tasks import Task
-from ..trace import Trace
+from ..rollout import searchable_text
 from .db import connect
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ..rollout import ModelCall, RolloutError, Usage
+    from ..rubric import Scores
+    from ..tasks import Task
+    from ..trace import Trace
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
@@ -95,10 +101,21 @@ _COST_SQL = (
 # or one of these markers.
 _FLUSH = "flush"  # commit now, then acknowledge
 _CLOSE = "close"  # commit, acknowledge, exit
-#: How long the sender thread lets submitted groups gather before it pipes them on.
+#: How long submitted groups gather (under an event loop) before they go down the pipe in one write.
 _SEND_EVERY_S = 0.005
-# The writer process's program: argv is this package's root, then serve's arguments.
-_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from workbench.store.writer import serve; serve(*sys.argv[2:])"
+# The writer process's program: argv is this package's root, then serve's arguments. The packages
+# ``workbench`` and ``workbench.store`` are put in place without running their ``__init__`` (the
+# public API, the store's query layer): the writer process needs this module and a few it imports,
+# and starts in a third of the time.
+_CHILD = (
+    "import sys, types\n"
+    "for name in ('workbench', 'workbench.store'):\n"
+    "    pkg = types.ModuleType(name); pkg.__path__ = [sys.argv[1] + '/' + name.replace('.', '/')]\n"
+    "    sys.modules[name] = pkg\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from workbench.store.writer import serve\n"
+    "serve(*sys.argv[2:])\n"
+)
 
 
 def _clean_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -165,12 +182,6 @@ class BatchWriter:
         self.committed = 0
         self.batches = 0
         self.error: BaseException | None = None
-        # What submit/flush/close hand to the sender thread, in order (None: close). The sender wakes at
-        # most every ``_SEND_EVERY_S`` (a flush or close wakes it at once), not once per group: waking a
-        # thread costs the rollouts' thread a GIL hand-off each time.
-        self._outbox: deque[bytes | None] = deque()
-        self._queued = threading.Event()
-        self._urgent = False
         self._acked = threading.Condition()
         self._flushes_sent = self._flushes_done = 0
         self._gone = False
@@ -180,67 +191,97 @@ class BatchWriter:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(root), str(self.path.resolve()), str(max_batch), repr(linger_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
-        self._sender = threading.Thread(target=self._send, name="workbench-writer-send", daemon=True)
+        # Groups go down the pipe from the submitting thread itself, without a sender thread: waking a
+        # thread costs the rollouts' thread GIL hand-offs. Under an event loop, what is submitted within
+        # ``_SEND_EVERY_S`` goes in one non-blocking write (what does not fit waits for the next one);
+        # without a loop, and on flush and close, it is written at once, waiting for room if need be.
+        assert self._proc.stdin is not None
+        self._fd = self._proc.stdin.fileno()
+        os.set_blocking(self._fd, False)
+        self._pending: list[bytes] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._closed = False
         self._receiver = threading.Thread(target=self._receive, name="workbench-writer-acks", daemon=True)
-        self._sender.start()
         self._receiver.start()
 
     def submit(self, records: list[RolloutRecord]) -> None:
         """Queue a group of rollouts; they are committed together, in one transaction."""
         if self.error is not None:
             raise self.error
-        self._outbox.append(_group_payload(records))
-        if not self._queued.is_set():
-            self._queued.set()
+        data = _group_payload(records)
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store's writer is closed")
+            self._pending.append(data)
+            if self._scheduled:
+                return
+            import asyncio  # here: the writer process, which imports this module too, needs no asyncio
+
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # a plain caller: no loop to come back on
+                self._write_pending()
+                return
+            self._scheduled = True
+            loop.call_later(_SEND_EVERY_S, self._send_some, loop)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything submitted so far is committed."""
         with self._acked:
             self._flushes_sent += 1
             wanted = self._flushes_sent
-            self._put_now(pickle.dumps(_FLUSH))
+            with self._lock:
+                self._pending.append(pickle.dumps(_FLUSH))
+                self._write_pending()
             self._acked.wait_for(lambda: self._flushes_done >= wanted or self._gone, timeout)
         if self.error is not None:
             raise self.error
 
     def close(self) -> None:
-        self._put_now(None)
-        self._sender.join()
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._pending.append(pickle.dumps(_CLOSE))
+                self._write_pending()
+                assert self._proc.stdin is not None
+                try:
+                    self._proc.stdin.close()
+                except OSError:
+                    pass
         self._receiver.join()
         if self.error is not None:
             raise self.error
 
-    def _put_now(self, item: bytes | None) -> None:
-        self._urgent = True
-        self._outbox.append(item)
-        self._queued.set()
+    def _send_some(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop: write what the pipe takes now; come back later for the rest."""
+        with self._lock:
+            self._scheduled = False
+            if self._closed or not self._pending:
+                return
+            data = b"".join(self._pending)
+            try:
+                n = os.write(self._fd, data)
+            except BlockingIOError:
+                n = 0
+            except OSError:  # the writer process is gone: ``_receive`` reports why
+                self._pending.clear()
+                return
+            self._pending = [data[n:]] if n < len(data) else []
+            if self._pending:
+                self._scheduled = True
+                loop.call_later(_SEND_EVERY_S, self._send_some, loop)
 
-    def _send(self) -> None:
-        pipe = self._proc.stdin
-        assert pipe is not None
-        outbox = self._outbox
+    def _write_pending(self) -> None:
+        """Write everything pending now, waiting for the pipe to take it (the lock is held)."""
+        data = memoryview(b"".join(self._pending))
+        self._pending = []
         try:
-            with pipe:
-                while True:
-                    self._queued.wait()
-                    if not self._urgent:
-                        time.sleep(_SEND_EVERY_S)  # let the groups of the next few milliseconds gather
-                    self._urgent = False
-                    self._queued.clear()
-                    # One write for all that gathered: each write gives up and takes back the GIL.
-                    chunk = []
-                    closing = False
-                    while outbox:
-                        data = outbox.popleft()
-                        if data is None:
-                            chunk.append(pickle.dumps(_CLOSE))
-                            closing = True
-                            break
-                        chunk.append(data)
-                    pipe.write(b"".join(chunk))
-                    pipe.flush()
-                    if closing:
-                        return
+            while data:
+                try:
+                    data = data[os.write(self._fd, data):]
+                except BlockingIOError:
+                    select.select([], [self._fd], [])
         except OSError:
             pass  # the writer process is gone: ``_receive`` reports why
 
