@@ -324,7 +324,7 @@ class BatchWriter:
 def serve(path: str, max_batch: str, linger_s: str) -> None:
     """The writer process: commit the groups piped in by a ``BatchWriter`` and acknowledge each commit."""
     if hasattr(os, "nice"):
-        os.nice(10)  # committing can wait a few milliseconds; the rollouts it stores should not
+        os.nice(19)  # committing can wait a few milliseconds; the rollouts it stores should not
     acks = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print must not corrupt the acknowledgements
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
