@@ -135,3 +135,41 @@ def test_killing_the_owner_ends_the_writer_process_without_committing_what_it_ha
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT task_index, COUNT(*) FROM rollout GROUP BY task_index").fetchall() == [(0, 2)]
     conn.close()
+
+
+async def test_groups_submitted_under_an_event_loop_go_down_the_pipe_without_blocking_it(store: Store) -> None:
+    """Under a loop, submit never writes at once: groups gather for a few milliseconds and go in one
+    non-blocking write; far more than the pipe holds (64 KiB) still arrives whole, and what is still
+    gathering when the writer is closed is written by close."""
+    import asyncio
+
+    writer = store.writer()
+    big = "x" * 20_000  # 100 groups of ~40 KB: the pipe fills over and over
+    for i in range(100):
+        writer.submit(group(i, word=f"w{i} {big}"))
+        if i % 10 == 0:
+            await asyncio.sleep(0.01)  # let some scheduled writes happen in between
+    writer.submit(group(100, "last"))  # still gathering: close must write it
+    writer.close()
+    assert rows(store, "SELECT COUNT(*), COUNT(DISTINCT task_index) FROM rollout") == [(202, 101)]
+    assert rows(store, "SELECT completion FROM rollout WHERE task_index = 100") == [("last",), ("last",)]
+
+
+def test_values_json_cannot_hold_are_stored_as_text_not_lost(store: Store) -> None:
+    """A rollout whose state holds an integer beyond 64 bits (orjson refuses it) or an object that is not
+    JSON is stored with the integer as text and the object's repr; the other rollouts of its group too."""
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<opaque thing>"
+
+    g = group(0)
+    g[0].state = {"huge": 2**70, "nested": [1, {"deeper": -(2**65)}], "thing": Opaque()}
+    writer = store.writer()
+    writer.submit(g)
+    writer.close()
+    import json
+
+    states = {r[0]: json.loads(r[1]) for r in rows(store, "SELECT sample_index, state FROM rollout")}
+    assert states[0] == {"huge": str(2**70), "nested": [1, {"deeper": str(-(2**65))}], "thing": "<opaque thing>"}
+    assert states[1] == {}
