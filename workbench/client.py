@@ -205,8 +205,6 @@ class ChatClient:
             self._session = None
 
     async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
-        import aiohttp
-
         target = self._urls.get(url)
         if target is None:
             from yarl import URL
@@ -232,10 +230,14 @@ class ChatClient:
         except TimeoutError:
             within = f" within {self.request_timeout:g}s" if self.request_timeout is not None else ""
             raise ModelError("timeout", f"no answer from {url}{within}") from None
-        except aiohttp.ClientConnectorError as e:
-            raise ModelError("connection", f"cannot connect to {url} ({e.os_error.strerror or e})") from None
-        except (aiohttp.ClientError, OSError) as e:
-            raise ModelError("connection", f"connection to {url} failed ({type(e).__name__}: {e})") from None
+        except Exception as e:
+            import aiohttp  # here, not on every request
+
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise ModelError("connection", f"cannot connect to {url} ({e.os_error.strerror or e})") from None
+            if isinstance(e, aiohttp.ClientError | OSError):
+                raise ModelError("connection", f"connection to {url} failed ({type(e).__name__}: {e})") from None
+            raise
 
     async def post_json(self, url: str, payload: dict[str, Any], model: str = "") -> bytes:
         if self._session is None:
