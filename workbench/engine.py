@@ -48,7 +48,7 @@ class _Deadlines:
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.tick = min(0.1, timeout_s / 10)
+        self.tick = max(0.005, min(0.1, timeout_s / 10))
         self.active: dict[asyncio.Task[Any], float] = {}
         self.expired: set[asyncio.Task[Any]] = set()
 

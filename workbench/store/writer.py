@@ -4,9 +4,10 @@
 what gathered over a few milliseconds to the writer process (``serve``) in one write, from the
 submitting thread itself; the writer process turns the documents into rows, commits what arrives
 within ``linger_s`` in one transaction and acknowledges each commit. Every committed batch is a
-complete SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies, the
-writer process exits at once, abandoning what it has not committed, just as a writer thread would
-have died with it: a killed eval loses at most the batch in flight (about ``linger_s`` of rollouts).
+complete SQLite transaction in WAL mode, so the file is never corrupted. When the eval process dies,
+the writer process exits at once, abandoning what it has not committed, just as a writer thread
+would have died with it: a killed eval loses at most the batch in flight (about ``linger_s`` of
+rollouts).
 """
 
 from __future__ import annotations
@@ -276,12 +277,14 @@ class BatchWriter:
         """Write everything pending now, waiting for the pipe to take it (the lock is held)."""
         data = memoryview(b"".join(self._pending))
         self._pending = []
+        room = select.poll()
+        room.register(self._fd, select.POLLOUT)
         try:
             while data:
                 try:
                     data = data[os.write(self._fd, data):]
                 except BlockingIOError:
-                    select.select([], [self._fd], [])
+                    room.poll()
         except OSError:
             pass  # the writer process is gone: ``_receive`` reports why
 
