@@ -10,7 +10,9 @@ Starts the instant OpenAI-compatible mock (workbench.testing.mock_openai) in its
   (c) for reference, the same bare loop on uvloop, the event loop `workbench eval` runs on,
 and prints them and their ratios: the median of each round's eval/ceiling ratio (the headline; the
 machine's speed drifts between rounds, a round's two figures are taken seconds apart) and the best
-eval over the best ceiling. Run: python scripts/bench_eval.py [--rollouts 8000] [-c 64] [--repeat 5] [--json]
+eval over the best ceiling. ``--compare CHECKOUT`` runs another checkout's eval in the same rounds
+(an A/B on the same machine minutes apart). Run:
+python scripts/bench_eval.py [--rollouts 8000] [-c 64] [--repeat 5] [--compare DIR] [--json]
 """
 
 from __future__ import annotations
@@ -71,12 +73,12 @@ async def bare_client(base_url: str, total: int, concurrency: int) -> float:
         return total / (time.perf_counter() - t0)
 
 
-def run_eval(base_url: str, env: str, rollouts: int, r: int, concurrency: int, db: Path) -> dict:
+def run_eval(base_url: str, env: str, rollouts: int, r: int, concurrency: int, db: Path, root: Path = ROOT) -> dict:
     n = rollouts // r
     cmd = [sys.executable, "-m", "workbench.cli", "eval", env, "-a", orjson.dumps({"n": n}).decode(), "-n", str(n),
            "-r", str(r), "-c", str(concurrency), "--base-url", base_url, "-m", "mock-model", "--db", str(db), "--json"]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"eval failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -92,20 +94,30 @@ def main() -> None:
     ap.add_argument("-c", "--concurrency", type=int, default=64)
     ap.add_argument("--env", default="arithmetic")
     ap.add_argument("--repeat", type=int, default=5, help="rounds of ceiling, eval and uvloop ceiling")
+    ap.add_argument("--compare", type=Path, default=None, metavar="CHECKOUT",
+                    help="also run another checkout's eval in every round (e.g. `git worktree add /tmp/base REV`), "
+                         "in alternating order with this one's, and report its ratio too")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.compare is not None and not (a.compare / "workbench" / "cli").is_dir():
+        raise SystemExit(f"--compare {a.compare}: not a Workbench checkout")
     mock, base_url = start_mock()
     results: dict[str, list[float]] = {"ceiling": [], "eval": [], "eval_with_startup": [], "ceiling_uvloop": []}
+    if a.compare is not None:
+        results["compare"] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(bare_client(base_url, 500, a.concurrency))  # warm-up
             for i in range(a.repeat):
                 results["ceiling"].append(asyncio.run(bare_client(base_url, a.rollouts, a.concurrency)))
-                s = run_eval(base_url, a.env, a.rollouts, a.r, a.concurrency, Path(tmp) / f"bench{i}.db")
-                if s["rollouts"] != a.rollouts // a.r * a.r or s["errors"]:
-                    raise SystemExit(f"eval did not complete cleanly: {s}")
-                results["eval"].append(s["rollouts_per_s"])
-                results["eval_with_startup"].append(s["rollouts"] / s["wall_s_with_startup"])
+                trees = [("eval", ROOT)] + ([("compare", a.compare)] if a.compare is not None else [])
+                for key, root in trees if i % 2 == 0 else trees[::-1]:
+                    s = run_eval(base_url, a.env, a.rollouts, a.r, a.concurrency, Path(tmp) / f"{key}{i}.db", root)
+                    if s["rollouts"] != a.rollouts // a.r * a.r or s["errors"]:
+                        raise SystemExit(f"eval ({root}) did not complete cleanly: {s}")
+                    results[key].append(s["rollouts_per_s"])
+                    if key == "eval":
+                        results["eval_with_startup"].append(s["rollouts"] / s["wall_s_with_startup"])
                 results["ceiling_uvloop"].append(bare_client_on_uvloop(base_url, a.rollouts, a.concurrency))
     finally:
         mock.terminate()
@@ -123,6 +135,10 @@ def main() -> None:
               "ratio_with_startup": round(paired("eval_with_startup"), 3),
               "ratio_to_uvloop_ceiling": round(paired("eval", "ceiling_uvloop"), 3),
               "rounds_detail": {k: [round(x, 1) for x in v] for k, v in results.items()}}
+    if a.compare is not None:
+        report["compare"] = str(a.compare)
+        report["compare_ratio"] = round(paired("compare"), 3)
+        report["compare_eval_rollouts_per_s"] = round(max(results["compare"]), 1)
     if a.json:
         print(orjson.dumps(report).decode())
     else:
@@ -133,6 +149,9 @@ def main() -> None:
         print(f"  including process start   {ev_start:8.1f} rollouts/s            ratio {report['ratio_with_startup']:.2f}")
         print(f"bare aiohttp on uvloop      {uv:8.1f} req/s   eval/this ratio {report['ratio_to_uvloop_ceiling']:.2f} "
               "(reference: eval runs on uvloop)")
+        if a.compare is not None:
+            print(f"eval of {a.compare}  {report['compare_eval_rollouts_per_s']:8.1f} rollouts/s   "
+                  f"ratio {report['compare_ratio']:.2f} (same rounds, alternating order)")
 
 
 if __name__ == "__main__":
