@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
@@ -122,88 +123,101 @@ async def evaluate(
     tasks = list(env.tasks.take(opts.n))
     if not tasks:
         raise ConfigError(f"environment {env.name!r} has no tasks (with -a {opts.env_args or '{}'})")
-    base_url, model = resolve_endpoint(opts)
-    store.register_env(env.name, env.version, env.source, env.description)
-    prices = store.prices()
-    price = match_price(model, prices)
-    api_key = resolve_api_key(opts.api_key, base_url)
+    # The writer process starts now, while the endpoint, the preflight and the sandboxes are set up:
+    # its start-up (an interpreter and the store) then costs the run nothing.
+    writer = store.writer()
+    running = False  # from the engine's start on, the run's own clean-up closes the writer
+    try:
+        base_url, model = resolve_endpoint(opts)
+        store.register_env(env.name, env.version, env.source, env.description)
+        prices = store.prices()
+        price = match_price(model, prices)
+        api_key = resolve_api_key(opts.api_key, base_url)
 
-    if run is None:
-        run_id = new_run_id()
-        config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n, "rollouts_per_task": opts.rollouts_per_task,
-                  "model": model, "base_url": base_url, "harness": opts.harness, "runtime": opts.runtime,
-                  "temperature": opts.temperature, "max_tokens": opts.max_tokens}
-        skip: set[tuple[int, int]] = set()
-    else:
-        run_id = run["id"]
-        if run["env_version"] != env.version:
-            # The run goes on with the current files; the change is recorded, not hidden.
-            store.update_run(run_id, error=f"resumed with env version {env.version} (started with {run['env_version']})")
-        skip = store.done_slots(run_id)
+        if run is None:
+            run_id = new_run_id()
+            config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
+                      "rollouts_per_task": opts.rollouts_per_task, "model": model, "base_url": base_url,
+                      "harness": opts.harness, "runtime": opts.runtime, "temperature": opts.temperature,
+                      "max_tokens": opts.max_tokens}
+            skip: set[tuple[int, int]] = set()
+        else:
+            run_id = run["id"]
+            if run["env_version"] != env.version:
+                # The run goes on with the current files; the change is recorded, not hidden.
+                store.update_run(run_id, error=f"resumed with env version {env.version} "
+                                                f"(started with {run['env_version']})")
+            skip = store.done_slots(run_id)
 
-    # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
-    client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None, max_retries=opts.max_retries)
-    await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time
-    t0 = time.perf_counter()
-    interrupted = False
-    async with client:
-        info = await preflight(client, base_url, model)
-        extra_params = training_params(info) if opts.tokens is not False else {}
-        # Sandboxes first: an engine that is not running fails here, before the run is recorded.
-        sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
-        try:
-            if run is None:
-                store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
-                                 env_source=env.source, env_args=opts.env_args, model=model, base_url=base_url,
-                                 harness=env.harness.describe(),
-                                 runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")),
-                                 n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
-                                 concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
-            else:
-                store.update_run(run_id, status="running", finished_at=None)
-            if on_start:
-                on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
-            writer = store.writer()
-            engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model,
-                                   base_url=base_url, rollouts_per_task=opts.rollouts_per_task,
-                                   concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
-                                   provider=price.provider if price else "", extra_params=extra_params,
-                                   sandboxes=sandboxes)
-            if extra_params and not opts.render_prompts:
-                from .continuation import continuation_for
-
-                engine.continuation = await continuation_for(client, base_url, model, info)
-            if getattr(env.harness, "needs_proxy", False):
-                from .proxy import InterceptionProxy
-
-                engine.proxy = await InterceptionProxy(client, base_url, model, {
-                    **env.sampling.to_params(), **extra_params}).start()
-        except BaseException:
-            if sandboxes is not None:
-                await sandboxes.close()
-            raise
-        ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
-        status, error = "completed", ""
-        try:
-            await engine.run(tasks, skip)
-        except FatalRunError as e:
-            status, error = "failed", e.error.message
-        except (asyncio.CancelledError, KeyboardInterrupt):
-            status, interrupted = "interrupted", True
-        finally:
-            if ticker:
-                ticker.cancel()
+        # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
+        client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None,
+                            max_retries=opts.max_retries)
+        await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time
+        t0 = time.perf_counter()
+        interrupted = False
+        async with client:
+            info = await preflight(client, base_url, model)
+            extra_params = training_params(info) if opts.tokens is not False else {}
+            # Sandboxes first: an engine that is not running fails here, before the run is recorded.
+            sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
             try:
-                if engine.proxy is not None:
-                    await engine.proxy.close()
-                if engine.sandboxes is not None:
-                    await close_sandboxes(engine.sandboxes, store, run_id)
+                if run is None:
+                    store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
+                                     env_source=env.source, env_args=opts.env_args, model=model, base_url=base_url,
+                                     harness=env.harness.describe(),
+                                     runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")),
+                                     n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
+                                     concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
+                else:
+                    store.update_run(run_id, status="running", finished_at=None)
+                if on_start:
+                    on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
+                engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model,
+                                       base_url=base_url, rollouts_per_task=opts.rollouts_per_task,
+                                       concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
+                                       provider=price.provider if price else "", extra_params=extra_params,
+                                       sandboxes=sandboxes)
+                if extra_params and not opts.render_prompts:
+                    from .continuation import continuation_for
+
+                    engine.continuation = await continuation_for(client, base_url, model, info)
+                if getattr(env.harness, "needs_proxy", False):
+                    from .proxy import InterceptionProxy
+
+                    engine.proxy = await InterceptionProxy(client, base_url, model, {
+                        **env.sampling.to_params(), **extra_params}).start()
+            except BaseException:
+                if sandboxes is not None:
+                    await sandboxes.close()
+                raise
+            running = True
+            ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
+            status, error = "completed", ""
+            try:
+                await engine.run(tasks, skip)
+            except FatalRunError as e:
+                status, error = "failed", e.error.message
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                status, interrupted = "interrupted", True
             finally:
+                if ticker:
+                    ticker.cancel()
                 try:
-                    writer.close()
+                    if engine.proxy is not None:
+                        await engine.proxy.close()
+                    if engine.sandboxes is not None:
+                        await close_sandboxes(engine.sandboxes, store, run_id)
                 finally:
-                    store.update_run(run_id, status=status, error=error, finished_at=time.time())
-        wall = time.perf_counter() - t0
+                    try:
+                        writer.close()
+                    finally:
+                        store.update_run(run_id, status=status, error=error, finished_at=time.time())
+            wall = time.perf_counter() - t0
+    except BaseException:
+        if not running:
+            with contextlib.suppress(Exception):
+                writer.close()
+        raise
     summary = run_summary(store, run_id, opts.pass_threshold)
     summary["rollouts_per_s"] = engine.counters.finished / wall if wall > 0 else 0.0
     summary["retries"] = client.retries
