@@ -166,7 +166,6 @@ class ChatClient:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._urls: dict[str, Any] = {}  # parsed once: aiohttp parses a str URL on every request
 
     async def __aenter__(self) -> ChatClient:
         await self.open()
@@ -205,15 +204,8 @@ class ChatClient:
             self._session = None
 
     async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
-        target = self._urls.get(url)
-        if target is None:
-            from yarl import URL
-
-            if len(self._urls) >= 256:
-                self._urls.clear()
-            target = self._urls[url] = URL(url)
         try:
-            async with self._session.post(target, data=payload) as resp:
+            async with self._session.post(url, data=payload) as resp:
                 body = await resp.read()
                 if resp.status >= 400:
                     err = classify_status(resp.status, body, model)

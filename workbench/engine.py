@@ -222,7 +222,7 @@ class RolloutEngine:
             held = self._hold_sandboxes and rollout.sandbox is not None
             return rollout, scores, ctx
         finally:
-            if not held and rollout.sandbox is not None:
+            if not held:
                 await _release(rollout)
 
     async def _finish_group(self, group: _Group) -> None:

@@ -126,7 +126,6 @@ async def evaluate(
     # The writer process starts now, while the endpoint, the preflight and the sandboxes are set up:
     # its start-up (an interpreter and the store) then costs the run nothing.
     writer = store.writer()
-    running = False  # from the engine's start on, the run's own clean-up closes the writer
     try:
         base_url, model = resolve_endpoint(opts)
         store.register_env(env.name, env.version, env.source, env.description)
@@ -190,7 +189,6 @@ async def evaluate(
                 if sandboxes is not None:
                     await sandboxes.close()
                 raise
-            running = True
             ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
             status, error = "completed", ""
             try:
@@ -214,9 +212,8 @@ async def evaluate(
                         store.update_run(run_id, status=status, error=error, finished_at=time.time())
             wall = time.perf_counter() - t0
     except BaseException:
-        if not running:
-            with contextlib.suppress(Exception):
-                writer.close()
+        with contextlib.suppress(Exception):
+            writer.close()  # a no-op where the run's own clean-up closed it
         raise
     summary = run_summary(store, run_id, opts.pass_threshold)
     summary["rollouts_per_s"] = engine.counters.finished / wall if wall > 0 else 0.0

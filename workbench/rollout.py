@@ -100,10 +100,7 @@ class Rollout:
         """
         msgs = self.messages if messages is None else messages
         params = self.params if not overrides else {**self.params, **overrides}
-        if self.pause is None and self.continuation is None:
-            ids = None
-        else:
-            ids = await self.continued_prompt(msgs, tools)  # may wait on a debugger: the latency starts after it
+        ids = await self.continued_prompt(msgs, tools)  # may wait on a debugger: the latency starts after it
         t0 = time.perf_counter()
         resp: ChatResponse = await self.client.chat(
             base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params,

@@ -176,32 +176,23 @@ class Rubric:
     async def score_rollout(self, ctx: Mapping[str, Any]) -> Scores:
         """Run every reward and metric on one rollout. ``ctx`` maps argument names to values."""
         s = Scores()
-        rewards, metrics = s.rewards, s.metrics
         total = 0.0
         for f in self.functions:
-            kind = f.kind
-            if kind == "group":
+            if f.kind == "group":
                 continue
             try:
                 value = f.fn(**ctx) if f.takes_kwargs else f.fn(**{a: ctx.get(a) for a in f.args})
                 if f.is_async or (type(value) not in _SCALARS and inspect.isawaitable(value)):
                     value = await value
-                if type(value) is float and value == value:  # the common case, without a dict per value
-                    if kind == "reward":
-                        rewards[f.name] = value
-                        total += f.weight * value
-                    else:
-                        metrics[f.name] = value
-                    continue
                 values = _as_values(f.name, value)
             except Exception as e:  # recorded on the rollout; the run goes on
                 s.errors.append((f.name, _error_text(e)))
                 continue
-            if kind == "reward":
-                rewards.update(values)
+            if f.kind == "reward":
+                s.rewards.update(values)
                 total += f.weight * sum(values.values())
             else:
-                metrics.update(values)
+                s.metrics.update(values)
         s.total = total
         return s
 
