@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Create (or refresh) the project's virtual environment in .venv. Idempotent and quick when
-# nothing changed: it reinstalls only when pyproject.toml changes.
+# Set up what Workbench and its tests need: the system packages and the Docker engine
+# (scripts/system_setup.sh: installed and started when run as root with apt, named otherwise), then the
+# project's virtual environment in .venv. Idempotent and quick when nothing changed: the venv is
+# reinstalled only when pyproject.toml or this script changes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/system_setup.sh"
 VENV="${WORKBENCH_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 STAMP="$VENV/.workbench-setup"
