@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import discovery, paths
-from workbench.discovery import EnvRef
+from workbench.authoring import discovery
+from workbench.authoring.discovery import EnvRef
+from workbench.config import paths
 from workbench.errors import WorkbenchError
-from workbench.validate import ValidationReport
+from workbench.runs.validate import ValidationReport
 
 if TYPE_CHECKING:
-    from workbench.rescore import RescoreResult
+    from app.store_access import AsyncRunner
+    from workbench.analysis.rescore import RescoreResult
     from workbench.store import Store
-
-    from .data import AsyncRunner
 
 
 @dataclass(slots=True)
@@ -95,7 +95,7 @@ def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,
                    progress: Callable[[int, int], None]) -> RescoreResult | None:
     """``workbench rescore ENV``: the env as its files are now, over every stored rollout of it, each
     run with its own arguments. None when nothing of it is stored. Blocks: call it from a worker."""
-    from workbench.rescore import rescore
+    from workbench.analysis.rescore import rescore
     from workbench.store.rescores import count_stored
 
     env = discovery.load_ref(ref)

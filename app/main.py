@@ -9,19 +9,19 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
-from workbench import discovery, paths
-from workbench.discovery import EnvRef
-
-from .commands import WorkbenchCommands
-from .config import TuiConfig, load_config
-from .data import StoreHandle
-from .format import fpath
-from .screens.costs import CostsScreen
-from .screens.debugger import DebuggerScreen
-from .screens.environments import EnvironmentsScreen
-from .screens.help import HelpScreen, binding_rows
-from .screens.runs import RunsScreen
-from .screens.traces import TracesScreen
+from app.commands import WorkbenchCommands
+from app.config import TuiConfig, load_config
+from app.format import fpath
+from app.screens.costs import CostsScreen
+from app.screens.debugger import DebuggerScreen
+from app.screens.environments import EnvironmentsScreen
+from app.screens.help import HelpScreen, binding_rows
+from app.screens.runs import RunsScreen
+from app.screens.traces import TracesScreen
+from app.store_access import StoreHandle
+from workbench.authoring import discovery
+from workbench.authoring.discovery import EnvRef
+from workbench.config import paths
 
 
 class WorkbenchApp(App[None]):
@@ -76,7 +76,7 @@ class WorkbenchApp(App[None]):
             if name not in self.available_themes:
                 self.config.problems.append(f"tui.toml: unknown {attr} {name!r}; known: "
                                             f"{', '.join(sorted(self.available_themes))}")
-                setattr(self.config, attr, TuiConfig.__dataclass_fields__[attr].default)
+                setattr(self.config, attr, TuiConfig.model_fields[attr].default)
         self.theme = self.config.theme
         if self.config.keymap:
             self.set_keymap(self.config.keymap)

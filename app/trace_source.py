@@ -9,8 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from app.store_access import StoreHandle
 from workbench.store.queries import (
     RolloutFilter,
     RolloutSummary,
@@ -19,8 +18,6 @@ from workbench.store.queries import (
     get_rollout,
     page_rollouts,
 )
-
-from .data import StoreHandle
 
 #: (label, sort understood by ``RolloutFilter.sort``)
 SORTS: list[tuple[str, str]] = [
@@ -101,22 +98,9 @@ def suggestions(store: StoreHandle) -> dict[str, list[str]]:
     return out
 
 
-def export_jsonl(store: StoreHandle, filters: Filters, sort: str, path: Path, page: int = 500) -> int:
+def export_jsonl(store: StoreHandle, filters: Filters, sort: str, path: Path) -> int:
     """Write every rollout matching ``filters`` (full: messages, scores, calls, errors) as JSONL."""
-    conn = store.get().conn
-    q = filters.query(sort)
+    from workbench.analysis.export import export_rollouts
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    n = 0
-    after = None
-    with open(tmp, "wb") as out:
-        while True:
-            rows = page_rollouts(conn, q, limit=page, after=after)
-            for r in rows:
-                out.write(orjson.dumps(get_rollout(conn, r.pk), option=orjson.OPT_NON_STR_KEYS, default=str) + b"\n")
-                n += 1
-            if len(rows) < page:
-                break
-            after = rows[-1].cursor(sort)
-    tmp.replace(path)
-    return n
+    return export_rollouts(store.get(), filters.query(sort), path, fmt="rollouts")

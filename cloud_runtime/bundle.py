@@ -13,7 +13,7 @@
   the versions installed here, one ``name==version`` line each, sorted; empty when it declares none.
 - ``bundle.json``: the manifest (env name, hash, every file with its sha256, requirements, lock).
 
-**The hash** (sha256, 64 hex) is computed exactly like ``workbench.discovery.env_version``: for each
+**The hash** (sha256, 64 hex) is computed exactly like ``workbench.authoring.discovery.env_version``: for each
 file, in canonical order (relative path compared part by part), its POSIX relative path, a NUL, its
 bytes, a NUL; then, only when the lock is not empty, ``requirements.lock``, a NUL, the lock's bytes,
 a NUL. So for an environment without dependencies ``hash[:12] == env_version`` (what ``workbench envs``
@@ -41,15 +41,14 @@ from typing import Any
 
 import orjson
 
-from workbench.discovery import EnvRef, resolve
+from cloud_runtime.secrets_scan import check_files
+from workbench.authoring.discovery import EnvRef, resolve
+from workbench.authoring.env_files import LOCK_NAME, content_hash, read_env_files
 from workbench.errors import ConfigError, WorkbenchError
-
-from .secrets_scan import check_files
 
 FORMAT = 1
 MANIFEST = "bundle.json"
-LOCK = "requirements.lock"
-_SKIP_DIRS = {"__pycache__", ".git", ".venv", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+LOCK = LOCK_NAME
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SCRIPT_BLOCK = re.compile(r"(?m)^# /// script\s*$\n(?P<body>(?:^#(?: .*)?$\n)+?)^# ///\s*$")
 
@@ -90,27 +89,7 @@ def env_files(ref: EnvRef) -> list[tuple[str, bytes]]:
     if ref.path is None:
         raise BundleError(f"cannot package {ref.name!r}: it is installed module {ref.module!r} without source files "
                           "here; package it from its source directory (workbench package PATH)")
-    if ref.path.is_file():
-        return [(ref.path.name, ref.path.read_bytes())]
-    found = []
-    for f in ref.path.rglob("*"):
-        rel = f.relative_to(ref.path)
-        if f.is_file() and not any(p in _SKIP_DIRS for p in rel.parts) and f.suffix not in {".pyc", ".pyo"}:
-            found.append((rel.parts, f))
-    found.sort(key=lambda x: x[0])
-    return [("/".join(parts), f.read_bytes()) for parts, f in found]
-
-
-def content_hash(files: list[tuple[str, bytes]], lock_text: str = "") -> str:
-    """The bundle hash: files in the given (canonical) order, then the lock when it is not empty."""
-    h = hashlib.sha256()
-    items = list(files) + ([(LOCK, lock_text.encode())] if lock_text else [])
-    for rel, data in items:
-        h.update(rel.encode())
-        h.update(b"\x00")
-        h.update(data)
-        h.update(b"\x00")
-    return h.hexdigest()
+    return read_env_files(ref.path)
 
 
 # -- requirements and the lock ---------------------------------------------------------------------
@@ -253,13 +232,13 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
     """Package ``env`` (a name, path or EnvRef) into ``out_dir/<env>-<hash12>/`` and return the bundle.
 
     Refuses (:class:`SecretInBundleError`) when a file holds something shaped like a secret or the
-    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.credentials.known_tokens`.
+    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`.
     """
     ref = resolve(env) if isinstance(env, str) else env
     files = env_files(ref)
     root = ref.path if ref.path is not None and ref.path.is_dir() else (ref.path.parent if ref.path else Path("."))
     if known_tokens is None:
-        from workbench.credentials import known_tokens as _known
+        from workbench.config.credentials import known_tokens as _known
 
         known_tokens = _known()
     check_files(((str(root / rel), data) for rel, data in files), f"package {ref.name!r}", known_tokens)
@@ -382,7 +361,7 @@ def verify_bundle(path: str | Path, expected_hash: str) -> Bundle:
     for label, data in (("wheel", wheel_bytes), ("lock_file", lock_bytes)):
         if _sha(data) != manifest[label].get("sha256"):
             raise refuse(f"{manifest[label]['file']} does not match the sha256 in {MANIFEST}")
-    from workbench.credentials import known_tokens
+    from workbench.config.credentials import known_tokens
 
     inside = (lambda r: f"{mod}.py") if kind == "module" else (lambda r: f"{mod}/{r}")
     check_files(((f"{wheel_path.name}!{inside(r)}", b) for r, b in payload), f"run bundle {d}", known_tokens())

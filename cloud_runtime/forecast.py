@@ -3,11 +3,11 @@ dialog and Costs screen show before anything starts.
 
 Nothing here estimates on its own account: a cloud forecast is :func:`cloud_runtime.plan.make_plan`
 (what ``workbench launch --plan`` prints) judged by the very checks ``workbench launch`` refuses with
-(:func:`~cloud_runtime.plan.check_budget`, :func:`workbench.budgets.check_monthly`, the memory fit);
+(:func:`~cloud_runtime.plan.check_budget`, :func:`workbench.cost.budgets.check_monthly`, the memory fit);
 a local forecast is the local backend's cost formula — device-seconds × the local price
 (``workbench gpu-prices set local cpu``) — with device-seconds per step measured from the cost
 ledgers of earlier local launches, and the cap its budget guard will enforce
-(:func:`workbench.budgets.run_cap`).
+(:func:`workbench.cost.budgets.run_cap`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.budgets import check_monthly, month_spent_usd, monthly_budget_usd, run_cap
+from cloud_runtime.launch import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
+from cloud_runtime.plan import Plan, check_budget, load_launch_config, make_plan
+from workbench.cost.budgets import check_monthly, month_spent_usd, monthly_budget_usd, run_cap
 from workbench.errors import ConfigError
-
-from .launch import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
-from .plan import Plan, check_budget, load_launch_config, make_plan
 
 CONFIGS_DIR = Path(__file__).with_name("configs")
 PLANNED_ENV = "(planned run)"  # the plan does not depend on the environment, only the config's name needs one

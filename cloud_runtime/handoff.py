@@ -10,9 +10,9 @@ code path on one machine):
   reward), plus a heartbeat while there is nothing new;
 * the **record log**, written by the trainer's rank 0 through :class:`LogFeed`: its step, skipped
   and event records, which the bridge copies into the orchestrator's store — where
-  :class:`workbench.train.Orchestrator` and the stream exporter already look for them.
+  :class:`workbench.training.loop.Orchestrator` and the stream exporter already look for them.
 
-:class:`LogFeed` is the trainer's ``local_runtime.train_feed.TrainFeed``; its cursor is the batch
+:class:`LogFeed` is the trainer's ``local_runtime.training.feed.TrainFeed``; its cursor is the batch
 log's sequence number, recorded as ``last_pk`` with every step, so a resumed trainer re-reads from
 the checkpointed step's position. Rank 0 still broadcasts each batch to the other ranks.
 
@@ -22,7 +22,7 @@ transaction, and the feed skips a rollout id it has already seen.
 
     python -m cloud_runtime.handoff --handoff JSON --run RUN --server URL --dir RUN_DIR
 
-runs the training worker (``local_runtime.train_worker``) with a :class:`LogFeed` over the logs
+runs the training worker (``local_runtime.training.worker``) with a :class:`LogFeed` over the logs
 that ``JSON`` names (see :func:`open_handoff`).
 """
 
@@ -40,10 +40,9 @@ from typing import Any
 
 import orjson
 
-from workbench.algorithms import Branch, TrainRollout
-from workbench.training_data import load_rollouts
-
-from .stream import DirLog, Event, EventLog, KeyValueLog
+from cloud_runtime.stream import DirLog, Event, EventLog, KeyValueLog
+from workbench.training.algorithms import Branch, TrainRollout
+from workbench.training.data import load_rollouts
 
 #: A trainer that hears nothing (not even a heartbeat) for this long takes its orchestrator for gone.
 ORPHAN_AFTER_S = 600.0
@@ -104,7 +103,7 @@ def _read_all(log: EventLog, after: int) -> list[Event]:
 
 # -- the trainer's side ------------------------------------------------------------------------------
 class LogFeed:
-    """The trainer's feed over the two logs (``local_runtime.train_feed.TrainFeed``)."""
+    """The trainer's feed over the two logs (``local_runtime.training.feed.TrainFeed``)."""
 
     def __init__(self, batches: EventLog, records: EventLog, *, orphan_after_s: float = ORPHAN_AFTER_S,
                  parent_pid: int | None = None) -> None:
@@ -235,10 +234,10 @@ class HandoffBridge(threading.Thread):
 
 # -- the trainer's command line ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """``local_runtime.train_worker``'s command line with ``--handoff JSON`` instead of ``--db``."""
+    """``local_runtime.training.worker``'s command line with ``--handoff JSON`` instead of ``--db``."""
     import argparse
 
-    from local_runtime import train_worker
+    from local_runtime.training import worker as train_worker
 
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--handoff", required=True, help="JSON: the hand-off logs (see open_handoff)")

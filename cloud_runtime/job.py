@@ -3,7 +3,7 @@
 ``run_remote`` is what the Modal orchestrator function calls, and what ``workbench launch
 --backend local`` runs in a local process (``python -m cloud_runtime.job``): the same code, only
 where it runs differs. Before any (GPU) work it checks the bundle's content hash against the one
-the laptop computed and refuses a mismatch. Then it runs :func:`workbench.train.train` into its own
+the laptop computed and refuses a mismatch. Then it runs :func:`workbench.training.loop.train` into its own
 store (on Modal: a Volume), while
 
 * an :class:`~cloud_runtime.stream.Exporter` streams every new row (rollouts, step metrics, cost
@@ -31,9 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cloud_runtime.stream import EventLog, Exporter, open_log
 from workbench.errors import ConfigError, WorkbenchError
-
-from .stream import EventLog, Exporter, open_log
 
 
 class CostLedger(threading.Thread):
@@ -101,13 +100,12 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
     inference server and trainer (default: local processes, ``cloud_runtime.roles.HandoffRoles``);
     ``should_stop`` is asked between steps too (the 24 h hand-over); ``resume`` continues the run
     in ``workdir``'s store from its checkpoint."""
+    from cloud_runtime.bundle import bundle_env_ref, verify_bundle
+    from cloud_runtime.handoff import HandoffBridge, open_handoff
+    from cloud_runtime.roles import HandoffRoles
     from workbench.store import Store
-    from workbench.train import run_dir, train
-    from workbench.train_config import validate_tables
-
-    from .bundle import bundle_env_ref, verify_bundle
-    from .handoff import HandoffBridge, open_handoff
-    from .roles import HandoffRoles
+    from workbench.training.loop import run_dir, train
+    from workbench.training.run_config import validate_tables
 
     verify_bundle(bundle_dir, expected_hash)  # before any GPU work: a mismatch refuses to run
     work = Path(workdir)

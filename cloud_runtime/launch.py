@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cloud_runtime.stream import FINISHED, Event, follow, open_log
+from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
-from workbench.paths import data_dir
-
-from .stream import FINISHED, Event, follow, open_log
 
 LOCAL_PROVIDER, LOCAL_DEVICE = "local", "cpu"
 
@@ -40,7 +39,7 @@ class Launched:
 
 def local_price() -> float:
     """USD per device-second of the local backend: ``workbench gpu-prices set local cpu ...``, else 0."""
-    from .gpu_prices import load_prices
+    from workbench.cost.gpu_prices import load_prices
 
     p = load_prices().get((LOCAL_PROVIDER, LOCAL_DEVICE))
     return p.usd_per_gpu_s if p else 0.0
@@ -50,10 +49,9 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
                  on_event: Callable[[Event], None] | None = None, on_start: Callable[[str], None] | None = None,
                  timeout_s: float | None = None) -> Launched:
     """Run ``run`` (a resolved RunConfig) through the whole launch pipeline with local processes."""
-    from workbench.budgets import spent_usd
-    from workbench.evaluate import new_run_id
-
-    from .bundle import build_bundle
+    from cloud_runtime.bundle import build_bundle
+    from workbench.cost.budgets import spent_usd
+    from workbench.runs.evaluate import new_run_id
 
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()
@@ -134,3 +132,20 @@ def follow_run(store: Any, run_id: str, *, on_event: Callable[[Event], None] | N
         raise ConfigError(f"run {run['id']} was not launched; `workbench runs {run['id']}` shows what the store has")
     return follow(store.conn, run["id"], open_log(launch["stream"]), budget_usd=launch.get("budget_usd"),
                   on_event=on_event, timeout_s=timeout_s)
+
+
+class LocalBackend:
+    """The ``workbench.backends`` plugin ``local``: the whole launch pipeline on this machine."""
+
+    name = "local"
+    takes = "run"
+    notice = ""
+
+    def launch(self, store: Any, run: Any, plan: Any = None, *, budget_usd: float | None = None,
+               threads: int | None = None, on_event: Callable[[Event], None] | None = None,
+               on_start: Callable[[str], None] | None = None) -> Launched:
+        return launch_local(store, run, budget_usd=budget_usd, threads=threads, on_event=on_event,
+                            on_start=on_start)
+
+
+BACKEND = LocalBackend()

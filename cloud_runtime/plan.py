@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.algorithms import nearest
+from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
 from workbench.errors import ConfigError
-from workbench.train_config import RunConfig, load_tables, validate_tables
-
-from .gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
+from workbench.training.algorithms import nearest
+from workbench.training.run_config import RunConfig, load_tables, validate_tables
 
 
 @dataclass(slots=True)

@@ -7,13 +7,13 @@ over, at a step boundary right after a checkpoint, so nothing trained is lost:
    Once the time left is within reach of the next checkpoint (``checkpoint_every`` steps at the
    recent step time, plus ``shutdown_s`` for stopping and committing), it stops the run just after a
    ``checkpoint saved`` event; with only ``shutdown_s`` left it stops regardless. The stop reason
-   starts with ``workbench.train.HANDOVER``, so the run is left ``resuming`` (the laptop keeps
+   starts with ``workbench.training.loop.HANDOVER``, so the run is left ``resuming`` (the laptop keeps
    following it) instead of ``stopped``.
 2. The orchestrator snapshots its SQLite store onto the run volume (:func:`snapshot_store`: SQLite's
    online backup, renamed into place), commits the volume, and spawns itself again with
    ``resume``; :func:`respawn_decision` refuses to loop when a call made no progress.
 3. The new call restores the snapshot (:func:`restore_store`) and runs ``job.run_remote(...,
-   resume=True)``: ``workbench.train.train(resume=RUN)`` continues from the store, the trainer from
+   resume=True)``: ``workbench.training.loop.train(resume=RUN)`` continues from the store, the trainer from
    its checkpoint on the volume and from the hand-off log position that checkpoint recorded.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.train import HANDOVER
+from workbench.training.loop import HANDOVER
 
 #: Time kept for stopping the run, snapshotting the store, committing the volume and spawning.
 SHUTDOWN_S = 1200.0

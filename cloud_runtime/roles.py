@@ -1,4 +1,4 @@
-"""Where a launched run's inference server and trainer run (``workbench.train_roles.TrainRoles``).
+"""Where a launched run's inference server and trainer run (``workbench.training.roles.TrainRoles``).
 
 Both backends hand batches to the trainer through the hand-off logs (``cloud_runtime.handoff``),
 never through the orchestrator's store, so ``--backend local`` runs the code path Modal runs:
@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from local_runtime.training.roles import LocalRoles
 from workbench.errors import ConfigError
-from workbench.train_roles import Inference, LocalRoles
+from workbench.training.roles import Inference
 
 HANDOFF_MODULE = "cloud_runtime.handoff"
 

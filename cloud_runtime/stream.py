@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from workbench.budgets import spent_usd
+from workbench.cost.budgets import spent_usd
 
 Event = dict[str, Any]
 _CHILDREN = ("score", "model_call", "rollout_error", "trace")  # rows keyed by rollout_pk
@@ -262,7 +262,7 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], upsert_ke
 def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[Event]:
     """Apply ``events`` (in seq order) past the run's cursor, in one transaction with the new
     cursor; returns the events applied (duplicates and replays are skipped)."""
-    from workbench.rollout import searchable_text
+    from workbench.rollouts.rollout import searchable_text
 
     applied: list[Event] = []
     conn.execute("BEGIN IMMEDIATE")

@@ -1,6 +1,6 @@
 """``/v1/chat/completions/tokens`` for vLLM, built on vLLM's public ``/v1/completions``.
 
-Token continuation (``workbench/continuation.py``) sends every follow-up call of a multi-turn
+Token continuation (``workbench/rollouts/continuation.py``) sends every follow-up call of a multi-turn
 rollout as exact prompt token ids to ``/v1/chat/completions/tokens``. vLLM has no such route, but
 its OpenAI ``/v1/completions`` takes a prompt as token ids and returns what the trace needs
 (``return_token_ids``, ``logprobs``). The inference node's adapter gate
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from local_runtime.chat_template import ChatFormatError, forced_tool_prefix, parse_tool_calls
+from local_runtime.models.chat_template import ChatFormatError, forced_tool_prefix, parse_tool_calls
 
 #: Tool-call formats the route can parse (ModalSpec.tool_call_parser); "" means no tools are parsed.
 PARSERS = frozenset({"hermes", ""})

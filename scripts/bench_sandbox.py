@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 import envs.coding as coding  # noqa: E402
 import workbench as wb  # noqa: E402
-from workbench.client import ChatClient  # noqa: E402
-from workbench.engine import RolloutEngine  # noqa: E402
+from workbench.rollouts.client import ChatClient  # noqa: E402
+from workbench.rollouts.engine import RolloutEngine  # noqa: E402
 from workbench.store import Store  # noqa: E402
 
 TASK = "durations"

@@ -40,7 +40,7 @@ def build_random_model(path: Path, hidden: int, layers: int, vocab: int) -> str:
 
 
 def samples(n: int, seq: int, vocab: int, seed: int = 0) -> list[Any]:
-    from workbench.algorithms import TrainSample
+    from workbench.training.algorithms import TrainSample
 
     rng = random.Random(seed)
     out = []
@@ -58,7 +58,7 @@ def samples(n: int, seq: int, vocab: int, seed: int = 0) -> list[Any]:
 def bench(model: str, batch: list[Any], steps: int, mbt: int) -> list[dict[str, Any]]:
     """LoRA and full fine-tuning, their timed steps interleaved so that load from other processes
     on the machine falls on both alike."""
-    from local_runtime.trainer import Trainer, TrainerConfig
+    from local_runtime.training.trainer import Trainer, TrainerConfig
 
     runs: dict[str, dict[str, Any]] = {}
     for mode in ("lora", "full"):
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.model:
             from transformers import AutoConfig
 
-            from local_runtime.loading import resolve
+            from local_runtime.models.loading import resolve
 
             vocab = AutoConfig.from_pretrained(resolve(a.model)[0]).vocab_size
         batch = samples(a.samples, a.seq, vocab)

@@ -30,8 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.rollout import ModelCall, RolloutError, Usage, searchable_text  # noqa: E402
-from workbench.rubric import Scores  # noqa: E402
+from workbench.authoring.rubric import Scores  # noqa: E402
+from workbench.authoring.tasks import Task  # noqa: E402
+from workbench.rollouts.rollout import ModelCall, RolloutError, Usage, searchable_text  # noqa: E402
 from workbench.store import Store  # noqa: E402
 from workbench.store.writer import (  # noqa: E402
     _CALL_SQL,
@@ -43,7 +44,6 @@ from workbench.store.writer import (  # noqa: E402
     RolloutRecord,
     dumps,
 )
-from workbench.tasks import Task  # noqa: E402
 
 ENVS = ("arithmetic", "wordle", "doc_search")
 MODELS = {  # name -> (provider, $/Mtok in, $/Mtok out, skill)

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.db is None:
-        from workbench.paths import default_db
+        from workbench.config.paths import default_db
 
         args.db = str(default_db())
     with Store(args.db) as store:

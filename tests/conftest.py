@@ -112,6 +112,6 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("WORKBENCH_TEST_TINY_DIR")
     if given:
         return Path(given)
-    from local_runtime.tiny_model import build_tiny_model
+    from local_runtime.models.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "workbench-tiny-v1", seed=0, fast=True)

@@ -7,19 +7,20 @@ The public authoring API (see DESIGN.md)::
                          rubric=rubric, sampling=wb.Sampling(max_tokens=256))
 """
 
-from .environment import Environment, Local, Sampling
-from .errors import EnvLoadError, RubricError, WorkbenchError
-from .harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
-from .rollout import Rollout, RolloutFailed
-from .rubric import Rubric
-from .sandbox import Docker, ExecResult, Limits, ModalSandbox, Sandbox, SandboxError
-from .tasks import Task, TaskSet
-from .tools import Tool
+from workbench.authoring.environment import Environment, Sampling
+from workbench.authoring.harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
+from workbench.authoring.rubric import Rubric
+from workbench.authoring.runtimes import Docker, Local, ModalSandbox, Runtime
+from workbench.authoring.sandbox import ExecResult, Limits, Sandbox, SandboxError
+from workbench.authoring.tasks import Task, TaskSet
+from workbench.authoring.tools import Tool
+from workbench.errors import EnvLoadError, RubricError, WorkbenchError
+from workbench.rollouts.rollout import Rollout, RolloutFailed
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Limits", "Local", "ModalSandbox", "MultiTurn",
-    "Program", "Rollout", "RolloutFailed", "Rubric", "RubricError", "Sampling", "Sandbox", "SandboxError",
+    "Program", "Rollout", "Runtime", "RolloutFailed", "Rubric", "RubricError", "Sampling", "Sandbox", "SandboxError",
     "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError", "__version__",
 ]

@@ -18,12 +18,11 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Label, ProgressBar, Select, Static
 
-from workbench.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
-
-from ..config import config_path
-from ..data import call_ui
-from ..format import fcost, fpath, ftime
-from ..widgets.forecast import ConfigPicker, forecast_text
+from app.config import config_path
+from app.format import fcost, fpath, ftime
+from app.store_access import call_ui
+from app.widgets.forecast import ConfigPicker, forecast_text
+from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
 KIND_TITLES = {"api_tokens": "api tokens", "gpu_seconds": "gpu", "sandbox_seconds": "sandbox"}

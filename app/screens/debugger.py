@@ -1,6 +1,6 @@
 """Debugger: run one rollout turn by turn, or open a stored one read-only.
 
-The rollout is a :class:`workbench.debug_session.DebugSession` (what ``workbench debug`` runs) on an
+The rollout is a :class:`workbench.runs.debug_session.DebugSession` (what ``workbench debug`` runs) on an
 event loop of its own thread, so a paused rollout keeps its client, sandbox and proxy between key
 presses and a slow tool never freezes the interface. The session reports changes by setting a flag
 that a timer on the UI side picks up.
@@ -19,13 +19,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header, Input, Select, Static
 
-from workbench.debug_session import DebugSession
-from workbench.errors import WorkbenchError
-
-from ..env_state import env_spec
-from ..format import clip
-from ..loop_thread import LoopThread
-from ..widgets.debug_panels import (
+from app.env_state import env_spec
+from app.format import clip
+from app.loop_thread import LoopThread
+from app.widgets.debug_panels import (
     DebugView,
     errors_text,
     live_view,
@@ -34,7 +31,9 @@ from ..widgets.debug_panels import (
     transcript,
     turns_table,
 )
-from ..widgets.token_view import TokenView
+from app.widgets.token_view import TokenView
+from workbench.errors import WorkbenchError
+from workbench.runs.debug_session import DebugSession
 
 
 class DebuggerScreen(Screen[None]):
@@ -187,8 +186,8 @@ class DebuggerScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="debug-price")
     def _price_for_stored(self, rollout: dict[str, Any]) -> None:
         """Per-turn cost from the model's price; weights from the run's environment (best effort)."""
-        from workbench.debug_report import load_run_env, score_lines
-        from workbench.pricing import match_price
+        from workbench.cost.pricing import match_price
+        from workbench.runs.debug_report import load_run_env, score_lines
 
         store = self.app.store.get()  # type: ignore[attr-defined]
         price = match_price(rollout.get("model") or "", store.prices())
@@ -224,7 +223,7 @@ class DebuggerScreen(Screen[None]):
         except ValueError:
             self.notify(f"the task index must be a whole number, not {raw!r}", severity="error")
             return None
-        from workbench.evaluate import EvalOptions
+        from workbench.runs.evaluate import EvalOptions
 
         cfg = self.app.config  # type: ignore[attr-defined]
         opts = EvalOptions(env=select.value, model=cfg.model, base_url=cfg.base_url)

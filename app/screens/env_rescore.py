@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from app.env_state import EnvState, rescore_stored
+from app.format import clip, fnum
+from app.store_access import AsyncRunner
+from app.widgets.reward_compare import RewardCompare
 from workbench.errors import WorkbenchError
-
-from ..data import AsyncRunner
-from ..env_state import EnvState, rescore_stored
-from ..format import clip, fnum
-from ..widgets.reward_compare import RewardCompare
 
 if TYPE_CHECKING:
     from textual.screen import Screen

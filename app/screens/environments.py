@@ -22,11 +22,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
-from workbench.errors import WorkbenchError
-
-from ..config import config_path
-from ..data import AsyncRunner, call_ui
-from ..env_state import (
+from app.config import config_path
+from app.env_state import (
     EnvState,
     LoadResult,
     affected,
@@ -36,11 +33,13 @@ from ..env_state import (
     source_file,
     watch_dirs,
 )
-from ..format import clip, fcost, fnum, fpath
-from ..widgets.reward_compare import RewardCompare
-from .env_rescore import RescoreActions
-from .launch import LaunchRequest, LaunchScreen
-from .new_env import NewEnvScreen
+from app.format import clip, fcost, fnum, fpath
+from app.screens.env_rescore import RescoreActions
+from app.screens.launch import LaunchRequest, LaunchScreen
+from app.screens.new_env import NewEnvScreen
+from app.store_access import AsyncRunner, call_ui
+from app.widgets.reward_compare import RewardCompare
+from workbench.errors import WorkbenchError
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
@@ -277,7 +276,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="env-validate")
     def _validate(self, name: str, spec: str) -> None:
-        from workbench.validate import validate_env
+        from workbench.runs.validate import validate_env
 
         try:
             rep = AsyncRunner().run(lambda: validate_env(spec))
@@ -327,7 +326,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="env-eval")
     def _eval(self, runner: AsyncRunner, name: str, spec: str) -> None:
-        from workbench.evaluate import EvalOptions, evaluate
+        from workbench.runs.evaluate import EvalOptions, evaluate
 
         cfg = self.app.config  # type: ignore[attr-defined]
         opts = EvalOptions(env=spec, n=cfg.quick_eval_n, rollouts_per_task=1, concurrency=4,
@@ -444,25 +443,22 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
     @work(thread=True, exit_on_error=False, group="env-launch")
     def _launch(self, req: LaunchRequest) -> None:
         """``workbench launch ENV --backend local|modal``: blocks this worker thread until the run ends."""
-        modal = req.backend == "modal"
-        launcher = getattr(self.app, "modal_launcher" if modal else "launcher", None)
-        if launcher is None and modal:
-            from cloud_runtime.launch_modal import launch_modal as launcher
-        elif launcher is None:
-            from cloud_runtime.launch import launch_local as launcher
+        from workbench.training.backends import backend
+
+        chosen = backend(req.backend)
+        launch = getattr(self.app, "modal_launcher" if req.backend == "modal" else "launcher", None) or chosen.launch
 
         def on_start(run_id: str) -> None:
             self._ui(self._launch_started, req.env, run_id)
 
         try:
             store = self.app.store.get()  # type: ignore[attr-defined]
-            if modal:
-                from cloud_runtime.launch_modal import UNVERIFIED
-
-                self._ui(self.notify, UNVERIFIED, title="modal launch", severity="warning", timeout=10)
-                out = launcher(store, req.run_cfg, req.plan, budget_usd=req.budget_usd, on_start=on_start)
+            if chosen.notice:
+                self._ui(self.notify, chosen.notice, title=f"{req.backend} launch", severity="warning", timeout=10)
+            if chosen.takes == "launch":
+                out = launch(store, req.run_cfg, req.plan, budget_usd=req.budget_usd, on_start=on_start)
             else:
-                out = launcher(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
+                out = launch(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
         except WorkbenchError as e:
             self._ui(self.notify, f"{req.env}: {e}", title="launch failed", severity="error", timeout=10)
         except Exception as e:
@@ -483,8 +479,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._scan(set())
 
     def _refresh_runs(self) -> None:
-        from .costs import CostsScreen
-        from .runs import RunsScreen
+        from app.screens.costs import CostsScreen
+        from app.screens.runs import RunsScreen
 
         screen = self.app.screen
         if isinstance(screen, RunsScreen | CostsScreen):  # the others refresh when shown

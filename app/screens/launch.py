@@ -5,9 +5,9 @@ While the user picks a backend, steps, budget and config, a worker computes what
 with the functions the CLI uses (:mod:`cloud_runtime.forecast`): for ``modal`` the cluster plan of
 ``workbench launch --plan`` judged by the run and monthly budgets and the memory fit; for ``local``
 device-seconds × the local price and the cap the budget guard will enforce. A refused plan disables
-Launch, with the numbers shown. Confirming resolves the run config (``workbench.train_config.resolve``,
+Launch, with the numbers shown. Confirming resolves the run config (``workbench.training.run_config.resolve``,
 in a worker: it imports the trainer; for ``modal`` the launch config, its plan and the Modal token, as
-``workbench launch --backend modal`` does) and the cap (``workbench.budgets.run_cap``) and returns a
+``workbench launch --backend modal`` does) and the cap (``workbench.cost.budgets.run_cap``) and returns a
 :class:`LaunchRequest`; the Environments screen runs the launch in a thread worker. A Modal launch is
 marked unverified, as the CLI marks it: it has never run on Modal from this project."""
 
@@ -26,10 +26,9 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 
+from app.store_access import call_ui
+from app.widgets.forecast import ConfigPicker, cloud_text, local_text
 from workbench.errors import WorkbenchError
-
-from ..data import call_ui
-from ..widgets.forecast import ConfigPicker, cloud_text, local_text
 
 MODAL_REASON = "unverified: never run on Modal from this project"
 DEFAULT_MAX_STEPS = 20
@@ -44,7 +43,7 @@ class LaunchRequest:
     max_steps: int
     budget_usd: float | None  # the cap the budget guard enforces: the run's budget or what is left of the month
     config_file: str | None
-    run_cfg: Any  # the resolved workbench.train_config.RunConfig (local), cloud_runtime.plan.LaunchConfig (modal)
+    run_cfg: Any  # the resolved workbench.training.run_config.RunConfig (local), cloud_runtime.plan.LaunchConfig (modal)
     plan: Any = None  # the cluster plan a Modal launch runs (cloud_runtime.plan.Plan)
 
 
@@ -97,7 +96,7 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
         except WorkbenchError as e:
             hint = "" if config else " (pick a run config with a [cloud] table, e.g. a bundled one)"
             return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
-        from cloud_runtime.launch_modal import UNVERIFIED
+        from cloud_runtime.modal.launch import UNVERIFIED
 
         text = cloud_text(fc)
         text.append(f"\n{UNVERIFIED}", style="yellow")
@@ -105,7 +104,7 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
     lf = local_forecast(conn, steps, budget)
     text = local_text(lf)
     if config:
-        from workbench.train_config import load_tables
+        from workbench.training.run_config import load_tables
 
         try:
             if load_tables(config).get("cloud"):
@@ -273,8 +272,8 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         call_ui(self.app, self._resolved, request)
 
     def _local_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
-        from workbench.budgets import run_cap
-        from workbench.train_config import resolve
+        from workbench.cost.budgets import run_cap
+        from workbench.training.run_config import resolve
 
         run_cfg = resolve(config, {"loop.max_steps": steps}, self.spec)
         # What `workbench launch` hands the budget guard: the run's budget or what is left of
@@ -287,8 +286,8 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         (run and monthly budgets, memory fit: the forecast's, as fresh as the month's spend) and a Modal token
         (its error names ``workbench login modal``)."""
         from cloud_runtime.forecast import cloud_forecast
-        from workbench.budgets import run_cap
-        from workbench.credentials import require_token
+        from workbench.config.credentials import require_token
+        from workbench.cost.budgets import run_cap
 
         conn = self.app.store.get().conn  # type: ignore[attr-defined]
         fc = cloud_forecast(conn, config, env=self.spec, max_steps=steps, budget_usd=budget)

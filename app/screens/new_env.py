@@ -1,5 +1,5 @@
 """New environment: a name and a template, then ``workbench new NAME --template T`` from the app
-(:func:`workbench.templates.create_env`, in a worker). The dialog dismisses with the new folder's
+(:func:`workbench.authoring.templates.create_env`, in a worker). The dialog dismisses with the new folder's
 path (None when cancelled), so its caller can reload the environment list and open the file."""
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
+from app.format import fpath
+from app.store_access import call_ui
+from workbench.authoring.templates import TEMPLATES, check_name, default_dir
 from workbench.errors import WorkbenchError
-from workbench.templates import TEMPLATES, check_name, default_dir
-
-from ..data import call_ui
-from ..format import fpath
 
 
 class NewEnvScreen(ModalScreen["Path | None"]):
@@ -127,7 +126,7 @@ class NewEnvScreen(ModalScreen["Path | None"]):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="new-env")
     def _create(self, name: str, template: str) -> None:
-        from workbench.templates import create_env
+        from workbench.authoring.templates import create_env
 
         try:
             path = create_env(name, template, self.directory)

@@ -14,10 +14,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from workbench.rollout import content_text
-
-from ..format import ROLE_COLORS, fcost, fnum, ftime
-from ..widgets.token_view import TokenView
+from app.format import ROLE_COLORS, fcost, fnum, ftime
+from app.widgets.token_view import TokenView
+from workbench.rollouts.rollout import content_text
 
 
 def message_body(m: dict[str, Any]) -> Text:

@@ -16,10 +16,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from workbench.diff import MessageSide, RolloutDiff
-from workbench.diff_render import A_STYLE, B_STYLE, errors_text, message_body, values_table
-
-from ..format import ROLE_COLORS
+from app.format import ROLE_COLORS
+from workbench.analysis.diff import MessageSide, RolloutDiff
+from workbench.analysis.diff_render import A_STYLE, B_STYLE, errors_text, message_body, values_table
 
 
 class RolloutDiffScreen(Screen[None]):

@@ -17,11 +17,10 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Static
 
+from app.format import fcost, fnum, ftime
+from app.store_access import call_ui
+from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
-
-from ..data import call_ui
-from ..format import fcost, fnum, ftime
-from ..widgets.train_view import TrainView, read_new_rollouts
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
 TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
@@ -148,7 +147,7 @@ class RunsScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-summary")
     def _load_summary(self, run_id: str) -> None:
-        from workbench.report import run_summary
+        from workbench.analysis.report import run_summary
 
         try:
             store = self.app.store.get()  # type: ignore[attr-defined]

@@ -17,16 +17,15 @@ from textual.timer import Timer
 from textual.validation import Number
 from textual.widgets import Footer, Header, Input, Static
 
-from workbench.diff import load_diff
+from app.format import fnum, ftime
+from app.screens.rollout_detail import RolloutDetailScreen
+from app.screens.rollout_diff import RolloutDiffScreen
+from app.store_access import call_ui
+from app.trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
+from app.widgets.virtual_table import Column, VirtualTable
+from workbench.analysis.diff import load_diff
 from workbench.errors import WorkbenchError
 from workbench.store.queries import RolloutSummary
-
-from ..data import call_ui
-from ..format import fnum, ftime
-from ..trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
-from ..widgets.virtual_table import Column, VirtualTable
-from .rollout_detail import RolloutDetailScreen
-from .rollout_diff import RolloutDiffScreen
 
 #: (input id, placeholder, Filters field, narrow)
 FILTER_INPUTS = [

@@ -1,6 +1,6 @@
 """What the Debugger shows, as plain data (:class:`DebugView`) and as rich renderables.
 
-A view is built either from a live :class:`~workbench.debug_session.DebugSession` or from a stored
+A view is built either from a live :class:`~workbench.runs.debug_session.DebugSession` or from a stored
 rollout (read-only), so both look the same on screen.
 """
 
@@ -15,12 +15,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from workbench.debug_report import ScoreLine
-from workbench.debug_session import DebugSession
-from workbench.pricing import Price
-
-from ..format import ROLE_COLORS, fcost, fnum
-from ..screens.rollout_detail import message_body
+from app.format import ROLE_COLORS, fcost, fnum
+from app.screens.rollout_detail import message_body
+from workbench.cost.pricing import Price
+from workbench.runs.debug_report import ScoreLine
+from workbench.runs.debug_session import DebugSession
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 Two textual-plotext bar charts over the same bins and the same count axis (so the bars compare
 directly), mean ± standard error in their titles, then a table of every reward and metric (mean
 before and after, rollouts changed, errors) and what was skipped. While a re-score runs it shows
-its progress; the numbers come from :class:`workbench.rescore.RescoreResult` as they are.
+its progress; the numbers come from :class:`workbench.analysis.rescore.RescoreResult` as they are.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from workbench.rescore import RescoreResult
-from workbench.reward_stats import Distribution
-
-from ..format import clip, fnum
+from app.format import clip, fnum
+from workbench.analysis.rescore import RescoreResult
+from workbench.analysis.reward_stats import Distribution
 
 BEFORE, AFTER = "cyan+", "magenta+"  # plotext colours of the two charts
 

@@ -3,8 +3,8 @@ the step time split into wait / train / weight update, staleness (policy-version
 rollouts trained on) and trainer throughput.
 
 :class:`TrainSeries` keeps the numbers, extended record by record as the Runs screen polls the
-store (``Store.train_records``; what the trainer records is listed in local_runtime/trainer.py
-and train_worker.py); :class:`RunPlots` redraws from it only when a record changed something.
+store (``Store.train_records``; what the trainer records is listed in local_runtime/training/trainer.py
+and local_runtime/training/worker.py); :class:`RunPlots` redraws from it only when a record changed something.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
-from ..format import fnum
+from app.format import fnum
 
 MAX_POINTS = 400  # longer series are drawn as bucket means: a terminal cannot show more anyway
 #: Braille draws two points per cell across; more points cost drawing time (on the UI thread) for nothing.

@@ -18,11 +18,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from workbench.report import STEP_COLUMNS
+from app.format import clip, fnum
+from app.widgets.run_plots import RunPlots, TrainSeries
+from workbench.analysis.report import STEP_COLUMNS
 from workbench.store.queries import RolloutFilter, RolloutSummary, page_rollouts
-
-from ..format import clip, fnum
-from .run_plots import RunPlots, TrainSeries
 
 TRAIN_ROWS = 20  # steps in the table
 MAX_EVENTS = 200

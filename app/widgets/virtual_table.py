@@ -23,7 +23,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..data import call_ui
+from app.store_access import call_ui
 
 Row = Any
 

@@ -131,7 +131,7 @@ def test_store_handle_never_closes_a_connection_under_a_running_thread(store_fil
     import sqlite3
     import threading
 
-    from app.data import StoreHandle
+    from app.store_access import StoreHandle
 
     handle = StoreHandle(store_file)
     main_store = handle.get()

@@ -13,7 +13,7 @@ from app.main import WorkbenchApp
 from app.screens.costs import CostsScreen
 from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, screen_text, wait_until
-from workbench.ledger import month_start, read_ledger
+from workbench.cost.ledger import month_start, read_ledger
 from workbench.store import Store
 
 LAUNCHED, UNBUDGETED, EVAL = "0101-launch1", "0101-launch2", "0101-evalrun"

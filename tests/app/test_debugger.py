@@ -18,14 +18,14 @@ from app.widgets.token_view import BAND_STYLES, MARK_STYLE, TokenView, render_re
 from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import MockServer, query
-from workbench.render import load_tokenizer
-from workbench.rollout import ModelCall, Usage
-from workbench.rubric import Scores
+from workbench.analysis.token_report import build_report
+from workbench.authoring.rubric import Scores
+from workbench.authoring.tasks import Task
+from workbench.rollouts.render import load_tokenizer
+from workbench.rollouts.rollout import ModelCall, Usage
+from workbench.rollouts.trace import Trace
 from workbench.store import RolloutRecord, Store
 from workbench.store.queries import get_rollout
-from workbench.tasks import Task
-from workbench.token_report import build_report
-from workbench.trace import Trace
 
 GUESSES = ["<guess>crane</guess>", "<guess>slate</guess>", "<guess>pious</guess>"]
 

@@ -13,7 +13,7 @@ from app.main import WorkbenchApp
 from app.screens.environments import EnvironmentsScreen
 from tests.app.conftest import SIZE, wait_until
 from tests.helpers import ADDER_ENV, MockServer, write_file
-from workbench.discovery import EnvRef
+from workbench.authoring.discovery import EnvRef
 from workbench.store import Store
 
 
@@ -165,7 +165,7 @@ def test_reloading_a_bundled_env_reimports_it() -> None:
     import sys
 
     from app.env_state import load_env
-    from workbench.discovery import discover
+    from workbench.authoring.discovery import discover
 
     ref = next((r for r in discover() if r.origin == "bundled"), None)
     if ref is None:

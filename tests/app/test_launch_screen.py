@@ -17,11 +17,11 @@ from app.main import WorkbenchApp
 from app.screens.environments import EnvironmentsScreen
 from app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, LaunchScreen, parse_inputs
 from app.screens.runs import RunsScreen
-from cloud_runtime.gpu_prices import set_price
 from cloud_runtime.launch import Launched
 from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, T0, screen_text, wait_until
-from workbench.budgets import month_spent_usd
+from workbench.cost.budgets import month_spent_usd
+from workbench.cost.gpu_prices import set_price
 from workbench.store import Store
 
 

@@ -1,5 +1,5 @@
 """The new-environment dialog: standalone (pushed with a callback that gets the created path), real
-files written by ``workbench.templates.create_env``; bad names and existing folders stay in the dialog."""
+files written by ``workbench.authoring.templates.create_env``; bad names and existing folders stay in the dialog."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from textual.widgets import Input, Static
 
 from app.screens.new_env import NewEnvScreen
 from tests.app.conftest import SIZE, screen_text, wait_until
-from workbench import discovery, paths
+from workbench.authoring import discovery
+from workbench.config import paths
 
 
 class Host(App[None]):

@@ -13,7 +13,7 @@ from app.screens.rollout_diff import RolloutDiffScreen
 from app.screens.traces import TracesScreen
 from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
-from workbench.diff_render import A_STYLE, B_STYLE
+from workbench.analysis.diff_render import A_STYLE, B_STYLE
 
 
 def _table(app: WorkbenchApp) -> VirtualTable:

@@ -133,7 +133,7 @@ def test_costs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]
     fixed clock: the cost events and "this month" are pinned to the fixture's November 2023."""
     import sqlite3
 
-    import workbench.ledger
+    import workbench.cost.ledger
     from app.screens.costs import CostsScreen
     from tests.app.conftest import T0
 
@@ -141,8 +141,8 @@ def test_costs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]
     con.execute("UPDATE cost_event SET created_at = ? + id * 60", (T0,))
     con.commit()
     con.close()
-    real = workbench.ledger.month_start
-    monkeypatch.setattr(workbench.ledger, "month_start", lambda now=None: real(T0 + 86400 if now is None else now))
+    real = workbench.cost.ledger.month_start
+    monkeypatch.setattr(workbench.cost.ledger, "month_start", lambda now=None: real(T0 + 86400 if now is None else now))
 
     def ready(app: WorkbenchApp) -> bool:
         s = app.screen

@@ -25,7 +25,7 @@ from cloud_runtime.bundle import (
     verify_bundle,
 )
 from tests.helpers import BUNDLED_DIR, write_file
-from workbench import discovery
+from workbench.authoring import discovery
 from workbench.errors import ConfigError
 
 
@@ -81,7 +81,21 @@ def test_the_hash_extends_discoverys_env_version(tmp_path: Path, name: str) -> N
     b = build(BUNDLED_DIR / name, tmp_path)
     ref = discovery.resolve(name)
     assert b.hash[:12] == ref.version() == b.env_version  # no declared dependencies: the same hash
-    assert [f["path"] for f in b.files] == [str(p.relative_to(ref.path)) for p in discovery._files(ref)]
+    on_disk = sorted(p.relative_to(ref.path).parts for p in ref.path.rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    assert [f["path"] for f in b.files] == ["/".join(parts) for parts in on_disk]
+
+
+def test_version_and_bundle_hash_agree_where_path_order_and_component_order_differ(tmp_path: Path) -> None:
+    """'a.txt' sorts before 'a/x' as a string but after it by components: one canonical order for both."""
+    env = tmp_path / "orderenv"
+    write_file(env / "__init__.py", "import workbench as wb\n\ndef load_environment():\n    raise SystemExit\n")
+    for rel in ("a/x.txt", "a.txt", "a-b/y.txt"):
+        write_file(env / rel, rel)
+    b = build(env, tmp_path / "out")
+    ref = discovery.resolve(str(env))
+    assert [f["path"] for f in b.files] == ["__init__.py", "a/x.txt", "a-b/y.txt", "a.txt"]
+    assert b.hash[:12] == ref.version()
 
 
 def test_the_wheel_installs_with_pip_and_registers_the_environment(tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ import pytest
 from keyring.backends import fail, null
 
 from tests.cloud.keyring_backend import MemoryKeyring
-from workbench import credentials
-from workbench.client import resolve_api_key
-from workbench.credentials import (
+from workbench.config import credentials
+from workbench.config.credentials import (
     PROVIDERS,
     CredentialError,
     MissingTokenError,
@@ -22,6 +21,7 @@ from workbench.credentials import (
     require_token,
     store_token,
 )
+from workbench.rollouts.client import resolve_api_key
 
 # Built at run time so this file holds nothing a secret scanner would flag.
 OPENAI = "sk-" + "test" + "A1b2C3d4E5f6G7h8I9j0" * 2

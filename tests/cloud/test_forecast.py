@@ -16,8 +16,8 @@ from cloud_runtime.forecast import (
     local_forecast,
     measured_step_s,
 )
-from cloud_runtime.gpu_prices import set_price
 from tests.helpers import CliResult, stderr_lines
+from workbench.cost.gpu_prices import set_price
 from workbench.store import Store
 
 BIG = Path(__file__).resolve().parents[2] / "cloud_runtime" / "configs" / "long-context-28node.toml"

@@ -13,13 +13,13 @@ import pytest
 
 from cloud_runtime.handoff import HandoffBridge, LogFeed, decode_rollout, encode_rollout, open_handoff
 from cloud_runtime.stream import DirLog, KeyValueLog
-from local_runtime.train_feed import StoreFeed
-from workbench.algorithms import Branch, TrainRollout
-from workbench.rollout import Usage
-from workbench.rubric import Scores
+from local_runtime.training.feed import StoreFeed
+from workbench.authoring.rubric import Scores
+from workbench.authoring.tasks import Task
+from workbench.rollouts.rollout import Usage
+from workbench.rollouts.trace import Trace
 from workbench.store import RolloutRecord, Store
-from workbench.tasks import Task
-from workbench.trace import Trace
+from workbench.training.algorithms import Branch, TrainRollout
 
 
 def _record(run: str, task_index: int, sample: int, reward: float = 1.0) -> RolloutRecord:

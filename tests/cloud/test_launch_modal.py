@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from cloud_runtime import stream
-from cloud_runtime.launch_modal import launch_modal, modal_spec_for
-from cloud_runtime.modal_spec import ModalSpec
+from cloud_runtime.modal.launch import launch_modal, modal_spec_for
+from cloud_runtime.modal.spec import ModalSpec
 from cloud_runtime.plan import load_launch_config, make_plan
 from tests.cloud.test_package_login_cli import env, workbench  # noqa: F401  (a fixture)
 from workbench.errors import ConfigError

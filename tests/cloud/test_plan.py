@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cloud_runtime.gpu_prices import load_prices
 from cloud_runtime.plan import check_budget, load_launch_config, make_plan
+from workbench.cost.gpu_prices import load_prices
 from workbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -210,7 +210,7 @@ def test_config_file_errors(tmp_path: Path) -> None:
 
 
 def test_gpu_price_overrides(tmp_path: Path) -> None:
-    from cloud_runtime.gpu_prices import delete_price, set_price
+    from workbench.cost.gpu_prices import delete_price, set_price
 
     path = tmp_path / "prices.json"
     set_price("modal", "h100", 2.0 / 3600, path=path)

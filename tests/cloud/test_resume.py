@@ -24,7 +24,7 @@ from cloud_runtime.resume import (
 from cloud_runtime.roles import CallProcess, ModalRoles, handoff_argv
 from workbench.errors import ConfigError
 from workbench.store import Store
-from workbench.train import HANDOVER
+from workbench.training.loop import HANDOVER
 
 
 def test_handover_waits_for_a_checkpoint_then_goes_regardless() -> None:
@@ -145,8 +145,8 @@ def test_a_trainer_call_is_driven_like_a_process() -> None:
 
 
 def test_modal_roles_use_the_inference_url_and_spawn_the_handoff_trainer(tmp_path: Path) -> None:
-    from cloud_runtime.modal_orchestrator import CloudRun
-    from cloud_runtime.modal_spec import ModalSpec
+    from cloud_runtime.modal.orchestrator import CloudRun
+    from cloud_runtime.modal.spec import ModalSpec
 
     spawned: list[tuple[Any, ...]] = []
     synced: list[int] = []
@@ -179,7 +179,7 @@ def test_a_handed_over_run_continues_from_its_checkpoint(tiny_dir: Path, tmp_pat
     from cloud_runtime.job import run_remote
     from cloud_runtime.resume import read_records
     from cloud_runtime.stream import DirLog, follow
-    from workbench.train_config import resolve
+    from workbench.training.run_config import resolve
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the run folder: the "volume"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from cloud_runtime.modal_inference import AdapterGate, run_gate
+from cloud_runtime.modal.inference import AdapterGate, run_gate
 from cloud_runtime.vllm_tokens import TokenRouteError, chat_response, completion_request
 from tests.local_runtime.helpers import post_json
-from workbench.client import ChatClient, preflight
-from workbench.continuation import continuation_for, serves_token_route
+from workbench.rollouts.client import ChatClient, preflight
+from workbench.rollouts.continuation import continuation_for, serves_token_route
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two numbers.",
                                            "parameters": {"type": "object", "properties": {"a": {"type": "number"}}}}}]

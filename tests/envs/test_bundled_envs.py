@@ -17,7 +17,7 @@ import pytest
 import envs.doc_search as doc_search
 import envs.wordle as wordle
 import workbench as wb
-from workbench.discovery import load
+from workbench.authoring.discovery import load
 
 MOCK_ARITH = re.compile(r"(-?\d+)\s*([-+*x×])\s*(-?\d+)")  # what workbench/testing/mock_openai.py parses
 DOCS = Path(doc_search.__file__).parent
@@ -71,7 +71,7 @@ def test_loads_with_stable_unique_ids() -> None:
         assert len(ids[name]) == count and len(set(ids[name])) == count
         assert ids[name] == [t.id for t in b.tasks] and [t.answer for t in a.tasks] == [t.answer for t in b.tasks]
     # Another process with another hash seed builds the same tasks (no set/hash-order dependence).
-    code = "import json; from workbench.discovery import load; print(json.dumps({n: [t.id for t in load(n).tasks] for n in %r}))"
+    code = "import json; from workbench.authoring.discovery import load; print(json.dumps({n: [t.id for t in load(n).tasks] for n in %r}))"
     out = subprocess.run([sys.executable, "-c", code % list(COUNTS)], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
     assert json.loads(out) == ids

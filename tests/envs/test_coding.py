@@ -14,7 +14,7 @@ import envs.coding as coding
 import workbench as wb
 from tests.helpers import last_json, query
 from tests.sandbox.conftest import docker_client  # noqa: F401 - the shared Docker fixture
-from workbench.discovery import load
+from workbench.authoring.discovery import load
 
 TEST_FILE = "tests/test_duration.py"
 

@@ -54,7 +54,7 @@ def test_unknown_model_name_is_404(client: Any) -> None:
 
 
 def test_workbench_client_classifies_404(server: str) -> None:
-    from workbench.client import ChatClient, ModelError
+    from workbench.rollouts.client import ChatClient, ModelError
 
     async def go() -> None:
         async with ChatClient(max_retries=0) as c:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from local_runtime.chat_template import (
+from local_runtime.models.chat_template import (
     TOOL_OPEN,
     ChatFormatError,
     forced_tool_prefix,

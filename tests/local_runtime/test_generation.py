@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from local_runtime.generation import Detokenizer, SamplingParams, Sequence, make_generator, sample_rows
+from local_runtime.server.generation import Detokenizer, SamplingParams, Sequence, make_generator, sample_rows
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_many_seeds_cover_the_distribution() -> None:
 
 
 def test_serve_command_reports_bad_model(tmp_path: Path) -> None:
-    from local_runtime.loading import ModelLoadError
+    from local_runtime.models.loading import ModelLoadError
     from workbench.cli.serve_cmd import serve_command
 
     with pytest.raises(ModelLoadError, match="no model directory"):

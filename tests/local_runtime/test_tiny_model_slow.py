@@ -20,7 +20,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 
 @pytest.fixture(scope="module")
 def default_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from local_runtime.tiny_model import build_tiny_model
+    from local_runtime.models.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("default") / "workbench-tiny-v1", seed=0)
 

@@ -14,12 +14,12 @@ from typing import Any
 import openai
 
 import workbench as wb
-from workbench.client import ChatClient
-from workbench.continuation import TokenContinuation
-from workbench.proxy import InterceptionProxy
-from workbench.render import check_trace, load_tokenizer
-from workbench.rollout import Rollout
-from workbench.trace import Trace
+from workbench.rollouts.client import ChatClient
+from workbench.rollouts.continuation import TokenContinuation
+from workbench.rollouts.proxy import InterceptionProxy
+from workbench.rollouts.render import check_trace, load_tokenizer
+from workbench.rollouts.rollout import Rollout
+from workbench.rollouts.trace import Trace
 
 from .helpers import ARITH, ROOT, SERVED, server_env
 
@@ -94,7 +94,7 @@ def test_multi_turn_tokens_extend_and_an_altered_template_is_caught(server: str,
                           "--db", str(db), "--json"], capture_output=True, text=True, cwd=ROOT, env=server_env(),
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "RE-RENDER MISMATCH" in out.stdout
+    assert "⚠ re-render call" in out.stdout and "whitespace" in out.stdout
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["mismatches"] == [] and info["render_mismatches"] and info["tokens"] > 0
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from workbench.algorithms import Branch, TrainRollout
 from workbench.store import Store
-from workbench.train_config import resolve
+from workbench.training.algorithms import Branch, TrainRollout
+from workbench.training.run_config import resolve
 
 from .helpers import ROOT, server_env
 
@@ -93,7 +93,7 @@ def test_resume_continues_from_the_checkpoint(trained: tuple[Path, dict[str, Any
 def test_full_fine_tuning_publishes_whole_weights(tiny_dir: Path, tmp_path: Path) -> None:
     """trainer.lora = false: each step's weights replace the server's in place (/update_weights);
     new groups ask for the base model's own name and carry the newer policy version."""
-    from workbench.training_data import load_rollouts
+    from workbench.training.data import load_rollouts
 
     out = _train(tmp_path, "arithmetic", "--max-steps", "2", "--trainer.model", str(tiny_dir), "--trainer.lora",
                  "false", "--trainer.lr", "1e-4", "--loop.eval_tasks", "0", "--sync", "--json", *SMALL)
@@ -119,7 +119,7 @@ def _rollout(group: str, i: int, version: int, reward: float) -> TrainRollout:
 
 
 def test_stale_groups_are_dropped_and_counted(tiny_dir: Path, tmp_path: Path) -> None:
-    from local_runtime.train_worker import TrainLoop
+    from local_runtime.training.worker import TrainLoop
 
     store = Store(tmp_path / "wb.db")
     store.create_run("r1", kind="train", env_name="arithmetic", created_at=0.0)
@@ -163,7 +163,7 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
 
 def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir: str) -> dict[str, Any]:
     """One trainer rank of a two-process run: rank 0 alone reads, records and publishes."""
-    from local_runtime.train_worker import TrainLoop
+    from local_runtime.training.worker import TrainLoop
 
     cfg = resolve(None, {"trainer.model": model, "loop.rollouts_per_task": 2, "loop.groups_per_step": 2,
                          "loop.checkpoint_every": 0}, "arithmetic")
@@ -184,7 +184,7 @@ def test_two_trainer_ranks_share_one_batch_and_only_rank0_records(tiny_dir: Path
                                                                    tmp_path: Path) -> None:
     import torch
 
-    from local_runtime.distributed import launch
+    from local_runtime.training.distributed import launch
 
     from .helpers import get_json
 

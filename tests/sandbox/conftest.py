@@ -32,14 +32,14 @@ def docker_client() -> Any:
     reason = docker_skip_reason()
     if reason:
         pytest.skip(reason)
-    from local_runtime.sandbox_docker import connect
-    from workbench.sandbox import SandboxError
+    from local_runtime.sandbox.docker_pool import connect
+    from workbench.authoring.sandbox import SandboxError
 
     try:
         client = connect()
     except SandboxError as e:
         pytest.fail(f"Docker is installed but unusable: {e}. Start it (e.g. `dockerd &`, as .ci/run does).")
-    from local_runtime.sandbox_image import build_default_image
+    from local_runtime.sandbox.image import build_default_image
 
     build_default_image(client)
     return client

@@ -1,4 +1,4 @@
-"""The exec agent (``local_runtime/sandbox_agent.py``) on both runtimes, for real: what it must keep from
+"""The exec agent (``local_runtime/sandbox/agent.py``) on both runtimes, for real: what it must keep from
 the per-command paths it replaces (whole-tree kills with output kept, output caps, concurrency), what it
 adds (nothing outlives its command, commands cannot reach the agent, clean hand-over between rollouts)
 and how it fails (an agent that dies is one clear error, never a hang)."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import workbench as wb
-from local_runtime.sandbox_channel import AgentDied
+from local_runtime.sandbox.channel import AgentDied
 from tests.sandbox.conftest import hand_back, make_runtime
 
 # A daemon that leaves the command's process group and session and is re-parented away from it.
@@ -135,7 +135,7 @@ async def test_agent_death_is_one_clear_error(runtime_kind: str) -> None:
         if runtime_kind == "local":
             os.killpg(sb._agent_proc.pid, signal.SIGKILL)  # from outside: the whole namespace goes
         else:
-            from local_runtime.sandbox_docker import connect
+            from local_runtime.sandbox.docker_pool import connect
 
             connect().api.exec_start(connect().api.exec_create(sb.container_id, ["kill", "-9", str(pid)],
                                                                user="0:0")["Id"])

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import workbench as wb
-from local_runtime.sandbox_process import ProcessPool
+from local_runtime.sandbox.process_pool import ProcessPool
 from tests.helpers import assert_user_error, last_json, query, write_file
-from workbench.engine import RolloutEngine
-from workbench.sandbox import needs_sandbox
+from workbench.authoring.sandbox import needs_sandbox
+from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import workbench as wb
 from tests.sandbox.conftest import make_runtime
-from workbench.sandbox import SandboxError
+from workbench.authoring.sandbox import SandboxError
 
 
 async def test_exec_basics(sandbox: wb.Sandbox) -> None:
@@ -117,7 +117,7 @@ def test_runtime_declarations() -> None:
         wb.Local(pids=0)
     with pytest.raises(SandboxError, match="only in the cloud"):
         wb.ModalSandbox().pool()
-    from workbench.hotswap import load_runtime
+    from workbench.authoring.hotswap import load_runtime
 
     env_rt = wb.Local(timeout=7, memory="512m", network=True)
     swapped = load_runtime("docker:my-image:2", env_rt)
@@ -154,23 +154,24 @@ async def test_docker_engine_down_is_one_clear_error(monkeypatch: pytest.MonkeyP
             pass
 
 
-async def test_local_without_isolation_warns_once_and_works(monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from local_runtime import sandbox_bwrap, sandbox_fs
+async def test_local_without_isolation_refuses_unless_opted_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Model-written commands never run unisolated by default: without bubblewrap, wb.Local() refuses with
+    one line saying how to install it or opt in; isolation='none' runs them with the same limits."""
+    from local_runtime.sandbox import bwrap as sandbox_bwrap
 
     monkeypatch.setenv("WORKBENCH_SANDBOX_ISOLATION", "none")
-    monkeypatch.setattr(sandbox_fs, "_warned", set())
     monkeypatch.setattr(sandbox_bwrap, "_detected", {})
+    for declared in (wb.Local(), wb.Local(isolation="auto"), wb.Local(isolation="bwrap")):
+        with pytest.raises(SandboxError) as e:
+            async with declared.sandbox():
+                pass
+        line = str(e.value)
+        assert "\n" not in line and "apt-get install bubblewrap" in line and "isolation='none'" in line, line
     for _ in range(2):
-        async with wb.Local().sandbox() as sb:
+        async with wb.Local(isolation="none").sandbox() as sb:
             assert not sb.isolated
             r = await sb.exec("echo $HOME; pwd; env | grep -c PYTEST_CURRENT_TEST || true")
             home, pwd, leaked = r.stdout.split()
             assert pwd == sb.workdir and leaked == "0"  # still a clean environment and its own workdir
             r = await sb.exec("while :; do :; done", timeout=0.5)
             assert r.timed_out
-    err = capsys.readouterr().err
-    assert err.count("NOT isolated") == 1, err
-    with pytest.raises(SandboxError, match="isolation='bwrap'"):
-        async with wb.Local(isolation="bwrap").sandbox():
-            pass

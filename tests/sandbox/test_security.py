@@ -22,7 +22,7 @@ from aiohttp import web
 
 import workbench as wb
 from tests.helpers import REPO, last_json
-from workbench.sandbox import SandboxPathError
+from workbench.authoring.sandbox import SandboxPathError
 
 CONNECT = ("import socket, sys\n"
            "sys.argv.append('3')\n"
@@ -63,7 +63,7 @@ def bridge_gateway(client: Any) -> str:
 def host_addresses(runtime_kind: str) -> list[str]:
     addrs = ["127.0.0.1"]
     if runtime_kind == "docker":
-        from local_runtime.sandbox_docker import connect
+        from local_runtime.sandbox.docker_pool import connect
 
         addrs.append(bridge_gateway(connect()))
     else:
@@ -255,7 +255,7 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 def test_killed_parent_leaves_no_process_local(tmp_path: Path, cli: Callable[..., Any]) -> None:
     pid, marker = _start_and_kill("local", tmp_path)
     assert _wait(lambda: not _procs_with(marker), 10), f"sandboxed processes outlived their parent: {_procs_with(marker)}"
-    from local_runtime.sandbox_fs import stale_pool_dirs
+    from local_runtime.sandbox.fs import stale_pool_dirs
 
     assert any(f"-{pid}-" in d.name for d in stale_pool_dirs())
     res = cli("sandbox", "gc", "--json")

@@ -1,4 +1,4 @@
-"""Warm Python (``warm_python=True``, ``local_runtime/sandbox_warm.py``) on both runtimes, for real.
+"""Warm Python (``warm_python=True``, ``local_runtime/sandbox/warm.py``) on both runtimes, for real.
 
 A warm command must be indistinguishable from a fresh ``python3`` in everything a program can observe
 (arguments, paths, flags, environment, stdio, signals, limits, exit codes, tracebacks, shutdown), except
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import workbench as wb
-from local_runtime.sandbox_warm import os_threads, plan, sh_words
+from local_runtime.sandbox.warm import os_threads, plan, sh_words
 from tests.sandbox.conftest import hand_back, make_runtime
 
 PROBE = r'''
@@ -297,8 +297,8 @@ async def test_a_zygote_changed_from_inside_is_replaced_before_the_next_rollout(
 
 
 def test_warm_python_settings_are_checked_and_carried_by_runtime_swaps() -> None:
+    from workbench.authoring.runtimes import swap_runtime
     from workbench.errors import ConfigError
-    from workbench.sandbox import swap_runtime
 
     for bad in ("unittest", ["unit test"], [""], [3], {"unittest": 1}):
         with pytest.raises(ConfigError, match="warm_python"):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from workbench.authoring.rubric import Scores
+from workbench.authoring.tasks import Task
 from workbench.errors import StoreError
-from workbench.rollout import Usage
-from workbench.rubric import Scores
+from workbench.rollouts.rollout import Usage
 from workbench.store import BatchWriter, RolloutRecord, Store
-from workbench.tasks import Task
 
 ROOT = Path(__file__).resolve().parents[2]
 

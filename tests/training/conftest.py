@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.algorithms import TrainSample
+from workbench.training.algorithms import TrainSample
 
 VOCAB = 300
 

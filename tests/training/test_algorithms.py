@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from workbench.algorithms import (
+from workbench.errors import ConfigError
+from workbench.rollouts.trace import Trace
+from workbench.training.algorithms import (
     Branch,
     TrainRollout,
     group_rollouts,
@@ -14,8 +16,6 @@ from workbench.algorithms import (
     parse_prompt_logprobs,
     teacher_request,
 )
-from workbench.errors import ConfigError
-from workbench.trace import Trace
 
 
 def rollout(i: int, reward: float | None, group: str = "run:0", status: str = "ok", n_prompt: int = 2,

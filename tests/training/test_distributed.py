@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from local_runtime.distributed import launch
-from local_runtime.trainer import Trainer, TrainerConfig
+from local_runtime.training.distributed import launch
+from local_runtime.training.trainer import Trainer, TrainerConfig
 from tests.training.conftest import make_samples
 
 STEPS = 2

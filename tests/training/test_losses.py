@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from local_runtime.training.losses import LossBatch, SumLoss, build_loss, make_loss, token_weights
 from workbench.errors import ConfigError
-from workbench.losses import LossBatch, SumLoss, build_loss, make_loss, token_weights
 
 
 def batch(lp: list[list[float]], inf: list[list[float]], adv: list[list[float]], mask: list[list[int]],

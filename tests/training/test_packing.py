@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from local_runtime.packing import collate, pack, shard
+from local_runtime.training.packing import collate, pack, shard
 from tests.training.conftest import make_samples
-from workbench.algorithms import TrainSample
+from workbench.training.algorithms import TrainSample
 
 
 @pytest.mark.parametrize("seed", range(5))

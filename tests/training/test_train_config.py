@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.train_config import parse_overrides, resolve, to_toml
+from workbench.training.run_config import parse_overrides, resolve, to_toml
 
 
 def test_overrides_parse_toml_values() -> None:

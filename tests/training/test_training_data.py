@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.algorithms import make_algorithm
-from workbench.rollout import Usage
-from workbench.rubric import Scores
+from workbench.authoring.rubric import Scores
+from workbench.authoring.tasks import Task
+from workbench.rollouts.rollout import Usage
+from workbench.rollouts.trace import Trace
 from workbench.store import RolloutRecord, Store
-from workbench.tasks import Task
-from workbench.trace import Trace
-from workbench.training_data import complete_groups, load_rollouts
+from workbench.training.algorithms import make_algorithm
+from workbench.training.data import complete_groups, load_rollouts
 
 
 def record(run: str, task_index: int, sample: int, reward: float | None, tokens: bool = True) -> RolloutRecord:

@@ -13,10 +13,10 @@ import pytest
 
 import workbench as wb
 from tests.helpers import MockServer
-from workbench.client import ChatClient, ModelError, classify_status, parse_chat_body
+from workbench.authoring.rubric import ROLLOUT_ARGS, Scores
 from workbench.errors import EnvLoadError, RubricError
-from workbench.rollout import Rollout, Usage
-from workbench.rubric import ROLLOUT_ARGS, Scores
+from workbench.rollouts.client import ChatClient, ModelError, classify_status, parse_chat_body
+from workbench.rollouts.rollout import Rollout, Usage
 
 
 # -- Task ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.budgets import check_monthly, month_start, run_cap
+from workbench.cost.budgets import check_monthly, month_start, run_cap
 from workbench.errors import ConfigError
 from workbench.store import Store
 

@@ -1,4 +1,4 @@
-"""The rollout debugger (workbench/debug_session.py) and ``workbench debug``, against the real mock server.
+"""The rollout debugger (workbench/runs/debug_session.py) and ``workbench debug``, against the real mock server.
 
 Bundled environments run as they do under ``workbench eval``: the coding env's tools execute in a
 real sandbox, wordle's turns go through its MultiTurn harness; rollouts land in a real store.
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json, query
-from workbench.debug_session import DebugSession, debug_rollout
 from workbench.errors import ConfigError, EndpointError
-from workbench.evaluate import EvalOptions
+from workbench.runs.debug_session import DebugSession, debug_rollout
+from workbench.runs.evaluate import EvalOptions
 from workbench.store import Store
 from workbench.store.queries import get_rollout
 

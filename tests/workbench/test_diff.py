@@ -12,13 +12,20 @@ from typing import Any
 import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
-from workbench.diff import MAX_WORD_TOKENS, align_messages, diff_rollouts, load_diff, message_text, text_spans
-from workbench.diff_render import SAME_LINES, message_body, values_table
+from workbench.analysis.diff import (
+    MAX_WORD_TOKENS,
+    align_messages,
+    diff_rollouts,
+    load_diff,
+    message_text,
+    text_spans,
+)
+from workbench.analysis.diff_render import SAME_LINES, message_body, values_table
+from workbench.authoring.rubric import Scores
+from workbench.authoring.tasks import Task
 from workbench.errors import NotFoundError
-from workbench.rollout import ModelCall, RolloutError, Usage
-from workbench.rubric import Scores
+from workbench.rollouts.rollout import ModelCall, RolloutError, Usage
 from workbench.store import RolloutRecord, Store
-from workbench.tasks import Task
 
 RUN = "0101-abcdef"
 

@@ -13,8 +13,8 @@ import pytest
 
 import workbench as wb
 from tests.helpers import ADDER_ENV, BUNDLED_DIR, CliResult, assert_user_error, last_json, write_file
-from workbench import discovery
-from workbench.discovery import EnvRef, env_version
+from workbench.authoring import discovery
+from workbench.authoring.discovery import EnvRef, env_version
 
 HEX12 = re.compile(r"^[0-9a-f]{12}$")
 

@@ -13,7 +13,7 @@ import pytest
 
 import workbench as wb
 from tests.helpers import query
-from workbench.engine import RolloutEngine
+from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store
 
 

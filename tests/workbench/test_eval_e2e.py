@@ -18,6 +18,7 @@ from tests.helpers import (
     adder_correct,
     assert_user_error,
     cli_environment,
+    count_rollouts,
     last_json,
     query,
     run_workbench,
@@ -164,6 +165,32 @@ def test_export_jsonl_has_one_line_per_ok_rollout(adder_run: Run) -> None:
     for row in lines:
         roles = [m["role"] for m in row["messages"]]
         assert roles == ["system", "user", "assistant"]
+
+
+@pytest.mark.parametrize("target, fragment", [
+    ("{db}", "is the store itself"),
+    ("{db}-wal", "is the store itself"),
+    ("{dir}", "is a directory"),
+    ("{dir}/missing/out.jsonl", "does not exist"),
+])
+def test_export_refuses_an_output_that_cannot_be_one_and_loses_nothing(adder_run: Run, target: str,
+                                                                       fragment: str) -> None:
+    before = adder_run.db.read_bytes()
+    out = target.format(db=adder_run.db, dir=adder_run.db.parent)
+    res = adder_run.cli("export", adder_run.summary["run_id"], "-o", out, "--db", adder_run.db)
+    assert_user_error(res, fragment)
+    assert adder_run.db.read_bytes() == before
+    assert count_rollouts(adder_run.db) == N * R
+
+
+def test_export_to_a_file_replaces_it_whole(adder_run: Run) -> None:
+    out = adder_run.db.parent / "sft.jsonl"
+    out.write_text("old contents\n")
+    res = adder_run.cli("export", adder_run.summary["run_id"], "-o", out, "--min-reward", "1", "--db", adder_run.db)
+    assert res.rc == 0, res.stderr
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert rows and all(r["metadata"]["reward"] >= 1 for r in rows) and "old contents" not in out.read_text()
+    assert not [p for p in out.parent.iterdir() if p.name.endswith(".part")]
 
 
 def test_unknown_run_is_one_clear_line(adder_run: Run) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import EndpointError
-from workbench.evaluate import EvalOptions, evaluate
+from workbench.runs.evaluate import EvalOptions, evaluate
 from workbench.store import Store
 
 

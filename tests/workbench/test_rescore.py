@@ -26,10 +26,10 @@ from tests.helpers import (
     run_workbench,
     write_file,
 )
-from workbench import discovery
+from workbench.analysis.rescore import RescoreResult, rescore
+from workbench.authoring import discovery
 from workbench.errors import ConfigError, NotFoundError
-from workbench.evaluate import EvalOptions, evaluate
-from workbench.rescore import RescoreResult, rescore
+from workbench.runs.evaluate import EvalOptions, evaluate
 from workbench.store import Store
 from workbench.store.rescores import list_rescores, rescored_scores
 

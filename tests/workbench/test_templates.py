@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json, query
-from workbench import discovery
+from workbench.authoring import discovery
+from workbench.authoring.templates import PLACEHOLDER, TEMPLATES, check_name, create_env
 from workbench.errors import ConfigError
-from workbench.templates import PLACEHOLDER, TEMPLATES, check_name, create_env
 
 
 def _user_envs(tmp_path: Path) -> Path:

@@ -13,11 +13,11 @@ import pytest
 
 import workbench as wb
 from tests.helpers import CliResult, MockServer, last_json
-from workbench.client import ChatClient
-from workbench.proxy import InterceptionProxy
-from workbench.rollout import Rollout
+from workbench.rollouts.client import ChatClient
+from workbench.rollouts.proxy import InterceptionProxy
+from workbench.rollouts.rollout import Rollout
+from workbench.rollouts.trace import Trace
 from workbench.testing.mock_openai import toy_render, toy_tokens
-from workbench.trace import Trace
 
 U1 = {"role": "user", "content": "guess a word"}
 A1 = {"role": "assistant", "content": "crane please"}

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from ..errors import WorkbenchError
-from .common import console_err
+from workbench.cli.common import console_err, db_option
+from workbench.errors import WorkbenchError
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (default: XDG data dir).")
+@db_option
 @click.version_option(package_name="rl-workbench", prog_name="workbench")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
@@ -23,13 +23,13 @@ def cli(ctx: click.Context, db: str | None) -> None:
     ctx.ensure_object(dict)
     ctx.obj["db"] = db
     if ctx.invoked_subcommand is None:
-        from .tui_cmd import open_tui
+        from workbench.cli.tui_cmd import open_tui
 
         open_tui(db)
 
 
 def _register() -> None:
-    from . import (
+    from workbench.cli import (
         browse,
         costs_cmd,
         debug_cmd,

@@ -15,8 +15,8 @@ console_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def open_store(ctx: click.Context, db: str | None = None) -> Any:
-    from ..paths import default_db
-    from ..store import Store
+    from workbench.config.paths import default_db
+    from workbench.store import Store
 
     path = db or (ctx.find_root().obj or {}).get("db") or default_db()
     return Store(path)
@@ -29,7 +29,16 @@ def emit_json(obj: Any) -> None:
 
 
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db PATH`` (or ``WORKBENCH_DB``): the store every command reads and writes."""
     return click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (default: XDG data dir).")(f)
+
+
+JSON_HELP = "Print one JSON object as the last line of stdout."
+
+
+def json_option(help: str = JSON_HELP) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json``: one JSON object as the last line of stdout (the machine-readable contract)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
 
 
 def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,7 +50,8 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, then OPENAI_API_KEY, or for api.anthropic.com "
                      "ANTHROPIC_API_KEY, then for those two APIs the `workbench login` token)."),
         click.option("--harness", default=None, help="Swap the harness: module:Name or file.py:Name."),
-        click.option("--runtime", default=None, help="Swap the runtime: local | docker[:IMAGE] | modal."),
+        click.option("--runtime", default=None, help="Swap the runtime: local | docker[:IMAGE] | modal, or an "
+                     "installed runtime plugin's name."),
     ]
     for o in reversed(opts):
         f = o(f)

@@ -7,18 +7,18 @@ from dataclasses import asdict
 
 import click
 
-from .common import console, emit_json, open_store
+from workbench.cli.common import console, db_option, emit_json, json_option, open_store
 
 
 @click.command("costs")
 @click.option("--by", "group", type=click.Choice(["run", "provider", "day"]), default="run", show_default=True)
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@db_option
+@json_option()
 @click.pass_context
 def costs_command(ctx: click.Context, group: str, db: str | None, as_json: bool) -> None:
     """What runs cost: API tokens, GPU-seconds and sandbox-seconds, with the monthly and per-run budgets."""
-    from ..budgets import monthly_budget_usd
-    from ..ledger import KINDS, read_ledger
+    from workbench.cost.budgets import monthly_budget_usd
+    from workbench.cost.ledger import KINDS, read_ledger
 
     with open_store(ctx, db) as store:
         ledger = read_ledger(store.conn, group)

@@ -6,13 +6,21 @@ from typing import Any
 
 import click
 
-from .common import console, emit_json, fmt_float, model_options, open_store
+from workbench.cli.common import (
+    console,
+    db_option,
+    emit_json,
+    fmt_float,
+    json_option,
+    model_options,
+    open_store,
+)
 
 
 def print_turn(turn: Any, cost_known: bool) -> None:
     from rich.panel import Panel
 
-    from ..rollout import content_text
+    from workbench.rollouts.rollout import content_text
 
     c = turn.call
     tokens = f"{c.prompt_tokens}→{c.completion_tokens} tokens" if c else "no reply"
@@ -67,8 +75,8 @@ def print_result(session: Any) -> None:
 @click.option("--max-tokens", type=int, default=None, help="Override the environment's max_tokens.")
 @click.option("--render-prompts", is_flag=True,
               help="Let the server re-render each follow-up prompt instead of continuing the sampled tokens.")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@db_option
+@json_option()
 @click.pass_context
 def debug_command(ctx: click.Context, env: str, task: int, turns: int | None, env_args: str | None,
                   model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
@@ -76,11 +84,11 @@ def debug_command(ctx: click.Context, env: str, task: int, turns: int | None, en
                   max_tokens: int | None, render_prompts: bool, db: str | None, as_json: bool) -> None:
     """Run one rollout of ENV turn by turn: each turn's messages, tool results, timing and cost, then
     each reward and metric by function. The finished rollout is stored as a `debug` run."""
-    from ..debug_session import debug_rollout
-    from ..discovery import parse_env_args
-    from ..errors import ConfigError
-    from ..evaluate import EvalOptions
-    from .eval_cmd import run_async
+    from workbench.authoring.discovery import parse_env_args
+    from workbench.cli.eval_cmd import run_async
+    from workbench.errors import ConfigError
+    from workbench.runs.debug_session import debug_rollout
+    from workbench.runs.evaluate import EvalOptions
 
     if turns is not None and turns < 1:
         raise ConfigError("--turns must be at least 1")
@@ -120,7 +128,7 @@ def _prompt(session: Any) -> list[dict[str, Any]]:
 def print_turn_prompt(session: Any) -> None:
     from rich.panel import Panel
 
-    from ..rollout import content_text
+    from workbench.rollouts.rollout import content_text
 
     for m in _prompt(session):
         role = str(m.get("role", "?"))

@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from .common import console, emit_json, open_store
+from workbench.cli.common import console, db_option, emit_json, json_option, open_store
 
 
 def print_diff(d: Any, show_all: bool = False) -> None:
     """The comparison for a terminal: fields, scores, errors, then the messages in two columns.
     Without colours (a pipe, ``NO_COLOR``) changed words are bracketed ``[-A's-]`` / ``{+B's+}``."""
-    from ..diff_render import errors_text, messages_table, values_table
+    from workbench.analysis.diff_render import errors_text, messages_table, values_table
 
     console.print(f"[bold]A[/] {d.a['id']}   [bold]B[/] {d.b['id']}")
     if not d.same_task:
@@ -34,14 +34,14 @@ def print_diff(d: Any, show_all: bool = False) -> None:
 @click.argument("rollout_a")
 @click.argument("rollout_b")
 @click.option("--all", "show_all", is_flag=True, help="Print the messages both rollouts share in full.")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@db_option
+@json_option()
 @click.pass_context
 def diff_command(ctx: click.Context, rollout_a: str, rollout_b: str, show_all: bool, db: str | None,
                  as_json: bool) -> None:
     """Compare two rollouts side by side: messages aligned with the changed words marked, scores per
     function with deltas, status, errors, tokens, timing and cost. An id may be shortened to a unique prefix."""
-    from ..diff import load_diff
+    from workbench.analysis.diff import load_diff
 
     with open_store(ctx, db) as store:
         d = load_diff(store.conn, rollout_a, rollout_b)

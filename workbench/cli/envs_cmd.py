@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .common import console, console_err, emit_json
+from workbench.cli.common import console, console_err, db_option, emit_json, json_option
 
 
 @click.command("envs")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def envs_command(as_json: bool) -> None:
     """List bundled and discovered environments with their version hashes."""
-    from ..discovery import discover
+    from workbench.authoring.discovery import discover
 
     rows = []
     for ref in discover():
@@ -44,8 +44,8 @@ def envs_command(as_json: bool) -> None:
 @click.option("--api-key", default=None, help="API key for --base-url.")
 @click.option("--rollouts", type=int, default=3, show_default=True, help="Rollouts to run with --model.")
 @click.option("--tokenizer", default=None, help="Tokenizer (model path or id) to re-render traces with.")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (for the --model rollouts).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@db_option
+@json_option()
 @click.pass_context
 def validate_command(ctx: click.Context, env: str, env_args: str | None, sample: int, model: str | None,
                      base_url: str | None, api_key: str | None, rollouts: int, tokenizer: str | None,
@@ -57,14 +57,14 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
     """
     import asyncio
 
-    from ..discovery import parse_env_args
-    from ..validate import check_token_consistency, validate_env
+    from workbench.authoring.discovery import parse_env_args
+    from workbench.runs.validate import check_token_consistency, validate_env
 
     args = parse_env_args(env_args)
     rep = asyncio.run(validate_env(env, args, sample))
     if rep.ok and (model or base_url):
-        from .common import open_store
-        from .eval_cmd import run_async
+        from workbench.cli.common import open_store
+        from workbench.cli.eval_cmd import run_async
 
         with open_store(ctx, db) as store:
             run_async(check_token_consistency(rep, store, env, args, model, base_url, api_key, rollouts, tokenizer))

@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from .common import console, console_err, emit_json, fmt_float, model_options, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    fmt_float,
+    json_option,
+    model_options,
+    open_store,
+)
 
 
 def run_async(coro: Any) -> Any:
@@ -82,8 +91,8 @@ def print_summary(s: dict[str, Any]) -> None:
               help="Let the server re-render each follow-up prompt from messages instead of continuing the "
                    "sampled tokens exactly (shows the template's own drift as token_mismatch).")
 @click.option("--resume", default=None, metavar="RUN", help="Finish a partial run (same settings, no duplicates).")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary as the last line of stdout.")
+@db_option
+@json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
 def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
                  model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
@@ -91,9 +100,9 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
                  max_tokens: int | None, pass_threshold: float, render_prompts: bool, resume: str | None,
                  db: str | None, as_json: bool) -> None:
     """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
-    from ..discovery import parse_env_args
-    from ..errors import ConfigError
-    from ..evaluate import EvalOptions, evaluate
+    from workbench.authoring.discovery import parse_env_args
+    from workbench.errors import ConfigError
+    from workbench.runs.evaluate import EvalOptions, evaluate
 
     if not env and not resume:
         raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")

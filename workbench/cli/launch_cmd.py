@@ -1,5 +1,4 @@
-"""``workbench launch``: plan (and, in a later build, run) an RL run on a GPU cluster;
-``workbench gpu-prices``: the GPU price table the plan costs with."""
+"""``workbench launch``: plan an RL run on a GPU cluster and run it on a launch backend; ``workbench stop``."""
 
 from __future__ import annotations
 
@@ -8,8 +7,15 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
-from .common import console, console_err, emit_json
+from workbench.cli.common import console, console_err, db_option, emit_json, json_option
+from workbench.errors import ConfigError
+
+
+def backend_plugin(name: str) -> Any:
+    """The launch backend ``--backend NAME`` names (a ``workbench.backends`` plugin)."""
+    from workbench.training.backends import backend
+
+    return backend(name)
 
 
 def render_plan(plan: Any) -> None:
@@ -78,8 +84,8 @@ def render_plan(plan: Any) -> None:
 
 
 def _check_monthly(ctx: click.Context, db: str | None, estimate_usd: float) -> None:
-    from ..budgets import check_monthly
-    from .common import open_store
+    from workbench.cli.common import open_store
+    from workbench.cost.budgets import check_monthly
 
     with open_store(ctx, db) as store:
         check_monthly(store.conn, estimate_usd)
@@ -89,10 +95,8 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
             threads: int | None, as_json: bool, plan: Any = None) -> None:
     """Run the launch pipeline on ``backend`` and follow the run's stream into the store. ``run`` is a
     RunConfig for the local backend, the LaunchConfig (with its ``plan``) for Modal."""
-    from cloud_runtime.launch import launch_local
-
-    from .common import open_store
-    from .train_cmd import step_line
+    from workbench.cli.common import open_store
+    from workbench.cli.train_cmd import step_line
 
     if backend is None:
         raise ConfigError("say where to run: --backend local (the whole pipeline on this machine), or --plan to see "
@@ -106,7 +110,7 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
                    "message": row["message"]}
             console_err.print(step_line(rec), highlight=False, markup=False)
 
-    from ..budgets import run_cap
+    from workbench.cost.budgets import run_cap
 
     cap, why = run_cap(store.conn, budget)  # the run's own budget or what is left of the month
 
@@ -114,13 +118,10 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
         console_err.print(f"launched run {rid} (backend {backend}, {why}); `workbench stop {rid}` stops it",
                           markup=False)
 
-    if backend == "modal":
-        from cloud_runtime.launch_modal import UNVERIFIED, launch_modal
-
-        console_err.print(f"workbench: {UNVERIFIED}", markup=False)
-        out = launch_modal(store, run, plan, budget_usd=cap, on_event=on_event, on_start=on_start)
-    else:
-        out = launch_local(store, run, budget_usd=cap, threads=threads, on_event=on_event, on_start=on_start)
+    chosen = backend_plugin(backend)
+    if chosen.notice:
+        console_err.print(f"workbench: {chosen.notice}", markup=False)
+    out = chosen.launch(store, run, plan, budget_usd=cap, threads=threads, on_event=on_event, on_start=on_start)
     summary = {"run_id": out.run_id, "status": out.status, "bundle_hash": out.bundle_hash,
                "spent_usd": round(out.spent_usd, 6), **{k: v for k, v in out.summary.items() if k != "run_id"}}
     if as_json:
@@ -135,13 +136,14 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="A run config (TOML): the `workbench train` tables plus [cloud].")
 @click.option("--plan", "plan_only", is_flag=True, help="Print the cluster plan and cost; launch nothing.")
-@click.option("--backend", type=click.Choice(["local", "modal"]), default=None, help="Where to run.")
+@click.option("--backend", default=None, metavar="NAME",
+              help="Where to run: a launch backend (bundled: local, modal; more as plugins).")
 @click.option("--budget", type=float, default=None, metavar="USD",
               help="Refuse a plan whose estimated total exceeds USD (else cloud.budget_usd).")
 @click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
 @click.option("--threads", type=int, default=None, help="torch CPU threads per process (--backend local).")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan (or the run's summary) as one JSON object.")
+@db_option
+@json_option("Print the plan (or the run's summary) as one JSON object.")
 @click.pass_context
 def launch_command(ctx: click.Context, env: str | None, config_file: str | None, plan_only: bool,
                    backend: str | None, budget: float | None, max_steps: int | None, threads: int | None,
@@ -149,8 +151,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
     from cloud_runtime.plan import check_budget, load_launch_config, make_plan
-
-    from ..train_config import parse_overrides
+    from workbench.training.run_config import parse_overrides
 
     overrides = parse_overrides(ctx.args)
     if max_steps is not None:
@@ -159,10 +160,11 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         overrides["loop.max_steps"] = max_steps
     if budget is not None and budget < 0:
         raise ConfigError("--budget cannot be negative")
-    if backend == "local" and not plan_only:
+    chosen = backend_plugin(backend) if backend else None
+    if chosen is not None and chosen.takes == "run" and not plan_only:
         # The local backend runs on this machine's CPU: the [cloud] table, the GPU plan's cost and
         # memory fit do not apply; the budget is enforced on the run's own cost ledger instead.
-        from ..train_config import load_tables, validate_tables
+        from workbench.training.run_config import load_tables, validate_tables
 
         _launch(ctx, validate_tables(load_tables(config_file, overrides, env)), backend, budget, db, threads,
                 as_json)
@@ -183,78 +185,22 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         from cloud_runtime.forecast import DOES_NOT_FIT
 
         raise ConfigError(DOES_NOT_FIT)
-    _launch(ctx, cfg if backend == "modal" else cfg.run, backend, budget, db, threads, as_json, plan)
-
-
-@click.group("gpu-prices")
-def gpu_prices_group() -> None:
-    """Show or edit GPU prices (USD per GPU-second) used to cost cluster plans."""
-
-
-@gpu_prices_group.command("list")
-@click.option("--json", "as_json", is_flag=True)
-def gpu_prices_list(as_json: bool) -> None:
-    """List the GPU price table (defaults plus your overrides)."""
-    from rich.table import Table
-
-    from cloud_runtime.gpu_prices import load_prices, prices_path
-
-    rows = [p.to_dict() for p in load_prices().values()]
-    if as_json:
-        emit_json({"prices": rows, "path": str(prices_path())})
-        return
-    t = Table(box=None, show_edge=False)
-    for col in ("provider", "gpu", "$/GPU-s", "$/GPU-h", "source"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["provider"], r["gpu"], f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}", r["source"])
-    console.print(t)
-    console.print(f"overrides: {prices_path()} (edit with `workbench gpu-prices set PROVIDER GPU --per-hour USD`)")
-
-
-@gpu_prices_group.command("set")
-@click.argument("provider")
-@click.argument("gpu")
-@click.option("--per-second", "per_s", type=float, default=None, help="USD per GPU-second.")
-@click.option("--per-hour", "per_h", type=float, default=None, help="USD per GPU-hour.")
-@click.option("--source", default="user", help="Where the price comes from.")
-def gpu_prices_set(provider: str, gpu: str, per_s: float | None, per_h: float | None, source: str) -> None:
-    """Set the price of GPU at PROVIDER (a new provider is added)."""
-    from cloud_runtime.gpu_prices import set_price
-
-    if (per_s is None) == (per_h is None):
-        raise ConfigError("give exactly one of --per-second or --per-hour")
-    p = set_price(provider, gpu, per_s if per_s is not None else per_h / 3600, source)  # type: ignore[operator]
-    console.print(f"{p.provider} {p.gpu}: ${p.usd_per_gpu_s:.6f}/GPU-s (${p.usd_per_gpu_hour:.2f}/GPU-h)")
-
-
-@gpu_prices_group.command("delete")
-@click.argument("provider")
-@click.argument("gpu")
-def gpu_prices_delete(provider: str, gpu: str) -> None:
-    """Remove your override for GPU at PROVIDER (a default price comes back)."""
-    from cloud_runtime.gpu_prices import delete_price
-
-    from ..errors import NotFoundError
-
-    if not delete_price(provider, gpu):
-        raise NotFoundError(f"no override for {provider} {gpu}; `workbench gpu-prices list` shows the table")
-    console.print(f"removed {provider} {gpu}")
+    _launch(ctx, cfg if chosen is not None and chosen.takes == "launch" else cfg.run, backend, budget, db, threads,
+            as_json, plan)
 
 
 @click.command("stop")
 @click.argument("run")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@db_option
 @click.pass_context
 def stop_command(ctx: click.Context, run: str, db: str | None) -> None:
     """Stop a launched run: it stops within one step and records its final cost."""
     from cloud_runtime.launch import stop_run
-
-    from .common import open_store
+    from workbench.cli.common import open_store
 
     with open_store(ctx, db) as store:
         rid = stop_run(store, run)
     console.print(f"asked run {rid} to stop; `workbench runs {rid} --follow` shows it finish", markup=False)
 
 
-COMMANDS = [launch_command, stop_command, gpu_prices_group]
+COMMANDS = [launch_command, stop_command]

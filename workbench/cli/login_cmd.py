@@ -6,13 +6,13 @@ import sys
 
 import click
 
-from .common import console
+from workbench.cli.common import console
 
 PROVIDER_NAMES = ["modal", "openai", "anthropic", "hf"]
 
 
 def _read_token(name: str, token: str | None, from_stdin: bool) -> str:
-    from ..credentials import provider
+    from workbench.config.credentials import provider
 
     p = provider(name)
     if token is not None:
@@ -39,7 +39,7 @@ def login_command(provider_name: str, token: str | None, from_stdin: bool) -> No
     tries keyring first, then MODAL_TOKEN_ID/MODAL_TOKEN_SECRET, OPENAI_API_KEY, ANTHROPIC_API_KEY
     or HF_TOKEN. Tokens are never written to the store, logs or bundles.
     """
-    from ..credentials import provider, store_token
+    from workbench.config.credentials import provider, store_token
 
     p = provider(provider_name)
     backend = store_token(provider_name, _read_token(provider_name, token, from_stdin))
@@ -52,7 +52,7 @@ def logout_command(provider_name: str) -> None:
     """Remove a PROVIDER token from the OS keyring."""
     import os
 
-    from ..credentials import delete_token, provider
+    from workbench.config.credentials import delete_token, provider
 
     p = provider(provider_name)
     removed = delete_token(provider_name)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..templates import TEMPLATES
-from .common import console, emit_json
+from workbench.authoring.templates import TEMPLATES
+from workbench.cli.common import console, emit_json, json_option
 
 _HELP = """Create the environment NAME from a template, ready to validate, eval and edit.
 
@@ -23,10 +23,10 @@ Templates:
               show_default=True, help="What to start from (the templates are listed above).")
 @click.option("--dir", "directory", type=click.Path(), default=None,
               help="Create it in this folder instead of the user environment directory (then use it by path).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def new_command(name: str, template: str, directory: str | None, as_json: bool) -> None:
     """``workbench new NAME --template T [--dir DIR]`` (the help text is ``_HELP``)."""
-    from ..templates import create_env
+    from workbench.authoring.templates import create_env
 
     path = create_env(name, template, directory)
     ref = str(path) if directory is not None else path.name

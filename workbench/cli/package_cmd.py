@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json
+from workbench.cli.common import console, emit_json, json_option
 
 
 @click.command("package")
 @click.argument("env")
 @click.option("-o", "--out", "out_dir", default="dist", show_default=True, type=click.Path(file_okay=False),
               help="Directory the bundle folder (<env>-<hash12>/) is written under.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def package_command(env: str, out_dir: str, as_json: bool) -> None:
     """Package ENV into a reproducible bundle and print its content hash.
 

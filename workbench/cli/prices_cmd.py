@@ -1,10 +1,12 @@
-"""``workbench prices``: the per-model token price table kept in the store."""
+"""``workbench prices``: the per-model token price table kept in the store; ``workbench gpu-prices``: the GPU
+price table cluster plans are costed with."""
 
 from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, open_store
+from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.errors import ConfigError
 
 
 @click.group("prices")
@@ -13,8 +15,8 @@ def prices_group() -> None:
 
 
 @prices_group.command("list")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True)
+@db_option
+@json_option()
 @click.pass_context
 def prices_list(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """List the price table."""
@@ -41,11 +43,11 @@ def prices_list(ctx: click.Context, db: str | None, as_json: bool) -> None:
 @click.option("--input", "inp", type=float, required=True, help="USD per million prompt tokens.")
 @click.option("--output", "out", type=float, required=True, help="USD per million completion tokens.")
 @click.option("--provider", default="", help="Provider name (openai, anthropic, ...).")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@db_option
 @click.pass_context
 def prices_set(ctx: click.Context, model: str, inp: float, out: float, provider: str, db: str | None) -> None:
     """Set the price of MODEL (an exact id, or a prefix ending in '*')."""
-    from ..errors import ConfigError
+    from workbench.errors import ConfigError
 
     if inp < 0 or out < 0:
         raise ConfigError("prices cannot be negative")
@@ -56,11 +58,11 @@ def prices_set(ctx: click.Context, model: str, inp: float, out: float, provider:
 
 @prices_group.command("delete")
 @click.argument("model")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
+@db_option
 @click.pass_context
 def prices_delete(ctx: click.Context, model: str, db: str | None) -> None:
     """Remove MODEL's row from the price table."""
-    from ..errors import NotFoundError
+    from workbench.errors import NotFoundError
 
     with open_store(ctx, db) as store:
         if not store.delete_price(model):
@@ -68,4 +70,59 @@ def prices_delete(ctx: click.Context, model: str, db: str | None) -> None:
     console.print(f"removed {model}")
 
 
-COMMANDS = [prices_group]
+@click.group("gpu-prices")
+def gpu_prices_group() -> None:
+    """Show or edit GPU prices (USD per GPU-second) used to cost cluster plans."""
+
+
+@gpu_prices_group.command("list")
+@json_option()
+def gpu_prices_list(as_json: bool) -> None:
+    """List the GPU price table (defaults plus your overrides)."""
+    from rich.table import Table
+
+    from workbench.cost.gpu_prices import load_prices, prices_path
+
+    rows = [p.to_dict() for p in load_prices().values()]
+    if as_json:
+        emit_json({"prices": rows, "path": str(prices_path())})
+        return
+    t = Table(box=None, show_edge=False)
+    for col in ("provider", "gpu", "$/GPU-s", "$/GPU-h", "source"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["provider"], r["gpu"], f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}", r["source"])
+    console.print(t)
+    console.print(f"overrides: {prices_path()} (edit with `workbench gpu-prices set PROVIDER GPU --per-hour USD`)")
+
+
+@gpu_prices_group.command("set")
+@click.argument("provider")
+@click.argument("gpu")
+@click.option("--per-second", "per_s", type=float, default=None, help="USD per GPU-second.")
+@click.option("--per-hour", "per_h", type=float, default=None, help="USD per GPU-hour.")
+@click.option("--source", default="user", help="Where the price comes from.")
+def gpu_prices_set(provider: str, gpu: str, per_s: float | None, per_h: float | None, source: str) -> None:
+    """Set the price of GPU at PROVIDER (a new provider is added)."""
+    from workbench.cost.gpu_prices import set_price
+
+    if (per_s is None) == (per_h is None):
+        raise ConfigError("give exactly one of --per-second or --per-hour")
+    p = set_price(provider, gpu, per_s if per_s is not None else per_h / 3600, source)  # type: ignore[operator]
+    console.print(f"{p.provider} {p.gpu}: ${p.usd_per_gpu_s:.6f}/GPU-s (${p.usd_per_gpu_hour:.2f}/GPU-h)")
+
+
+@gpu_prices_group.command("delete")
+@click.argument("provider")
+@click.argument("gpu")
+def gpu_prices_delete(provider: str, gpu: str) -> None:
+    """Remove your override for GPU at PROVIDER (a default price comes back)."""
+    from workbench.cost.gpu_prices import delete_price
+    from workbench.errors import NotFoundError
+
+    if not delete_price(provider, gpu):
+        raise NotFoundError(f"no override for {provider} {gpu}; `workbench gpu-prices list` shows the table")
+    console.print(f"removed {provider} {gpu}")
+
+
+COMMANDS = [prices_group, gpu_prices_group]

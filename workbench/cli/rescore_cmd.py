@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from .common import console, console_err, emit_json, fmt_float, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    fmt_float,
+    json_option,
+    open_store,
+)
 
 _BAR = 24  # characters of the longest histogram bar
 
@@ -19,8 +27,8 @@ _BAR = 24  # characters of the longest histogram bar
               help="Store the new scores as a re-score record beside the originals (which are never changed).")
 @click.option("-a", "--env-args", "env_args", default=None,
               help="JSON keyword arguments for load_environment, for every run (default: each run's own).")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file (default: XDG data dir).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@db_option
+@json_option()
 @click.pass_context
 def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int | None, apply: bool,
                     env_args: str | None, db: str | None, as_json: bool) -> None:
@@ -30,9 +38,9 @@ def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int
     same bins), how many rollouts changed and which functions raised. Nothing is written unless
     --apply is given.
     """
-    from ..discovery import load_ref, parse_env_args, resolve
-    from ..rescore import rescore
-    from .eval_cmd import run_async
+    from workbench.analysis.rescore import rescore
+    from workbench.authoring.discovery import load_ref, parse_env_args, resolve
+    from workbench.cli.eval_cmd import run_async
 
     override = parse_env_args(env_args) if env_args is not None else None
     ref = resolve(env)

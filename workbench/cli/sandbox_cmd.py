@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .common import console, console_err, emit_json
+from workbench.cli.common import console, console_err, emit_json, json_option
 
 
 @click.group("sandbox")
@@ -15,17 +15,17 @@ def sandbox_group() -> None:
 
 
 def _docker_client() -> Any:
-    from local_runtime.sandbox_docker import connect
+    from local_runtime.sandbox.docker_pool import connect
 
     return connect()
 
 
 @sandbox_group.command("image")
 @click.option("--rebuild", is_flag=True, help="Build again even if the image exists.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def image_command(rebuild: bool, as_json: bool) -> None:
     """Build the default Docker sandbox image (workbench-sandbox:1) from this machine's files; no registry."""
-    from local_runtime.sandbox_image import build_default_image
+    from local_runtime.sandbox.image import build_default_image
 
     client = _docker_client()
     info = build_default_image(client, rebuild=rebuild, log=lambda s: console_err.print(s, highlight=False))
@@ -39,17 +39,16 @@ def image_command(rebuild: bool, as_json: bool) -> None:
 @sandbox_group.command("gc")
 @click.option("--all", "everything", is_flag=True,
               help="Remove every Workbench sandbox container, also those of runs still going.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def gc_command(everything: bool, as_json: bool) -> None:
     """Remove sandboxes left behind by a crashed or killed run (containers by label, host folders)."""
-    from local_runtime.sandbox_fs import rmtree, stale_pool_dirs
-
-    from ..sandbox import SandboxError
+    from local_runtime.sandbox.fs import rmtree, stale_pool_dirs
+    from workbench.authoring.sandbox import SandboxError
 
     out: dict[str, Any] = {"containers_removed": 0, "containers_kept": 0, "dirs_removed": 0, "networks_removed": 0,
                            "docker": True}
     try:
-        from local_runtime.sandbox_docker import gc
+        from local_runtime.sandbox.docker_pool import gc
 
         out.update(gc(_docker_client(), everything))
     except SandboxError as e:
@@ -71,19 +70,18 @@ def gc_command(everything: bool, as_json: bool) -> None:
 
 
 @sandbox_group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object as the last line of stdout.")
+@json_option()
 def status_command(as_json: bool) -> None:
     """How sandboxes would run here: bubblewrap isolation for wb.Local, the Docker engine and image."""
-    from local_runtime.sandbox_process import detect
-
-    from ..sandbox import DEFAULT_IMAGE, SandboxError
+    from local_runtime.sandbox.process_pool import detect
+    from workbench.authoring.sandbox import DEFAULT_IMAGE, SandboxError
 
     iso = detect("auto")
     out: dict[str, Any] = {"local": {"isolated": iso.mode != "none", "mode": iso.mode, "reason": iso.reason,
                                      "bwrap": iso.bwrap}}
     try:
-        from local_runtime.sandbox_docker import LABEL
-        from local_runtime.sandbox_image import image_exists
+        from local_runtime.sandbox.docker_pool import LABEL
+        from local_runtime.sandbox.image import image_exists
 
         client = _docker_client()
         out["docker"] = {"running": True, "version": client.version().get("Version", ""),
@@ -108,7 +106,7 @@ def status_command(as_json: bool) -> None:
 @sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
 @click.option("--runtime", default="local", show_default=True, help="local | docker[:IMAGE]")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before the command is killed.")
-@click.option("--json", "as_json", is_flag=True, help="Print the ExecResult as one JSON object.")
+@json_option("Print the ExecResult as one JSON object.")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
 def exec_command(ctx: click.Context, runtime: str, timeout: float, as_json: bool, command: tuple[str, ...]) -> None:
@@ -117,7 +115,7 @@ def exec_command(ctx: click.Context, runtime: str, timeout: float, as_json: bool
     import sys
     from dataclasses import asdict
 
-    from ..sandbox import swap_runtime
+    from workbench.authoring.runtimes import swap_runtime
 
     rt = swap_runtime(runtime)
 

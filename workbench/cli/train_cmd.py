@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from .common import console, console_err, emit_json, fmt_float, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    fmt_float,
+    json_option,
+    open_store,
+)
 
 
 def step_line(rec: dict[str, Any]) -> str:
@@ -36,19 +44,19 @@ def step_line(rec: dict[str, Any]) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the resolved config as TOML and exit.")
 @click.option("--resume", default=None, metavar="RUN", help="Continue a training run from its last checkpoint.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads of the server and of the trainer.")
-@click.option("--db", "db", envvar="WORKBENCH_DB", default=None, help="Store file.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary as the last line of stdout.")
+@db_option
+@json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
 def train_command(ctx: click.Context, env: str | None, env_args: str | None, config_file: str | None, max_steps: int | None, sync: bool,
                   dry_run: bool, resume: str | None, threads: int | None, db: str | None, as_json: bool) -> None:
     """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
     --loop.groups_per_step 4, --algorithm.name rloo."""
-    from ..train_config import parse_overrides, resolve, to_toml
-    from .eval_cmd import run_async
+    from workbench.cli.eval_cmd import run_async
+    from workbench.training.run_config import parse_overrides, resolve, to_toml
 
     overrides = parse_overrides(ctx.args)
     if env_args is not None:
-        from ..discovery import parse_env_args
+        from workbench.authoring.discovery import parse_env_args
 
         overrides["env.args"] = parse_env_args(env_args)
     if max_steps is not None:
@@ -65,7 +73,7 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         cfg = resolve(config_file, overrides, env)
     if dry_run:
         assert cfg is not None
-        from ..train_config import env_config_file
+        from workbench.training.run_config import env_config_file
 
         shipped = env_config_file(cfg.env)
         if shipped is not None:
@@ -73,7 +81,7 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         click.echo(to_toml(cfg.raw), nl=False)
         return
     store = open_store(ctx, db)
-    from ..train import train
+    from workbench.training.loop import train
 
     def on_start(run_id: str, rdir: Any) -> None:
         console_err.print(f"training run [cyan]{run_id}[/] (files in {rdir}); `workbench runs {run_id}` shows it")

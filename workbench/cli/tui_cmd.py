@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import WorkbenchError
+from workbench.errors import WorkbenchError
 
 
 def open_tui(db: str | None) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 
-from ..errors import NotFoundError
-from ..pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
-from .db import connect, open_store_file
-from .migrations import SCHEMA_VERSION
-from .writer import BatchWriter, RolloutRecord, dumps
+from workbench.cost.pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
+from workbench.errors import NotFoundError
+from workbench.store.db import connect, open_store_file
+from workbench.store.migrations import SCHEMA_VERSION
+from workbench.store.writer import BatchWriter, RolloutRecord, dumps
 
 __all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "dumps"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ..errors import StoreError
-from .migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from workbench.errors import StoreError
+from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 
 def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:

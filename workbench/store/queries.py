@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import NotFoundError
+from workbench.errors import NotFoundError
 
 Cursor = tuple[float | int | None, int]  # (sort key of the last row shown, its pk)
 SORTS = ("created", "-created", "reward", "-reward", "duration", "-duration")

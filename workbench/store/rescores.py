@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from ..rollout import ModelCall
-from ..trace import Trace
-from .writer import dumps
+from workbench.rollouts.rollout import ModelCall
+from workbench.rollouts.trace import Trace
+from workbench.store.writer import dumps
 
 Row = tuple[Any, ...]
 

@@ -29,17 +29,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import StoreError
-from ..rollout import searchable_text
-from .db import connect
+from workbench.errors import StoreError
+from workbench.rollouts.rollout import searchable_text
+from workbench.store.db import connect
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ..rollout import ModelCall, RolloutError, Usage
-    from ..rubric import Scores
-    from ..tasks import Task
-    from ..trace import Trace
+    from workbench.authoring.rubric import Scores
+    from workbench.authoring.tasks import Task
+    from workbench.rollouts.rollout import ModelCall, RolloutError, Usage
+    from workbench.rollouts.trace import Trace
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 

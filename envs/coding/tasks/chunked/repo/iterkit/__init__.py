@@ -1,3 +1,3 @@
-from .chunks import chunked
+from envs.coding.tasks.chunked.repo.iterkit.chunks import chunked
 
 __all__ = ["chunked"]

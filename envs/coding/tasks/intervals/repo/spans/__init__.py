@@ -1,3 +1,3 @@
-from .merge import merge
+from envs.coding.tasks.intervals.repo.spans.merge import merge
 
 __all__ = ["merge"]

@@ -1,3 +1,3 @@
-from .slug import slugify
+from envs.coding.tasks.slugify.repo.textkit.slug import slugify
 
 __all__ = ["slugify"]

@@ -1,0 +1,212 @@
+"""Bubblewrap for ``wb.Local()``: finding out how this machine can isolate a sandbox, and the ``bwrap``
+command line (namespaces, a read-only root of system folders, the sandbox's own ``/work`` and ``/tmp``)
+plus the limits (``prlimit`` arguments, or a ``preexec_fn`` where ``prlimit`` is missing)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local_runtime.sandbox.fs import PATH
+from workbench.authoring.sandbox import WORKDIR, Limits
+
+SANDBOX_UID = 1000  # the uid processes see inside the sandbox
+#: host uids for sandboxes when Workbench runs as root (one per slot, so limits and files are per sandbox)
+ROOT_UID_BASE = 1_300_000_000
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "ssl", "ca-certificates",
+              "pki", "mime.types", "nsswitch.conf", "protocols", "services", "magic", "inputrc")
+_ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+# -- isolation detection ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    mode: str  # "userns" (bwrap + user namespace) | "setpriv" (root, no user namespaces) | "none"
+    bwrap: str | None
+    prlimit: str | None
+    reason: str = ""
+    setpriv: str | None = None
+
+
+_detected: dict[str, Isolation] = {}
+
+
+def _root_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _ROOT_LINKS:
+        p = Path("/") / name
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), f"/{name}"]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), f"/{name}"]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for p in sorted(Path("/etc").glob("python3*")):
+        args += ["--ro-bind-try", str(p), str(p)]
+    return args
+
+
+def _drop_to(uid: int | None) -> Callable[[], None] | None:
+    if uid is None:
+        return None
+
+    def fn() -> None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+    return fn
+
+
+def detect(isolation: str = "auto") -> Isolation:
+    """Find out (once per process) how this machine can isolate a sandbox."""
+    forced = os.environ.get("WORKBENCH_SANDBOX_ISOLATION")  # tests and debugging: userns | setpriv | none
+    key = f"{isolation}:{forced}"
+    if key in _detected:
+        return _detected[key]
+    sysdirs = "/usr/bin:/bin:/usr/sbin:/sbin"
+    prlimit, setpriv = shutil.which("prlimit", path=sysdirs), shutil.which("setpriv", path=sysdirs)
+    bwrap = shutil.which("bwrap")
+    root = os.geteuid() == 0
+    reasons: list[str] = []
+    mode = "none"
+    if isolation == "none":
+        reasons.append("isolation='none' was asked for")
+    elif forced == "none":
+        reasons.append("WORKBENCH_SANDBOX_ISOLATION=none")
+    elif not sys.platform.startswith("linux"):
+        reasons.append(f"bubblewrap needs Linux (this is {sys.platform})")
+    elif not bwrap:
+        reasons.append("bubblewrap (bwrap) is not installed")
+    else:
+        candidates = [forced] if forced in ("userns", "setpriv") else (["userns", "setpriv"] if root else ["userns"])
+        for cand in candidates:
+            if cand == "setpriv" and not setpriv:
+                reasons.append("no setpriv for the root fallback")
+                continue
+            err = _probe(bwrap, cand, root, setpriv)
+            if err is None:
+                mode, reasons = cand, []
+                break
+            reasons.append(err)
+    result = Isolation(mode, bwrap if mode != "none" else None, prlimit, "; ".join(reasons), setpriv)
+    _detected[key] = result
+    return result
+
+
+def _probe(bwrap: str, mode: str, root: bool, setpriv: str | None) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="wb-probe-") as d:
+        os.chmod(d, 0o777)
+        argv = bwrap_argv(bwrap, mode, Path(d), Path(d), Path(d), "none", (), {"PATH": PATH}, WORKDIR,
+                           ["/bin/sh", "-c", "test -w /work && test ! -e /root/. -o ! -r /root"])
+        if root and mode == "userns":
+            argv = [setpriv, f"--reuid={ROOT_UID_BASE}", f"--regid={ROOT_UID_BASE}", "--clear-groups", "--", *argv] \
+                if setpriv else argv
+        pre = _drop_to(ROOT_UID_BASE) if root and mode == "userns" and not setpriv else None
+        try:
+            p = subprocess.run(argv, capture_output=True, timeout=20, preexec_fn=pre, env={"PATH": PATH},
+                               stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"bwrap ({mode}) failed to start: {e}"
+        if p.returncode != 0:
+            msg = (p.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit {p.returncode}"]
+            return f"bwrap ({mode}) does not work here: {msg[0]}"
+    return None
+
+
+def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network: str, binds: Sequence[str],
+                env: Mapping[str, str], cwd: str, argv: list[str], *, as_pid_1: bool = False) -> list[str]:
+    """``as_pid_1``: the command is the namespace's init (the exec agent): a signal from inside the sandbox
+    cannot kill or stop it, and the namespace ends with it."""
+    if mode == "setpriv":  # root without user namespaces: every other namespace, the uid switch comes later
+        a = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if network != "host":
+            a.append("--unshare-net")
+    else:
+        a = [bwrap, "--unshare-all"]
+        if network == "host":
+            a.append("--share-net")
+    a += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if as_pid_1:
+        a.append("--as-pid-1")
+    if mode == "userns":
+        a += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    a += _root_mounts()
+    for name in ("passwd", "group", "hosts"):
+        if (etc / name).exists():
+            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+    if network == "host":
+        a += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+    for b in binds:
+        a += ["--ro-bind", b, b]
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    if as_pid_1:  # a namespace that serves many commands and rollouts: /dev must not keep what one left
+        a += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    a += ["--bind", str(tmp), "/tmp", "--bind", str(work), WORKDIR, "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    if mode == "userns":
+        a += ["--cap-drop", "ALL"]
+    return [*a, "--", *argv]
+
+
+def sandbox_python() -> str:
+    """A ``python3`` the sandbox sees (under ``/usr``, mounted read-only) to run the exec agent, or ''."""
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"):
+        real = os.path.realpath(cand)
+        if os.path.isfile(real) and os.access(real, os.X_OK) and real.startswith("/usr/"):
+            return cand
+    return ""
+
+
+def prlimit_args(prlimit: str, lim: Limits, *, nproc: bool) -> list[str]:
+    mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
+    args = [prlimit, f"--cpu={cpu}:{cpu + 5}", f"--as={mem}:{mem}", f"--fsize={fsize}:{fsize}", "--core=0:0"]
+    if nproc:
+        args.append(f"--nproc={lim.pids}:{lim.pids}")
+    return [*args, "--"]
+
+
+def limits_preexec(lim: Limits, uid: int | None, *, rlimits: bool, nproc: bool) -> Callable[[], None]:
+    """The fallback when ``prlimit``/``setpriv`` are missing: set limits and switch uid in the child."""
+    cpu, mem, fsize, pids = int(lim.cpu_seconds), lim.memory_mb << 20, lim.file_size_mb << 20, lim.pids
+    libc = _libc()
+
+    def fn() -> None:
+        if rlimits:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        if libc is not None:  # the direct child dies with us (bwrap's --die-with-parent does the rest)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return fn
+
+
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+

@@ -1,0 +1,516 @@
+"""``wb.Local()``: sandboxes as local processes, isolated with bubblewrap where it is available.
+
+A sandbox is a ``bwrap`` namespace (``bwrap.py``): new user, pid, network, ipc, uts and cgroup
+namespaces; a root made of read-only system folders (``/usr`` and the library links, a few files of
+``/etc``) plus the sandbox's own ``/work`` and ``/tmp`` (host folders, bind-mounted); a clean environment;
+rlimits on CPU time, address space, file size and (inside the user namespace, so per sandbox) processes.
+Everything in it dies with the pid namespace when Workbench dies.
+
+When the host process is root, sandboxes run as a per-slot unprivileged uid (root-owned host files
+stay unreadable and the process limit is exact). Where bubblewrap or user namespaces are missing
+(macOS, locked-down kernels), opening a pool refuses with one line; ``isolation="none"`` opts in to plain
+subprocesses in the workdir with the same rlimits and a clean environment.
+
+With bubblewrap and user namespaces, commands go through an exec agent (``agent.py``): one
+long-lived ``bwrap`` per sandbox runs the agent as the namespace's init, and the agent forks each
+command with the limits, so an ``exec`` costs a fork instead of a namespace, ~30 mounts and three
+helper execs. It starts with the warm pool (or at a cold sandbox's first command). When a rollout
+releases the sandbox the agent kills every other process in the namespace and clears ``/dev/shm``
+and System V IPC, the host wipes ``/work`` and ``/tmp``, and the agent serves the next rollout; an
+agent that cannot prove itself clean (a process left, its limits or priority changed by a command)
+is killed with its namespace and a fresh one started. ``Local(exec_agent=False)``, or a host
+``python3`` the sandbox cannot see, keeps one ``bwrap`` (one namespace) per command, killed whole on
+timeout and cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from local_runtime.sandbox.bwrap import (
+    ROOT_UID_BASE,
+    SANDBOX_UID,
+    Isolation,
+    bwrap_argv,
+    detect,
+    limits_preexec,
+    prlimit_args,
+    sandbox_python,
+)
+from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv, agent_code, warm_config
+from local_runtime.sandbox.fs import (
+    PATH,
+    Capture,
+    HostDir,
+    WorkdirFiles,
+    base_env,
+    exec_argv,
+    pool_dir,
+    rmtree,
+    seed,
+    warn_once,
+)
+from workbench.authoring.runtimes import Local
+from workbench.authoring.sandbox import (
+    WORKDIR,
+    ExecResult,
+    PoolStats,
+    Sandbox,
+    SandboxError,
+    SandboxPool,
+    check_task_needs,
+    network_policy,
+)
+from workbench.authoring.tasks import Task
+
+TIMEOUT_EXIT = 124
+
+
+# -- the sandbox -----------------------------------------------------------------------------------
+class ProcessSandbox(WorkdirFiles, Sandbox):
+    kind = "local"
+
+    def __init__(self, pool: ProcessPool, slot: int) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.id = f"local-{slot}"
+        self.limits = pool.limits
+        root = pool.dir / f"s{slot}"
+        self.host_uid = pool.slot_uid(slot)
+        owner = (self.host_uid, self.host_uid) if self.host_uid is not None else None
+        iso = pool.iso.mode != "none"
+        self.isolated = iso
+        self.work = HostDir(root / "work", WORKDIR if iso else str(root / "work"), owner)
+        self.tmp = HostDir(root / "tmp", "/tmp" if iso else str(root / "tmp"), owner)
+        self.workdir = self.work.inner
+        self.rollout_id = ""
+        self.closed = False
+        self.held_since = 0.0
+        self._running: set[asyncio.subprocess.Process] = set()
+        self.agent: AgentChannel | None = None
+        self._agent_proc: asyncio.subprocess.Process | None = None
+        self._agent_start: asyncio.Future[AgentChannel] | None = None
+        self._agent_stderr: asyncio.Future[None] | None = None
+
+    def create(self) -> None:
+        self.work.path.parent.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(self.work.path.parent, 0o711)
+        self.work.create(0o755)
+        self.tmp.create(0o755)
+
+    # -- exec ----------------------------------------------------------------------------------
+    def _command(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None, *, agent: bool = False
+                 ) -> tuple[list[str], dict[str, Any]]:
+        """The full argv and spawn options. Limits and the uid switch are commands (``prlimit``, ``setpriv``)
+        where those exist, so the spawn needs no ``preexec_fn`` (which forbids the cheap vfork path).
+        For the exec ``agent`` no limits: it applies them to each command it starts (:meth:`agent_config`)."""
+        iso, lim, uid = self.pool.iso, self.limits, self.host_uid
+        per_sandbox_nproc = self.pool.per_sandbox_nproc(uid)
+        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc) if iso.prlimit and not agent else []
+        drop = [iso.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None and iso.setpriv \
+            else []
+        pre_uid = uid if uid is not None and not drop and iso.mode != "setpriv" else None
+        preexec = None if (limits or agent) and pre_uid is None else limits_preexec(
+            lim, pre_uid, rlimits=not limits and not agent, nproc=per_sandbox_nproc and not limits and not agent)
+        if iso.mode == "none":
+            home = str(self.tmp.path)
+            run_cwd = str(self.work.path) if cwd is None else cwd if cwd.startswith("/") else str(self.work.path / cwd)
+            outer = [*drop, "--"] if drop else []
+            return [*outer, *limits, *argv], {"env": base_env(home, env) | {"TMPDIR": home}, "cwd": run_cwd,
+                                              "preexec_fn": preexec}
+        inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
+        inner = list(limits)
+        outer: list[str] = []
+        if iso.mode == "setpriv":  # bwrap runs as root; the command drops to the slot's uid inside
+            inner = [*drop, "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
+        elif drop:
+            outer = [*drop, "--"]
+        full = bwrap_argv(iso.bwrap or "bwrap", iso.mode, self.work.path, self.tmp.path, self.pool.dir / "etc",
+                           self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd, [*inner, *argv],
+                           as_pid_1=agent)
+        return [*outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
+
+    async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
+                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+        if self.closed:
+            raise RuntimeError(f"sandbox {self.id} is closed")
+        argv = exec_argv(cmd)
+        timeout = self.limits.timeout if timeout is None else float(timeout)
+        channel = await self._channel()
+        if channel is not None:
+            inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
+            return await channel.exec(argv, cwd=inner_cwd, env=base_env("/tmp", env), stdin=stdin, timeout=timeout,
+                                      cap=self.limits.output_bytes)
+        full, kw = self._command(argv, cwd, env)
+        t0 = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(
+            *full, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True, **kw)
+        self._running.add(proc)
+        try:
+            return await _communicate(proc, stdin, timeout, self.limits.output_bytes, t0)
+        finally:
+            self._running.discard(proc)
+            if proc.returncode is None:
+                _killpg(proc)
+                self.pool.track(_reaped(proc))  # reaped by asyncio, not by a garbage-collected Popen
+
+
+    def kill_all(self) -> asyncio.Future[None] | None:
+        """Kill every process of the sandbox; what to await for the agent's namespace to be gone, if any."""
+        for proc in list(self._running):
+            _killpg(proc)
+        return self.stop_agent()
+
+    async def reset(self) -> asyncio.Future[None] | None:
+        """Hand back: the per-command processes are killed and the agent resets its namespace (kept for the
+        next rollout); an agent that fails that is killed. What to await before wiping the files, if any."""
+        for proc in list(self._running):
+            _killpg(proc)
+        agent = self.agent
+        if agent is None or not agent.alive or self._agent_start is None or not self._agent_start.done():
+            return self.stop_agent()
+        agent.abandon("the sandbox was released while the command ran")
+        try:
+            report = await agent.reset()
+        except SandboxError:
+            return self.stop_agent()
+        if not report["ok"] or report["left"] or report["ipc"] or report["cpu"] > self.limits.cpu_seconds / 2:
+            return self.stop_agent()
+        return None
+
+    # -- the exec agent ------------------------------------------------------------------------
+    async def _channel(self) -> AgentChannel | None:
+        """The running agent (started now if needed), or None where commands run one ``bwrap`` each."""
+        if not self.pool.use_agent:
+            return None
+        if self.agent is not None and self.agent.alive:
+            return self.agent
+        if self._agent_start is None or self._agent_start.done() and (self.agent is None or not self.agent.alive):
+            self.start_agent()
+        assert self._agent_start is not None
+        try:
+            return await asyncio.shield(self._agent_start)
+        except AgentDied as e:
+            if self.pool.agent_ok:
+                raise  # it worked before: this sandbox's agent died (killed from outside?); the next exec restarts it
+            self.pool.agent_unavailable(str(e))
+            return None
+
+    def start_agent(self) -> None:
+        """Start the agent in the background (a fresh namespace); the first ``exec`` waits for it."""
+        self.stop_agent()
+        self._agent_start = asyncio.ensure_future(self._start_agent())
+        self._agent_start.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def _start_agent(self) -> AgentChannel:
+        program = self.pool.agent_program
+        full, kw = self._command(agent_argv(self.pool.agent_python, program), None, None, agent=True)
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, limit=1 << 20, **kw))
+        try:
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:  # stopped while starting: the process may exist all the same
+            spawn.add_done_callback(self._kill_orphan)
+            raise
+        self._agent_proc = proc
+        errors = bytearray()
+        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+
+        async def read() -> bytes:
+            return await stdout.read(1 << 16)
+
+        channel = AgentChannel(self.id, read, proc.stdin, lambda: errors.decode(errors="replace"))
+        self._agent_stderr = asyncio.ensure_future(_pump(stderr, _Tail(errors)))
+        self.agent = channel
+        await channel.open(self.pool.agent_config(self), program)
+        self.pool.agent_ok = True
+        return channel
+
+    def _kill_orphan(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        if not spawn.cancelled() and spawn.exception() is None:
+            proc = spawn.result()
+            _killpg(proc)
+            self.pool.track(_reaped(proc))
+
+    def stop_agent(self) -> asyncio.Future[None] | None:
+        """Kill the agent's namespace (every process of this sandbox) and forget the channel. Returns a
+        future done when its ``bwrap`` has been reaped (the pool tracks it, so close waits for it too)."""
+        if self._agent_start is not None and not self._agent_start.done():
+            self._agent_start.cancel()
+        self._agent_start = None
+        if self.agent is not None:
+            self.agent.fail("the sandbox was released")
+            self.agent = None
+        if self._agent_stderr is not None:
+            self._agent_stderr.cancel()
+            self._agent_stderr = None
+        proc, self._agent_proc = self._agent_proc, None
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            _killpg(proc)
+        return self.pool.track(_reaped(proc))
+
+
+class _Tail:
+    """The last 4 KiB of a stream (the agent's stderr, for error messages)."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self.buf = buf
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        del self.buf[:-4096]
+
+
+def _killpg(proc: asyncio.subprocess.Process) -> None:
+    """Kill the process group the spawn started. ``proc.kill()`` only where that is refused: it polls the
+    process first and may reap it under asyncio's child watcher (which then warns about an unknown child)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+async def _reaped(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed process to exit, then close its pipes (not left to the garbage collector)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 10)
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+async def _pump(stream: asyncio.StreamReader | None, cap: Capture | _Tail) -> None:
+    if stream is None:
+        return
+    while True:
+        chunk = await stream.read(1 << 16)
+        if not chunk:
+            return
+        cap.feed(chunk)
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: str | bytes | None) -> None:
+    if data is None or proc.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data.encode() if isinstance(data, str) else data)
+        await proc.stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.close()
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | None, timeout: float, cap: int,
+                       t0: float) -> ExecResult:
+    out, err = Capture.new(cap), Capture.new(cap)
+    tasks = [asyncio.ensure_future(_pump(proc.stdout, out)), asyncio.ensure_future(_pump(proc.stderr, err)),
+             asyncio.ensure_future(_feed(proc, stdin))]
+    waiter = asyncio.ensure_future(proc.wait())
+    timed_out = False
+    try:
+        done, _ = await asyncio.wait([*tasks[:2], waiter], timeout=timeout)
+        if len(done) < 3:
+            if waiter.done():  # exited, but something it started still holds the pipes
+                await asyncio.wait(tasks[:2], timeout=max(0.0, min(1.0, timeout - (time.perf_counter() - t0))))
+            if not all(t.done() for t in tasks[:2]) or not waiter.done():
+                timed_out = not waiter.done() or time.perf_counter() - t0 >= timeout
+                _killpg(proc)
+                # The whole tree goes with the pid namespace; keep what it wrote before it died.
+                await asyncio.wait([*tasks[:2], waiter], timeout=2.0)
+    except BaseException:
+        _killpg(proc)
+        raise
+    finally:
+        for t in [*tasks, waiter]:
+            if not t.done():
+                t.cancel()
+        for s in (proc.stdout, proc.stderr):
+            if s is not None and hasattr(s, "_transport") and s._transport is not None:  # type: ignore[attr-defined]
+                with contextlib.suppress(Exception):
+                    s._transport.close()  # type: ignore[attr-defined]
+    rc = proc.returncode
+    if timed_out:
+        code = TIMEOUT_EXIT
+    elif rc is None:
+        code = -1
+    else:
+        code = 128 - rc if rc < 0 else rc
+    return ExecResult(code, out.text(), err.text(), timed_out, out.truncated or err.truncated,
+                      time.perf_counter() - t0)
+
+
+# -- the pool --------------------------------------------------------------------------------------
+class ProcessPool(SandboxPool):
+    kind = "local"
+
+    def __init__(self, runtime: Local, *, run_id: str = "", size: int = 4, env_dir: str | Path | None = None) -> None:
+        self.runtime = runtime
+        self.run_id = run_id
+        self.size = max(0, size)
+        self.limits = runtime.limits()
+        self.network = network_policy(runtime.network)
+        assert isinstance(self.network, str)
+        self.binds = tuple(str(Path(b).resolve()) for b in runtime.binds)
+        self.stats = PoolStats()
+        self.idle: list[ProcessSandbox] = []
+        self.held: set[ProcessSandbox] = set()
+        self._resets: set[asyncio.Future[None]] = set()
+        self._next = 0
+        self.dir = Path()
+        self.iso = Isolation("none", None, None)
+        self.closed = False
+        self.use_agent = runtime.exec_agent
+        self.agent_python = ""
+        self.agent_program: bytes | None = None
+        self.agent_ok = False  # an agent has started in this pool (later failures are that sandbox's own)
+
+    def per_sandbox_nproc(self, uid: int | None) -> bool:
+        """Whether RLIMIT_NPROC counts one sandbox's processes only: inside its own user namespace, or
+        under its own host uid (root)."""
+        return self.iso.mode in ("userns", "setpriv") or uid is not None
+
+    def agent_config(self, sb: ProcessSandbox) -> dict[str, Any]:
+        """What the exec agent applies to every command: the limits ``prlimit`` would have set."""
+        lim = self.limits
+        mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
+        rlimits: dict[str, list[int]] = {"cpu": [cpu, cpu + 5], "as": [mem, mem], "fsize": [fsize, fsize],
+                                         "core": [0, 0]}
+        if self.per_sandbox_nproc(sb.host_uid):
+            rlimits["nproc"] = [lim.pids, lim.pids]
+        return {"rlimits": rlimits, "user": None, "grace": 0.1, "warm": warm_config(self.runtime.warm_python)}
+
+    def agent_unavailable(self, reason: str) -> None:
+        if self.use_agent:
+            self.use_agent = False
+            warn_once("local-agent", f"wb.Local(): the exec agent does not start here ({reason}); every command "
+                      "starts its own bubblewrap sandbox instead (slower, as isolated)")
+
+    def slot_uid(self, slot: int) -> int | None:
+        if os.geteuid() != 0:
+            return None
+        return ROOT_UID_BASE + (os.getpid() % 100_000) * 64 + slot % 64
+
+    async def start(self) -> ProcessPool:
+        iso = detect(self.runtime.isolation)
+        if iso.mode == "none" and self.runtime.isolation != "none":
+            raise SandboxError(f"wb.Local() cannot isolate commands on this machine ({iso.reason}); install "
+                               "bubblewrap (apt-get install bubblewrap) and allow user namespaces, use --runtime "
+                               "docker, or opt in to unisolated processes with wb.Local(isolation='none')")
+        for b in self.binds:
+            if not os.path.exists(b):
+                raise SandboxError(f"Local(binds=...): {b} does not exist")
+        self.iso = iso
+        if self.use_agent:
+            self.agent_python = sandbox_python() if iso.mode == "userns" else ""
+            self.use_agent = bool(self.agent_python)
+            if self.use_agent:
+                self.agent_program = await asyncio.to_thread(agent_code, self.agent_python) or None
+        self.dir = pool_dir("local")
+        etc = self.dir / "etc"
+        etc.mkdir(mode=0o755)
+        (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
+                                    "sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
+        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+        (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
+        for _ in range(self.size):
+            self.idle.append(self._new(warm=True))
+        return self
+
+    def _new(self, warm: bool = False) -> ProcessSandbox:
+        sb = ProcessSandbox(self, self._next)
+        self._next += 1
+        sb.create()
+        self.stats.created += 1
+        if warm and self.use_agent:
+            sb.start_agent()
+        return sb
+
+    async def acquire(self, rollout_id: str = "", task: Task | None = None) -> ProcessSandbox:
+        if self.closed:
+            raise SandboxError("the sandbox pool is closed")
+        t0 = time.perf_counter()
+        needs = check_task_needs(task) if task is not None else {}
+        if self.idle:
+            sb = self.idle.pop()
+        else:
+            self.stats.cold += 1
+            sb = self._new()
+        sb.closed = False
+        sb.rollout_id = rollout_id
+        self.held.add(sb)
+        try:
+            await seed(sb, needs)
+        except BaseException:
+            await self.release(sb)
+            raise
+        self._handed_out(sb, t0)
+        return sb
+
+    async def release(self, sandbox: Sandbox) -> None:
+        assert isinstance(sandbox, ProcessSandbox)
+        if not self._taken_back(sandbox):
+            return
+        if self.closed:
+            sandbox.kill_all()
+            return
+        self.track(self._recycle(sandbox))
+
+    def track(self, coro: Any) -> asyncio.Future[None]:
+        """Run ``coro`` in the background; :meth:`close` waits for it."""
+        t = asyncio.ensure_future(coro)
+        self._resets.add(t)
+        t.add_done_callback(self._resets.discard)
+        return t
+
+    async def _recycle(self, sb: ProcessSandbox) -> None:
+        """Make a released sandbox clean for the next rollout (or remove it when the pool has enough)."""
+        dying = await sb.reset()
+        keep = not self.closed and len(self.idle) < self.size
+        if not keep:
+            dying = sb.kill_all() or dying
+        if dying is not None:  # the namespace is gone (its processes with it) once its bwrap has exited
+            await dying
+        await asyncio.to_thread(self._wipe, sb, keep)
+        if keep and not self.closed:
+            if self.use_agent and (sb.agent is None or not sb.agent.alive):
+                sb.start_agent()  # the next rollout finds its agent running
+            self.idle.append(sb)
+        elif keep:
+            sb.kill_all()
+
+    @staticmethod
+    def _wipe(sb: ProcessSandbox, keep: bool) -> None:
+        if keep:
+            sb.work.wipe(0o755)
+            sb.tmp.wipe(0o755)
+        else:
+            rmtree(sb.work.path.parent)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for sb in [*self.held, *self.idle]:
+            sb.kill_all()
+            sb.closed = True
+        while self._resets:  # recycles, and the reaping of every agent killed above
+            await asyncio.gather(*self._resets, return_exceptions=True)
+        self.idle.clear()
+        self.held.clear()
+        if self.dir != Path():
+            await asyncio.to_thread(rmtree, self.dir)

@@ -1,0 +1,290 @@
+"""The model runner: runs one batch of :class:`Sequence` s to completion, and loads or unloads LoRA
+adapters (peft) between batches. Only the scheduler's worker thread calls into it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local_runtime.models.loading import LoadedModel
+from local_runtime.server.generation import (
+    Detokenizer,
+    Sequence,
+    forward_step,
+    make_generator,
+    prompt_logprob_entries,
+    record_logprobs,
+    sample_rows,
+)
+
+
+class AdapterError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(slots=True)
+class Adapter:
+    name: str
+    path: str
+    version: int
+    loaded_at: float
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, *, logprobs_mode: str = "raw") -> None:
+        self.lm = loaded
+        self.base = loaded.model
+        self.peft: Any = None
+        self.adapters: dict[str, Adapter] = {}
+        self.load_counter = 0
+        self.logprobs_mode = logprobs_mode
+        self.base_version = 0  # raised by update_weights (full fine-tuning publishes whole weights)
+        self.tokens_generated = 0
+        self.busy_s = 0.0
+        self._no_shrink = False
+
+    # -- adapters ----------------------------------------------------------------------------------
+    def policy_version(self, model: str) -> int:
+        """Which weights answer for ``model``: 0 for the base model; for an adapter, the version given
+        when it was loaded, or else the server's load counter at that time (so it grows with reloads)."""
+        ad = self.adapters.get(model)
+        return ad.version if ad else self.base_version
+
+    def update_weights(self, path: str, version: int | None = None) -> int:
+        """Replace the base model's weights in place with the safetensors files in ``path`` (a
+        ``save_pretrained`` directory of the same architecture), between batches: what full fine-tuning
+        publishes after each step. Returns the new policy version of the base model."""
+        from safetensors.torch import load_file
+
+        p = Path(path).expanduser()
+        files = sorted(p.glob("*.safetensors")) if p.is_dir() else []
+        if not files:
+            raise AdapterError(400, f"no weights at {path} (expected a directory with *.safetensors, as written by "
+                                    "save_pretrained)")
+        if self.adapters:
+            raise AdapterError(409, f"LoRA adapters are loaded ({', '.join(sorted(self.adapters))}); unload them "
+                                    "before replacing the base weights")
+        state: dict[str, Any] = {}
+        try:
+            for f in files:
+                state.update(load_file(str(f), device=str(self.lm.device)))
+        except Exception as e:
+            raise AdapterError(400, f"cannot read the weights at {path} ({type(e).__name__}: {e})") from None
+        own = self.base.state_dict()
+        unknown = [k for k in state if k not in own]
+        if unknown:
+            raise AdapterError(400, f"the weights at {path} do not fit {self.lm.name} (unknown tensor {unknown[0]!r})")
+        for k, v in state.items():
+            if v.shape != own[k].shape:
+                raise AdapterError(400, f"the weights at {path} do not fit {self.lm.name} ({k} has shape "
+                                        f"{tuple(v.shape)}, the model {tuple(own[k].shape)})")
+        self.base.load_state_dict(state, strict=False)  # tied weights (lm_head) are absent from the files
+        self.load_counter += 1
+        self.base_version = self.load_counter if version is None else version
+        return self.base_version
+
+    def load_adapter(self, name: str, path: str, version: int | None = None) -> Adapter:
+        p = Path(path).expanduser()
+        if not (p / "adapter_config.json").is_file():
+            raise AdapterError(400, f"no LoRA adapter at {path} (expected a directory with adapter_config.json, "
+                                    "as written by peft's save_pretrained)")
+        if name == self.lm.name:
+            raise AdapterError(400, f"{name!r} is the base model's name; choose another lora_name")
+        from peft import PeftModel
+
+        try:
+            if name in self.adapters:
+                self._remove(name)
+            if self.peft is None:
+                self.peft = PeftModel.from_pretrained(self.base, str(p), adapter_name=name, is_trainable=False)
+            else:
+                self.peft.load_adapter(str(p), adapter_name=name, is_trainable=False)
+            self.peft.to(self.lm.device)
+            self.peft.eval()
+        except Exception as e:
+            raise AdapterError(400, f"cannot load the LoRA adapter at {path} onto {self.lm.name} "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        self.load_counter += 1
+        ad = Adapter(name, str(p), self.load_counter if version is None else version, time.time())
+        self.adapters[name] = ad
+        return ad
+
+    def _remove(self, name: str) -> None:
+        del self.adapters[name]
+        if not self.adapters:
+            self.base = self.peft.unload()  # removes the LoRA layers without merging: the exact base weights
+            self.peft = None
+        else:
+            self.peft.delete_adapter(name)
+
+    def unload_adapter(self, name: str) -> None:
+        if name not in self.adapters:
+            raise AdapterError(404, f"no LoRA adapter named {name!r} is loaded")
+        self._remove(name)
+
+    def _model_for(self, name: str) -> tuple[Any, Any]:
+        """(the module to call, a context manager to run it in) for a served model name."""
+        import contextlib
+
+        if name in self.adapters:
+            self.peft.set_adapter(name)
+            return self.peft, contextlib.nullcontext()
+        if name != self.lm.name:
+            raise RuntimeError(f"the LoRA adapter {name!r} was unloaded before this request ran")
+        if self.peft is not None:
+            return self.peft, self.peft.disable_adapter()
+        return self.base, contextlib.nullcontext()
+
+    # -- generation --------------------------------------------------------------------------------
+    def prepare(self, seq: Sequence) -> None:
+        """Fit the sequence into the context window and set up its sampler (called before queueing).
+
+        A prompt that fills the whole context keeps its most recent tokens, leaving room for a short
+        answer, and that answer ends with finish_reason "length"; otherwise max_tokens is clipped to
+        what is left of the context."""
+        ctx = self.lm.context_len
+        if len(seq.prompt_ids) >= ctx:
+            keep = ctx - max(1, min(seq.params.max_tokens, ctx // 4))
+            seq.prompt_truncated = len(seq.prompt_ids) - keep
+            seq.prompt_ids = seq.prompt_ids[-keep:]
+        seq.params.max_tokens = max(0, min(seq.params.max_tokens, ctx - len(seq.prompt_ids)))
+        seq.generator = make_generator(seq.params.seed)
+        seq.detok = Detokenizer(self.lm.tokenizer)
+        seq.policy_version = self.policy_version(seq.model)
+
+    def run_batch(self, seqs: list[Sequence]) -> None:
+        """Generate every sequence to its end. All sequences use the same model or adapter."""
+        import torch
+
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                self._run(seqs)
+        except Exception as e:  # a failure ends this batch's requests with an error, never the server
+            msg = f"generation failed ({type(e).__name__}: {e})"
+            for s in seqs:
+                if not s.finished:
+                    s.error = msg
+                    s.finish_reason = "error"
+                    self._emit(s)
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    def _emit(self, seq: Sequence) -> None:
+        if seq.on_event is not None:
+            seq.on_event(seq)
+
+    def _finish(self, seq: Sequence, reason: str, stop_reason: str | int | None = None) -> None:
+        if seq.detok is not None and not isinstance(stop_reason, str):  # a stop string already cut the text
+            seq.detok.flush()
+            seq.text = seq.detok.text
+        if seq.prompt_truncated and reason == "stop":
+            reason = "length"
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+
+    def _run(self, seqs: list[Sequence]) -> None:
+        import torch
+
+        lm, dev = self.lm, self.lm.device
+        model, ctxmgr = self._model_for(seqs[0].model)
+        for s in seqs:  # the weights that actually run (an adapter may have been reloaded since queueing)
+            s.policy_version = self.policy_version(s.model)
+        live = [s for s in seqs if not s.cancelled]
+        for s in seqs:
+            if s.cancelled:
+                self._finish(s, "abort")
+            elif s.params.max_tokens <= 0 and s.params.prompt_logprobs is None:
+                self._finish(s, "length")
+                self._emit(s)
+        live = [s for s in live if not s.finished]
+        if not live:
+            return
+        width = max(len(s.prompt_ids) for s in live)
+        ids = torch.full((len(live), width), lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(live), width), dtype=torch.long)
+        for i, s in enumerate(live):
+            ids[i, width - len(s.prompt_ids):] = torch.tensor(s.prompt_ids, dtype=torch.long)
+            mask[i, width - len(s.prompt_ids):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        want_prompt_lp = any(s.params.prompt_logprobs is not None for s in live)
+        with ctxmgr:
+            logits, cache = forward_step(model, ids, mask, pos, None, all_logits=want_prompt_lp)
+            if want_prompt_lp:
+                for i, s in enumerate(live):
+                    if s.params.prompt_logprobs is not None:
+                        n = len(s.prompt_ids)
+                        s.prompt_logprobs = prompt_logprob_entries(
+                            lm.tokenizer, s.prompt_ids, logits[i, width - n: width - 1], s.params.prompt_logprobs)
+            last = logits[:, -1, :]
+            for s in live:
+                if s.params.max_tokens <= 0:
+                    self._finish(s, "length")
+                    self._emit(s)
+            rows = live
+            while True:
+                idx = [i for i, s in enumerate(rows) if not s.finished]
+                if not idx:
+                    break
+                tokens, reported = sample_rows(last if len(idx) == len(rows) else last[idx], [rows[i] for i in idx],
+                                               self.logprobs_mode)
+                for j, i in enumerate(idx):
+                    self._step(rows[i], tokens[j], reported[j])
+                self.tokens_generated += len(idx)
+                chosen = dict(zip(idx, tokens, strict=True))
+                alive = [i for i in idx if not rows[i].finished]
+                if not alive:
+                    break
+                if len(alive) < len(rows) and self._shrink(cache, alive):
+                    keep = torch.tensor(alive, device=dev)
+                    mask, pos, rows = mask[keep], pos[keep], [rows[i] for i in alive]
+                    nxt = [chosen[i] for i in alive]
+                else:  # finished rows ride along on padding until the batch ends
+                    nxt = [chosen.get(i, lm.pad_id) for i in range(len(rows))]
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                pos = pos[:, -1:] + 1
+                logits, cache = forward_step(model, torch.tensor(nxt, dtype=torch.long, device=dev)[:, None], mask,
+                                             pos, cache)
+                last = logits[:, -1, :]
+
+    def _shrink(self, cache: Any, alive: list[int]) -> bool:
+        """Drop finished rows from the KV cache, when the cache type allows it."""
+        if self._no_shrink:
+            return False
+        import torch
+
+        try:
+            cache.batch_select_indices(torch.tensor(alive, device=self.lm.device))
+            return True
+        except (AttributeError, NotImplementedError, TypeError):
+            self._no_shrink = True
+            return False
+
+    def _step(self, s: Sequence, tok: int, row: Any) -> None:
+        p = s.params
+        s.out_ids.append(tok)
+        if p.logprobs:
+            record_logprobs(s, tok, row)
+        if s.cancelled:
+            self._finish(s, "abort")
+        elif (tok in self.lm.eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
+            self._finish(s, "stop", None if tok in self.lm.eos_ids else tok)
+        else:
+            assert s.detok is not None
+            before = len(s.detok.text)
+            s.detok.add(tok)
+            s.text = s.detok.text
+            if p.stop:
+                lo = max(0, before - max(len(x) for x in p.stop) + 1)
+                hits = [(s.text.find(x, lo), x) for x in p.stop if x and s.text.find(x, lo) >= 0]
+                if hits:
+                    at, which = min(hits)
+                    s.text = s.text[:at]
+                    self._finish(s, "stop", which)
+            if not s.finished and len(s.out_ids) >= p.max_tokens:
+                self._finish(s, "length")
+        self._emit(s)

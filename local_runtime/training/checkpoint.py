@@ -1,0 +1,86 @@
+"""Crash- and full-disk-safe checkpoint directories.
+
+A checkpoint is written whole into a hidden temporary sibling (``.NAME.tmp-XXXX``) and only then
+renamed into place; a previous checkpoint at the same path is first renamed aside
+(``.NAME.old-XXXX``) and removed after the swap. So a failure while writing (a full disk:
+``OSError(ENOSPC)``) leaves the previous checkpoint exactly as it was, and a crash between the
+two renames leaves it recoverable (:func:`resolve` finds it).
+
+Layout written by ``Trainer.save_checkpoint`` (``local_runtime.training.trainer``)::
+
+    DIR/adapter/           LoRA: adapter_config.json + adapter_model.safetensors (peft / vLLM load it)
+    DIR/model/             full fine-tuning instead: save_pretrained safetensors
+    DIR/trainer_state.pt   optimizer + scheduler state, step, skipped steps, RNG states
+    DIR/trainer.json       step and the trainer config, for people and for checks on resume
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+class CheckpointError(WorkbenchError):
+    """A checkpoint cannot be written or read."""
+
+
+def write_atomic(target: Path | str, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp_dir)`` and move ``tmp_dir`` to ``target``, replacing it only on success."""
+    target = Path(target).expanduser().resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp = target.parent / f".{target.name}.tmp-{tag}"
+    try:
+        tmp.mkdir()
+        write(tmp)
+        _fsync_dir(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointError(f"no space left on the device while writing the checkpoint {target}; the "
+                                  f"previous checkpoint there{' is intact' if target.exists() else ' (none)'}; free "
+                                  "some disk space or point the checkpoint directory elsewhere, then resume") from None
+        raise CheckpointError(f"cannot write the checkpoint {target}: {e.strerror or e}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = target.parent / f".{target.name}.old-{tag}"
+    if target.exists():
+        os.rename(target, old)
+    os.rename(tmp, target)
+    _fsync_dir(target.parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def resolve(target: Path | str) -> Path:
+    """The checkpoint directory to read: ``target``, or the copy a crash mid-swap left aside."""
+    target = Path(target).expanduser().resolve()
+    if target.is_dir():
+        return target
+    aside = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if aside:
+        return aside[-1]
+    raise CheckpointError(f"no checkpoint at {target}; pass the directory a previous run saved")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["CheckpointError", "resolve", "write_atomic"]

@@ -1,0 +1,49 @@
+"""The local roles of ``workbench train``: the embedded server and a trainer worker process on this machine
+(:class:`workbench.training.roles.TrainRoles`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from local_runtime.server.embedded import start_server, terminate
+from workbench.training.roles import Inference, WorkerProcess
+
+
+class LocalRoles:
+    """The embedded server and a trainer process on this machine (see the module doc)."""
+
+    worker_module = "local_runtime.training.worker"
+
+    def trainer_args(self, db: Path, run_id: str) -> list[str]:
+        """Where the trainer reads its rollouts: here, the store."""
+        return ["--db", str(db), "--parent-pid", str(os.getpid())]
+
+    def start_inference(self, model_spec: str, rdir: Path, *, max_batch: int, threads: int | None) -> Inference:
+        server = start_server(model_spec, name="server", logdir=rdir, extra_args=[
+            # Ends by itself if this process is killed outright (SIGKILL leaves no time to stop it).
+            "--exit-when-idle", "600", "--max-batch", str(max_batch),
+            *(["--threads", str(threads)] if threads else [])])
+        pid = int(server["pid"])
+        return Inference(f"http://127.0.0.1:{server['port']}", str(server["model"]), lambda: terminate(pid))
+
+    def start_trainer(self, db: Path, run_id: str, server_root: str, rdir: Path,
+                      threads: int | None) -> tuple[WorkerProcess, Path | None]:
+        log = rdir / "trainer.log"
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        cmd = [sys.executable, "-m", self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
+               "--server", server_root, "--dir", str(rdir)]
+        # The server takes half the cores by default; the trainer, unless told, the other half (torch
+        # would take them all and the two would contend for every core).
+        cmd += ["--threads", str(threads or max(1, min(8, (os.cpu_count() or 1) // 2)))]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        return proc, log
+
+
+__all__ = ["LocalRoles"]

@@ -1,0 +1,364 @@
+"""The trainer: one optimizer step per batch of :class:`~workbench.training.algorithms.TrainSample`, on
+torch + peft, the same code on a laptop CPU and on cloud GPUs.
+
+How the async loop (issue 5, item 3) drives it::
+
+    trainer = Trainer(TrainerConfig.from_dict(cfg["trainer"]), loss=build_loss("pg", kl_coef=0.0))
+    if resume: trainer.load_checkpoint(ckpt_dir)           # step count + optimizer continue
+    while ...:
+        batch = [s for s in samples if trainer.step_count - (s.policy_version or 0) <= max_off_policy_steps]
+        res = trainer.step(batch)                           # StepResult(step, skipped, reason, metrics)
+        if res.skipped: record the event (res.reason), the weights did not change
+        else: trainer.save_adapter(out / f"step-{res.step}")  # hot-load into the server as a new name
+        trainer.save_checkpoint(ckpt_dir)                   # now and then; atomic, full disk = CheckpointError
+
+* ``trainer.step_count`` is the policy version of the current weights: it counts optimizer updates
+  (a skipped step does not count; ``skipped_steps`` does).
+* Data parallel: start N processes with ``local_runtime.training.distributed.launch`` (or ``torchrun``) and
+  build a Trainer in each. Every rank passes the *same whole batch* to ``step``; each trains on its
+  balanced shard (``packing.shard``), the losses are normalised by step-wide token counts and the
+  gradients all-reduced with SUM, so N ranks take exactly the step one process would. Pass
+  ``shard=False`` when each rank already holds only its own samples. Only rank 0 writes checkpoints.
+* Trainer logprobs are ``log_softmax(logits / temperature)`` of the sampled tokens; set
+  ``temperature`` to the sampling temperature so they match the inference logprobs.
+* Metrics (floats): ``loss``, ``entropy`` (mean over sampled tokens), ``mismatch_kl``,
+  ``masked_fraction``, ``kl`` (with a KL term), ``grad_norm`` (before clipping), ``lr``,
+  ``tokens`` (real tokens, all ranks), ``loss_tokens``, ``samples``, ``micro_batches``,
+  ``truncated``, ``tokens_per_s``, ``step_time_s``, ``staleness_mean``/``staleness_max`` (when
+  samples carry a policy version).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local_runtime.models import lora
+from local_runtime.training import checkpoint as ckpt
+from local_runtime.training.distributed import all_reduce_, rank_world
+from local_runtime.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
+from local_runtime.training.packing import MicroBatch, collate, pack, shard
+from workbench.errors import ConfigError
+from workbench.training.algorithms import TrainSample, nearest
+
+
+@dataclass(slots=True)
+class TrainerConfig:
+    """Trainer settings (the ``[trainer]`` table of a run config)."""
+
+    model: str = "tiny"  # a directory written by save_pretrained, "tiny", or a cached Hugging Face id
+    lora: bool = True  # False: full fine-tuning
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    target_modules: str | list[str] = "all-linear"
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0  # 0 = no clipping
+    warmup_steps: int = 0  # linear warm-up, then a constant learning rate
+    micro_batch_tokens: int = 4096  # rows * padded width of one micro-batch
+    normalization: str = "token"  # token | sequence | constant (see local_runtime.training.losses)
+    max_tokens: int | None = None  # the generation budget, for normalization = "constant"
+    temperature: float = 1.0
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16
+    device: str = "auto"
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    compute_entropy: bool = True
+    pad_id: int = 0
+    allow_download: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
+        names = [f.name for f in dataclasses.fields(cls)]
+        for k in d:
+            if k not in names:
+                raise ConfigError(f"unknown trainer option {k!r}{nearest(k, names)}; valid: {', '.join(names)}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.normalization not in NORMALIZATIONS:
+            raise ConfigError(f"trainer.normalization {self.normalization!r}{nearest(self.normalization, NORMALIZATIONS)}"
+                              f"; use one of {', '.join(NORMALIZATIONS)}")
+        if self.micro_batch_tokens < 2:
+            raise ConfigError("trainer.micro_batch_tokens must be at least 2")
+        if self.lr <= 0 or self.temperature <= 0:
+            raise ConfigError("trainer.lr and trainer.temperature must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class StepResult:
+    step: int  # policy version after this call (unchanged when skipped)
+    skipped: bool = False
+    reason: str | None = None  # why the step was skipped (non-finite loss or gradient, no tokens)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Trainer:
+    def __init__(self, config: TrainerConfig | None = None, loss: Loss | str = "pg") -> None:
+        import torch
+
+        self.config = cfg = config or TrainerConfig()
+        cfg.validate()
+        self.loss = build_loss(loss) if isinstance(loss, str) else loss
+        self.rank, self.world_size = rank_world()
+        self.device = lora.resolve_device(cfg.device)
+        dtype = lora.resolve_dtype(cfg.dtype, self.device)
+        torch.manual_seed(cfg.seed)  # identical LoRA init on every rank and every run
+        model = lora.load_base_model(cfg.model, dtype=dtype, device=self.device, allow_download=cfg.allow_download)
+        self.reference: Any = None
+        if cfg.lora:
+            model = lora.apply_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                                    targets=cfg.target_modules)
+        elif self.loss.uses_reference:
+            import copy
+
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if cfg.lora:
+                model.enable_input_require_grads()
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        warm = max(0, cfg.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.step_count = 0
+        self.skipped_steps = 0
+
+    # -- one optimizer step -------------------------------------------------------------------
+    def step(self, samples: list[TrainSample], *, shard_batch: bool = True) -> StepResult:
+        """One optimizer step on ``samples`` (the whole batch; see the module docstring)."""
+        import torch
+
+        t0 = time.perf_counter()
+        mbs, base = self._prepare(samples, shard_batch)
+        if base["loss_tokens"] == 0:
+            return self._skip("the batch has no sampled tokens to train on", base, t0)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=False)
+        sums, bad = self._run(mbs, base, backward=True)
+        flag = torch.tensor([1.0 if bad else 0.0])
+        all_reduce_([flag], op="max")
+        if flag.item() > 0:
+            return self._skip(bad or "non-finite loss on another rank", base, t0)
+
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        all_reduce_([p.grad for p in self.params])
+        clip = self.config.max_grad_norm if self.config.max_grad_norm > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        if not math.isfinite(grad_norm):
+            return self._skip(f"non-finite gradient norm ({grad_norm})", base, t0)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+        dt = time.perf_counter() - t0
+        out = {**base, **_reduce(sums), "grad_norm": grad_norm, "lr": lr, "step_time_s": dt,
+               "tokens_per_s": base["tokens"] / dt if dt > 0 else 0.0}
+        return StepResult(self.step_count, False, None, out)
+
+    def evaluate(self, samples: list[TrainSample], loss: Loss | None = None, *,
+                 shard_batch: bool = True) -> dict[str, float]:
+        """The loss metrics of ``samples`` under the current weights (``loss`` or the trainer's),
+        without any update: e.g. the cross-entropy of held-out gold answers."""
+        import torch
+
+        mbs, base = self._prepare(samples, shard_batch)
+        if base["loss_tokens"] == 0:
+            return base
+        self.model.eval()
+        with torch.no_grad():
+            sums, _ = self._run(mbs, base, backward=False, loss=loss)
+        return {**base, **_reduce(sums)}
+
+    def _prepare(self, samples: list[TrainSample], shard_batch: bool) -> tuple[list[MicroBatch], dict[str, float]]:
+        """This rank's micro-batches and the step-wide counts (all ranks) the losses normalise by."""
+        import torch
+
+        cfg = self.config
+        local = shard(samples, self.rank, self.world_size) if shard_batch else list(samples)
+        bins = pack([s.n_tokens for s in local], cfg.micro_batch_tokens)
+        mbs = [collate([local[i] for i in b], cfg.micro_batch_tokens, cfg.pad_id, self.device) for b in bins]
+        counts = torch.tensor([sum(m.n_loss_tokens for m in mbs), len(local), sum(m.n_tokens for m in mbs),
+                               sum(m.truncated for m in mbs), len(mbs)], dtype=torch.float64)
+        all_reduce_([counts])
+        n_loss, n_seq, n_tok, n_trunc, n_mb = (float(x) for x in counts)
+        return mbs, {"tokens": n_tok, "loss_tokens": n_loss, "samples": n_seq, "micro_batches": n_mb,
+                     "truncated": n_trunc, **self._staleness(samples)}
+
+    def _run(self, mbs: list[MicroBatch], base: dict[str, float], *, backward: bool,
+             loss: Loss | None = None) -> tuple[dict[str, Any], str | None]:
+        """Forward (and backward) every micro-batch; summed metrics, and why it stopped early."""
+        import torch
+
+        sums: dict[str, torch.Tensor] = {}
+        for i, mb in enumerate(mbs):
+            value, metrics = self._forward(mb, base["loss_tokens"], base["samples"], loss or self.loss)
+            if not torch.isfinite(value):
+                return sums, f"non-finite loss ({float(value.detach())}) in micro-batch {i} on rank {self.rank}"
+            if backward:
+                value.backward()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, torch.zeros((), dtype=torch.float64)) + v.detach().double().cpu()
+        return sums, None
+
+    def _forward(self, mb: MicroBatch, n_loss: float, n_seq: float, loss: Loss) -> tuple[Any, dict[str, Any]]:
+        import torch
+
+        cfg = self.config
+        logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
+        if cfg.temperature != 1.0:
+            logits = logits / cfg.temperature
+        logprobs = logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+        share = mb.loss_mask.float() / n_loss
+        ref = self._reference_logprobs(mb) if loss.uses_reference else None
+        weights = token_weights(mb.loss_mask, cfg.normalization, n_loss, n_seq, cfg.max_tokens)
+        value, metrics = loss(LossBatch(logprobs, mb.inference_logprobs, mb.advantages, mb.loss_mask, weights,
+                                        share, ref))
+        metrics = {**metrics, "loss": value.detach()}
+        if cfg.compute_entropy:
+            with torch.no_grad():
+                lg = logits.detach()
+                ent = lg.logsumexp(-1) - (lg.softmax(-1) * lg).sum(-1)
+                metrics["entropy"] = (share * ent).sum()
+        return value, metrics
+
+    def _reference_logprobs(self, mb: MicroBatch) -> Any:
+        import torch
+
+        with torch.no_grad():
+            if self.reference is not None:
+                out = self.reference(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
+            else:
+                with self.model.disable_adapter():
+                    out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
+            logits = out.logits[:, :-1].float() / self.config.temperature
+            return logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+    def _skip(self, reason: str, metrics: dict[str, float], t0: float) -> StepResult:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.skipped_steps += 1
+        return StepResult(self.step_count, True, reason, {**metrics, "step_time_s": time.perf_counter() - t0})
+
+    def _staleness(self, samples: list[TrainSample]) -> dict[str, float]:
+        ages = [self.step_count - s.policy_version for s in samples if s.policy_version is not None]
+        return {"staleness_mean": sum(ages) / len(ages), "staleness_max": float(max(ages))} if ages else {}
+
+    # -- weights and checkpoints ----------------------------------------------------------------
+    def save_adapter(self, path: Path | str) -> Path:
+        """The current LoRA adapter (or full weights) alone, for hot-loading into a server; atomic."""
+        return self._on_rank0(path, lambda tmp: self._write_weights(tmp))
+
+    def save_checkpoint(self, path: Path | str) -> Path:
+        """Weights, optimizer, scheduler, step and RNG state (layout in ``checkpoint.py``); atomic: a
+        full disk raises CheckpointError and leaves the previous checkpoint at ``path`` intact."""
+        import torch
+
+        def write(tmp: Path) -> None:
+            self._write_weights(tmp / ("adapter" if self.config.lora else "model"))
+            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "step": self.step_count, "skipped_steps": self.skipped_steps,
+                     "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
+            torch.save(state, tmp / "trainer_state.pt")
+            (tmp / "trainer.json").write_text(json.dumps(
+                {"step": self.step_count, "skipped_steps": self.skipped_steps, "world_size": self.world_size,
+                 "config": self.config.to_dict()}, indent=2, default=str))
+
+        return self._on_rank0(path, write)
+
+    def load_checkpoint(self, path: Path | str) -> int:
+        """Resume from ``path``: weights, optimizer and scheduler state, step count, RNG. Returns the step."""
+        import torch
+
+        src = ckpt.resolve(path)
+        meta = json.loads((src / "trainer.json").read_text())
+        saved = meta.get("config", {})
+        for k in ("lora", "lora_rank", "target_modules"):
+            if k in saved and saved[k] != getattr(self.config, k):
+                raise ConfigError(f"the checkpoint at {src} was trained with {k}={saved[k]!r}, this trainer has "
+                                  f"{getattr(self.config, k)!r}; resume with the same settings")
+        if self.config.lora:
+            lora.load_adapter_weights(self.model, src / "adapter")
+        else:
+            lora.load_full_weights(self.model, src / "model")
+        state = torch.load(src / "trainer_state.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = int(state["step"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        rng = state.get("rng") or {}
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"].cpu())
+        if rng.get("python") is not None:
+            random.setstate(_tuples(rng["python"]))
+        if rng.get("cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        return self.step_count
+
+    def _write_weights(self, path: Path) -> None:
+        self.model.save_pretrained(str(path), safe_serialization=True)
+
+    def _on_rank0(self, path: Path | str, write: Any) -> Path:
+        """Rank 0 writes atomically; every rank learns whether it worked (so none hangs or goes on)."""
+        import torch
+
+        err: Exception | None = None
+        if self.rank == 0:
+            try:
+                ckpt.write_atomic(path, write)
+            except Exception as e:  # re-raised below, after the other ranks heard of it
+                err = e
+        flag = torch.tensor([1.0 if err else 0.0])
+        all_reduce_([flag], op="max")
+        if err is not None:
+            raise err
+        if flag.item() > 0:
+            raise ckpt.CheckpointError(f"rank 0 could not write the checkpoint {path}")
+        return Path(path).expanduser().resolve()
+
+
+def _reduce(sums: dict[str, Any]) -> dict[str, float]:
+    """Sum additive metrics over the ranks (one collective)."""
+    import torch
+    import torch.distributed as dist
+
+    keys = set(sums)
+    if rank_world()[1] > 1:  # a rank with an empty shard has no metrics: agree on the names first
+        gathered: list[Any] = [None] * rank_world()[1]
+        dist.all_gather_object(gathered, sorted(keys))
+        keys = {k for g in gathered for k in g}
+    if not keys:
+        return {}
+    names = sorted(keys)
+    zero = torch.zeros((), dtype=torch.float64)
+    vec = torch.stack([sums.get(k, zero) for k in names])
+    all_reduce_([vec])
+    return {k: float(v) for k, v in zip(names, vec, strict=True)}
+
+
+def _tuples(x: Any) -> Any:
+    return tuple(_tuples(v) for v in x) if isinstance(x, list | tuple) else x
+
+
+__all__ = ["StepResult", "Trainer", "TrainerConfig"]

@@ -1,0 +1,1 @@
+"""Reading stored runs: reports, reward statistics, token reports, rollout diffs and re-scoring."""

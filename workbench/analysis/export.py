@@ -1,0 +1,107 @@
+"""Exporting stored rollouts as JSON lines: ``workbench export`` and the app's Traces screen both call
+:func:`export_rollouts`.
+
+Formats: ``sft`` — chat rows ready for supervised fine-tuning (``messages`` plus a ``metadata`` object:
+run, rollout, env and its version, model, task, reward, status, answer, info); ``rollouts`` — every
+stored field of each rollout (messages, scores, model calls, errors). The rows are the rollouts a
+:class:`~workbench.store.queries.RolloutFilter` selects, read page by page in its order.
+
+A file is written to a temporary name beside it and renamed into place, so a failed export leaves
+the old file (or none); the store itself and its WAL and shared-memory files are never an output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from workbench.errors import ConfigError
+from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
+
+FORMATS = ("sft", "rollouts")
+
+
+def run_filter(run_id: str, *, min_reward: float | None = None, include_errors: bool = False) -> RolloutFilter:
+    """The rollouts of one run (the ``workbench export RUN`` selection), in the order they were stored."""
+    return RolloutFilter(run_id=run_id, min_reward=min_reward, error_kind=None if include_errors else "none")
+
+
+def _sft_row(r: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": r["messages"],
+            "metadata": {"run_id": r["run_id"], "rollout_id": r["id"], "env": run.get("env_name"),
+                         "env_version": run.get("env_version"), "model": run.get("model"),
+                         "task_id": r.get("task_id"), "task_index": r["task_index"],
+                         "sample_index": r["sample_index"], "reward": r["reward"], "status": r["status"],
+                         "answer": r["answer"], "info": r["info"]}}
+
+
+def iter_rows(store: Any, query: RolloutFilter, fmt: str = "sft", page: int = 500) -> Iterator[dict[str, Any]]:
+    """The export rows of every rollout ``query`` selects."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    conn = store.conn
+    runs: dict[str, dict[str, Any]] = {}
+    after = None
+    while True:
+        rows = page_rollouts(conn, query, limit=page, after=after)
+        for summary in rows:
+            r = get_rollout(conn, summary.pk)
+            if fmt == "rollouts":
+                yield r
+                continue
+            if r["run_id"] not in runs:
+                runs[r["run_id"]] = store.get_run(r["run_id"])
+            yield _sft_row(r, runs[r["run_id"]])
+        if len(rows) < page:
+            return
+        after = rows[-1].cursor(query.sort)
+
+
+def check_output(path: Path, store_path: Path | None) -> Path:
+    """``path`` made absolute, refused in one clear line when it cannot be an export's output."""
+    out = Path(os.path.abspath(path.expanduser()))
+    if out.is_dir():
+        raise ConfigError(f"-o {path} is a directory; give a file path such as {out / 'export.jsonl'}")
+    if not out.parent.is_dir():
+        raise ConfigError(f"-o {path}: the folder {out.parent} does not exist; create it or choose another path")
+    if store_path is not None:
+        db = Path(os.path.abspath(store_path))
+        protected = {db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"),
+                     db.with_name(db.name + "-journal")}
+        if out in protected or (out.exists() and any(p.exists() and out.samefile(p) for p in protected)):
+            raise ConfigError(f"-o {path} is the store itself (or its WAL); choose another output file")
+    return out
+
+
+def export_rollouts(store: Any, query: RolloutFilter, dest: Path | BinaryIO, fmt: str = "sft") -> int:
+    """Write the rows to ``dest`` (a file path: written atomically; or an open binary stream); returns
+    how many rows were written."""
+    options = orjson.OPT_NON_STR_KEYS
+    if not isinstance(dest, Path):
+        n = 0
+        for row in iter_rows(store, query, fmt):
+            dest.write(orjson.dumps(row, option=options, default=str) + b"\n")
+            n += 1
+        dest.flush()
+        return n
+    out = check_output(dest, getattr(store, "path", None))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+    try:
+        with open(tmp, "wb") as f:
+            n = export_rollouts(store, query, f, fmt)
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        raise ConfigError(f"cannot write {dest} ({e.strerror or e}); choose another output file") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return n
+
+
+__all__ = ["FORMATS", "check_output", "export_rollouts", "iter_rows", "run_filter"]

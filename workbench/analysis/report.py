@@ -1,0 +1,84 @@
+"""Summaries of runs, computed from the store (so a resumed run reports all of its rollouts)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from workbench.store import Store
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[str, Any]:
+    conn = store.conn
+    run = store.get_run(run_id)
+    rid = run["id"]
+    agg = conn.execute(
+        """SELECT COUNT(*), SUM(status='error'), AVG(reward), SUM(reward*reward), COUNT(reward),
+                  SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_usd), AVG(duration_s)
+           FROM rollout WHERE run_id=?""", (rid,)).fetchone()
+    n, errors, mean, sumsq, n_scored, ptoks, ctoks, cost, mean_dur = agg
+    errors = errors or 0
+    stderr = None
+    if n_scored and n_scored > 1 and mean is not None:
+        var = max(0.0, (sumsq - n_scored * mean * mean) / (n_scored - 1))
+        stderr = math.sqrt(var / n_scored)
+    rewards: dict[str, float] = {}
+    metrics: dict[str, float] = {}
+    for name, kind, avg in conn.execute(
+            """SELECT s.name, s.kind, AVG(s.value) FROM score s JOIN rollout r ON r.pk = s.rollout_pk
+               WHERE r.run_id=? GROUP BY s.name, s.kind ORDER BY s.name""", (rid,)):
+        (rewards if kind == "reward" else metrics)[name] = avg
+    error_kinds = {k: c for k, c in conn.execute(
+        "SELECT kind, COUNT(*) FROM rollout_error WHERE run_id=? GROUP BY kind ORDER BY 2 DESC", (rid,))}
+    # pass@k over tasks, counting a rollout as passing when its total reward reaches the threshold.
+    per_task: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for ti, reward in conn.execute("SELECT task_index, reward FROM rollout WHERE run_id=?", (rid,)):
+        per_task[ti][0] += 1
+        if reward is not None and reward >= pass_threshold:
+            per_task[ti][1] += 1
+    r = run["rollouts_per_task"] or 1
+    passk: dict[str, float] = {}
+    if per_task:
+        k = 1
+        while k <= r:
+            vals = [pass_at_k(tot, good, k) for tot, good in per_task.values() if tot >= k]
+            if vals:
+                passk[f"pass@{k}"] = sum(vals) / len(vals)
+            k *= 2
+    return {
+        "run_id": rid,
+        "env": run["env_name"],
+        "env_version": run["env_version"],
+        "model": run["model"],
+        "status": run["status"],
+        "tasks": len(per_task),
+        "rollouts": n,
+        "errors": errors,
+        "error_kinds": error_kinds,
+        "mean_reward": mean,
+        "stderr": stderr,
+        "pass_at_k": passk,
+        "pass_threshold": pass_threshold,
+        "rewards": rewards,
+        "metrics": metrics,
+        "prompt_tokens": ptoks or 0,
+        "completion_tokens": ctoks or 0,
+        "cost_usd": cost or 0.0,
+        "mean_rollout_s": mean_dur,
+    }
+
+
+#: The per-step columns of a training run, as the CLI (`workbench runs RUN`) and the app show them:
+#: (title, metric key, decimals).
+STEP_COLUMNS = [("reward", "reward_mean", 3), ("±", "reward_std", 3), ("loss", "loss", 4),
+                ("mismatch_kl", "mismatch_kl", 4), ("masked", "masked_fraction", 3), ("entropy", "entropy", 3),
+                ("tok/s", "tokens_per_s", 0), ("dropped", "dropped", 0), ("wait s", "wait_s", 1),
+                ("train s", "train_s", 1), ("update s", "update_s", 1)]

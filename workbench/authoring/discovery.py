@@ -1,0 +1,237 @@
+"""Find and load environments: bundled names, file paths, package directories, installed modules."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from workbench.authoring.env_files import SKIP_DIRS, content_hash, read_env_files
+from workbench.authoring.environment import Environment
+from workbench.config import paths
+from workbench.errors import ConfigError, EnvLoadError
+
+ENTRY_POINT_GROUP = "workbench.environments"
+
+
+def bundled_dir() -> Path:
+    import envs
+
+    return Path(envs.__file__).parent
+
+
+@dataclass(slots=True)
+class EnvRef:
+    """Where an environment lives, before it is loaded."""
+
+    name: str
+    origin: str  # bundled | user | installed | path
+    path: Path | None  # file or package directory
+    module: str | None = None  # importable name, for installed modules
+
+    def version(self) -> str:
+        return env_version(self)
+
+
+def parse_env_args(text: str | None) -> dict[str, Any]:
+    """Parse ``-a JSON`` into keyword arguments for ``load_environment``."""
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ConfigError(f"-a is not valid JSON ({e}); example: -a '{{\"n\": 50, \"seed\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"-a must be a JSON object of keyword arguments, got {type(value).__name__}; example: -a '{{\"n\": 50}}'")
+    return value
+
+
+def _is_env_dir(p: Path) -> bool:
+    return p.is_dir() and (p / "__init__.py").is_file()
+
+
+def _scan_dir(d: Path, origin: str) -> list[EnvRef]:
+    refs: list[EnvRef] = []
+    if not d.is_dir():
+        return refs
+    for child in sorted(d.iterdir()):
+        if child.name.startswith(("_", ".")) or child.name in SKIP_DIRS:
+            continue
+        if _is_env_dir(child):
+            refs.append(EnvRef(child.name, origin, child))
+        elif child.suffix == ".py" and child.is_file():
+            refs.append(EnvRef(child.stem, origin, child))
+    return refs
+
+
+def discover() -> list[EnvRef]:
+    """Every environment Workbench can name: bundled, user directories, installed entry points."""
+    refs = _scan_dir(bundled_dir(), "bundled")
+    seen = {r.name for r in refs}
+    for d in paths.user_env_dirs():
+        for r in _scan_dir(d, "user"):
+            if r.name not in seen:
+                refs.append(r)
+                seen.add(r.name)
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # pragma: no cover - broken metadata
+        eps = []
+    for ep in eps:
+        if ep.name not in seen:
+            refs.append(EnvRef(ep.name, "installed", None, module=ep.value.split(":")[0]))
+            seen.add(ep.name)
+    return refs
+
+
+def resolve(spec: str) -> EnvRef:
+    """Turn what the user typed (name, path or module) into an EnvRef, or fail with suggestions."""
+    p = Path(spec).expanduser()
+    looks_like_path = spec.endswith(".py") or "/" in spec or spec.startswith(".")
+    if p.exists() and (p.is_file() or _is_env_dir(p)):
+        if p.is_file() and p.suffix != ".py":
+            raise EnvLoadError(f"{spec} is not a Python file; an environment is a .py file or a package directory")
+        name = p.stem if p.is_file() else p.name
+        return EnvRef(name, "path", p.resolve())
+    if p.is_dir():
+        raise EnvLoadError(f"{spec} is a directory without __init__.py; an environment package needs one defining load_environment()")
+    if looks_like_path:
+        raise EnvLoadError(f"environment file {spec} does not exist")
+    refs = discover()
+    for r in refs:
+        if r.name == spec:
+            return r
+    # An installed module (``pip install my-env``) that is not registered as an entry point.
+    try:
+        found = importlib.util.find_spec(spec)
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and spec not in {"workbench", "app", "envs"}:
+        origin = found.origin
+        path = Path(found.submodule_search_locations[0]) if found.submodule_search_locations else (
+            Path(origin) if origin and origin not in ("built-in", "frozen") else None)
+        return EnvRef(spec.rsplit(".", 1)[-1], "installed", path, module=spec)
+    names = [r.name for r in refs]
+    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; known environments: {', '.join(names) or 'none'}"
+    raise EnvLoadError(f"unknown environment {spec!r}{hint} (or give a path to a .py file or package directory)")
+
+
+def env_version(ref: EnvRef) -> str:
+    """Content hash of the environment's files (see ``env_files``), 12 hex digits."""
+    if ref.path is not None:
+        return content_hash(read_env_files(ref.path))[:12]
+    h = hashlib.sha256()
+    if ref.module:
+        try:
+            h.update(f"{ref.module}=={metadata.version(ref.module.split('.')[0])}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(ref.module.encode())
+    return h.hexdigest()[:12]
+
+
+def _forget(modname: str) -> None:
+    for key in [k for k in sys.modules if k == modname or k.startswith(modname + ".")]:
+        del sys.modules[key]
+
+
+class _FreshLoader(importlib.machinery.SourceFileLoader):
+    """Always compiles the source: a cached .pyc is trusted by (mtime in whole seconds, size), which
+    an edit saved within the same second that keeps the size would match, loading the old code."""
+
+    def get_code(self, fullname: str) -> Any:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
+    if ref.origin in ("bundled", "installed"):
+        modname = f"envs.{ref.name}" if ref.origin == "bundled" else (ref.module or ref.name)
+        if reload:  # an edited file must be read again, not served from the import cache
+            importlib.invalidate_caches()
+            _forget(modname)
+        return _import_module(modname, ref)
+    assert ref.path is not None
+    digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
+    modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"
+    if ref.path.is_dir():
+        init = ref.path / "__init__.py"
+        spec = importlib.util.spec_from_file_location(modname, init, loader=_FreshLoader(modname, str(init)),
+                                                      submodule_search_locations=[str(ref.path)])
+    else:
+        spec = importlib.util.spec_from_file_location(modname, ref.path,
+                                                      loader=_FreshLoader(modname, str(ref.path)))
+    if spec is None or spec.loader is None:
+        raise EnvLoadError(f"cannot import {ref.path}")
+    module = importlib.util.module_from_spec(spec)
+    _forget(modname)  # an earlier version (hot reload) and its submodules
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        del sys.modules[modname]
+        raise EnvLoadError(f"{e.filename or ref.path}:{e.lineno}: syntax error: {e.msg}; fix the file and try again") from None
+    except Exception as e:
+        del sys.modules[modname]
+        raise EnvLoadError(f"importing {ref.path} failed: {_where(e)}") from None
+    return module
+
+
+def _import_module(modname: str, ref: EnvRef) -> ModuleType:
+    try:
+        return importlib.import_module(modname)
+    except SyntaxError as e:
+        raise EnvLoadError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}; fix the file and try again") from None
+    except Exception as e:
+        raise EnvLoadError(f"importing environment {ref.name!r} ({modname}) failed: {_where(e)}") from None
+
+
+def _where(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    loc = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    return f"{type(e).__name__}: {e}{loc}"
+
+
+def load(spec: str, env_args: dict[str, Any] | None = None) -> Environment:
+    """Load an environment by name, path or module and call its ``load_environment(**env_args)``."""
+    ref = resolve(spec)
+    return load_ref(ref, env_args)
+
+
+def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool = False) -> Environment:
+    """Build the environment ``ref`` names. ``reload`` re-reads its files (for hot reload)."""
+    env_args = env_args or {}
+    module = _import(ref, reload)
+    fn = getattr(module, "load_environment", None)
+    where = str(ref.path) if ref.path else ref.module
+    if fn is None or not callable(fn):
+        raise EnvLoadError(f"{where} defines no load_environment(**kwargs) function; an environment module must define one")
+    try:
+        sig = inspect.signature(fn)
+        sig.bind(**env_args)
+    except TypeError as e:
+        accepted = ", ".join(p for p in sig.parameters if p != "kwargs") or "none"
+        raise ConfigError(f"load_environment of {ref.name!r} does not accept these -a arguments ({e}); it accepts: {accepted}") from None
+    try:
+        env = fn(**env_args)
+    except EnvLoadError:
+        raise
+    except Exception as e:
+        raise EnvLoadError(f"load_environment of {ref.name!r} raised {_where(e)}") from None
+    if not isinstance(env, Environment):
+        raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment")
+    env.source = str(ref.path) if ref.path else (ref.module or ref.name)
+    env.version = env_version(ref)
+    return env

@@ -1,0 +1,289 @@
+"""Harnesses: how the model acts on a task. The task set never depends on the harness."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from workbench.authoring.tasks import Message
+from workbench.authoring.tools import Tool
+from workbench.errors import EnvLoadError
+from workbench.rollouts.rollout import Rollout
+
+
+class Harness:
+    """Base class. A harness fills ``rollout.messages`` by calling ``rollout.generate``.
+
+    A harness that talks to the model through its own OpenAI client (``rollout.base_url``) sets
+    ``needs_proxy = True``: the run then starts the interception proxy and gives every rollout
+    its own recorded base URL.
+    """
+
+    system_prompt: str | None = None
+    max_turns: int = 1
+    needs_proxy: bool = False
+
+    def start(self, rollout: Rollout) -> None:
+        rollout.messages = rollout.task.messages(self.system_prompt)
+
+    async def run(self, rollout: Rollout) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class SingleTurn(Harness):
+    """One model call: the task's prompt in, one assistant message out."""
+
+    def __init__(self, system_prompt: str | None = None) -> None:
+        self.system_prompt = system_prompt
+
+    async def run(self, rollout: Rollout) -> None:
+        self.start(rollout)
+        msg = await rollout.generate()
+        rollout.messages.append(msg)
+
+
+class ToolLoop(Harness):
+    """The model calls tools (plain Python functions) until it answers without a tool call.
+
+    A tool's signature and docstring become its JSON schema. Parameters named ``sandbox``,
+    ``state``, ``task`` or ``info`` are injected and never shown to the model. Parallel tool calls
+    run concurrently; a tool that raises returns the error to the model as the tool message.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[Callable[..., Any] | Tool],
+        max_turns: int = 10,
+        system_prompt: str | None = None,
+        parallel: bool = True,
+    ) -> None:
+        self.tools = [Tool.from_function(t) for t in tools]
+        names = [t.name for t in self.tools]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise EnvLoadError(f"ToolLoop has two tools named {sorted(dupes)[0]!r}")
+        self.by_name = {t.name: t for t in self.tools}
+        self.schemas = [t.schema() for t in self.tools]
+        if max_turns < 1:
+            raise EnvLoadError("ToolLoop(max_turns=...) must be at least 1")
+        self.max_turns = max_turns
+        self.system_prompt = system_prompt
+        self.parallel = parallel
+
+    async def run(self, rollout: Rollout) -> None:
+        self.start(rollout)
+        for _ in range(self.max_turns):
+            msg = await rollout.generate(tools=self.schemas)
+            rollout.messages.append(msg)
+            calls = msg.get("tool_calls") or []
+            if not calls:
+                return
+            if self.parallel:
+                results = await asyncio.gather(*(self._call(rollout, c) for c in calls))
+            else:
+                results = [await self._call(rollout, c) for c in calls]
+            rollout.messages.extend(results)
+        rollout.state["max_turns_reached"] = True
+
+    async def _call(self, rollout: Rollout, call: dict[str, Any]) -> Message:
+        fn = call.get("function") or {}
+        name = fn.get("name", "")
+        call_id = call.get("id", "")
+        tool = self.by_name.get(name)
+        if tool is None:
+            content = f"Error: there is no tool named {name!r}. Available tools: {', '.join(self.by_name)}."
+            rollout.errors.append(_tool_error(name or "?", f"unknown tool {name!r}"))
+            return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+        raw = fn.get("arguments") or "{}"
+        try:
+            args = orjson.loads(raw) if isinstance(raw, str | bytes) else dict(raw)
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except Exception as e:
+            rollout.errors.append(_tool_error(name, f"bad arguments: {e}"))
+            return {"role": "tool", "tool_call_id": call_id, "name": name,
+                    "content": f"Error: the arguments are not a valid JSON object ({e})."}
+        try:
+            result = await tool.call(args, {"sandbox": rollout.sandbox, "state": rollout.state,
+                                            "task": rollout.task, "info": rollout.task.info})
+            content = result if isinstance(result, str) else orjson.dumps(result, default=str).decode()
+        except Exception as e:  # goes back to the model, not up the stack
+            rollout.errors.append(_tool_error(name, f"{type(e).__name__}: {e}"))
+            content = f"Error: {type(e).__name__}: {e}"
+        return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+    def describe(self) -> str:
+        return f"ToolLoop({', '.join(self.by_name)})"
+
+
+def _tool_error(source: str, message: str) -> Any:
+    from workbench.rollouts.rollout import RolloutError
+
+    return RolloutError("tool", source, message)
+
+
+class MultiTurn(Harness):
+    """Subclass and implement ``respond``: the environment's turn after each model turn.
+
+    ``respond(messages, state)`` returns the messages to append (e.g. game feedback as a user
+    message), or ``None`` to end the episode. ``setup(task, state)`` may prepare per-rollout state.
+    """
+
+    def __init__(self, max_turns: int = 10, system_prompt: str | None = None) -> None:
+        if max_turns < 1:
+            raise EnvLoadError(f"{type(self).__name__}(max_turns=...) must be at least 1")
+        self.max_turns = max_turns
+        self.system_prompt = system_prompt
+
+    async def setup(self, task: Any, state: dict[str, Any]) -> None:
+        return None
+
+    async def respond(self, messages: list[Message], state: dict[str, Any]) -> list[Message] | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement respond(messages, state)")
+
+    async def run(self, rollout: Rollout) -> None:
+        self.start(rollout)
+        rollout.state.setdefault("task", rollout.task)
+        await self.setup(rollout.task, rollout.state)
+        for turn in range(self.max_turns):
+            msg = await rollout.generate()
+            rollout.messages.append(msg)
+            # The environment always judges the model's move, the last one included.
+            reply = await self.respond(rollout.messages, rollout.state)
+            if reply is None:
+                break
+            if turn == self.max_turns - 1:
+                # Out of turns: the episode ends on the model's message; the final feedback is kept in
+                # state for rewards and the transcript, not sent to a model that will not answer it.
+                rollout.state["max_turns_reached"] = True
+                rollout.state["final_feedback"] = [reply] if isinstance(reply, dict) else list(reply)
+                break
+            if isinstance(reply, dict):
+                reply = [reply]
+            rollout.messages.extend(reply)
+
+
+class UserSim(MultiTurn):
+    """A simulated user: another model plays a persona and answers the assistant each turn.
+
+    ``model`` names the user model (served by the same endpoint unless ``base_url`` is given).
+    The user model ends the conversation by writing ``stop_token`` (default ``[DONE]``).
+    """
+
+    def __init__(
+        self,
+        persona: str,
+        model: str | None = None,
+        max_turns: int = 6,
+        system_prompt: str | None = None,
+        base_url: str | None = None,
+        stop_token: str = "[DONE]",
+    ) -> None:
+        super().__init__(max_turns=max_turns, system_prompt=system_prompt)
+        self.persona, self.user_model, self.user_base_url, self.stop_token = persona, model, base_url, stop_token
+
+    async def respond(self, messages: list[Message], state: dict[str, Any]) -> list[Message] | None:
+        rollout: Rollout = state["_rollout"]
+        # The simulated user sees the conversation with roles flipped.
+        flipped: list[Message] = [{"role": "system", "content": (
+            f"You are a user talking to an assistant. Persona: {self.persona}\n"
+            f"Reply as the user, briefly. When your need is met, reply with {self.stop_token}.")}]
+        for m in messages:
+            if m.get("role") == "system":
+                continue
+            role = "assistant" if m.get("role") == "user" else "user"
+            flipped.append({"role": role, "content": m.get("content") or ""})
+        resp = await rollout.client.chat(
+            base_url=self.user_base_url or rollout.base_url, model=self.user_model or rollout.model,
+            messages=flipped, tools=None, params={k: v for k, v in rollout.params.items() if k != "logprobs"},
+        )
+        text = (resp.message.get("content") or "").strip()
+        if not text or self.stop_token in text:
+            return None
+        return [{"role": "user", "content": text}]
+
+    async def run(self, rollout: Rollout) -> None:
+        rollout.state["_rollout"] = rollout
+        try:
+            await super().run(rollout)
+        finally:
+            rollout.state.pop("_rollout", None)
+
+
+_OUTPUT_CAP = 64 * 1024
+
+
+class Program(Harness):
+    """An external agent program (a CLI agent) run once per rollout.
+
+    It sees only ``OPENAI_BASE_URL`` (the rollout's interception-proxy URL) and ``OPENAI_API_KEY``
+    (a placeholder: the proxy holds the real key), plus the task: the prompt text on stdin and in
+    ``WORKBENCH_PROMPT``, the whole task as JSON in ``WORKBENCH_TASK``; ``{prompt}`` in ``argv`` is
+    replaced by the prompt text. Every model call it makes is recorded in the rollout's trace; the
+    conversation of its last call becomes the rollout's messages. A non-zero exit fails the rollout.
+    The parent's environment variables are not passed on (only PATH, HOME, LANG and ``env``).
+    """
+
+    needs_proxy = True
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None,
+                 system_prompt: str | None = None) -> None:
+        if isinstance(argv, str) or not argv:
+            raise EnvLoadError("wb.Program(argv) takes a non-empty list of strings, e.g. ['python', 'agent.py']")
+        self.argv = [str(a) for a in argv]
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.system_prompt = system_prompt
+
+    def describe(self) -> str:
+        return f"Program({' '.join(self.argv)[:60]})"
+
+    async def run(self, rollout: Rollout) -> None:
+        import os
+        import signal
+
+        from workbench.rollouts.rollout import RolloutFailed
+
+        self.start(rollout)
+        task = rollout.task
+        prompt = task.prompt if isinstance(task.prompt, str) else "\n".join(
+            str(m.get("content") or "") for m in task.prompt if m.get("role") == "user")
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
+        env.update(self.env)
+        env.update({"OPENAI_BASE_URL": rollout.base_url, "OPENAI_API_KEY": "workbench-proxy",
+                    "WORKBENCH_PROMPT": prompt, "WORKBENCH_MODEL": rollout.model,
+                    "WORKBENCH_TASK": orjson.dumps({"id": task.id, "prompt": task.prompt, "info": task.info},
+                                                   default=str).decode()})
+        argv = [a.replace("{prompt}", prompt) for a in self.argv]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=self.cwd, start_new_session=True)
+        except OSError as e:
+            raise RolloutFailed("harness", self.argv[0], f"cannot start {self.argv[0]}: {e.strerror or e}") from None
+        try:
+            out, err = await proc.communicate(prompt.encode())
+        except BaseException:  # timeout or Ctrl-C: kill the whole process group, keep nothing running
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            raise
+        rollout.state["exit_code"] = proc.returncode
+        rollout.state["stdout"] = out[:_OUTPUT_CAP].decode("utf-8", "replace")
+        rollout.state["stderr"] = err[-_OUTPUT_CAP:].decode("utf-8", "replace")
+        if rollout.last_request is not None and rollout.calls:
+            rollout.messages = [*rollout.last_request, rollout.calls[-1].message or {"role": "assistant", "content": ""}]
+        if rollout.state["stdout"].strip() and (not rollout.calls or rollout.state["stdout"].strip() !=
+                                                 (rollout.completion or "").strip()):
+            rollout.state["final_output"] = rollout.state["stdout"].strip()
+        if proc.returncode != 0:
+            tail = rollout.state["stderr"].strip().splitlines()[-1:] or [""]
+            raise RolloutFailed("harness", self.argv[0], f"program exited with {proc.returncode}: {tail[0][:300]}")

@@ -1,0 +1,198 @@
+"""Tasks and lazy task sets: the data an environment poses to a model."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.errors import EnvLoadError
+
+Message = dict[str, Any]
+Prompt = str | list[Message]
+
+_RESERVED = ("id", "prompt", "question", "answer", "info", "sandbox")
+
+
+def content_hash(*parts: Any, length: int = 16) -> str:
+    """A stable hex digest of JSON-able values (key order does not matter)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(orjson.dumps(part, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str))
+        h.update(b"\x00")
+    return h.hexdigest()[:length]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One problem: a prompt, an optional gold answer, free-form info and sandbox needs.
+
+    ``id`` is a stable content hash of prompt, answer and info unless given.
+    """
+
+    prompt: Prompt
+    answer: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+    sandbox: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str | list):
+            raise TypeError(f"Task.prompt must be a string or a list of chat messages, not {type(self.prompt).__name__}")
+        if isinstance(self.prompt, list):
+            for m in self.prompt:
+                if not isinstance(m, Mapping) or "role" not in m:
+                    raise TypeError("Task.prompt as a list must hold chat messages like {'role': 'user', 'content': ...}")
+        if not self.id:
+            object.__setattr__(self, "id", content_hash(self.prompt, self.answer, self.info))
+
+    @classmethod
+    def from_record(cls, row: Mapping[str, Any]) -> Task:
+        """Build a task from a dict: ``prompt`` (or ``question``), ``answer``, ``info``, ``id``, ``sandbox``.
+
+        Any other keys are kept in ``info``.
+        """
+        if "prompt" in row:
+            prompt = row["prompt"]
+        elif "question" in row:
+            prompt = row["question"]
+        else:
+            raise EnvLoadError(f"task record has no 'prompt' or 'question' field (keys: {', '.join(map(str, row))})")
+        info = dict(row.get("info") or {})
+        for k, v in row.items():
+            if k not in _RESERVED:
+                info.setdefault(k, v)
+        return cls(
+            prompt=prompt,
+            answer=row.get("answer"),
+            info=info,
+            id=str(row["id"]) if row.get("id") is not None else "",
+            sandbox=row.get("sandbox"),
+        )
+
+    def messages(self, system_prompt: str | None = None) -> list[Message]:
+        """The opening chat messages for this task."""
+        msgs: list[Message] = []
+        if system_prompt and not (isinstance(self.prompt, list) and self.prompt and self.prompt[0].get("role") == "system"):
+            msgs.append({"role": "system", "content": system_prompt})
+        if isinstance(self.prompt, str):
+            msgs.append({"role": "user", "content": self.prompt})
+        else:
+            msgs.extend(dict(m) for m in self.prompt)
+        return msgs
+
+
+class TaskSet:
+    """A lazy, re-iterable sequence of tasks.
+
+    Slicing, ``shuffle``, ``filter`` and ``map`` return new task sets without reading the source;
+    the source is read when the set is iterated (and ``len`` materialises it once).
+    """
+
+    def __init__(self, source: Callable[[], Iterable[Task]], name: str = "tasks") -> None:
+        self._source = source
+        self.name = name
+        self._cache: list[Task] | None = None
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]], name: str = "tasks") -> TaskSet:
+        rows = records if isinstance(records, list | tuple) else list(records)
+        return cls(lambda: (r if isinstance(r, Task) else Task.from_record(r) for r in rows), name=name)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, name: str | None = None) -> TaskSet:
+        p = Path(path)
+        if not p.is_file():
+            raise EnvLoadError(f"task file {p} does not exist")
+
+        def read() -> Iterator[Task]:
+            with p.open("rb") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = orjson.loads(line)
+                    except orjson.JSONDecodeError as e:
+                        raise EnvLoadError(f"{p}:{lineno}: not valid JSON ({e})") from None
+                    yield Task.from_record(row)
+
+        return cls(read, name=name or p.stem)
+
+    @classmethod
+    def from_hf(cls, dataset: Any, split: str = "train", name: str | None = None, **load_kwargs: Any) -> TaskSet:
+        """From a Hugging Face ``datasets.Dataset`` or a dataset id (loaded with ``datasets.load_dataset``)."""
+        if isinstance(dataset, str):
+            try:
+                import datasets  # heavy: imported only here
+            except ImportError:
+                raise EnvLoadError("TaskSet.from_hf needs the 'datasets' package: pip install 'rl-workbench[hf]'") from None
+            ds_name = dataset
+            try:
+                dataset = datasets.load_dataset(dataset, split=split, **load_kwargs)
+            except Exception as e:  # offline, missing, ...
+                raise EnvLoadError(f"could not load Hugging Face dataset {ds_name!r}: {e}") from None
+            name = name or ds_name.split("/")[-1]
+        ds = dataset
+        return cls(lambda: (Task.from_record(row) for row in ds), name=name or "hf")
+
+    # -- lazy operations ----------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Task]:
+        if self._cache is not None:
+            return iter(self._cache)
+        return iter(self._source())
+
+    def materialize(self) -> list[Task]:
+        if self._cache is None:
+            self._cache = list(self._source())
+        return self._cache
+
+    def __len__(self) -> int:
+        return len(self.materialize())
+
+    def __getitem__(self, key: int | slice) -> Task | TaskSet:
+        if isinstance(key, int):
+            if key < 0:
+                return self.materialize()[key]
+            try:
+                return next(itertools.islice(iter(self), key, None))
+            except StopIteration:
+                raise IndexError(f"task index {key} out of range") from None
+        if isinstance(key, slice):
+            start, stop, step = key.start, key.stop, key.step
+            if any(v is not None and v < 0 for v in (start, stop, step)):
+                parent = self
+                return TaskSet(lambda: parent.materialize()[key], name=self.name)
+            parent = self
+            return TaskSet(lambda: itertools.islice(iter(parent), start, stop, step), name=self.name)
+        raise TypeError("TaskSet indices must be integers or slices")
+
+    def take(self, n: int | None) -> TaskSet:
+        return self if n is None else self[:n]  # type: ignore[return-value]
+
+    def shuffle(self, seed: int = 0) -> TaskSet:
+        parent = self
+
+        def shuffled() -> list[Task]:
+            items = list(parent)
+            random.Random(seed).shuffle(items)
+            return items
+
+        return TaskSet(shuffled, name=self.name)
+
+    def filter(self, predicate: Callable[[Task], bool]) -> TaskSet:
+        parent = self
+        return TaskSet(lambda: (t for t in parent if predicate(t)), name=self.name)
+
+    def map(self, fn: Callable[[Task], Task]) -> TaskSet:
+        parent = self
+        return TaskSet(lambda: (fn(t) for t in parent), name=self.name)
+
+    def __repr__(self) -> str:
+        return f"TaskSet(name={self.name!r})"

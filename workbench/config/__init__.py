@@ -1,0 +1,1 @@
+"""Where Workbench keeps its files and settings, and the credentials it may use."""

@@ -1,0 +1,164 @@
+"""Workbench's settings: one model, read from the environment and the settings file.
+
+The file is ``<XDG config>/workbench/tui.toml`` (optional; the app and the CLI read the same one)::
+
+    theme = "textual-dark"          # the app's dark theme; `ctrl+t` toggles to light_theme
+    light_theme = "textual-light"
+    base_url = "http://127.0.0.1:8000/v1"   # the app's quick-eval endpoint (else the embedded model)
+    model = "my-model"
+    quick_eval_n = 5
+    export_dir = "~/workbench-exports"
+    gpu_prices = "~/gpu_prices.json"        # the GPU price overrides (default: beside this file)
+
+    [keymap]                        # the app's bindings: binding id = keys (comma separated)
+    "screen.environments" = "f1"
+
+    [budget]                        # monthly spend limit: launches are refused past it
+    monthly_usd = 50.0
+
+Environment variables win over the file: ``WORKBENCH_BASE_URL``, ``WORKBENCH_MODEL``,
+``WORKBENCH_GPU_PRICES``, ``WORKBENCH_EXPORT_DIR``. Where files live (the store, the user env folders)
+is :mod:`workbench.config.paths`.
+
+:func:`load_settings` with ``strict=True`` (the CLI) turns a bad value into one clear
+:class:`ConfigError`; without it (the app) a bad value is dropped, the default used, and the problem
+listed in ``Settings.problems`` for the app to show.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from workbench.config import paths
+from workbench.errors import ConfigError
+
+SETTINGS_FILE = "tui.toml"
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    monthly_usd: float | None = None
+
+    @field_validator("monthly_usd", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
+            raise ValueError("must be a non-negative number")
+        return float(v) if v is not None else v
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WORKBENCH_", extra="ignore", validate_default=False)
+
+    theme: str = "textual-dark"
+    light_theme: str = "textual-light"
+    base_url: str | None = None
+    model: str | None = None
+    quick_eval_n: int = 5
+    export_dir: Path = Field(default_factory=Path.cwd)
+    gpu_prices: Path | None = None
+    keymap: dict[str, str] = Field(default_factory=dict)
+    budget: Budget = Field(default_factory=Budget)
+    problems: list[str] = Field(default_factory=list, exclude=True)
+
+    @field_validator("quick_eval_n", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().isdigit():  # from the environment
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError("must be a whole number of at least 1")
+        return v
+
+    @field_validator("base_url", "model", mode="before")
+    @classmethod
+    def _blank_is_none(cls, v: Any) -> Any:
+        return None if v == "" else v
+
+    @field_validator("export_dir", "gpu_prices", mode="after")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else v
+
+    @field_validator("keymap", mode="before")
+    @classmethod
+    def _keys(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError('must be a table of binding id = "keys"')
+        return {str(k): s.strip() for k, s in v.items() if isinstance(s, str) and s.strip()}
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings  # the file's values come in as init values (see load_settings)
+
+    @property
+    def monthly_budget_usd(self) -> float | None:
+        return self.budget.monthly_usd
+
+    def gpu_prices_file(self) -> Path:
+        return self.gpu_prices or paths.config_dir() / "gpu_prices.json"
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / SETTINGS_FILE
+
+
+def _keymap_problems(raw: Any) -> list[str]:
+    if not isinstance(raw, dict):
+        return []
+    return [f"{SETTINGS_FILE}: keymap {k!r} must be a key string like \"f1\" or \"ctrl+e\"; ignored"
+            for k, v in raw.items() if not (isinstance(v, str) and v.strip())]
+
+
+def _describe(err: dict[str, Any], data: dict[str, Any]) -> tuple[str, str]:
+    """(the top-level key to drop, "key.sub must ..., got VALUE") of one validation error."""
+    loc = [str(p) for p in err.get("loc", ())]
+    value: Any = data
+    for part in loc:
+        value = value.get(part) if isinstance(value, dict) else None
+    msg = str(err.get("msg", "is not valid")).removeprefix("Value error, ")
+    msg = msg if msg.startswith("must") else f"is not valid ({msg})"
+    return (loc[0] if loc else ""), f"{'.'.join(loc)} {msg}, got {value!r}"
+
+
+def load_settings(path: Path | None = None, *, strict: bool = False) -> Settings:
+    """The settings from the environment and the file at ``path`` (default :func:`settings_path`)."""
+    p = path or settings_path()
+    data: dict[str, Any] = {}
+    problems: list[str] = []
+    if p.is_file():
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            if strict:
+                raise ConfigError(f"{p} is not valid TOML ({e}); fix it or move it away") from None
+            problems.append(f"{p} is not valid TOML ({e}); using the default settings")
+            data = {}
+    data = {k: v for k, v in data.items() if k != "problems"}
+    problems += _keymap_problems(data.get("keymap"))
+    for _ in range(len(data) + 1):
+        try:
+            settings = Settings(**data)
+            break
+        except ValidationError as e:
+            first, what = _describe(e.errors()[0], data)
+            if strict:
+                raise ConfigError(f"{p}: {what}; fix it in the settings file") from None
+            problems.append(f"{SETTINGS_FILE}: {what}; using the default")
+            data.pop(first, None)
+    else:  # every key dropped and still invalid: the environment itself is wrong
+        settings = Settings.model_construct()
+    settings.problems = problems
+    return settings
+
+
+__all__ = ["SETTINGS_FILE", "Budget", "Settings", "load_settings", "settings_path"]

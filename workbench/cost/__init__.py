@@ -1,0 +1,1 @@
+"""Cost as data: token and GPU prices, the cost ledger and budgets."""

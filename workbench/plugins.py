@@ -1,0 +1,86 @@
+"""The registry: where the domain finds what lives above it.
+
+Sandbox runtimes, the pools that open their sandboxes, the default model endpoint, the trainer, launch
+backends and tokenizers are *plugins*: each kind is an entry-point group (``workbench.runtimes``,
+``workbench.sandbox_pools``, ...), and the domain looks a name up here instead of importing the module
+that implements it. The bundled implementations (``local_runtime``, ``cloud_runtime``) register
+themselves in ``pyproject.toml`` exactly as a third-party package registers its own::
+
+    [project.entry-points."workbench.runtimes"]
+    firecracker = "my_package.runtime:Firecracker"     # a wb.Runtime subclass: --runtime firecracker
+
+Environments themselves are found the same way (``workbench.environments``, see ``discovery``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from workbench.errors import ConfigError
+
+#: Each kind of plugin, with what its entry points name.
+KINDS: dict[str, str] = {
+    "runtimes": "a wb.Runtime subclass, selected by --runtime NAME[:ARG]",
+    "sandbox_pools": "a SandboxPool class opening the sandboxes of the runtime kind of the same name",
+    "endpoints": "an object with ensure(model) -> (base_url, model): the model server used with no --base-url",
+    "trainers": "a trainer plugin: its config defaults and checks, and the roles `workbench train` runs",
+    "backends": "a launch backend for `workbench launch --backend NAME`",
+    "tokenizers": "a function loading a model's tokenizer offline, and finding a served model's one",
+}
+
+
+class PluginError(ConfigError):
+    """A plugin is not registered, or its entry point cannot be loaded."""
+
+
+def group(kind: str) -> str:
+    if kind not in KINDS:
+        raise KeyError(f"unknown plugin kind {kind!r}; kinds: {', '.join(KINDS)}")
+    return f"workbench.{kind}"
+
+
+@cache
+def _entry_points(kind: str) -> dict[str, metadata.EntryPoint]:
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=group(kind)):
+        found.setdefault(ep.name, ep)  # the first on sys.path wins, as for imports
+    return found
+
+
+def names(kind: str) -> list[str]:
+    """The registered names of one kind, sorted."""
+    return sorted(_entry_points(kind))
+
+
+def available(kind: str, name: str) -> bool:
+    return name in _entry_points(kind)
+
+
+@cache
+def load(kind: str, name: str) -> Any:
+    """The object a plugin's entry point names; one clear :class:`PluginError` when it cannot be had."""
+    eps = _entry_points(kind)
+    ep = eps.get(name)
+    if ep is None:
+        close = difflib.get_close_matches(name, list(eps), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        have = ", ".join(sorted(eps)) or "none"
+        raise PluginError(f"no {kind[:-1].replace('_', ' ')} named {name!r} is installed{hint}; registered: {have}")
+    try:
+        return ep.load()
+    except ImportError as e:
+        raise PluginError(f"the {kind[:-1].replace('_', ' ')} {name!r} ({ep.value}) cannot be imported here "
+                          f"({e}); install what it needs (for the bundled ones: pip install 'rl-workbench[local]')"
+                          ) from None
+
+
+def refresh() -> None:
+    """Forget what was found (after installing a plugin into the running interpreter)."""
+    _entry_points.cache_clear()
+    load.cache_clear()
+
+
+__all__ = ["KINDS", "PluginError", "available", "group", "load", "names", "refresh"]

@@ -1,0 +1,1 @@
+"""Running rollouts: the engine, the model client, the interception proxy and token-exact traces."""

@@ -1,0 +1,343 @@
+"""An OpenAI-compatible chat-completions client on aiohttp, with retries and clear errors.
+
+aiohttp was chosen by measurement (shared/PEERS.md): at 64 requests in flight it is an order of
+magnitude faster than httpx or the OpenAI SDK's default transport, which would cap the harness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from workbench.authoring.tasks import Message
+from workbench.errors import EndpointError
+
+RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
+FATAL = frozenset({"auth", "unknown_model"})
+
+
+class ModelError(Exception):
+    """A model call failed. ``kind`` is one of: connection, timeout, rate_limit, server, auth,
+    unknown_model, bad_request, bad_response."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.status, self.retry_after = kind, message, status, retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+
+@dataclass(slots=True)
+class ChatResponse:
+    message: Message
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    extra: dict[str, Any] | None = None
+
+
+#: The API hosts whose key ``workbench login PROVIDER`` stores (see workbench/config/credentials.py).
+PROVIDER_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
+
+
+def resolve_api_key(flag: str | None, base_url: str | None = None) -> str | None:
+    """The API key for ``base_url``: the flag, then ``WORKBENCH_API_KEY`` (the key for the endpoint at hand,
+    whatever it is). For a provider's own API (``api.openai.com``, ``api.anthropic.com``) then that
+    provider's variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``) and the token ``workbench login
+    PROVIDER`` stored; for any other endpoint ``OPENAI_API_KEY``, as OpenAI-compatible clients read it.
+    So a stored login never leaves for another endpoint, and no provider's key goes to another provider."""
+    if flag:
+        return flag
+    if os.environ.get("WORKBENCH_API_KEY"):
+        return os.environ["WORKBENCH_API_KEY"]
+    provider = PROVIDER_HOSTS.get((urlsplit(base_url).hostname or "").lower()) if base_url else None
+    var = f"{provider or 'openai'}_API_KEY".upper()
+    if os.environ.get(var):
+        return os.environ[var]
+    if provider is None:
+        return None
+    from workbench.config.credentials import stored_token
+
+    return stored_token(provider)
+
+
+def _error_detail(body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)[:300]
+        return str(err)[:300]
+    except Exception:
+        return body[:300].decode("utf-8", "replace").strip()
+
+
+def classify_status(status: int, body: bytes, model: str) -> ModelError:
+    detail = _error_detail(body)
+    if status in (401, 403):
+        return ModelError("auth", f"the endpoint rejected the API key (HTTP {status}: {detail})", status)
+    if status == 404:
+        low = detail.lower()
+        if "model" in low or not detail:
+            return ModelError("unknown_model", f"the endpoint does not serve model {model!r} (HTTP 404: {detail})", status)
+        return ModelError("bad_request", f"HTTP 404: {detail}", status)
+    if status == 429:
+        return ModelError("rate_limit", f"rate limited (HTTP 429: {detail})", status)
+    if status >= 500:
+        return ModelError("server", f"server error (HTTP {status}: {detail})", status)
+    return ModelError("bad_request", f"HTTP {status}: {detail}", status)
+
+
+def parse_chat_body(body: bytes) -> ChatResponse:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ModelError("bad_response", f"the endpoint answered with something that is not JSON: {body[:120]!r}") from None
+    if not isinstance(data, dict):
+        raise ModelError("bad_response", "the endpoint answered with JSON that is not an object")
+    choices = data.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise ModelError("bad_response", "the endpoint's response has no choices")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        raise ModelError("bad_response", "the endpoint's response has no message")
+    content = msg.get("content")
+    tool_calls = msg.get("tool_calls")
+    if content is None and not tool_calls:
+        content = ""
+    message: Message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if msg.get("reasoning_content"):
+        message["reasoning_content"] = msg["reasoning_content"]
+    usage = data.get("usage") or {}
+    extra = None
+    for key in ("logprobs", "token_ids", "prompt_token_ids", "policy_version"):
+        val = choice.get(key) if key in choice else data.get(key)
+        if val is not None:
+            extra = extra or {}
+            extra[key] = val
+    return ChatResponse(
+        message=message,
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        extra=extra,
+    )
+
+
+class ChatClient:
+    """Chat completions against any OpenAI-compatible endpoint.
+
+    One aiohttp session is shared by all rollouts; its pool is sized to the run's concurrency.
+    Retries 429, 5xx, timeouts and connection errors with exponential backoff and jitter
+    (honouring ``Retry-After``); other errors are raised at once as :class:`ModelError`.
+    ``request_timeout=None``: no timer per request (only connecting is bounded), for callers whose
+    every call runs under a deadline of their own, as the engine's rollouts do.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        max_connections: int = 64,
+        request_timeout: float | None = 600.0,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+    ) -> None:
+        self.api_key = api_key
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._session: Any = None
+        self.retries = 0
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    async def __aenter__(self) -> ChatClient:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        import aiohttp
+
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300,
+                                             enable_cleanup_closed=False)
+            timeout = aiohttp.ClientTimeout(total=self.request_timeout) if self.request_timeout is not None \
+                else aiohttp.ClientTimeout(total=None, sock_connect=60)
+            # The headers are the session's, so a request does not merge a dict of its own into them.
+            self._session = aiohttp.ClientSession(
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), timeout=timeout,
+                headers=self._headers,
+            )
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._headers
+
+    async def session(self) -> Any:
+        """The shared aiohttp session (opened on first use)."""
+        if self._session is None:
+            await self.open()
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
+        try:
+            async with self._session.post(url, data=payload) as resp:
+                body = await resp.read()
+                if resp.status >= 400:
+                    err = classify_status(resp.status, body, model)
+                    ra = resp.headers.get("Retry-After")
+                    if ra:
+                        try:
+                            err.retry_after = float(ra)
+                        except ValueError:
+                            pass
+                    raise err
+                return body
+        except ModelError:
+            raise
+        except TimeoutError:
+            within = f" within {self.request_timeout:g}s" if self.request_timeout is not None else ""
+            raise ModelError("timeout", f"no answer from {url}{within}") from None
+        except Exception as e:
+            import aiohttp  # here, not on every request
+
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise ModelError("connection", f"cannot connect to {url} ({e.os_error.strerror or e})") from None
+            if isinstance(e, aiohttp.ClientError | OSError):
+                raise ModelError("connection", f"connection to {url} failed ({type(e).__name__}: {e})") from None
+            raise
+
+    async def post_json(self, url: str, payload: dict[str, Any], model: str = "") -> bytes:
+        if self._session is None:
+            await self.open()
+        data = orjson.dumps(payload)
+        attempt = 0
+        while True:
+            try:
+                return await self._post_once(url, data, model)
+            except ModelError as e:
+                if not e.retryable or attempt >= self.max_retries:
+                    raise
+                delay = e.retry_after if e.retry_after is not None else min(
+                    self.backoff_max, self.backoff_base * (2**attempt))
+                delay *= 0.5 + random.random()  # jitter
+                attempt += 1
+                self.retries += 1
+                await asyncio.sleep(delay)
+
+    async def chat(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        params: dict[str, Any] | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> ChatResponse:
+        """One chat completion. With ``prompt_ids`` the prompt is sent as those exact token ids
+        (``/chat/completions/tokens``; see workbench/rollouts/continuation.py) instead of being rendered."""
+        payload: dict[str, Any] = {"model": model, "messages": messages}
+        if params:
+            payload.update(params)
+        if tools:
+            payload["tools"] = tools
+        route = "/chat/completions"
+        if prompt_ids is not None:
+            payload["tokens"] = prompt_ids
+            route += "/tokens"
+        body = await self.post_json(base_url.rstrip("/") + route, payload, model)
+        return parse_chat_body(body)
+
+    async def list_models(self, base_url: str) -> list[dict[str, Any]] | None:
+        """The model entries the endpoint lists, or None when it does not support ``/models``."""
+        import aiohttp
+
+        if self._session is None:
+            await self.open()
+        url = base_url.rstrip("/") + "/models"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=15)) as resp:
+                body = await resp.read()
+                if resp.status in (401, 403):
+                    raise EndpointError(
+                        f"{base_url} rejected the API key (HTTP {resp.status}); pass --api-key, set OPENAI_API_KEY, "
+                        "or run `workbench login openai`")
+                if resp.status >= 400:
+                    return None
+                data = orjson.loads(body)
+                return [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id")]
+        except EndpointError:
+            raise
+        except (aiohttp.ClientConnectorError, TimeoutError, OSError) as e:
+            reason = getattr(getattr(e, "os_error", None), "strerror", None) or type(e).__name__
+            raise EndpointError(f"cannot reach the model endpoint {base_url} ({reason}); check --base-url and that the server is running") from None
+        except (aiohttp.ClientError, orjson.JSONDecodeError, AttributeError):
+            return None
+
+
+#: Servers known to accept vLLM's token fields (``return_token_ids``) and return logprobs.
+TOKEN_SERVERS = frozenset({"vllm", "workbench"})
+
+
+@dataclass(slots=True)
+class EndpointInfo:
+    models: list[str] | None
+    owned_by: str = ""
+
+    @property
+    def returns_tokens(self) -> bool:
+        return self.owned_by in TOKEN_SERVERS
+
+    @property
+    def continues_tokens(self) -> bool:
+        """Whether it serves ``/tokenize`` and ``/v1/chat/completions/tokens`` (workbench/rollouts/continuation.py)."""
+        from workbench.rollouts.continuation import CONTINUATION_SERVERS
+
+        return self.owned_by in CONTINUATION_SERVERS
+
+
+def training_params(info: EndpointInfo) -> dict[str, Any]:
+    """What the trace needs from the upstream, where it supports it: token ids and logprobs."""
+    return {"logprobs": True, "return_token_ids": True} if info.returns_tokens else {}
+
+
+async def preflight(client: ChatClient, base_url: str, model: str) -> EndpointInfo:
+    """Fail fast, with one clear sentence, when the endpoint cannot serve this run at all."""
+    entries = await client.list_models(base_url)
+    models = [str(m["id"]) for m in entries] if entries is not None else None
+    owned = next((str(m.get("owned_by", "")) for m in entries or () if m["id"] == model), "")
+    if not owned and entries:
+        owned = str(entries[0].get("owned_by", ""))
+    info = EndpointInfo(models, owned.lower())
+    if models is not None and models and model not in models:
+        import difflib
+
+        close = difflib.get_close_matches(model, models, n=3, cutoff=0.4)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"it serves: {', '.join(models[:8])}"
+        raise EndpointError(f"{base_url} does not serve model {model!r}; {hint} (pass -m MODEL)")
+    return info

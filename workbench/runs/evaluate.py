@@ -1,0 +1,263 @@
+"""``workbench eval`` as a function: the CLI and the TUI both call :func:`evaluate`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workbench.analysis.report import run_summary
+from workbench.authoring import discovery
+from workbench.authoring.environment import Environment
+from workbench.cost.pricing import match_price
+from workbench.errors import ConfigError, EndpointError
+from workbench.rollouts.client import ChatClient, preflight, resolve_api_key, training_params
+from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
+from workbench.store import Store
+
+
+@dataclass(slots=True)
+class EvalOptions:
+    env: str
+    env_args: dict[str, Any] = field(default_factory=dict)
+    n: int | None = None
+    rollouts_per_task: int = 1
+    concurrency: int = 32
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    max_retries: int = 4
+    harness: str | None = None
+    runtime: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    pass_threshold: float = 1.0
+    resume: str | None = None
+    tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
+    render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
+
+    def validate(self) -> None:
+        if self.n is not None and self.n < 1:
+            raise ConfigError("-n must be at least 1")
+        if self.rollouts_per_task < 1:
+            raise ConfigError("-r must be at least 1")
+        if self.concurrency < 1:
+            raise ConfigError("-c must be at least 1")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be positive")
+
+
+@dataclass(slots=True)
+class EvalOutcome:
+    run_id: str
+    summary: dict[str, Any]
+    counters: RunCounters
+    wall_s: float
+    interrupted: bool = False
+
+
+def new_run_id() -> str:
+    return time.strftime("%m%d") + "-" + secrets.token_hex(3)
+
+
+def apply_hot_swaps(env: Environment, opts: EvalOptions) -> None:
+    """Override the environment's harness, runtime or sampling from the command line."""
+    if opts.harness:
+        from workbench.authoring.hotswap import load_harness
+
+        env.harness = load_harness(opts.harness)
+    if opts.runtime:
+        from workbench.authoring.hotswap import load_runtime
+
+        env.runtime = load_runtime(opts.runtime, env.runtime)
+    if opts.temperature is not None:
+        env.sampling.temperature = opts.temperature
+    if opts.max_tokens is not None:
+        env.sampling.max_tokens = opts.max_tokens
+
+
+def resolve_endpoint(opts: EvalOptions) -> tuple[str, str]:
+    """The base URL and model to use; with no ``--base-url`` the embedded model server."""
+    if opts.base_url:
+        model = opts.model or os.environ.get("WORKBENCH_MODEL")
+        if not model:
+            raise ConfigError("--base-url needs a model name too: pass -m MODEL")
+        return opts.base_url.rstrip("/"), model
+    from workbench import plugins
+
+    try:
+        endpoint = plugins.load("endpoints", "embedded")
+    except plugins.PluginError as e:
+        raise EndpointError(f"no --base-url given and the embedded model server cannot start here ({e}); "
+                            "or pass --base-url URL -m MODEL") from None
+    return endpoint.ensure(opts.model)
+
+
+async def evaluate(
+    opts: EvalOptions,
+    store: Store,
+    *,
+    on_start: Callable[[str, int], None] | None = None,
+    counters_cb: Callable[[RunCounters], None] | None = None,
+) -> EvalOutcome:
+    opts.validate()
+    run: dict[str, Any] | None = None
+    if opts.resume:
+        run = store.get_run(opts.resume)
+        cfg = run["config"]
+        opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
+        opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
+        opts.model, opts.base_url = opts.model or cfg.get("model"), opts.base_url or cfg.get("base_url")
+        opts.harness, opts.runtime = opts.harness or cfg.get("harness"), opts.runtime or cfg.get("runtime")
+        if opts.temperature is None:
+            opts.temperature = cfg.get("temperature")
+        if opts.max_tokens is None:
+            opts.max_tokens = cfg.get("max_tokens")
+    env = discovery.load(opts.env, opts.env_args)
+    apply_hot_swaps(env, opts)
+    tasks = list(env.tasks.take(opts.n))
+    if not tasks:
+        raise ConfigError(f"environment {env.name!r} has no tasks (with -a {opts.env_args or '{}'})")
+    # The writer process starts now, while the endpoint, the preflight and the sandboxes are set up:
+    # its start-up (an interpreter and the store) then costs the run nothing.
+    writer = store.writer()
+    try:
+        base_url, model = resolve_endpoint(opts)
+        store.register_env(env.name, env.version, env.source, env.description)
+        prices = store.prices()
+        price = match_price(model, prices)
+        api_key = resolve_api_key(opts.api_key, base_url)
+
+        if run is None:
+            run_id = new_run_id()
+            config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
+                      "rollouts_per_task": opts.rollouts_per_task, "model": model, "base_url": base_url,
+                      "harness": opts.harness, "runtime": opts.runtime, "temperature": opts.temperature,
+                      "max_tokens": opts.max_tokens}
+            skip: set[tuple[int, int]] = set()
+        else:
+            run_id = run["id"]
+            if run["env_version"] != env.version:
+                # The run goes on with the current files; the change is recorded, not hidden.
+                store.update_run(run_id, error=f"resumed with env version {env.version} "
+                                                f"(started with {run['env_version']})")
+            skip = store.done_slots(run_id)
+
+        # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
+        client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None,
+                            max_retries=opts.max_retries)
+        await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time
+        t0 = time.perf_counter()
+        interrupted = False
+        async with client:
+            info = await preflight(client, base_url, model)
+            extra_params = training_params(info) if opts.tokens is not False else {}
+            # Sandboxes first: an engine that is not running fails here, before the run is recorded.
+            sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
+            try:
+                if run is None:
+                    store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
+                                     env_source=env.source, env_args=opts.env_args, model=model, base_url=base_url,
+                                     harness=env.harness.describe(),
+                                     runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")),
+                                     n_tasks=len(tasks), rollouts_per_task=opts.rollouts_per_task,
+                                     concurrency=opts.concurrency, sampling=asdict(env.sampling), config=config)
+                else:
+                    store.update_run(run_id, status="running", finished_at=None)
+                if on_start:
+                    on_start(run_id, len(tasks) * opts.rollouts_per_task - len(skip))
+                engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=model,
+                                       base_url=base_url, rollouts_per_task=opts.rollouts_per_task,
+                                       concurrency=opts.concurrency, timeout_s=opts.timeout_s, price=price,
+                                       provider=price.provider if price else "", extra_params=extra_params,
+                                       sandboxes=sandboxes)
+                if extra_params and not opts.render_prompts:
+                    from workbench.rollouts.continuation import continuation_for
+
+                    engine.continuation = await continuation_for(client, base_url, model, info)
+                if getattr(env.harness, "needs_proxy", False):
+                    from workbench.rollouts.proxy import InterceptionProxy
+
+                    engine.proxy = await InterceptionProxy(client, base_url, model, {
+                        **env.sampling.to_params(), **extra_params}).start()
+            except BaseException:
+                if sandboxes is not None:
+                    await sandboxes.close()
+                raise
+            ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
+            status, error = "completed", ""
+            try:
+                await engine.run(tasks, skip)
+            except FatalRunError as e:
+                status, error = "failed", e.error.message
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                status, interrupted = "interrupted", True
+            finally:
+                if ticker:
+                    ticker.cancel()
+                try:
+                    if engine.proxy is not None:
+                        await engine.proxy.close()
+                    if engine.sandboxes is not None:
+                        await close_sandboxes(engine.sandboxes, store, run_id)
+                finally:
+                    try:
+                        writer.close()
+                    finally:
+                        store.update_run(run_id, status=status, error=error, finished_at=time.time())
+            wall = time.perf_counter() - t0
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.close()  # a no-op where the run's own clean-up closed it
+        raise
+    summary = run_summary(store, run_id, opts.pass_threshold)
+    summary["rollouts_per_s"] = engine.counters.finished / wall if wall > 0 else 0.0
+    summary["retries"] = client.retries
+    summary["unpriced"] = price is None
+    store.update_run(run_id, summary=summary)
+    if status == "failed":
+        raise EndpointError(f"{error}; run {run_id} stopped, {summary['rollouts']} rollouts kept")
+    return EvalOutcome(run_id, summary, engine.counters, wall, interrupted)
+
+
+async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concurrency: int,
+                         rollouts_per_task: int) -> Any:
+    """The run's sandbox pool, when a tool or reward of the environment (or a task) needs a sandbox."""
+    from pathlib import Path
+
+    from workbench.authoring.sandbox import needs_sandbox
+
+    if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
+        return None
+    opener = getattr(env.runtime, "pool", None)
+    if opener is None:
+        raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "
+                          "or wb.Docker(...)")
+    src = Path(env.source) if env.source else None
+    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
+    size = max(1, min(concurrency, len(tasks) * rollouts_per_task))
+    return await opener(run_id=run_id, size=size, env_dir=env_dir).start()
+
+
+async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
+    """Remove the run's sandboxes and record the sandbox-seconds it used as a cost event."""
+    try:
+        await asyncio.shield(pool.close())
+    finally:
+        seconds = pool.stats.sandbox_seconds
+        if seconds > 0:
+            store.conn.execute(
+                "INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
+                "VALUES (?, 'sandbox_seconds', ?, '', ?, 'seconds', 0.0, ?)", (run_id, pool.kind, seconds, time.time()))
+
+
+async def _tick(engine: RolloutEngine, cb: Callable[[RunCounters], None]) -> None:
+    while True:
+        cb(engine.counters)
+        await asyncio.sleep(0.1)

@@ -1,0 +1,260 @@
+"""The run configuration of ``workbench train``: a TOML file, dotted command-line overrides, and
+validation that names the nearest valid key for a typo.
+
+    [env]        name = "arithmetic"; args = {...}
+    [loop]       max_steps, groups_per_step, rollouts_per_task, concurrency, max_off_policy_steps,
+                 async_level (how many steps generation may run ahead of training), sync,
+                 eval_every, eval_tasks (held out), checkpoint_every, temperature, max_tokens, seed
+    [algorithm]  name = "grpo" | "rloo" | "sft" | "distill", plus the algorithm's options
+    [loss]       name = "pg" | "ce", kl_coef, plus the loss's options
+    [trainer]    local_runtime.training.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
+
+``--trainer.lr 1e-4`` sets ``[trainer] lr``; values are parsed as TOML (``true``, ``[1, 2]``,
+``"text"``), falling back to a plain string.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench import plugins
+from workbench.errors import ConfigError
+from workbench.training.algorithms import ALGORITHMS, make_algorithm, nearest
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    """How rollouts and optimizer steps interleave (the ``[loop]`` table)."""
+
+    max_steps: int = 20
+    groups_per_step: int = 8  # groups (tasks) per optimizer step
+    rollouts_per_task: int = 8  # the group size
+    concurrency: int = 32
+    max_off_policy_steps: int = 2  # rollouts older than this many policy versions are dropped
+    async_level: int = 1  # generation may run this many steps ahead of training (0 = sync)
+    sync: bool = False  # one step at a time: generate, train, update, repeat (for comparison)
+    eval_every: int = 0  # steps between held-out evals (0 = only at the start and the end)
+    eval_tasks: int = 0  # the last N tasks are held out for evals (never trained on)
+    checkpoint_every: int = 5
+    temperature: float | None = None  # sampling overrides (default: the environment's)
+    max_tokens: int | None = None
+    seed: int = 0
+    timeout_s: float = 600.0
+
+
+DEFAULTS: dict[str, Any] = {
+    "env": {"name": "", "args": {}},
+    "loop": dataclasses.asdict(LoopConfig()),
+    "algorithm": {"name": "grpo"},
+    "loss": {"name": "pg", "kl_coef": 0.0},
+    "trainer": {},  # filled from the trainer plugin's defaults
+    "cloud": {},  # where and on what a launched run trains: checked by cloud_runtime.plan, unused by train
+}
+
+
+def trainer_plugin() -> Any:
+    """The installed trainer (the ``workbench.trainers`` plugin ``local``), or None where it cannot be
+    imported (the plain CLI without the local extra: the trainer then checks its own tables)."""
+    if not plugins.available("trainers", "local"):
+        return None
+    try:
+        return plugins.load("trainers", "local")
+    except plugins.PluginError:
+        return None
+
+
+def _trainer_defaults() -> dict[str, Any]:
+    trainer = trainer_plugin()
+    try:
+        return trainer.defaults() if trainer else {}
+    except ImportError:
+        return {}
+
+
+@dataclass(slots=True)
+class RunConfig:
+    env: str
+    env_args: dict[str, Any]
+    loop: LoopConfig
+    algorithm: dict[str, Any]  # name + options
+    loss: dict[str, Any]  # name + kl_coef + options
+    trainer: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict)  # the resolved tables, as printed by --dry-run
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.raw)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(args: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["--trainer.lr", "1e-4", "--loop.sync=true"]`` → ``{"trainer.lr": 1e-4, "loop.sync": True}``."""
+    out: dict[str, Any] = {}
+    it = iter(args)
+    for a in it:
+        if not a.startswith("--") or "." not in a.split("=", 1)[0]:
+            raise ConfigError(f"unexpected argument {a!r}: overrides look like --section.key VALUE "
+                              "(e.g. --trainer.lr 1e-4)")
+        key, eq, value = a[2:].partition("=")
+        if not eq:
+            try:
+                value = next(it)
+            except StopIteration:
+                raise ConfigError(f"--{key} needs a value") from None
+        out[key] = _parse_value(value)
+    return out
+
+
+def _check_keys(section: str, table: dict[str, Any], valid: list[str]) -> None:
+    for k in table:
+        if k not in valid:
+            raise ConfigError(f"unknown key {section}.{k}{nearest(k, [*valid])}; valid {section} keys: "
+                              f"{', '.join(valid)}")
+
+
+def resolve(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+            env: str | None = None) -> RunConfig:
+    """The run configuration: defaults, then ``file``, then ``env``, then dotted ``overrides``."""
+    return validate_tables(load_tables(file, overrides, env))
+
+
+#: The run config an environment may ship beside its code (``<package>/train.toml``, or
+#: ``<name>.train.toml`` beside a single-file env): the settings its author found to train it well.
+ENV_CONFIG_FILE = "train.toml"
+
+
+def env_config_file(env: str) -> Path | None:
+    """The run config shipped with ``env``, if it has one (an unknown env is reported when it loads)."""
+    from workbench.authoring import discovery
+    from workbench.errors import WorkbenchError
+
+    try:
+        ref = discovery.resolve(env)
+    except WorkbenchError:
+        return None
+    if ref.path is None:
+        return None
+    path = ref.path / ENV_CONFIG_FILE if ref.path.is_dir() else ref.path.with_suffix("." + ENV_CONFIG_FILE)
+    return path if path.is_file() else None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+
+
+def _merge(tables: dict[str, Any], loaded: dict[str, Any], source: Path) -> None:
+    for section, table in loaded.items():
+        if section not in tables:
+            raise ConfigError(f"{source}: unknown section {section!r}{nearest(section, list(tables))}; "
+                              f"sections: {', '.join(tables)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: {section!r} must be a table")
+        tables[section].update(table)
+
+
+def load_tables(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                env: str | None = None, *, env_config: bool = True) -> dict[str, Any]:
+    """The merged tables, not yet validated. Later layers win: the defaults, the run config the
+    environment ships (``env_config``), ``file``, ``env``, then the dotted ``overrides``."""
+    tables: dict[str, Any] = copy.deepcopy(DEFAULTS)
+    tables["trainer"] = _trainer_defaults()
+    loaded = _read_toml(Path(file)) if file is not None else {}
+    name = env or (loaded.get("env") or {}).get("name") or (overrides or {}).get("env.name")
+    shipped = env_config_file(name) if env_config and isinstance(name, str) and name else None
+    if shipped is not None:
+        own = _read_toml(shipped)
+        (own.get("env") or {}).pop("name", None)  # it configures the env; it does not choose it
+        _merge(tables, own, shipped)
+    if file is not None:
+        _merge(tables, loaded, Path(file))
+    if env:
+        tables["env"]["name"] = env
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in tables or not key:
+            raise ConfigError(f"unknown key {dotted}{nearest(section, list(tables))}; keys look like "
+                              "loop.max_steps or trainer.lr")
+        tables[section][key] = value
+    return tables
+
+
+def validate_tables(tables: dict[str, Any]) -> RunConfig:
+    _check_keys("env", tables["env"], ["name", "args"])
+    loop_keys = [f.name for f in dataclasses.fields(LoopConfig)]
+    _check_keys("loop", tables["loop"], loop_keys)
+    trainer_defaults = _trainer_defaults()
+    if trainer_defaults:
+        _check_keys("trainer", tables["trainer"], list(trainer_defaults))
+    name = tables["env"]["name"]
+    if not isinstance(name, str) or not name:
+        raise ConfigError("no environment: `workbench train ENV` or [env] name = \"...\" in the config")
+    if not isinstance(tables["env"]["args"], dict):
+        raise ConfigError("env.args must be a table of keyword arguments")
+    loop = LoopConfig(**tables["loop"])
+    for k in ("max_steps", "groups_per_step", "rollouts_per_task", "concurrency"):
+        v = getattr(loop, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"loop.{k} must be a positive integer, not {v!r}")
+    for k in ("max_off_policy_steps", "async_level", "eval_every", "eval_tasks", "checkpoint_every"):
+        v = getattr(loop, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"loop.{k} must be a non-negative integer, not {v!r}")
+    if loop.sync:
+        loop.async_level = 0
+    tables["loop"] = dataclasses.asdict(loop)
+    if loop.async_level > loop.max_off_policy_steps:
+        raise ConfigError(f"loop.async_level ({loop.async_level}) exceeds loop.max_off_policy_steps "
+                          f"({loop.max_off_policy_steps}): every rollout generated that far ahead would be dropped")
+    algo = dict(tables["algorithm"])
+    aname = algo.pop("name", "grpo")
+    if aname not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {aname!r}{nearest(aname, list(ALGORITHMS))}; "
+                          f"choose one of {', '.join(ALGORITHMS)}")
+    make_algorithm(aname, **algo)  # unknown options fail here, naming the nearest
+    loss = dict(tables["loss"])
+    lname = loss.pop("name", "pg")
+    if trainer_defaults:
+        trainer_plugin().check(tables)  # the loss and the trainer options, by the trainer that runs them
+    return RunConfig(env=name, env_args=dict(tables["env"]["args"]), loop=loop,
+                     algorithm={"name": aname, **algo}, loss={"name": lname, **loss},
+                     trainer=dict(tables["trainer"]), raw=tables)
+
+
+def to_toml(tables: dict[str, Any]) -> str:
+    """The resolved configuration as TOML (what ``--dry-run`` prints; loadable with ``--config``)."""
+    import json
+
+    def val(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {val(x)}" for k, x in v.items()) + "}"
+        raise ConfigError(f"cannot write {v!r} as TOML")
+
+    lines: list[str] = []
+    for section, table in tables.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {val(v)}" for k, v in table.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)
