@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import workbench as wb
-from envs.doc_search.bm25 import SUFFIXES, Corpus
+
+from .bm25 import SUFFIXES, Corpus
 
 HERE = Path(__file__).parent
 DEFAULT_CORPUS = HERE / "corpus"

@@ -17,6 +17,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -216,8 +217,10 @@ def measure_tool_calls(model: Any, tokenizer: Any, seed: int = 99, count: int = 
     return {"parsed": round(parsed / len(examples), 4), "exact": round(exact / len(examples), 4)}
 
 
-def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False, **overrides: Any) -> Path:
-    """Build the tiny model into ``out_dir`` (a fresh directory) and return it."""
+def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
+                     progress: Callable[[str, int, int], None] | None = None, **overrides: Any) -> Path:
+    """Build the tiny model into ``out_dir`` (a fresh directory) and return it. ``progress(phase, done,
+    total)`` is told how far the build is (training steps, then the checks of what it learnt)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -251,6 +254,8 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False, 
         model.train()
         losses: list[float] = []
         for step in range(total):
+            if progress and step % 10 == 0:
+                progress("training", step, total)
             if step % cfg.tool_every == cfg.tool_every - 1:
                 items = [rng.choice(pools[1]) for _ in range(cfg.tool_batch)]
             else:
@@ -265,6 +270,8 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False, 
             sched.step()
             losses.append(loss.item())
         train_s = time.perf_counter() - t0
+        if progress:
+            progress("checking", total, total)
         greedy = measure_arithmetic(model, tokenizer, temperature=0.0)
         sampled = measure_arithmetic(model, tokenizer, temperature=1.0, seed=cfg.seed + 1)
         tool_calls = measure_tool_calls(model, tokenizer)
@@ -302,8 +309,33 @@ def ensure_tiny_model(path: str | Path | None = None, *, log: Any = None) -> Pat
             return target
         if log:
             log(f"building the embedded model {MODEL_ID} into {target} (first use only, about a minute)")
-        _build_into(target)
+        _build_into(target, progress=_progress_writer(target))
+        progress_file(target).unlink(missing_ok=True)
     return target
+
+
+def progress_file(target: Path) -> Path:
+    """Where a build in progress says how far it is (read by whoever waits for the model)."""
+    return target.parent / f".{target.name}.progress.json"
+
+
+def read_progress(target: Path | None = None) -> dict[str, Any] | None:
+    """``{"phase", "done", "total"}`` of the build of ``target`` in progress, or None."""
+    try:
+        return json.loads(progress_file(target or default_dir()).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _progress_writer(target: Path) -> Callable[[str, int, int], None]:
+    path = progress_file(target)
+
+    def write(phase: str, done: int, total: int) -> None:
+        tmp = path.with_name(path.name + f".{os.getpid()}")
+        tmp.write_text(json.dumps({"phase": phase, "done": done, "total": total, "at": time.time()}))
+        os.replace(tmp, path)
+
+    return write
 
 
 def _build_into(target: Path, seed: int = 0, **kw: Any) -> Path:

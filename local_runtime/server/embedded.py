@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,12 @@ def _package_root() -> str:
 
 
 def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: float = START_TIMEOUT_S,
-                 log: Any = None, name: str | None = None, logdir: Path | None = None) -> dict[str, Any]:
+                 log: Any = None, name: str | None = None, logdir: Path | None = None,
+                 progress: Callable[[str, int | None, int | None], None] | None = None) -> dict[str, Any]:
     """Start a server for ``spec`` in the background and wait until it is healthy; return its state.
     Its log and ready files are ``NAME.log`` / ``NAME.ready.json`` in ``logdir`` (default: the
-    shared state dir, named after the model)."""
+    shared state dir, named after the model). ``progress(what, done, total)`` hears what the wait is for
+    (building the tiny model on first use: its training steps)."""
     sdir = logdir or state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
     slug = name or _slug(spec)
@@ -128,7 +131,10 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
     deadline = time.monotonic() + timeout
+    building = spec in TINY_ALIASES
     while True:
+        if progress is not None:
+            _report_progress(progress, building)
         code = proc.poll()
         if code is not None:
             reason = _error_line(logfile)
@@ -152,6 +158,18 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
         time.sleep(0.2)
 
 
+def _report_progress(progress: Callable[[str, int | None, int | None], None], building: bool) -> None:
+    if building:
+        from local_runtime.models.tiny_model import read_progress
+
+        p = read_progress()
+        if p is not None:
+            what = "building the embedded model" if p.get("phase") == "training" else "checking the built model"
+            progress(what, int(p.get("done", 0)), int(p.get("total", 0)) or None)
+            return
+    progress("starting the embedded model server", None, None)
+
+
 def terminate(pid: int, grace: float = 5.0) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
@@ -163,8 +181,10 @@ def terminate(pid: int, grace: float = 5.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def ensure_server(model: str | None = None, *, timeout: float = START_TIMEOUT_S, log: Any = None) -> tuple[str, str]:
-    """(base URL ending in /v1, model name) of a healthy embedded server for ``model`` (default: tiny)."""
+def ensure_server(model: str | None = None, *, timeout: float = START_TIMEOUT_S, log: Any = None,
+                  progress: Callable[[str, int | None, int | None], None] | None = None) -> tuple[str, str]:
+    """(base URL ending in /v1, model name) of a healthy embedded server for ``model`` (default: tiny);
+    ``progress`` as for :func:`start_server`."""
     import fcntl
 
     spec = model or "tiny"
@@ -181,7 +201,7 @@ def ensure_server(model: str | None = None, *, timeout: float = START_TIMEOUT_S,
         if found:
             return found
         statefile.unlink(missing_ok=True)
-        state = start_server(spec, timeout=timeout, log=log)
+        state = start_server(spec, timeout=timeout, log=log, progress=progress)
         tmp = statefile.with_name(statefile.name + ".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, statefile)
@@ -204,9 +224,11 @@ class EmbeddedEndpoint:
 
     name = "embedded"
 
-    def ensure(self, model: str | None = None, *, log: Any = None) -> tuple[str, str]:
-        """(base URL ending in /v1, model name) of a healthy server for ``model``, started if need be."""
-        return ensure_server(model, log=log)
+    def ensure(self, model: str | None = None, *, log: Any = None,
+               progress: Callable[[str, int | None, int | None], None] | None = None) -> tuple[str, str]:
+        """(base URL ending in /v1, model name) of a healthy server for ``model``, started if need be;
+        ``progress(what, done, total)`` hears what the wait is for (a first build: its steps)."""
+        return ensure_server(model, log=log, progress=progress)
 
     def start(self, spec: str, **kw: Any) -> dict[str, Any]:
         """A new server of its own for ``spec`` (see :func:`start_server`)."""

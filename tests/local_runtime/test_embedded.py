@@ -107,3 +107,31 @@ def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch:
     with pytest.raises(ModelLoadError, match="not built yet"):
         resolve_model_path("tiny")
     assert not (tmp_path / "empty-cache").exists()
+
+
+def test_a_first_build_reports_its_progress_to_whoever_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first eval on a fresh machine waits for the tiny model's build: the builder says how far it is
+    (a progress file beside the model) and the waiting side turns that into (what, done, total)."""
+    from local_runtime.models import tiny_model
+    from local_runtime.server.embedded import _report_progress
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tiny_model.default_dir()
+    target.parent.mkdir(parents=True)
+    seen: list[tuple[str, int, int]] = []
+    write = tiny_model._progress_writer(target)
+
+    def both(phase: str, done: int, total: int) -> None:
+        write(phase, done, total)
+        heard: list[tuple[str, int | None, int | None]] = []
+        _report_progress(lambda *a: heard.append(a), building=True)
+        assert heard and heard[-1][1:] == (done, total)
+        seen.append((heard[-1][0], done, total))
+
+    tiny_model.build_tiny_model(tmp_path / "built", fast=True, steps=30, progress=both)
+    assert [d for _, d, _ in seen] == [0, 10, 20, 30] and {t for _, _, t in seen} == {30}
+    assert seen[0][0] == "building the embedded model" and seen[-1][0] == "checking the built model"
+    tiny_model.progress_file(target).unlink()
+    heard: list[tuple[str, int | None, int | None]] = []
+    _report_progress(lambda *a: heard.append(a), building=True)
+    assert heard == [("starting the embedded model server", None, None)]

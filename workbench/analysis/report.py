@@ -24,8 +24,13 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
         """SELECT COUNT(*), SUM(status='error'), AVG(reward), SUM(reward*reward), COUNT(reward),
                   SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_usd), AVG(duration_s)
            FROM rollout WHERE run_id=?""", (rid,)).fetchone()
-    n, errors, mean, sumsq, n_scored, ptoks, ctoks, cost, mean_dur = agg
-    errors = errors or 0
+    n, failed, mean, sumsq, n_scored, ptoks, ctoks, cost, mean_dur = agg
+    failed = failed or 0
+    # A rollout has an error when it failed or any part of it raised (a reward that raised is scored 0
+    # and the rollout stays ok): ``errors`` counts every such rollout once, as ``error_kinds`` lists them.
+    errors = conn.execute(
+        """SELECT COUNT(*) FROM rollout WHERE run_id=? AND (status='error' OR pk IN
+           (SELECT rollout_pk FROM rollout_error WHERE run_id=?))""", (rid, rid)).fetchone()[0]
     stderr = None
     if n_scored and n_scored > 1 and mean is not None:
         var = max(0.0, (sumsq - n_scored * mean * mean) / (n_scored - 1))
@@ -62,6 +67,7 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
         "tasks": len(per_task),
         "rollouts": n,
         "errors": errors,
+        "failed": failed,
         "error_kinds": error_kinds,
         "mean_reward": mean,
         "stderr": stderr,

@@ -119,17 +119,25 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
                         disable=not console_err.is_terminal)
     bar: dict[str, Any] = {}
 
+    def on_status(what: str, done: int | None, total: int | None) -> None:
+        """Before the rollouts: the embedded model being built (first use) or started."""
+        if "wait" not in bar:
+            bar["wait"] = progress.add_task(what, total=total, reward="-", errors=0)
+        progress.update(bar["wait"], description=what, completed=done or 0, total=total)
+
     def on_start(run_id: str, total: int) -> None:
+        if "wait" in bar:
+            progress.remove_task(bar.pop("wait"))
         bar["id"] = progress.add_task(f"eval {run_id}", total=total, reward="-", errors=0)
 
     def on_counters(cnt: Any) -> None:
         if "id" in bar:
             mean = f"{cnt.reward_sum / cnt.scored:.3f}" if cnt.scored else "-"
-            progress.update(bar["id"], completed=cnt.finished, reward=mean, errors=cnt.failed)
+            progress.update(bar["id"], completed=cnt.finished, reward=mean, errors=cnt.errors)
 
     try:
         with progress:
-            outcome = run_async(evaluate(opts, store, on_start=on_start, counters_cb=on_counters))
+            outcome = run_async(evaluate(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status))
     finally:
         store.close()
     s = outcome.summary

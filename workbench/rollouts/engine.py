@@ -34,7 +34,8 @@ class FatalRunError(Exception):
 @dataclass(slots=True)
 class RunCounters:
     finished: int = 0
-    failed: int = 0
+    failed: int = 0  # rollouts that failed outright (no reward)
+    errors: int = 0  # rollouts with an error of any kind (failed, or a reward, tool or sandbox error)
     reward_sum: float = 0.0
     scored: int = 0
     tokens: int = 0
@@ -254,6 +255,8 @@ class RolloutEngine:
             c.finished += 1
             c.tokens += rollout.usage.total_tokens
             c.cost_usd += rollout.usage.cost_usd
+            if failed or rollout.errors or sc.errors:
+                c.errors += 1
             if failed:
                 c.failed += 1
             else:

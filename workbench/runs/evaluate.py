@@ -82,8 +82,14 @@ def apply_hot_swaps(env: Environment, opts: EvalOptions) -> None:
         env.sampling.max_tokens = opts.max_tokens
 
 
-def resolve_endpoint(opts: EvalOptions) -> tuple[str, str]:
-    """The base URL and model to use; with no ``--base-url`` the embedded model server."""
+#: ``on_status(what, done, total)``: what a run waits for before its rollouts start (the embedded
+#: model being built or started); ``done``/``total`` are None when there is no count to show.
+StatusCallback = Callable[[str, int | None, int | None], None]
+
+
+def resolve_endpoint(opts: EvalOptions, on_status: StatusCallback | None = None) -> tuple[str, str]:
+    """The base URL and model to use; with no ``--base-url`` the embedded model server (``on_status``
+    hears about its first build and start)."""
     if opts.base_url:
         model = opts.model or os.environ.get("WORKBENCH_MODEL")
         if not model:
@@ -96,7 +102,7 @@ def resolve_endpoint(opts: EvalOptions) -> tuple[str, str]:
     except plugins.PluginError as e:
         raise EndpointError(f"no --base-url given and the embedded model server cannot start here ({e}); "
                             "or pass --base-url URL -m MODEL") from None
-    return endpoint.ensure(opts.model)
+    return endpoint.ensure(opts.model, progress=on_status)
 
 
 async def evaluate(
@@ -105,6 +111,7 @@ async def evaluate(
     *,
     on_start: Callable[[str, int], None] | None = None,
     counters_cb: Callable[[RunCounters], None] | None = None,
+    on_status: StatusCallback | None = None,
 ) -> EvalOutcome:
     opts.validate()
     run: dict[str, Any] | None = None
@@ -128,7 +135,7 @@ async def evaluate(
     # its start-up (an interpreter and the store) then costs the run nothing.
     writer = store.writer()
     try:
-        base_url, model = resolve_endpoint(opts)
+        base_url, model = resolve_endpoint(opts, on_status)
         store.register_env(env.name, env.version, env.source, env.description)
         prices = store.prices()
         price = match_price(model, prices)

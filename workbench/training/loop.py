@@ -200,9 +200,9 @@ class Orchestrator:
         c = await ev.run(tasks)
         mean = c.reward_sum / c.scored if c.scored else 0.0
         self.store.update_run(eval_id, status="completed", finished_at=time.time(),
-                              summary={"rollouts": c.finished, "errors": c.failed, "reward_mean": mean})
+                              summary={"rollouts": c.finished, "errors": c.errors, "reward_mean": mean})
         self.store.record_train(self.run_id, version, "eval", {
-            "reward_mean": mean, "rollouts": float(c.finished), "errors": float(c.failed),
+            "reward_mean": mean, "rollouts": float(c.finished), "errors": float(c.errors),
             "eval_s": time.perf_counter() - t0}, eval_id)
 
 

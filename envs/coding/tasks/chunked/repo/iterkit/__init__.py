@@ -1,3 +1,3 @@
-from envs.coding.tasks.chunked.repo.iterkit.chunks import chunked
+from .chunks import chunked
 
 __all__ = ["chunked"]

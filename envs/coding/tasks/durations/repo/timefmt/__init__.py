@@ -1,3 +1,3 @@
-from envs.coding.tasks.durations.repo.timefmt.duration import parse_duration
+from .duration import parse_duration
 
 __all__ = ["parse_duration"]

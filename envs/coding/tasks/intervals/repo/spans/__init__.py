@@ -1,3 +1,3 @@
-from envs.coding.tasks.intervals.repo.spans.merge import merge
+from .merge import merge
 
 __all__ = ["merge"]

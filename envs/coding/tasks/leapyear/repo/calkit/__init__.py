@@ -1,3 +1,3 @@
-from envs.coding.tasks.leapyear.repo.calkit.years import days_in_year, is_leap_year
+from .years import days_in_year, is_leap_year
 
 __all__ = ["days_in_year", "is_leap_year"]

@@ -1,3 +1,3 @@
-from envs.coding.tasks.median.repo.stats.central import mean, median
+from .central import mean, median
 
 __all__ = ["mean", "median"]

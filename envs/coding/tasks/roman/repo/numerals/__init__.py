@@ -1,3 +1,3 @@
-from envs.coding.tasks.roman.repo.numerals.roman import roman_to_int
+from .roman import roman_to_int
 
 __all__ = ["roman_to_int"]

@@ -1,3 +1,3 @@
-from envs.coding.tasks.slugify.repo.textkit.slug import slugify
+from .slug import slugify
 
 __all__ = ["slugify"]
