@@ -1,40 +1,9 @@
-"""Small formatting helpers shared by the screens."""
+"""The app's formatting: the shared helpers (``workbench.format``) and the app's own colours."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+from workbench.format import clip, fcost, fnum, fpath, ftime
 
 ROLE_COLORS = {"system": "magenta", "user": "dodger_blue1", "assistant": "green", "tool": "yellow"}
 
-
-def fnum(v: float | None, digits: int = 3) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def fcost(v: float | None) -> str:
-    return "-" if v is None else f"${v:.4f}"
-
-
-def ftime(ts: float | None, short: bool = False) -> str:
-    return "-" if ts is None else time.strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M", time.localtime(ts))
-
-
-def clip(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
-def fpath(p: Path | str | None) -> str:
-    """A path as the user would type it: relative to the working directory when under it, ~ for home."""
-    if p is None:
-        return "-"
-    path = Path(p)
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        pass
-    try:
-        return "~/" + str(path.relative_to(Path.home()))
-    except ValueError:
-        return str(path)
+__all__ = ["ROLE_COLORS", "clip", "fcost", "fnum", "fpath", "ftime"]

@@ -1,8 +1,8 @@
 """Sandbox fixtures: both runtimes, for real.
 
-Docker tests need a running engine. They skip only where Docker cannot exist at all (not Linux, or no
-``dockerd`` and no engine socket); where the engine is installed but not running they fail, saying how
-to start it (``.ci/run`` starts it in CI).
+Docker tests need a running engine, ``wb.Local`` tests bubblewrap with user namespaces. Where the machine
+lacks one they skip, saying so (``tests/conftest.py``); where the README's setup installs and starts them
+(as root with apt, as in CI) a missing one is a failure.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def docker_client() -> Any:
     try:
         client = connect()
     except SandboxError as e:
-        pytest.fail(f"Docker is installed but unusable: {e}. Start it (e.g. `dockerd &`, as .ci/run does).")
+        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
     from local_runtime.sandbox.image import build_default_image
 
     build_default_image(client)

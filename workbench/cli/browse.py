@@ -10,7 +10,8 @@ from typing import Any
 import click
 import orjson
 
-from workbench.cli.common import console, db_option, emit_json, fmt_float, json_option, open_store
+from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.format import fnum
 
 
 @click.command("runs")
@@ -57,7 +58,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
         t.add_column(col, justify="right" if col in ("rollouts", "errors", "mean reward") else "left")
     for r in runs:
         t.add_row(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
-                  fmt_float(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])))
+                  fnum(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])))
     console.print(t)
 
 
@@ -74,7 +75,7 @@ def show_run(store: Any, run_id: str, as_json: bool) -> None:
                   f"status {run['status']}" + (f"  [red]{run['error']}[/]" if run["error"] else ""))
     summary = run["summary"]
     if summary:
-        console.print("  ".join(f"{k} {fmt_float(v) if isinstance(v, float) else v}" for k, v in summary.items()))
+        console.print("  ".join(f"{k} {fnum(v) if isinstance(v, float) else v}" for k, v in summary.items()))
     if run["kind"] != "train":
         return
     from rich.table import Table
@@ -85,11 +86,11 @@ def show_run(store: Any, run_id: str, as_json: bool) -> None:
         t.add_column(title, justify="right")
     for rec in steps:
         m = rec["metrics"]
-        t.add_row(str(rec["step"]), *(fmt_float(m.get(key), digits) for _, key, digits in STEP_COLUMNS))
+        t.add_row(str(rec["step"]), *(fnum(m.get(key), digits) for _, key, digits in STEP_COLUMNS))
     console.print(t)
     for rec in other:
         m = rec["metrics"]
-        detail = f"held-out reward {fmt_float(m.get('reward_mean'))} ({rec['message']})" if rec["kind"] == "eval" \
+        detail = f"held-out reward {fnum(m.get('reward_mean'))} ({rec['message']})" if rec["kind"] == "eval" \
             else rec["message"]
         console.print(f"{rec['kind']:>8} at step {rec['step']}: {detail}")
 
@@ -102,7 +103,7 @@ def print_transcript(r: dict[str, Any]) -> None:
     status = "[green]ok[/]" if r["status"] == "ok" else f"[red]{r['error_kind']}[/]"
     console.print(f"[bold]rollout {r['id']}[/]  run {r['run_id']}  env {r['env_name']}  model {r['model']}  "
                   f"task {r['task_index']} sample {r['sample_index']}  {status}")
-    console.print(f"reward {fmt_float(r['reward'])}   turns {r['turns']}   {r['duration_s']:.2f}s   "
+    console.print(f"reward {fnum(r['reward'])}   turns {r['turns']}   {r['duration_s']:.2f}s   "
                   f"tokens {r['prompt_tokens']}/{r['completion_tokens']}   cost ${r['cost_usd']:.5f}")
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
     for m in r["messages"]:

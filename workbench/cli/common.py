@@ -56,7 +56,3 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for o in reversed(opts):
         f = o(f)
     return f
-
-
-def fmt_float(v: float | None, digits: int = 3) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"

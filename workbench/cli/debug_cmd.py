@@ -10,11 +10,11 @@ from workbench.cli.common import (
     console,
     db_option,
     emit_json,
-    fmt_float,
     json_option,
     model_options,
     open_store,
 )
+from workbench.format import fnum
 
 
 def print_turn(turn: Any, cost_known: bool) -> None:
@@ -49,14 +49,14 @@ def print_result(session: Any) -> None:
                       "or stored (run without --turns to finish it)")
         return
     status = "[green]ok[/]" if res.status == "ok" else "[red]error[/]"
-    console.print(f"[bold]rollout {res.rollout_id}[/]  {status}  reward {fmt_float(res.reward)}  "
+    console.print(f"[bold]rollout {res.rollout_id}[/]  {status}  reward {fnum(res.reward)}  "
                   f"{res.duration_s:.2f}s (+{res.scoring_s:.2f}s scoring)  cost ${res.cost_usd:.6f}")
     if res.scores:
         t = Table(show_edge=False, box=None, pad_edge=False)
         for col in ("function", "kind", "weight", "value"):
             t.add_column(col, justify="right" if col in ("weight", "value") else "left")
         for s in res.scores:
-            t.add_row(s.name, s.kind, "-" if s.weight is None else f"{s.weight:g}", fmt_float(s.value))
+            t.add_row(s.name, s.kind, "-" if s.weight is None else f"{s.weight:g}", fnum(s.value))
         console.print(t)
     for e in res.errors:
         console.print(f"[red]{e['kind']}[/] in {e['source']}: {e['message']}", highlight=False)

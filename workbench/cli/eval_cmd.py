@@ -13,11 +13,11 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
-    fmt_float,
     json_option,
     model_options,
     open_store,
 )
+from workbench.format import fnum
 
 
 def run_async(coro: Any) -> Any:
@@ -52,7 +52,7 @@ def print_summary(s: dict[str, Any]) -> None:
     se = s.get("stderr")
     head = f"[bold]{s['env']}[/] ({s['env_version']}) on [bold]{s['model']}[/] — run [cyan]{s['run_id']}[/]"
     console.print(head)
-    line = f"mean reward {fmt_float(mean)}" + (f" ± {se:.3f}" if se is not None else "")
+    line = f"mean reward {fnum(mean)}" + (f" ± {se:.3f}" if se is not None else "")
     line += f"   rollouts {s['rollouts']}   errors {s['errors']}"
     if s.get("pass_at_k"):
         line += "   " + "  ".join(f"{k} {v:.3f}" for k, v in s["pass_at_k"].items())
@@ -63,9 +63,9 @@ def print_summary(s: dict[str, Any]) -> None:
         t.add_column("kind")
         t.add_column("mean", justify="right")
         for name, v in s.get("rewards", {}).items():
-            t.add_row(name, "reward", fmt_float(v))
+            t.add_row(name, "reward", fnum(v))
         for name, v in s.get("metrics", {}).items():
-            t.add_row(name, "metric", fmt_float(v))
+            t.add_row(name, "metric", fnum(v))
         console.print(t)
     if s.get("error_kinds"):
         console.print("errors by kind: " + ", ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))

@@ -11,10 +11,10 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
-    fmt_float,
     json_option,
     open_store,
 )
+from workbench.format import fnum
 
 _BAR = 24  # characters of the longest histogram bar
 
@@ -88,9 +88,9 @@ def print_result(res: Any) -> None:
         t.add_column("before", justify="right")
         t.add_column("after", justify="right")
         t.add_row("mean ± stderr", _mean(res.before), _mean(res.after))
-        t.add_row("std", fmt_float(res.before.std), fmt_float(res.after.std))
-        t.add_row("min … max", f"{fmt_float(res.before.min)} … {fmt_float(res.before.max)}",
-                  f"{fmt_float(res.after.min)} … {fmt_float(res.after.max)}")
+        t.add_row("std", fnum(res.before.std), fnum(res.after.std))
+        t.add_row("min … max", f"{fnum(res.before.min)} … {fnum(res.before.max)}",
+                  f"{fnum(res.after.min)} … {fnum(res.after.max)}")
         console.print(t)
         console.print()
         h = res.histogram
@@ -110,7 +110,7 @@ def print_result(res: Any) -> None:
                           ("changed", "right"), ("errors", "right")):
             ft.add_column(col, justify=just)  # type: ignore[arg-type]
         for f in res.functions:
-            ft.add_row(escape(f.name), f.kind, fmt_float(f.before.mean), fmt_float(f.after.mean), f"{f.changed:,}",
+            ft.add_row(escape(f.name), f.kind, fnum(f.before.mean), fnum(f.after.mean), f"{f.changed:,}",
                        f"[red]{f.errors:,}[/]" if f.errors else "0")
         console.print(ft)
     for name, n in res.errors.items():

@@ -11,10 +11,10 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
-    fmt_float,
     json_option,
     open_store,
 )
+from workbench.format import fnum
 
 
 def step_line(rec: dict[str, Any]) -> str:
@@ -23,14 +23,14 @@ def step_line(rec: dict[str, Any]) -> str:
     if rec["kind"] == "step":
         staleness = " ".join(f"{k.removeprefix('staleness_')}:{int(v)}" for k, v in m.items()
                              if k.startswith("staleness_") and k.removeprefix("staleness_").isdigit())
-        return (f"step {rec['step']:>4}  reward {fmt_float(m.get('reward_mean'))} ± {fmt_float(m.get('reward_std'))}"
-                f"  loss {fmt_float(m.get('loss'), 4)}  mismatch_kl {fmt_float(m.get('mismatch_kl'), 4)}"
-                f"  masked {fmt_float(m.get('masked_fraction'))}  entropy {fmt_float(m.get('entropy'))}"
+        return (f"step {rec['step']:>4}  reward {fnum(m.get('reward_mean'))} ± {fnum(m.get('reward_std'))}"
+                f"  loss {fnum(m.get('loss'), 4)}  mismatch_kl {fnum(m.get('mismatch_kl'), 4)}"
+                f"  masked {fnum(m.get('masked_fraction'))}  entropy {fnum(m.get('entropy'))}"
                 f"  tok/s {m.get('tokens_per_s', 0):.0f}  dropped {int(m.get('dropped', 0))}"
                 f"  staleness {staleness or '-'}  wait {m.get('wait_s', 0):.1f}s train {m.get('train_s', 0):.1f}s"
                 f" update {m.get('update_s', 0):.1f}s")
     if rec["kind"] == "eval":
-        return f"eval at step {rec['step']}: held-out reward {fmt_float(m.get('reward_mean'))} ({rec['message']})"
+        return f"eval at step {rec['step']}: held-out reward {fnum(m.get('reward_mean'))} ({rec['message']})"
     return f"{rec['kind']} at step {rec['step']}: {rec['message']}"
 
 
@@ -95,9 +95,9 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
     if as_json:
         emit_json(s)
     else:
-        console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fmt_float(s['reward_start'])} → "
-                      f"{fmt_float(s['reward_end'])} (mean of the first and last {s['reward_window']} steps), held-out {fmt_float(s['eval_first'])} → "
-                      f"{fmt_float(s['eval_last'])}, dropped {s['dropped']}, {s.get('wall_s', 0):.0f}s")
+        console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fnum(s['reward_start'])} → "
+                      f"{fnum(s['reward_end'])} (mean of the first and last {s['reward_window']} steps), held-out {fnum(s['eval_first'])} → "
+                      f"{fnum(s['eval_last'])}, dropped {s['dropped']}, {s.get('wall_s', 0):.0f}s")
 
 
 COMMANDS = [train_command]
