@@ -47,6 +47,27 @@ from local_runtime.training.packing import MicroBatch, collate, pack, shard
 from workbench.errors import ConfigError
 from workbench.training.algorithms import TrainSample, nearest
 
+_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float)}
+
+
+def _check_type(key: str, value: Any, annotation: str) -> None:
+    """``value`` has the field's annotated type (``int``, ``float | None``, ``str | list[str]``...):
+    one clear line naming the key otherwise (a bool is never a number)."""
+    for alt in (a.strip() for a in annotation.split("|")):
+        if alt == "None" and value is None:
+            return
+        if alt.startswith("list[") and isinstance(value, list):
+            inner = _TYPES.get(alt[5:-1], ())
+            if all(isinstance(x, inner) and not isinstance(x, bool) for x in value):
+                return
+        kinds = _TYPES.get(alt)
+        if kinds and isinstance(value, kinds) and (alt == "bool" or not isinstance(value, bool)):
+            return
+    want = {"str": "a string", "bool": "true or false", "int": "a whole number", "float": "a number",
+            "None": "unset", "list[str]": "a list of strings"}
+    wanted = " or ".join(want.get(a.strip(), a.strip()) for a in annotation.split("|"))
+    raise ConfigError(f"{key} must be {wanted}, not {value!r}")
+
 
 @dataclass(slots=True)
 class TrainerConfig:
@@ -83,6 +104,9 @@ class TrainerConfig:
         for k in d:
             if k not in names:
                 raise ConfigError(f"unknown trainer option {k!r}{nearest(k, names)}; valid: {', '.join(names)}")
+        for f in dataclasses.fields(cls):
+            if f.name in d:
+                _check_type(f"trainer.{f.name}", d[f.name], str(f.type))
         cfg = cls(**d)
         cfg.validate()
         return cfg
@@ -93,8 +117,21 @@ class TrainerConfig:
                               f"; use one of {', '.join(NORMALIZATIONS)}")
         if self.micro_batch_tokens < 2:
             raise ConfigError("trainer.micro_batch_tokens must be at least 2")
-        if self.lr <= 0 or self.temperature <= 0:
-            raise ConfigError("trainer.lr and trainer.temperature must be positive")
+        for name in ("lr", "temperature", "adam_eps"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"trainer.{name} must be a positive number, not {v!r}")
+        for name in ("weight_decay", "lora_dropout", "max_grad_norm", "lora_alpha"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"trainer.{name} must be a non-negative number, not {v!r}")
+        for name in ("adam_beta1", "adam_beta2"):
+            v = getattr(self, name)
+            if not 0 <= v < 1:
+                raise ConfigError(f"trainer.{name} must be in [0, 1), not {v!r}")
+        if self.lora_rank < 1 or self.warmup_steps < 0 or (self.max_tokens is not None and self.max_tokens < 1):
+            raise ConfigError("trainer.lora_rank and trainer.max_tokens must be at least 1, trainer.warmup_steps at "
+                              "least 0")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -161,6 +161,34 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    (["--trainer.lr", "fast"], "trainer.lr must be a number, not 'fast'"),
+    (["--trainer.lr", "-1e-4"], "trainer.lr must be a positive number"),
+    (["--trainer.lr", "nan"], "trainer.lr must be a positive number, not nan"),  # TOML reads nan as a float
+    (["--trainer.lora", "yes"], "trainer.lora must be true or false"),
+    (["--trainer.lora_rank", "0"], "trainer.lora_rank"),
+    (["--trainer.adam_beta1", "1.5"], "trainer.adam_beta1 must be in [0, 1)"),
+    (["--trainer.target_modules", "[1, 2]"], "trainer.target_modules must be a string or a list of strings"),
+    (["--loop.temperature", "-1"], "loop.temperature must be a number from 0 to 5"),
+    (["--loop.max_tokens", "0"], "loop.max_tokens must be a whole number of at least 1"),
+    (["--loop.timeout_s", "0"], "loop.timeout_s must be a positive number"),
+    (["--loop.sync", "maybe"], "loop.sync must be true or false"),
+    (["--loop.max_steps", "2.5"], "loop.max_steps must be a positive integer"),
+], ids=["lr-word", "lr-negative", "lr-nan", "lora-word", "rank-0", "beta-1.5", "modules-ints", "temp-negative",
+        "max-tokens-0", "timeout-0", "sync-word", "steps-float"])
+def test_bad_config_values_are_one_clear_line(tmp_path: Path, args: list[str], line: str) -> None:
+    res = _train(tmp_path, "arithmetic", "--dry-run", *args, timeout=120)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode != 0 and "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+    assert line in lines[0], lines[0]
+    toml = tmp_path / "run.toml"  # the same value in a config file
+    section, _, key = args[0][2:].partition(".")
+    toml.write_text(f"[{section}]\n{key} = {args[1] if args[1] not in ('fast', 'yes', 'maybe') else repr(args[1])}\n"
+                    .replace("'", '"'))
+    res = _train(tmp_path, "arithmetic", "--dry-run", "--config", str(toml), timeout=120)
+    assert res.returncode != 0 and "Traceback" not in res.stderr and line in res.stderr, res.stderr
+
+
 def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir: str) -> dict[str, Any]:
     """One trainer rank of a two-process run: rank 0 alone reads, records and publishes."""
     from local_runtime.training.worker import TrainLoop

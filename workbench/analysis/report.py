@@ -43,6 +43,9 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
         (rewards if kind == "reward" else metrics)[name] = avg
     error_kinds = {k: c for k, c in conn.execute(
         "SELECT kind, COUNT(*) FROM rollout_error WHERE run_id=? GROUP BY kind ORDER BY 2 DESC", (rid,))}
+    top = conn.execute("SELECT kind, message FROM rollout_error e JOIN rollout r ON r.pk = e.rollout_pk "
+                       "WHERE e.run_id=? AND r.status='error' GROUP BY e.kind ORDER BY COUNT(*) DESC LIMIT 1",
+                       (rid,)).fetchone()
     # pass@k over tasks, counting a rollout as passing when its total reward reaches the threshold.
     per_task: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for ti, reward in conn.execute("SELECT task_index, reward FROM rollout WHERE run_id=?", (rid,)):
@@ -69,6 +72,7 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
         "errors": errors,
         "failed": failed,
         "error_kinds": error_kinds,
+        "top_failure": {"kind": top[0], "message": top[1]} if top else None,
         "mean_reward": mean,
         "stderr": stderr,
         "pass_at_k": passk,

@@ -148,6 +148,13 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     if outcome.interrupted:
         console_err.print(f"interrupted: {s['rollouts']} rollouts kept; finish with `workbench eval --resume {s['run_id']}`")
         ctx.exit(130)
+    if s["rollouts"] and s["failed"] == s["rollouts"]:
+        from workbench.errors import EndpointError
+
+        top = s.get("top_failure") or {}
+        why = f"{top.get('kind')}: {' '.join(str(top.get('message', '')).split())[:300]}" if top else "see the run"
+        raise EndpointError(f"every rollout of run {s['run_id']} failed ({why}); `workbench show {s['run_id']}` "
+                            "has the details")
 
 
 COMMANDS = [eval_command]

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from workbench.authoring.tasks import Message
-from workbench.errors import EndpointError
+from workbench.errors import ConfigError, EndpointError
 
 RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
 FATAL = frozenset({"auth", "unknown_model"})
@@ -324,6 +324,28 @@ class EndpointInfo:
 def training_params(info: EndpointInfo) -> dict[str, Any]:
     """What the trace needs from the upstream, where it supports it: token ids and logprobs."""
     return {"logprobs": True, "return_token_ids": True} if info.returns_tokens else {}
+
+
+def check_base_url(url: str) -> str:
+    """``url`` without a trailing slash, when it can name an HTTP endpoint; one clear ConfigError when it
+    cannot (a scheme other than http/https, no host, a malformed address or port)."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # parses the port and a bracketed IPv6 host
+    except ValueError as e:
+        raise ConfigError(f"--base-url {url!r} is not a valid URL ({e}); e.g. http://127.0.0.1:8000/v1") from None
+    if parts.scheme not in ("http", "https"):
+        what = f"its scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
+        raise ConfigError(f"--base-url {url!r} cannot work: {what}; use http:// or https://, e.g. "
+                          f"http://127.0.0.1:8000/v1")
+    if not parts.hostname:
+        raise ConfigError(f"--base-url {url!r} has no host; e.g. http://127.0.0.1:8000/v1")
+    if port == 0:
+        raise ConfigError(f"--base-url {url!r}: port 0 cannot be connected to")
+    return text.rstrip("/")
 
 
 async def preflight(client: ChatClient, base_url: str, model: str) -> EndpointInfo:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import secrets
 import time
@@ -16,7 +17,7 @@ from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.cost.pricing import match_price
 from workbench.errors import ConfigError, EndpointError
-from workbench.rollouts.client import ChatClient, preflight, resolve_api_key, training_params
+from workbench.rollouts.client import ChatClient, check_base_url, preflight, resolve_api_key, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
 from workbench.store import Store
 
@@ -43,14 +44,25 @@ class EvalOptions:
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
 
     def validate(self) -> None:
+        """Every option in its range, and an endpoint that can work, before anything starts."""
         if self.n is not None and self.n < 1:
             raise ConfigError("-n must be at least 1")
         if self.rollouts_per_task < 1:
             raise ConfigError("-r must be at least 1")
         if self.concurrency < 1:
             raise ConfigError("-c must be at least 1")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be positive")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ConfigError(f"--timeout must be a positive number of seconds, not {self.timeout_s}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be 0 or more, not {self.max_retries}")
+        if self.temperature is not None and not (math.isfinite(self.temperature) and 0 <= self.temperature <= 5):
+            raise ConfigError(f"-t/--temperature must be a number from 0 to 5, not {self.temperature}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be at least 1, not {self.max_tokens}")
+        if not math.isfinite(self.pass_threshold):
+            raise ConfigError(f"--pass-threshold must be a finite number, not {self.pass_threshold}")
+        if self.base_url:
+            self.base_url = check_base_url(self.base_url)
 
 
 @dataclass(slots=True)

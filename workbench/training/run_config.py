@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,11 @@ def load_tables(file: str | Path | None = None, overrides: dict[str, Any] | None
     return tables
 
 
+def _number_in(v: Any, low: float, high: float = math.inf) -> bool:
+    """A finite number (not a bool) in [low, high]."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
+
+
 def validate_tables(tables: dict[str, Any]) -> RunConfig:
     _check_keys("env", tables["env"], ["name", "args"])
     loop_keys = [f.name for f in dataclasses.fields(LoopConfig)]
@@ -214,6 +220,17 @@ def validate_tables(tables: dict[str, Any]) -> RunConfig:
         v = getattr(loop, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"loop.{k} must be a non-negative integer, not {v!r}")
+    if not isinstance(loop.sync, bool):
+        raise ConfigError(f"loop.sync must be true or false, not {loop.sync!r}")
+    if loop.temperature is not None and not _number_in(loop.temperature, 0.0, 5.0):
+        raise ConfigError(f"loop.temperature must be a number from 0 to 5, not {loop.temperature!r}")
+    if loop.max_tokens is not None and (not isinstance(loop.max_tokens, int) or isinstance(loop.max_tokens, bool)
+                                        or loop.max_tokens < 1):
+        raise ConfigError(f"loop.max_tokens must be a whole number of at least 1, not {loop.max_tokens!r}")
+    if not _number_in(loop.timeout_s, 0.0) or loop.timeout_s <= 0:
+        raise ConfigError(f"loop.timeout_s must be a positive number of seconds, not {loop.timeout_s!r}")
+    if not isinstance(loop.seed, int) or isinstance(loop.seed, bool):
+        raise ConfigError(f"loop.seed must be a whole number, not {loop.seed!r}")
     if loop.sync:
         loop.async_level = 0
     tables["loop"] = dataclasses.asdict(loop)
