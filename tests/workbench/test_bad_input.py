@@ -253,3 +253,86 @@ def test_db_written_by_a_newer_workbench(cli: Callable[..., CliResult], write_en
     assert_user_error(res, "newer", str(store.name))
     assert query(store, "PRAGMA user_version")[0][0] == SCHEMA_VERSION + 3, "the newer store is not touched"
     assert_kept(store, seed)
+
+
+# -- a store this process cannot write -----------------------------------------------------------
+def _immutable(path: Path) -> Any:
+    """``chattr +i`` on ``path`` for the block's duration (root on a file system with the flag)."""
+    import contextlib
+    import os
+    import shutil
+    import subprocess
+
+    @contextlib.contextmanager
+    def cm() -> Any:
+        if os.geteuid() != 0 or not shutil.which("chattr"):
+            pytest.skip("the immutable flag needs root and chattr, which this machine lacks")
+        for f in [path, *path.parent.glob(path.name + "-*")]:
+            p = subprocess.run(["chattr", "+i", str(f)], capture_output=True, text=True)
+            if p.returncode != 0 and f == path:
+                pytest.skip(f"this file system does not take the immutable flag ({p.stderr.strip()})")
+        try:
+            yield
+        finally:
+            for f in [path, *path.parent.glob(path.name + "-*")]:
+                subprocess.run(["chattr", "-i", str(f)], capture_output=True)
+
+    return cm()
+
+
+@pytest.mark.parametrize(("args", "reads"), [
+    (["runs", "--json"], True),
+    (["show", "{run}", "--json"], True),
+    (["export", "{run}"], True),
+    (["prices", "list", "--json"], True),
+    (["costs", "--json"], True),
+    (["prices", "set", "m", "--input", "1", "--output", "2"], False),
+    (["eval", "{env}", "--base-url", "{url}", "-m", "mock-model", "-n", "2"], False),
+], ids=["runs", "show", "export", "prices-list", "costs", "prices-set", "eval"])
+def test_a_read_only_store_is_read_by_the_reading_commands_and_refused_in_one_line_by_the_others(
+        args: list[str], reads: bool, cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
+        seed: Seed, arith_server: MockServer) -> None:
+    import sqlite3 as sq
+
+    sq.connect(store).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    before = store.read_bytes()
+    env_file = write_env(ADDER_ENV)
+    argv = [a.format(run=seed.run_id, env=env_file, url=arith_server.base_url) for a in args]
+    with _immutable(store):
+        res = cli(*argv, "--db", store)
+    if reads:
+        assert res.rc == 0 and "Traceback" not in res.stderr, res.stderr
+        assert seed.run_id in res.stdout or argv[0] in ("prices", "costs"), res.stdout[-500:]
+    else:
+        line = assert_user_error(res, "is read-only", "chattr -i")
+        assert "remove the file" not in line
+    assert store.read_bytes() == before
+    assert_kept(store, seed)
+
+
+def test_a_store_on_a_read_only_mount_is_read_not_called_foreign(
+        cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path, seed: Seed, tmp_path: Path,
+        arith_server: MockServer) -> None:
+    import os
+    import subprocess
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root, which this test runs without")
+    p = subprocess.run(["mount", "--bind", str(store.parent), str(mnt)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"this machine does not allow bind mounts here ({p.stderr.strip()})")
+    try:
+        p = subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True, text=True)
+        if p.returncode != 0:
+            pytest.skip(f"this machine does not allow a read-only remount ({p.stderr.strip()})")
+        ro = mnt / store.name
+        res = cli("runs", "--json", "--db", ro)
+        assert res.rc == 0 and seed.run_id in res.stdout, res.stderr
+        line = assert_user_error(cli(*eval_cmd(write_env(ADDER_ENV), arith_server.base_url, "--db", ro)),
+                                 "is read-only")
+        assert "not a Workbench store" not in line and "remove the file" not in line
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+    assert_kept(store, seed)

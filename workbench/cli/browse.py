@@ -30,7 +30,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     if follow and not run:
         raise click.UsageError("--follow needs a RUN")
     if run:
-        with open_store(ctx, db) as store:
+        with open_store(ctx, db, read_only_ok=True) as store:
             if follow:
                 from cloud_runtime.launch import follow_run
                 from workbench.cli.train_cmd import step_line
@@ -43,7 +43,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
                 follow_run(store, run, on_event=on_event)
             show_run(store, run, as_json)
         return
-    with open_store(ctx, db) as store:
+    with open_store(ctx, db, read_only_ok=True) as store:
         runs = list_runs(store.conn, limit=limit, env=env)
     if as_json:
         emit_json({"runs": runs})
@@ -153,7 +153,7 @@ def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str |
     from workbench.errors import NotFoundError
     from workbench.store.queries import get_rollout
 
-    with open_store(ctx, db) as store:
+    with open_store(ctx, db, read_only_ok=True) as store:
         run = None
         if "." not in target:
             try:
@@ -198,7 +198,7 @@ def export_command(ctx: click.Context, run: str, fmt: str, output: str, min_rewa
     """Export a run's rollouts as chat rows ready for SFT (one JSON object per line)."""
     from workbench.analysis.export import check_output, export_rollouts, run_filter
 
-    with open_store(ctx, db) as store:
+    with open_store(ctx, db, read_only_ok=True) as store:
         run_row = store.get_run(run)
         query = run_filter(run_row["id"], min_reward=min_reward, include_errors=include_errors)
         if output == "-":

@@ -14,12 +14,19 @@ console = Console(highlight=False, soft_wrap=True)
 console_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def open_store(ctx: click.Context, db: str | None = None) -> Any:
+def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool = False) -> Any:
+    """The command's store. ``read_only_ok`` (commands that only read): a store this process cannot write
+    is opened read-only instead of refused."""
     from workbench.config.paths import default_db
-    from workbench.store import Store
+    from workbench.store import Store, StoreReadOnlyError
 
     path = db or (ctx.find_root().obj or {}).get("db") or default_db()
-    return Store(path)
+    try:
+        return Store(path)
+    except StoreReadOnlyError:
+        if not read_only_ok:
+            raise
+        return Store(path, readonly=True)
 
 
 def emit_json(obj: Any) -> None:

@@ -11,11 +11,11 @@ import orjson
 
 from workbench.cost.pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
 from workbench.errors import NotFoundError
-from workbench.store.db import connect, open_store_file
+from workbench.store.db import StoreReadOnlyError, connect, open_store_file
 from workbench.store.migrations import SCHEMA_VERSION
 from workbench.store.writer import BatchWriter, RolloutRecord, dumps
 
-__all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "dumps"]
+__all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "StoreReadOnlyError", "dumps"]
 
 
 #: Column defaults of ``run`` (mirrors schema.RunRow; a test keeps them equal). Kept here so that
@@ -32,11 +32,14 @@ class Store:
     """A handle on one store file. Cheap control operations go through ``self.conn``; rollouts go
     through a :class:`BatchWriter` (``writer()``), which commits them from its own process."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = open_store_file(path)
-        self.conn = connect(self.path)
+    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+        """``readonly``: open an existing store for reading only (nothing is created, migrated or seeded)."""
+        self.path = open_store_file(path, readonly=readonly)
+        self.readonly = readonly
+        self.conn = connect(self.path, readonly=readonly)
         self.conn.row_factory = sqlite3.Row
-        self._seed_prices()
+        if not readonly:
+            self._seed_prices()
 
     def close(self) -> None:
         self.conn.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -9,9 +10,51 @@ from workbench.errors import StoreError
 from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 
+class StoreReadOnlyError(StoreError):
+    """The store is a valid Workbench store this process cannot write (permissions, the immutable flag,
+    a read-only mount): the commands that only read open it read-only instead."""
+
+
+def _read_only_line(p: Path, why: str) -> str:
+    return (f"{p} is read-only ({why}): the commands that only read it (runs, show, export, the app's Traces) "
+            "still open it; to write to it, make it writable (its permissions, `chattr -i`, or the mount) or "
+            "pass another --db")
+
+
+def _write_probe(conn: sqlite3.Connection) -> str | None:
+    """Why the store cannot be written, or None: a header write in a transaction that is rolled back
+    (SQLite opens a file it cannot write read-only without saying so)."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(f"PRAGMA user_version={version}")
+        finally:
+            conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as e:
+        text = str(e)
+        if "readonly" in text or "read-only" in text or "unable to open" in text or "disk I/O" in text:
+            return text
+        raise
+    return None
+
+
+def on_read_only_medium(path: Path) -> bool:
+    """Whether ``path``'s folder is on a read-only file system (where SQLite cannot make the WAL's
+    shared-memory file, so a reader must open the store as immutable)."""
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _ro_uri(p: Path) -> str:
+    return f"file:{p}?immutable=1" if on_read_only_medium(p) else f"file:{p}?mode=ro"
+
+
 def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
     """A connection with the store's pragmas (WAL, NORMAL sync, busy timeout)."""
-    uri = f"file:{Path(path)}?mode=ro" if readonly else f"file:{Path(path)}"
+    uri = _ro_uri(Path(path)) if readonly else f"file:{Path(path)}"
     conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout=30000")
     if not readonly:
@@ -24,19 +67,31 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def open_store_file(path: Path | str) -> Path:
-    """Create or migrate the store at ``path``; refuse files that are not Workbench stores."""
+def open_store_file(path: Path | str, *, readonly: bool = False) -> Path:
+    """Create or migrate the store at ``path`` (``readonly``: only check it); refuse files that are not
+    Workbench stores, and say so when a valid one cannot be written (:class:`StoreReadOnlyError`)."""
     p = Path(path).expanduser()
     if p.is_dir():
         raise StoreError(f"--db {p} is a directory; give a file path such as {p / 'workbench.db'}")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StoreError(f"cannot create the store's directory {p.parent}: {e.strerror}") from None
+    existed = p.exists()
+    if readonly and not existed:
+        raise StoreError(f"no store at {p}; pass the --db of an existing store")
+    if not existed:
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the store's directory {p.parent}: {e.strerror}") from None
     try:
         # A plain connection for the checks: a file we refuse must be left exactly as it was (no WAL switch).
-        conn = sqlite3.connect(f"file:{p}", uri=True, timeout=30.0, isolation_level=None)
+        medium_ro = existed and on_read_only_medium(p)
+        uri = _ro_uri(p) if readonly or medium_ro else f"file:{p}"
+        conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
         conn.execute("PRAGMA busy_timeout=30000")
+    except sqlite3.OperationalError as e:
+        if not existed:
+            raise StoreError(f"cannot create the store {p} ({e}): its folder is not writable; pass another --db"
+                             ) from None
+        raise StoreError(f"cannot open {p} ({e}); check its permissions or pass another --db") from None
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{p} is not a Workbench store ({e}); pass another --db or remove the file") from None
     try:
@@ -54,6 +109,15 @@ def open_store_file(path: Path | str) -> Path:
                 f"{p} was written by a newer Workbench (store schema v{version}; this version reads up to "
                 f"v{SCHEMA_VERSION}); upgrade rl-workbench or pass another --db"
             )
+        if readonly:
+            if version < SCHEMA_VERSION:
+                raise StoreError(f"{p} is an older store (schema v{version}) that is read-only here: it must be "
+                                 "upgraded once, writably, before this version can read it")
+            return p
+        if medium_ro:
+            raise StoreReadOnlyError(_read_only_line(p, "it is on a read-only file system"))
+        if existed and (why := _write_probe(conn)) is not None:
+            raise StoreReadOnlyError(_read_only_line(p, why))
         conn.execute("PRAGMA journal_mode=WAL")
         if app_id != APPLICATION_ID:
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
