@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
 
@@ -16,6 +17,8 @@ from app.screens.costs import CostsScreen
 from app.screens.debugger import DebuggerScreen
 from app.screens.environments import EnvironmentsScreen
 from app.screens.help import HelpScreen, binding_rows
+from app.screens.rollout_detail import RolloutDetailScreen
+from app.screens.rollout_diff import RolloutDiffScreen
 from app.screens.runs import RunsScreen
 from app.screens.traces import TracesScreen
 from app.store_access import StoreHandle
@@ -25,7 +28,10 @@ from workbench.config import paths
 
 
 class WorkbenchApp(App[None]):
-    """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3/4."""
+    """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3/4.
+
+    Screens reach these attributes through ``workbench_app`` (:class:`app.typed.WorkbenchAppMixin`);
+    what their workers produce for another screen arrives here as typed messages (the ``@on`` handlers)."""
 
     TITLE = "Workbench"
     CSS_PATH = "workbench.tcss"
@@ -58,10 +64,12 @@ class WorkbenchApp(App[None]):
         watch: bool = True,
         mode: str | None = None,
         launcher: Callable[..., Any] | None = None,
+        modal_launcher: Callable[..., Any] | None = None,
     ) -> None:
         """``db`` is the store file. ``discover_fn`` lists the environments (default: bundled, user and
-        installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen; ``launcher`` runs
-        a launch from the Environments screen (default: ``cloud_runtime.launch.launch_local``)."""
+        installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen; ``launcher`` and
+        ``modal_launcher`` run a launch from the Environments screen on the local and modal backends
+        (default: the backend's own, ``cloud_runtime.launch.launch_local`` for local)."""
         if mode is not None:
             self.DEFAULT_MODE = mode  # type: ignore[misc]  # read by App.__init__
         super().__init__()
@@ -70,6 +78,7 @@ class WorkbenchApp(App[None]):
         self.discover_fn = discover_fn or discovery.discover
         self.watch_envs = watch
         self.launcher = launcher
+        self.modal_launcher = modal_launcher
         self.debug_request: tuple[str, Any] | None = None  # what the Debugger opens when shown next
         for attr in ("theme", "light_theme"):
             name = getattr(self.config, attr)
@@ -104,6 +113,24 @@ class WorkbenchApp(App[None]):
             self.screen.take_request()  # already showing: it takes the request now
         else:
             self.switch_mode("debugger")
+
+    # -- what the screens' workers post for another screen -----------------------------------------
+    @on(TracesScreen.RolloutLoaded)
+    def _show_rollout(self, event: TracesScreen.RolloutLoaded) -> None:
+        self.push_screen(RolloutDetailScreen(event.rollout))
+
+    @on(TracesScreen.DiffLoaded)
+    def _show_diff(self, event: TracesScreen.DiffLoaded) -> None:
+        self.push_screen(RolloutDiffScreen(event.diff))
+
+    @on(EnvironmentsScreen.LaunchStarted)
+    @on(EnvironmentsScreen.LaunchFinished)
+    def _runs_changed(self) -> None:
+        """A launch added or finished a run: the Runs or Costs screen, if shown, reads it now (the
+        others refresh when shown)."""
+        screen = self.screen
+        if isinstance(screen, RunsScreen | CostsScreen):
+            screen.action_refresh()
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

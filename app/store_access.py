@@ -6,9 +6,13 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from workbench.store import Store
+
+if TYPE_CHECKING:
+    from textual.message import Message
+    from textual.message_pump import MessagePump
 
 T = TypeVar("T")
 
@@ -18,6 +22,15 @@ def call_ui(app: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None
     try:
         app.call_from_thread(fn, *args, **kwargs)
     except RuntimeError:  # the app (or its loop) is gone: nobody to show it to
+        pass
+
+
+def post_ui(target: MessagePump, message: Message) -> None:
+    """Post ``message`` to ``target`` (a screen or widget) from a worker thread: ``post_message`` is
+    thread-safe; a no-op once the app (or its loop) has stopped, as :func:`call_ui` is."""
+    try:
+        target.post_message(message)
+    except RuntimeError:  # the loop is closed: nobody to tell
         pass
 
 

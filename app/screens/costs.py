@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label, ProgressBar
 from app.config import config_path
 from app.format import fcost, fpath, ftime
 from app.store_access import call_ui
+from app.typed import WorkbenchAppMixin
 from app.widgets.forecast import ConfigPicker, forecast_text
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
@@ -55,7 +56,7 @@ def run_label(r: RunBudget) -> Text:
     return t
 
 
-class CostsScreen(Screen[None]):
+class CostsScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Costs"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("g", "cycle_group", "Group by run/provider/day", id="costs.group"),
@@ -112,7 +113,7 @@ class CostsScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="costs")
     def _load(self, group: str) -> None:
         try:
-            ledger = read_ledger(self.app.store.get().conn, group)  # type: ignore[attr-defined]
+            ledger = read_ledger(self.workbench_app.store.get().conn, group)
         except Exception as e:
             call_ui(self.app, self.notify, f"reading the cost ledger failed: {e}", severity="error")
             return
@@ -131,7 +132,7 @@ class CostsScreen(Screen[None]):
 
     async def _show_budgets(self, ledger: Ledger) -> None:
         box = self.query_one("#budgets", VerticalScroll)
-        monthly = self.app.config.monthly_budget_usd  # type: ignore[attr-defined]
+        monthly = self.workbench_app.config.monthly_budget_usd
         month = time.strftime("%B %Y", time.localtime(ledger.month_start))
         label = Text(f"this month ({month})", style="bold")
         if monthly is None:
@@ -195,7 +196,7 @@ class CostsScreen(Screen[None]):
         try:
             if not Path(config).expanduser().is_file():
                 raise FileNotFoundError(f"config file {config} does not exist")
-            result: Any = cloud_forecast(self.app.store.get().conn, Path(config).expanduser())  # type: ignore[attr-defined]
+            result: Any = cloud_forecast(self.workbench_app.store.get().conn, Path(config).expanduser())
         except (WorkbenchError, FileNotFoundError) as e:
             result = str(e)
         except Exception as e:  # never a crash: the message goes where the forecast would be

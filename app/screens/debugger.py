@@ -22,6 +22,7 @@ from textual.widgets import ContentSwitcher, Footer, Header, Input, Select, Stat
 from app.env_state import env_spec
 from app.format import clip
 from app.loop_thread import LoopThread
+from app.typed import WorkbenchAppMixin
 from app.widgets.debug_panels import (
     DebugView,
     errors_text,
@@ -36,7 +37,7 @@ from workbench.errors import WorkbenchError
 from workbench.runs.debug_session import DebugSession
 
 
-class DebuggerScreen(Screen[None]):
+class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Debugger"
     DEFAULT_CSS = """
     #dbg-controls { height: 3; padding: 0 1; }
@@ -96,10 +97,11 @@ class DebuggerScreen(Screen[None]):
 
     def take_request(self) -> None:
         """Open what ``app.open_debugger`` asked for (an environment, or a stored rollout)."""
-        request = getattr(self.app, "debug_request", None)
+        app = self.workbench_app
+        request = app.debug_request
         if request is None:
             return
-        self.app.debug_request = None  # type: ignore[attr-defined]
+        app.debug_request = None
         kind, value = request
         if kind == "rollout":
             self.open_stored(value)
@@ -122,7 +124,7 @@ class DebuggerScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="debug-envs")
     def _list_envs(self) -> None:
         try:
-            refs = self.app.discover_fn()  # type: ignore[attr-defined]
+            refs = self.workbench_app.discover_fn()
         except Exception as e:
             self.app.call_from_thread(self.notify, f"listing environments failed: {e}", severity="error")
             return
@@ -189,7 +191,7 @@ class DebuggerScreen(Screen[None]):
         from workbench.cost.pricing import match_price
         from workbench.runs.debug_report import load_run_env, score_lines
 
-        store = self.app.store.get()  # type: ignore[attr-defined]
+        store = self.workbench_app.store.get()
         price = match_price(rollout.get("model") or "", store.prices())
         try:
             scores = score_lines(load_run_env(store, rollout["run_id"]), rollout.get("rewards") or {},
@@ -225,9 +227,9 @@ class DebuggerScreen(Screen[None]):
             return None
         from workbench.runs.evaluate import EvalOptions
 
-        cfg = self.app.config  # type: ignore[attr-defined]
+        cfg = self.workbench_app.config
         opts = EvalOptions(env=select.value, model=cfg.model, base_url=cfg.base_url)
-        store = self.app.store  # type: ignore[attr-defined]
+        store = self.workbench_app.store
 
         def changed(_: DebugSession) -> None:
             self._dirty = True  # the UI timer redraws; never block the session's loop on the UI
@@ -334,7 +336,7 @@ class DebuggerScreen(Screen[None]):
         self._tokens_stale = False
         view = self.query_one(TokenView)
         if self.stored is not None:
-            view.load_stored(self.app.store, self.stored)  # type: ignore[attr-defined]
+            view.load_stored(self.workbench_app.store, self.stored)
         elif self.session is not None and self.session.rollout is not None:
             view.load_live(self.session)
         else:

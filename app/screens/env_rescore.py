@@ -16,6 +16,7 @@ from textual import work
 from app.env_state import EnvState, rescore_stored
 from app.format import clip, fnum
 from app.store_access import AsyncRunner
+from app.typed import WorkbenchAppMixin
 from app.widgets.reward_compare import RewardCompare
 from workbench.errors import WorkbenchError
 
@@ -27,7 +28,7 @@ else:
     _Base = object
 
 
-class RescoreActions(_Base):
+class RescoreActions(WorkbenchAppMixin, _Base):
     """Needs ``envs``, ``_selected()``, ``_selected_loaded()``, ``_show_detail()`` and ``_ui()`` from the screen."""
 
     envs: dict[str, EnvState]
@@ -69,7 +70,7 @@ class RescoreActions(_Base):
             self._ui(self._rescore_progress, name, runner, done, total)
 
         try:
-            res = rescore_stored(ref, self.app.store.get(), runner, progress)  # type: ignore[attr-defined]
+            res = rescore_stored(ref, self.workbench_app.store.get(), runner, progress)
         except (asyncio.CancelledError, KeyboardInterrupt):
             return  # replaced by a newer re-score, or the screen closed
         except WorkbenchError as e:

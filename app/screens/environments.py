@@ -3,7 +3,11 @@
 When a reload (hot reload on save, ``r``, or back from the editor) brings a new version of an env
 that has stored rollouts, every stored rollout is re-scored with the edited rubric in a worker
 thread (``workbench rescore``) and the reward distribution before and after is shown beside the
-detail panel; ``R`` re-scores on demand."""
+detail panel; ``R`` re-scores on demand.
+
+A launch (``L``) runs in a worker, which posts :class:`EnvironmentsScreen.LaunchStarted` and
+:class:`EnvironmentsScreen.LaunchFinished`: this screen says so, and the app refreshes the Runs or Costs
+screen if it is the one shown."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
@@ -37,7 +42,7 @@ from app.format import clip, fcost, fnum, fpath
 from app.screens.env_rescore import RescoreActions
 from app.screens.launch import LaunchRequest, LaunchScreen
 from app.screens.new_env import NewEnvScreen
-from app.store_access import AsyncRunner, call_ui
+from app.store_access import AsyncRunner, call_ui, post_ui
 from app.widgets.reward_compare import RewardCompare
 from workbench.errors import WorkbenchError
 
@@ -61,6 +66,20 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
     ]
 
+    class LaunchStarted(Message):
+        """A launch from this screen has started its run (posted by the launch worker)."""
+
+        def __init__(self, env: str, run_id: str) -> None:
+            super().__init__()
+            self.env, self.run_id = env, run_id
+
+    class LaunchFinished(Message):
+        """A launch from this screen has ended: its run's final status and what it spent."""
+
+        def __init__(self, env: str, run_id: str, status: str, spent_usd: float) -> None:
+            super().__init__()
+            self.env, self.run_id, self.status, self.spent_usd = env, run_id, status, spent_usd
+
     def __init__(self) -> None:
         super().__init__()
         self.envs: dict[str, EnvState] = {}
@@ -69,6 +88,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._eval_run = ""
         self._eval_total: int | None = None
         self._eval_counts: tuple[int, int, float, int] = (0, 0, 0.0, 0)
+        self._eval_status: tuple[str, int | None, int | None] | None = None
         self._stop_watch: asyncio.Event | None = None
         self._open_after_scan: Path | None = None
 
@@ -112,19 +132,19 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         try:
             from workbench.store.queries import list_runs
 
-            refs = self.app.discover_fn()  # type: ignore[attr-defined]
+            refs = self.workbench_app.discover_fn()
         except Exception as e:
             self._ui(self.notify, f"listing environments failed: {e}", severity="error")
             return
         latest: dict[str, dict[str, Any]] = {}
         try:
-            for run in list_runs(self.app.store.get().conn, limit=1000):  # type: ignore[attr-defined]
+            for run in list_runs(self.workbench_app.store.get().conn, limit=1000):
                 latest.setdefault(run["env_name"], run)
         except Exception as e:
             self._ui(self.notify, f"reading runs failed: {e}", severity="error")
         states = [EnvState(r, version=safe_version(r), latest=latest.get(r.name)) for r in refs]
         self._ui(self._apply_scan, states)
-        if self.app.watch_envs and self._stop_watch is None:  # type: ignore[attr-defined]
+        if self.workbench_app.watch_envs and self._stop_watch is None:
             self._ui(self._watch, refs)
         for st in states:
             if st.name not in known or st.name in reload:
@@ -314,6 +334,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._runner = AsyncRunner()
         self._eval_env, self._eval_run, self._eval_total = st.name, "", None
         self._eval_counts = (0, 0, 0.0, 0)
+        self._eval_status = None
         self.query_one("#eval-bar").display = True
         self.query_one("#eval-label", Label).update(f"eval {st.name}: starting…")
         self.query_one(ProgressBar).update(total=None, progress=0)
@@ -328,7 +349,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
     def _eval(self, runner: AsyncRunner, name: str, spec: str) -> None:
         from workbench.runs.evaluate import EvalOptions, evaluate
 
-        cfg = self.app.config  # type: ignore[attr-defined]
+        cfg = self.workbench_app.config
         opts = EvalOptions(env=spec, n=cfg.quick_eval_n, rollouts_per_task=1, concurrency=4,
                            model=cfg.model, base_url=cfg.base_url)
 
@@ -336,11 +357,15 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             self._eval_run, self._eval_total = run_id, total
 
         def on_counters(c: Any) -> None:
-            self._eval_counts = (c.finished, c.failed, c.reward_sum, c.scored)
+            self._eval_counts = (c.finished, c.errors, c.reward_sum, c.scored)
+
+        def on_status(what: str, done: int | None, total: int | None) -> None:
+            self._eval_status = (what, done, total)  # read by _tick_eval, on the UI thread
 
         try:
-            store = self.app.store.get()  # type: ignore[attr-defined]
-            out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters))
+            store = self.workbench_app.store.get()
+            out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters,
+                                              on_status=on_status))
         except WorkbenchError as e:
             self._ui(self._eval_done, name, None, str(e))
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -355,6 +380,12 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             return
         finished, failed, reward_sum, scored = self._eval_counts
         bar = self.query_one(ProgressBar)
+        if self._eval_total is None and self._eval_status is not None:
+            what, done, of = self._eval_status  # the embedded model being built (first use) or started
+            bar.update(total=of, progress=done or 0)
+            count = f" {done}/{of}" if of else "…"
+            self.query_one("#eval-label", Label).update(f"eval {self._eval_env}: {what}{count}  (escape stops it)")
+            return
         if self._eval_total is not None:
             bar.update(total=self._eval_total, progress=finished)
         mean = fnum(reward_sum / scored) if scored else "-"
@@ -404,7 +435,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         st = self._selected_loaded()
         if st is None:
             return
-        self.app.open_debugger(env_spec=env_spec(st.ref))  # type: ignore[attr-defined]
+        self.workbench_app.open_debugger(env_spec=env_spec(st.ref))
 
     def action_open_editor(self) -> None:
         st = self._selected()
@@ -446,13 +477,14 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         from workbench.training.backends import backend
 
         chosen = backend(req.backend)
-        launch = getattr(self.app, "modal_launcher" if req.backend == "modal" else "launcher", None) or chosen.launch
+        app = self.workbench_app
+        launch = (app.modal_launcher if req.backend == "modal" else app.launcher) or chosen.launch
 
         def on_start(run_id: str) -> None:
-            self._ui(self._launch_started, req.env, run_id)
+            post_ui(self, self.LaunchStarted(req.env, run_id))
 
         try:
-            store = self.app.store.get()  # type: ignore[attr-defined]
+            store = self.workbench_app.store.get()
             if chosen.notice:
                 self._ui(self.notify, chosen.notice, title=f"{req.backend} launch", severity="warning", timeout=10)
             if chosen.takes == "launch":
@@ -465,23 +497,16 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             self._ui(self.notify, f"{req.env}: {type(e).__name__}: {e}", title="launch failed", severity="error",
                      timeout=10)
         else:
-            self._ui(self._launch_done, req.env, out)
+            post_ui(self, self.LaunchFinished(req.env, out.run_id, out.status, out.spent_usd))
 
-    def _launch_started(self, env: str, run_id: str) -> None:
-        self.notify(f"{env}: run {run_id} started; press 3 to follow it, S there stops it", title="launched")
-        self._refresh_runs()
+    @on(LaunchStarted)
+    def _launch_started(self, event: LaunchStarted) -> None:
+        self.notify(f"{event.env}: run {event.run_id} started; press 3 to follow it, S there stops it",
+                    title="launched")
 
-    def _launch_done(self, env: str, out: Any) -> None:
-        sev = "information" if out.status == "completed" else "warning"
-        self.notify(f"{env}: run {out.run_id} {out.status}, spent {fcost(out.spent_usd)}", title="launch done",
-                    severity=sev, timeout=10)
-        self._refresh_runs()
+    @on(LaunchFinished)
+    def _launch_done(self, event: LaunchFinished) -> None:
+        sev = "information" if event.status == "completed" else "warning"
+        self.notify(f"{event.env}: run {event.run_id} {event.status}, spent {fcost(event.spent_usd)}",
+                    title="launch done", severity=sev, timeout=10)
         self._scan(set())
-
-    def _refresh_runs(self) -> None:
-        from app.screens.costs import CostsScreen
-        from app.screens.runs import RunsScreen
-
-        screen = self.app.screen
-        if isinstance(screen, RunsScreen | CostsScreen):  # the others refresh when shown
-            screen.action_refresh()

@@ -27,6 +27,7 @@ from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 
 from app.store_access import call_ui
+from app.typed import WorkbenchAppMixin
 from app.widgets.forecast import ConfigPicker, cloud_text, local_text
 from workbench.errors import WorkbenchError
 
@@ -114,7 +115,7 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
     return Forecast(backend, inputs, text, lf.refusal, lf)
 
 
-class LaunchScreen(ModalScreen["LaunchRequest | None"]):
+class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
     """Backend, max steps, budget, config file and the live forecast; enter or Launch confirms, escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -212,7 +213,7 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="launch-plan")
     def _compute(self, gen: int, backend: str, steps: int, budget: float | None, config: str | None) -> None:
         try:
-            fc = compute_forecast(self.app.store.get().conn, backend, self.spec, steps, budget, config)  # type: ignore[attr-defined]
+            fc = compute_forecast(self.workbench_app.store.get().conn, backend, self.spec, steps, budget, config)
         except Exception as e:  # never a crash: say what went wrong where the plan would be
             msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else str(e)
             fc = Forecast(backend, (steps, budget, config), Text(f"no plan: {msg}", style="bold red"), msg)
@@ -278,7 +279,7 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         run_cfg = resolve(config, {"loop.max_steps": steps}, self.spec)
         # What `workbench launch` hands the budget guard: the run's budget or what is left of
         # the month, whichever is lower (refused when the month is spent).
-        cap, _ = run_cap(self.app.store.get().conn, budget)  # type: ignore[attr-defined]
+        cap, _ = run_cap(self.workbench_app.store.get().conn, budget)
         return LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg)
 
     def _modal_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
@@ -289,7 +290,7 @@ class LaunchScreen(ModalScreen["LaunchRequest | None"]):
         from workbench.config.credentials import require_token
         from workbench.cost.budgets import run_cap
 
-        conn = self.app.store.get().conn  # type: ignore[attr-defined]
+        conn = self.workbench_app.store.get().conn
         fc = cloud_forecast(conn, config, env=self.spec, max_steps=steps, budget_usd=budget)
         if fc.refusal:
             raise WorkbenchError(fc.refusal)

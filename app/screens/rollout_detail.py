@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from app.format import ROLE_COLORS, fcost, fnum, ftime
+from app.typed import WorkbenchAppMixin
 from app.widgets.token_view import TokenView
 from workbench.rollouts.rollout import content_text
 
@@ -77,7 +78,7 @@ def calls_table(calls: list[dict[str, Any]]) -> Table:
     return t
 
 
-class RolloutDetailScreen(Screen[None]):
+class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
     """Pushed over Traces; escape goes back to the list, where the cursor still is."""
 
     TITLE = "Rollout"
@@ -140,7 +141,7 @@ class RolloutDetailScreen(Screen[None]):
         body = self.query_one("#rollout-body", VerticalScroll)
         view.display, body.display = not view.display, view.display
         if view.display and not view.report_text:
-            view.load_stored(self.app.store, self.rollout)  # type: ignore[attr-defined]
+            view.load_stored(self.workbench_app.store, self.rollout)
 
     def action_debug(self) -> None:
-        self.app.open_debugger(rollout=self.rollout)  # type: ignore[attr-defined]
+        self.workbench_app.open_debugger(rollout=self.rollout)

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from app.format import fcost, fnum, ftime
 from app.store_access import call_ui
+from app.typed import WorkbenchAppMixin
 from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
 
@@ -64,7 +65,7 @@ def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
     return t
 
 
-class RunsScreen(Screen[None]):
+class RunsScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Runs"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
@@ -107,7 +108,7 @@ class RunsScreen(Screen[None]):
         try:
             from workbench.store.queries import list_runs
 
-            runs = list_runs(self.app.store.get().conn, limit=500)  # type: ignore[attr-defined]
+            runs = list_runs(self.workbench_app.store.get().conn, limit=500)
         except Exception as e:
             call_ui(self.app, self.notify, f"reading runs failed: {e}", severity="error")
             return
@@ -150,7 +151,7 @@ class RunsScreen(Screen[None]):
         from workbench.analysis.report import run_summary
 
         try:
-            store = self.app.store.get()  # type: ignore[attr-defined]
+            store = self.workbench_app.store.get()
             run = store.get_run(run_id)
             summary = run_summary(store, run_id)
             records = store.train_records(run["id"]) if run["kind"] == "train" else None
@@ -190,7 +191,7 @@ class RunsScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="train-poll")
     def _poll_train(self, run_id: str, after_id: int, after_pk: int) -> None:
         try:
-            store = self.app.store.get()  # type: ignore[attr-defined]
+            store = self.workbench_app.store.get()
             records = store.train_records(run_id, after_id=after_id)
             rollouts = read_new_rollouts(store.conn, run_id, after_pk)
             status = store.get_run(run_id)["status"]
@@ -235,7 +236,7 @@ class RunsScreen(Screen[None]):
         from cloud_runtime.launch import stop_run
 
         try:
-            rid = stop_run(self.app.store.get(), run_id)  # type: ignore[attr-defined]
+            rid = stop_run(self.workbench_app.store.get(), run_id)
         except WorkbenchError as e:
             call_ui(self.app, self.notify, str(e), title="stop", severity="warning", timeout=8)
             return

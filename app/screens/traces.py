@@ -1,5 +1,8 @@
 """Traces: every stored rollout, filtered, sorted, searched; Enter opens one; m marks one and D on
-another shows the two side by side; x exports the selection."""
+another shows the two side by side; x exports the selection.
+
+Opening reads the store in a worker, which posts what it read as :class:`TracesScreen.RolloutLoaded`
+or :class:`TracesScreen.DiffLoaded`; the app shows it (``WorkbenchApp`` pushes the detail or diff screen)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
@@ -18,12 +22,11 @@ from textual.validation import Number
 from textual.widgets import Footer, Header, Input, Static
 
 from app.format import fnum, ftime
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.rollout_diff import RolloutDiffScreen
-from app.store_access import call_ui
+from app.store_access import call_ui, post_ui
 from app.trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
+from app.typed import WorkbenchAppMixin
 from app.widgets.virtual_table import Column, VirtualTable
-from workbench.analysis.diff import load_diff
+from workbench.analysis.diff import RolloutDiff, load_diff
 from workbench.errors import WorkbenchError
 from workbench.store.queries import RolloutSummary
 
@@ -62,7 +65,7 @@ COLUMNS = [
 ]
 
 
-class TracesScreen(Screen[None]):
+class TracesScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Traces"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_search", "Search", id="traces.search"),
@@ -75,6 +78,20 @@ class TracesScreen(Screen[None]):
         Binding("r", "refresh", "Refresh", id="traces.refresh", show=False),
         Binding("escape", "focus_table", "Table", show=False),
     ]
+
+    class RolloutLoaded(Message):
+        """The rollout Enter opened, read from the store (a ``get_rollout`` row): the app shows it."""
+
+        def __init__(self, rollout: dict[str, Any]) -> None:
+            super().__init__()
+            self.rollout = rollout
+
+    class DiffLoaded(Message):
+        """The marked rollout (A) and the one D was pressed on (B), compared: the app shows them."""
+
+        def __init__(self, diff: RolloutDiff) -> None:
+            super().__init__()
+            self.diff = diff
 
     def __init__(self) -> None:
         super().__init__()
@@ -107,7 +124,7 @@ class TracesScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="traces-suggest", exclusive=True)
     def _load_suggestions(self) -> None:
         try:
-            values = suggestions(self.app.store)  # type: ignore[attr-defined]
+            values = suggestions(self.workbench_app.store)
         except Exception:
             return  # suggestions are a convenience
         call_ui(self.app, self._set_suggesters, values)
@@ -139,7 +156,7 @@ class TracesScreen(Screen[None]):
 
     def _apply(self) -> None:
         self.filters = self._read_filters()
-        source = RolloutSource(self.app.store, self.filters, SORTS[self.sort][1])  # type: ignore[attr-defined]
+        source = RolloutSource(self.workbench_app.store, self.filters, SORTS[self.sort][1])
         self.table.set_source(source)
         self._new = 0
         self._show_status()
@@ -236,21 +253,21 @@ class TracesScreen(Screen[None]):
     def _on_selected(self, event: VirtualTable.Selected) -> None:
         self._open(event.row.id)
 
-    def _push_loaded(self, build: Callable[[], Screen[Any]], failed: str) -> None:
-        """From a worker thread: push the screen ``build`` makes, or say why it could not be made."""
+    def _post_loaded(self, read: Callable[[], Message], failed: str) -> None:
+        """From a worker thread: post the message ``read`` makes of what it reads, or say why it could not."""
         try:
-            screen = build()
+            message = read()
         except WorkbenchError as e:
             call_ui(self.app, self.notify, str(e), severity="error")
             return
         except Exception as e:
             call_ui(self.app, self.notify, f"{failed}: {e}", severity="error")
             return
-        call_ui(self.app, self.app.push_screen, screen)
+        post_ui(self, message)
 
     @work(thread=True, exit_on_error=False, group="traces-open", exclusive=True)
     def _open(self, rollout_id: str) -> None:
-        self._push_loaded(lambda: RolloutDetailScreen(load_rollout(self.app.store, rollout_id)),  # type: ignore[attr-defined]
+        self._post_loaded(lambda: self.RolloutLoaded(load_rollout(self.workbench_app.store, rollout_id)),
                           f"reading rollout {rollout_id} failed")
 
     # -- mark and diff ------------------------------------------------------------------------------
@@ -280,12 +297,12 @@ class TracesScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="traces-diff", exclusive=True)
     def _open_diff(self, a: str, b: str) -> None:
-        self._push_loaded(lambda: RolloutDiffScreen(load_diff(self.app.store.get().conn, a, b)),  # type: ignore[attr-defined]
+        self._post_loaded(lambda: self.DiffLoaded(load_diff(self.workbench_app.store.get().conn, a, b)),
                           f"comparing {a} and {b} failed")
 
     # -- export ---------------------------------------------------------------------------------
     def action_export(self) -> None:
-        cfg = self.app.config  # type: ignore[attr-defined]
+        cfg = self.workbench_app.config
         path = cfg.export_dir / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         self.notify(f"exporting to {path}…", timeout=2)
         self._export(self.filters, SORTS[self.sort][1], path)
@@ -293,7 +310,7 @@ class TracesScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="traces-export")
     def _export(self, filters: Filters, sort: str, path: Any) -> None:
         try:
-            n = export_jsonl(self.app.store, filters, sort, path)  # type: ignore[attr-defined]
+            n = export_jsonl(self.workbench_app.store, filters, sort, path)
         except Exception as e:
             call_ui(self.app, self.notify, f"export failed: {e}", severity="error")
             return

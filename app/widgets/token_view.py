@@ -7,7 +7,7 @@ template run in a worker thread; the view says what it is doing and never raises
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -16,6 +16,9 @@ from textual.widgets import Static
 from workbench.analysis.token_render import legend, render_report
 from workbench.analysis.token_report import TokenReport
 from workbench.rollouts.trace import Trace
+
+if TYPE_CHECKING:
+    from app.store_access import StoreHandle
 
 
 class TokenView(VerticalScroll):
@@ -54,7 +57,7 @@ class TokenView(VerticalScroll):
         self.report_text = body.plain
         self.query_one("#token-body", Static).update(body)
 
-    def load_stored(self, store: Any, rollout: dict[str, Any]) -> None:
+    def load_stored(self, store: StoreHandle, rollout: dict[str, Any]) -> None:
         """A stored rollout's trace (``store``: the app's StoreHandle; ``rollout``: a ``get_rollout`` row)."""
         def make() -> TokenReport | None:
             from workbench.analysis.token_report import stored_report

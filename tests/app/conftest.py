@@ -109,15 +109,17 @@ def env_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_app(store_file: Path, env_dir: Path, tmp_path: Path) -> Callable[..., WorkbenchApp]:
-    """``make_app(mode="traces", watch=False, **config)``: an app on the fixture store and env folder."""
+    """``make_app(mode="traces", watch=False, cls=WorkbenchApp, **config)``: an app (of ``cls``, a
+    WorkbenchApp subclass if given) on the fixture store and env folder."""
 
-    def make(mode: str = "environments", watch: bool = False, **cfg: Any) -> WorkbenchApp:
+    def make(mode: str = "environments", watch: bool = False, cls: type[WorkbenchApp] = WorkbenchApp,
+             **cfg: Any) -> WorkbenchApp:
         config = TuiConfig(export_dir=tmp_path / "exports", **cfg)
 
         def discover() -> list[EnvRef]:
             return [EnvRef(p.stem, "path", p) for p in sorted(env_dir.glob("*.py"))]
 
-        return WorkbenchApp(store_file, config=config, discover_fn=discover, watch=watch, mode=mode)
+        return cls(store_file, config=config, discover_fn=discover, watch=watch, mode=mode)
 
     return make
 

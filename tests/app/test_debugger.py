@@ -14,10 +14,11 @@ from app.main import WorkbenchApp
 from app.screens.debugger import DebuggerScreen
 from app.screens.rollout_detail import RolloutDetailScreen
 from app.screens.traces import TracesScreen
-from app.widgets.token_view import BAND_STYLES, MARK_STYLE, TokenView, render_report
+from app.widgets.token_view import TokenView
 from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import MockServer, query
+from workbench.analysis.token_render import BAND_STYLES, MARK_STYLE, render_report
 from workbench.analysis.token_report import build_report
 from workbench.authoring.rubric import Scores
 from workbench.authoring.tasks import Task

@@ -370,7 +370,7 @@ async def test_a_modal_launch_needs_a_token_then_runs_the_plan(make_app: Callabl
 
     rec = Recorder()
     app = _make(make_app, rec)
-    app.modal_launcher = modal_launcher  # type: ignore[attr-defined]
+    app.modal_launcher = modal_launcher
     async with app.run_test(size=SIZE) as pilot:
         dialog = await _open_dialog(pilot)
         await pilot.click("#backend-modal")

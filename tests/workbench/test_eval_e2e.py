@@ -235,7 +235,7 @@ def test_persistent_500s_are_recorded_per_rollout_and_the_run_continues(
         store_path: Path) -> None:
     server = mock_server("arithmetic", fail_first=1000, fail_status=500)
     res = cli(*eval_args(write_env(ADDER_ENV), server.base_url, store_path, "--max-retries", "1", n=4, r=1, c=4))
-    assert res.rc == 0, res.stderr
+    assert_user_error(res, "every rollout", "model.server", "HTTP 500")  # every rollout failed: exit says why
     s = last_json(res.stdout)
     assert s["rollouts"] == 4 and s["errors"] == 4
     assert s["mean_reward"] is None
@@ -252,7 +252,7 @@ def test_per_rollout_timeout(cli: Callable[..., CliResult], write_env: Callable[
                              mock_server: Callable[..., MockServer], store_path: Path) -> None:
     server = mock_server("script", script=[{"sleep": 5, "content": "too late"}])
     res = cli(*eval_args(write_env(ADDER_ENV), server.base_url, store_path, "--timeout", "0.5", n=2, r=1, c=2))
-    assert res.rc == 0, res.stderr
+    assert_user_error(res, "every rollout", "timeout")
     s = last_json(res.stdout)
     assert s["rollouts"] == 2 and s["errors"] == 2
     rows = query(store_path, "SELECT status, error_kind, duration_s FROM rollout")

@@ -210,13 +210,19 @@ async def evaluate(
                     await sandboxes.close()
                 raise
             ticker = asyncio.create_task(_tick(engine, counters_cb)) if counters_cb else None
-            status, error = "completed", ""
+            # A run is completed only when every rollout ran and was committed; anything else that
+            # ends it (a fatal error, Ctrl-C, the writer process dying) leaves it failed or interrupted.
+            status, error = "failed", ""
             try:
                 await engine.run(tasks, skip)
+                status = "completed"
             except FatalRunError as e:
-                status, error = "failed", e.error.message
+                error = e.error.message
             except (asyncio.CancelledError, KeyboardInterrupt):
                 status, interrupted = "interrupted", True
+            except BaseException as e:
+                error = f"the run stopped: {type(e).__name__}: {e}"
+                raise
             finally:
                 if ticker:
                     ticker.cancel()
@@ -228,7 +234,17 @@ async def evaluate(
                 finally:
                     try:
                         writer.close()
+                    except BaseException as e:
+                        if status == "completed":
+                            status = "failed"
+                        error = error or f"the store's writer stopped: {e}"
+                        raise
                     finally:
+                        stored = store.conn.execute("SELECT COUNT(*) FROM rollout WHERE run_id=?",
+                                                    (run_id,)).fetchone()[0]
+                        expected = len(tasks) * opts.rollouts_per_task
+                        if status == "completed" and stored < expected:
+                            status, error = "failed", f"only {stored} of {expected} rollouts were stored"
                         store.update_run(run_id, status=status, error=error, finished_at=time.time())
             wall = time.perf_counter() - t0
     except BaseException:
