@@ -162,3 +162,30 @@ def test_resuming_a_completed_run_adds_nothing(
     s = last_json(again.stdout)
     assert s["run_id"] == run_id and s["rollouts"] == 6 and s["status"] == "completed"
     assert count_rollouts(store_path) == 6
+
+
+def test_a_second_resume_of_a_run_being_resumed_refuses_up_front(
+        start_eval: Callable[[], subprocess.Popen[bytes]], store_path: Path, cli: Callable[..., CliResult],
+        cli_env: dict[str, str], tmp_path: Path) -> None:
+    proc = start_eval()
+    wait_until_mid_run(proc, store_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    run_id = the_run_id(store_path)
+    first = subprocess.Popen([*workbench_argv(), "eval", "--resume", run_id, "--db", str(store_path), "-c", "1",
+                              "--json"], env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        before = count_rollouts(store_path)
+        wait_for(lambda: count_rollouts(store_path) > before, timeout=90, what="the first resume to commit",
+                 proc=first)
+        second = cli("eval", "--resume", run_id, "--db", store_path, "--json")
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert second.rc != 0 and "Traceback" not in second.stderr and len(lines) == 1, second.stderr
+        assert f"run {run_id} is being run or resumed by process {first.pid}" in lines[0], lines[0]
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(30)
+    assert first.returncode == 0, err.decode()
+    assert_finished_exactly(store_path, run_id, last_json(out.decode()))

@@ -20,6 +20,7 @@ from workbench.errors import ConfigError, EndpointError
 from workbench.rollouts.client import ChatClient, check_base_url, preflight, resolve_api_key, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
 from workbench.store import Store
+from workbench.store.run_lock import run_lock
 
 
 @dataclass(slots=True)
@@ -126,9 +127,17 @@ async def evaluate(
     on_status: StatusCallback | None = None,
 ) -> EvalOutcome:
     opts.validate()
+    run_id = store.get_run(opts.resume)["id"] if opts.resume else new_run_id()
+    with run_lock(store.path, run_id):  # a second --resume of the same run refuses up front
+        return await _evaluate(opts, store, run_id, on_start, counters_cb, on_status)
+
+
+async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Callable[[str, int], None] | None,
+                    counters_cb: Callable[[RunCounters], None] | None,
+                    on_status: StatusCallback | None) -> EvalOutcome:
     run: dict[str, Any] | None = None
     if opts.resume:
-        run = store.get_run(opts.resume)
+        run = store.get_run(run_id)
         cfg = run["config"]
         opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
         opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
@@ -154,14 +163,12 @@ async def evaluate(
         api_key = resolve_api_key(opts.api_key, base_url)
 
         if run is None:
-            run_id = new_run_id()
             config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
                       "rollouts_per_task": opts.rollouts_per_task, "model": model, "base_url": base_url,
                       "harness": opts.harness, "runtime": opts.runtime, "temperature": opts.temperature,
                       "max_tokens": opts.max_tokens}
             skip: set[tuple[int, int]] = set()
         else:
-            run_id = run["id"]
             if run["env_version"] != env.version:
                 # The run goes on with the current files; the change is recorded, not hidden.
                 store.update_run(run_id, error=f"resumed with env version {env.version} "
