@@ -525,6 +525,20 @@ async def test_a_raising_tool_returns_an_error_message_and_the_rollout_continues
     assert [e.kind for e in rollout.errors] == ["tool"] and rollout.failure is None
 
 
+async def test_a_tool_output_over_the_cap_is_cut_and_recorded(mock_server: Callable[..., MockServer]) -> None:
+    def flood() -> str:
+        return "x" * 5_000_000
+
+    server = mock_server("script", script=[{"tool_calls": [tool_call("c1", "flood")]}, "done"])
+    rollout = await run_harness(wb.ToolLoop(tools=[flood], max_tool_output=1000), server.base_url)
+    [msg] = [m for m in rollout.messages if m["role"] == "tool"]
+    assert msg["content"].startswith("x" * 1000) and len(msg["content"]) < 1100
+    assert "output cut: 5,000,000 characters" in msg["content"]
+    assert [e.kind for e in rollout.errors] == ["tool"] and "5,000,000" in rollout.errors[0].message
+    with pytest.raises(EnvLoadError, match="max_tool_output"):
+        wb.ToolLoop(tools=[flood], max_tool_output=0)
+
+
 async def test_unknown_tool_and_bad_arguments_are_reported_to_the_model(
         mock_server: Callable[..., MockServer]) -> None:
     def lookup(key: str) -> str:

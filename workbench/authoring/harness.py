@@ -54,6 +54,8 @@ class ToolLoop(Harness):
     A tool's signature and docstring become its JSON schema. Parameters named ``sandbox``,
     ``state``, ``task`` or ``info`` are injected and never shown to the model. Parallel tool calls
     run concurrently; a tool that raises returns the error to the model as the tool message.
+    A tool result longer than ``max_tool_output`` characters is cut to that length (the model is told,
+    and a tool error is recorded with the full size), so one tool cannot flood the context or the store.
     """
 
     def __init__(
@@ -62,8 +64,12 @@ class ToolLoop(Harness):
         max_turns: int = 10,
         system_prompt: str | None = None,
         parallel: bool = True,
+        max_tool_output: int = 256_000,
     ) -> None:
         self.tools = [Tool.from_function(t) for t in tools]
+        if not isinstance(max_tool_output, int) or isinstance(max_tool_output, bool) or max_tool_output < 1:
+            raise EnvLoadError("ToolLoop(max_tool_output=...) must be a whole number of characters, at least 1")
+        self.max_tool_output = max_tool_output
         names = [t.name for t in self.tools]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
@@ -116,6 +122,11 @@ class ToolLoop(Harness):
         except Exception as e:  # goes back to the model, not up the stack
             rollout.errors.append(_tool_error(name, f"{type(e).__name__}: {e}"))
             content = f"Error: {type(e).__name__}: {e}"
+        if len(content) > self.max_tool_output:
+            size = len(content)
+            rollout.errors.append(_tool_error(name, f"output of {size:,} characters cut to the {self.max_tool_output:,}"
+                                                    "-character cap (ToolLoop(max_tool_output=...))"))
+            content = content[: self.max_tool_output] + f"\n[output cut: {size:,} characters, over the cap]"
         return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
 
     def describe(self) -> str:

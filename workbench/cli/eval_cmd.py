@@ -85,6 +85,10 @@ def print_summary(s: dict[str, Any]) -> None:
 @click.option("--max-retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/connection errors.")
 @click.option("-t", "--temperature", type=float, default=None, help="Override the environment's temperature.")
 @click.option("--max-tokens", type=int, default=None, help="Override the environment's max_tokens.")
+@click.option("--stall-timeout", type=float, default=60.0, show_default=True,
+              help="A model response that sends nothing for this many seconds is a timeout.")
+@click.option("--max-response-mb", type=float, default=16.0, show_default=True,
+              help="A larger model response is a bad_response (its body is not kept).")
 @click.option("--pass-threshold", type=float, default=1.0, show_default=True,
               help="A rollout passes (for pass@k) when its total reward reaches this.")
 @click.option("--render-prompts", is_flag=True,
@@ -97,7 +101,8 @@ def print_summary(s: dict[str, Any]) -> None:
 def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
                  model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
                  runtime: str | None, timeout: float, max_retries: int, temperature: float | None,
-                 max_tokens: int | None, pass_threshold: float, render_prompts: bool, resume: str | None,
+                 max_tokens: int | None, stall_timeout: float, max_response_mb: float, pass_threshold: float,
+                 render_prompts: bool, resume: str | None,
                  db: str | None, as_json: bool) -> None:
     """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
     from workbench.authoring.discovery import parse_env_args
@@ -109,12 +114,14 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=r, concurrency=c,
                        model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
                        harness=harness, runtime=runtime, temperature=temperature, max_tokens=max_tokens,
-                       pass_threshold=pass_threshold, render_prompts=render_prompts, resume=resume)
+                       pass_threshold=pass_threshold, render_prompts=render_prompts, resume=resume,
+                       stall_timeout_s=stall_timeout, max_response_mb=max_response_mb)
     store = open_store(ctx, db)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("reward {task.fields[reward]}  errors {task.fields[errors]}"),
+                        TextColumn("{task.fields[oldest]}"),
                         TimeElapsedColumn(), console=console_err, transient=True,
                         disable=not console_err.is_terminal)
     bar: dict[str, Any] = {}
@@ -122,18 +129,20 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     def on_status(what: str, done: int | None, total: int | None) -> None:
         """Before the rollouts: the embedded model being built (first use) or started."""
         if "wait" not in bar:
-            bar["wait"] = progress.add_task(what, total=total, reward="-", errors=0)
+            bar["wait"] = progress.add_task(what, total=total, reward="-", errors=0, oldest="")
         progress.update(bar["wait"], description=what, completed=done or 0, total=total)
 
     def on_start(run_id: str, total: int) -> None:
         if "wait" in bar:
             progress.remove_task(bar.pop("wait"))
-        bar["id"] = progress.add_task(f"eval {run_id}", total=total, reward="-", errors=0)
+        bar["id"] = progress.add_task(f"eval {run_id}", total=total, reward="-", errors=0, oldest="")
 
     def on_counters(cnt: Any) -> None:
         if "id" in bar:
             mean = f"{cnt.reward_sum / cnt.scored:.3f}" if cnt.scored else "-"
-            progress.update(bar["id"], completed=cnt.finished, reward=mean, errors=cnt.errors)
+            age = cnt.oldest_in_flight_s
+            oldest = f"oldest in flight {age:.0f}s" if age >= 5 else ""  # a stalled call shows its age
+            progress.update(bar["id"], completed=cnt.finished, reward=mean, errors=cnt.errors, oldest=oldest)
 
     try:
         with progress:

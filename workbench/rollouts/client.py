@@ -19,6 +19,10 @@ from workbench.authoring.tasks import Message
 from workbench.errors import ConfigError, EndpointError
 
 RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
+#: A response that sends nothing for this long is a timeout (``--stall-timeout``).
+DEFAULT_STALL_S = 60.0
+#: The largest response body kept (``--max-response-mb``); a larger one is a ``bad_response``.
+DEFAULT_MAX_RESPONSE_BYTES = 16 << 20
 FATAL = frozenset({"auth", "unknown_model"})
 
 
@@ -126,13 +130,31 @@ def parse_chat_body(body: bytes) -> ChatResponse:
         if val is not None:
             extra = extra or {}
             extra[key] = val
+    finish = choice.get("finish_reason")
+    _expect(content is None or isinstance(content, str), "message.content", content, "a string or null")
+    _expect(not tool_calls or isinstance(tool_calls, list), "message.tool_calls", tool_calls, "a list")
+    _expect(finish is None or isinstance(finish, str), "finish_reason", finish, "a string or null")
+    _expect(isinstance(usage, dict), "usage", usage, "an object")
     return ChatResponse(
         message=message,
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        finish_reason=finish,
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
         extra=extra,
     )
+
+
+def _expect(ok: bool, field: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ModelError("bad_response", f"the endpoint's response has {field} = {str(value)[:60]!r}, not {what}")
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    v = usage.get(key)
+    if v is None:
+        return 0
+    _expect(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"usage.{key}", v, "a token count")
+    return int(v)
 
 
 class ChatClient:
@@ -154,8 +176,12 @@ class ChatClient:
         max_retries: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
+        stall_timeout: float | None = DEFAULT_STALL_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.api_key = api_key
+        self.stall_timeout = stall_timeout
+        self.max_response_bytes = max_response_bytes
         self.max_connections = max_connections
         self.request_timeout = request_timeout
         self.max_retries = max_retries
@@ -180,8 +206,9 @@ class ChatClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300,
                                              enable_cleanup_closed=False)
-            timeout = aiohttp.ClientTimeout(total=self.request_timeout) if self.request_timeout is not None \
-                else aiohttp.ClientTimeout(total=None, sock_connect=60)
+            # sock_read: a response that sends nothing for stall_timeout seconds is a timeout, however
+            # long the request may take as a whole (a slow drip never holds a rollout to its deadline).
+            timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=60, sock_read=self.stall_timeout)
             # The headers are the session's, so a request does not merge a dict of its own into them.
             self._session = aiohttp.ClientSession(
                 connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), timeout=timeout,
@@ -206,7 +233,7 @@ class ChatClient:
     async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
         try:
             async with self._session.post(url, data=payload) as resp:
-                body = await resp.read()
+                body = await self._read_capped(resp, url)
                 if resp.status >= 400:
                     err = classify_status(resp.status, body, model)
                     ra = resp.headers.get("Retry-After")
@@ -219,7 +246,13 @@ class ChatClient:
                 return body
         except ModelError:
             raise
-        except TimeoutError:
+        except TimeoutError as e:
+            import aiohttp
+
+            if isinstance(e, aiohttp.ServerTimeoutError) and self.stall_timeout is not None \
+                    and "connect" not in str(e).lower():
+                raise ModelError("timeout", f"{url} sent nothing for {self.stall_timeout:g}s (a stalled response; "
+                                            "--stall-timeout)") from None
             within = f" within {self.request_timeout:g}s" if self.request_timeout is not None else ""
             raise ModelError("timeout", f"no answer from {url}{within}") from None
         except Exception as e:
@@ -230,6 +263,24 @@ class ChatClient:
             if isinstance(e, aiohttp.ClientError | OSError):
                 raise ModelError("connection", f"connection to {url} failed ({type(e).__name__}: {e})") from None
             raise
+
+    async def _read_capped(self, resp: Any, url: str) -> bytes:
+        """The body, refused (``bad_response``, the body dropped) past ``max_response_bytes``."""
+        cap = self.max_response_bytes
+        size = resp.content_length
+        if size is not None:
+            if size > cap:
+                raise ModelError("bad_response", f"{url} answered with {size:,} bytes, over the {cap:,}-byte cap "
+                                                 "(--max-response-mb); the body was not kept")
+            return await resp.read()
+        parts, total = [], 0
+        while chunk := await resp.content.read(1 << 16):
+            total += len(chunk)
+            if total > cap:
+                raise ModelError("bad_response", f"{url} answered with more than {cap:,} bytes, over the cap "
+                                                 "(--max-response-mb); the body was not kept")
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def post_json(self, url: str, payload: dict[str, Any], model: str = "") -> bytes:
         if self._session is None:

@@ -36,6 +36,7 @@ class RunCounters:
     finished: int = 0
     failed: int = 0  # rollouts that failed outright (no reward)
     errors: int = 0  # rollouts with an error of any kind (failed, or a reward, tool or sandbox error)
+    oldest_in_flight_s: float = 0.0  # how long the oldest rollout still running has run (set by the ticker)
     reward_sum: float = 0.0
     scored: int = 0
     tokens: int = 0
@@ -100,6 +101,13 @@ class RolloutEngine:
     _hold_sandboxes: bool = False
     _deadlines: _Deadlines | None = None
     _group_scored: bool = False  # whether the rubric has group rewards
+
+    def oldest_in_flight_s(self) -> float:
+        """How long the oldest rollout still running has been running (0 when none is)."""
+        d = self._deadlines
+        if d is None or not d.active:
+            return 0.0
+        return max(0.0, time.perf_counter() - (min(d.active.values()) - d.timeout_s))
 
     async def run(self, tasks: list[Task], skip: set[tuple[int, int]] | None = None) -> RunCounters:
         """Every task once (as a group of ``rollouts_per_task``), except the slots in ``skip``."""

@@ -17,7 +17,15 @@ from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.cost.pricing import match_price
 from workbench.errors import ConfigError, EndpointError
-from workbench.rollouts.client import ChatClient, check_base_url, preflight, resolve_api_key, training_params
+from workbench.rollouts.client import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_STALL_S,
+    ChatClient,
+    check_base_url,
+    preflight,
+    resolve_api_key,
+    training_params,
+)
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
 from workbench.store import Store
 from workbench.store.run_lock import run_lock
@@ -40,6 +48,8 @@ class EvalOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     pass_threshold: float = 1.0
+    stall_timeout_s: float = DEFAULT_STALL_S  # a model response that sends nothing this long is a timeout
+    max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / (1 << 20)  # a larger response is a bad_response
     resume: str | None = None
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
@@ -60,6 +70,10 @@ class EvalOptions:
             raise ConfigError(f"-t/--temperature must be a number from 0 to 5, not {self.temperature}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ConfigError(f"--max-tokens must be at least 1, not {self.max_tokens}")
+        if not (math.isfinite(self.stall_timeout_s) and self.stall_timeout_s > 0):
+            raise ConfigError(f"--stall-timeout must be a positive number of seconds, not {self.stall_timeout_s}")
+        if not (math.isfinite(self.max_response_mb) and self.max_response_mb > 0):
+            raise ConfigError(f"--max-response-mb must be a positive number, not {self.max_response_mb}")
         if not math.isfinite(self.pass_threshold):
             raise ConfigError(f"--pass-threshold must be a finite number, not {self.pass_threshold}")
         if self.base_url:
@@ -177,7 +191,8 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Call
 
         # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
         client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None,
-                            max_retries=opts.max_retries)
+                            max_retries=opts.max_retries, stall_timeout=opts.stall_timeout_s,
+                            max_response_bytes=int(opts.max_response_mb * (1 << 20)))
         await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time
         t0 = time.perf_counter()
         interrupted = False
@@ -301,5 +316,6 @@ async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
 
 async def _tick(engine: RolloutEngine, cb: Callable[[RunCounters], None]) -> None:
     while True:
+        engine.counters.oldest_in_flight_s = engine.oldest_in_flight_s()
         cb(engine.counters)
         await asyncio.sleep(0.1)
