@@ -78,6 +78,9 @@ class Misbehaving(BaseHTTPRequestHandler):
                     time.sleep(0.7)
             except (BrokenPipeError, ConnectionResetError):
                 pass
+        elif mode == "echo-key":  # an error body that quotes the key it was sent, as some servers do
+            key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            self._send(500, json.dumps({"error": {"message": f"internal error for key {key} (debug dump)"}}).encode())
         elif mode == "stall":  # headers, then nothing at all
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -152,3 +155,18 @@ def test_a_stalled_response_times_out_at_the_stall_timeout_not_the_rollout_timeo
     # The drip's gaps (0.7 s) and the silence both pass the 0.5 s stall: the call fails at the first one.
     assert_user_error(res, "every rollout", "timeout", "sent nothing for 0.5s")
     assert elapsed < 60, f"a hang guard: the stalled call held the eval for {elapsed:.0f}s"
+
+
+def test_a_key_a_server_echoes_is_never_printed_or_stored(bad_server: Callable[[str], str],
+                                                          cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                                          store_path: Path) -> None:
+    key = "sk-test-3f9a7c1e5b2d4a6f8e0c"
+    url = bad_server("echo-key")
+    res = cli("eval", write_env(ADDER_ENV), "--base-url", url, "-m", "mock-model", "-n", "2", "--max-retries", "0",
+              "--api-key", key, "--db", store_path, "--json")
+    assert_user_error(res, "every rollout", "[redacted]")
+    assert key not in res.stdout and key not in res.stderr
+    dump = "\n".join(str(row) for table in ("rollout_error", "run", "rollout", "model_call")
+                     for row in query(store_path, f"SELECT * FROM {table}"))
+    assert "internal error for key [redacted]" in dump and key not in dump
+    assert key.encode() not in store_path.read_bytes()

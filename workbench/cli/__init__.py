@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         from rich.markup import escape
 
         # Messages name config tables like [env]: printed as they are, never as markup.
-        console_err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        from workbench.config.redact import redact
+
+        console_err.print(f"[bold red]error:[/] {escape(redact(str(e)))}", highlight=False, soft_wrap=True)
         return e.exit_code
     except click.exceptions.Abort:
         console_err.print("aborted")

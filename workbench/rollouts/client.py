@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from workbench.authoring.tasks import Message
+from workbench.config.redact import redact
+from workbench.config.redact import register as register_secret
 from workbench.errors import ConfigError, EndpointError
 
 RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
@@ -31,6 +33,7 @@ class ModelError(Exception):
     unknown_model, bad_request, bad_response."""
 
     def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        message = redact(message)  # a server may echo the key it was sent: it is never kept
         super().__init__(message)
         self.kind, self.message, self.status, self.retry_after = kind, message, status, retry_after
 
@@ -180,6 +183,7 @@ class ChatClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.api_key = api_key
+        register_secret(api_key)
         self.stall_timeout = stall_timeout
         self.max_response_bytes = max_response_bytes
         self.max_connections = max_connections

@@ -17,6 +17,7 @@ from workbench.authoring.environment import Environment
 from workbench.authoring.rubric import Scores
 from workbench.authoring.sandbox import SandboxError, SandboxPool, needs_sandbox
 from workbench.authoring.tasks import Task
+from workbench.config.redact import redact
 from workbench.cost.pricing import Price
 from workbench.rollouts.client import FATAL, ChatClient, ModelError
 from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
@@ -251,6 +252,9 @@ class RolloutEngine:
             assert rollout is not None
             failed = rollout.failure is not None
             sc = scores or Scores()
+            if rollout.errors or sc.errors:  # text from outside (a tool, a reward, a server) may hold a key
+                rollout.errors = [RolloutError(e.kind, e.source, redact(e.message)) for e in rollout.errors]
+                sc.errors = [(name, redact(msg)) for name, msg in sc.errors]
             records.append(RolloutRecord(
                 id=rollout.id, run_id=self.run_id, env_name=self.env.name, model=rollout.model, task=group.task,
                 task_index=group.task_index, sample_index=rollout.sample_index,

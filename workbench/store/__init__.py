@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from workbench.config.redact import redact
 from workbench.cost.pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
 from workbench.errors import NotFoundError
 from workbench.store.db import StoreReadOnlyError, connect, open_store_file
@@ -84,6 +85,8 @@ class Store:
         self.conn.execute(f"INSERT INTO run ({cols}) VALUES ({marks})", tuple(row.values()))
 
     def update_run(self, run_id: str, **fields: Any) -> None:
+        if isinstance(fields.get("error"), str):
+            fields["error"] = redact(fields["error"])
         fields = {k: (dumps(v) if isinstance(v, dict | list) else v) for k, v in fields.items()}
         sets = ", ".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE run SET {sets} WHERE id=?", (*fields.values(), run_id))
