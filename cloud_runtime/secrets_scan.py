@@ -1,8 +1,10 @@
 """Refuse to ship secrets: find things shaped like API keys, tokens and private keys in a bundle.
 
 A finding names the file and line and what the thing looks like, never the secret itself. Three
-kinds of check run over every text file of an environment before it is packaged (and again on the
-cloud side before a bundle runs):
+kinds of check run over every file of an environment before it is packaged (and again on the cloud
+side before a bundle runs) — text in UTF-8 or, by its byte-order mark, UTF-16/32; the members of gzip,
+bz2, xz, zip and tar files (one that cannot be opened is refused, with the reason); the bytes of other
+binary files:
 
 - known token shapes: OpenAI / Anthropic (``sk-...``), AWS access keys (``AKIA...``), GitHub
   (``ghp_...``, ``github_pat_...``), Hugging Face (``hf_...``), Slack (``xox?-...``), Modal
@@ -133,14 +135,96 @@ def scan_text(path: str, text: str, known: Iterable[tuple[str, str]] = ()) -> li
     return findings
 
 
-def scan_bytes(path: str, data: bytes, known: Iterable[tuple[str, str]] = ()) -> list[SecretFinding]:
-    """Findings in one file's bytes; binary files are skipped unless they contain a known token."""
+#: Byte-order marks, longest first: a text file in one of these encodings is decoded and scanned as text.
+_BOMS = [(b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8-sig"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")]
+#: Archives and compressed files are opened and their members scanned, up to this depth and size.
+MAX_DEPTH = 4
+MAX_EXPANDED = 256 << 20
+
+
+def _decode_bom(data: bytes) -> str | None:
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(codec.removesuffix("-sig"), "replace")
+    return None
+
+
+def _members(path: str, data: bytes) -> list[tuple[str, bytes]] | None:
+    """The members of a gzip, bz2, xz, zip or tar file (None when ``data`` is none of these)."""
+    import bz2
+    import gzip
+    import io
+    import lzma
+    import tarfile
+    import zipfile
+
+    inner = f"{path}!{PurePosixPath(path.rsplit('!', 1)[-1]).stem}"  # data.txt.gz holds data.txt
+    if data[:2] == b"\x1f\x8b":
+        return [(inner, _bounded(gzip.GzipFile(fileobj=io.BytesIO(data))))]
+    if data[:3] == b"BZh":
+        return [(inner, _bounded(bz2.BZ2File(io.BytesIO(data))))]
+    if data[:6] == b"\xfd7zXZ\x00":
+        return [(inner, _bounded(lzma.LZMAFile(io.BytesIO(data))))]
+    if data[:4] == b"PK\x03\x04" or data[:4] == b"PK\x05\x06":
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            out = []
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                if info.flag_bits & 0x1:
+                    raise ValueError(f"its member {info.filename} is encrypted")
+                with z.open(info) as f:
+                    out.append((f"{path}!{info.filename}", _bounded(f)))
+            return out
+    if len(data) > 262 and data[257:262] == b"ustar":
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            out = []
+            for m in t.getmembers():
+                if m.isfile():
+                    f = t.extractfile(m)
+                    if f is not None:
+                        out.append((f"{path}!{m.name}", _bounded(f)))
+            return out
+    return None
+
+
+def _bounded(f: object) -> bytes:
+    data = f.read(MAX_EXPANDED + 1)  # type: ignore[attr-defined]
+    if len(data) > MAX_EXPANDED:
+        raise ValueError(f"it expands past {MAX_EXPANDED >> 20} MB")
+    return data
+
+
+def scan_bytes(path: str, data: bytes, known: Iterable[tuple[str, str]] = (), depth: int = 0) -> list[SecretFinding]:
+    """Findings in one file's bytes. Archives and compressed files are opened and their members scanned
+    (one it cannot open is itself a finding, with the reason); UTF-16/32 text is decoded by its BOM;
+    other binary files are searched for known tokens and token shapes."""
+    if is_env_file(path) and b"\x00" in data[:_BINARY_PROBE]:
+        return [SecretFinding(path, 1, "a .env file (which holds secrets by convention)")]
+    try:
+        members = _members(path, data)
+    except Exception as e:  # corrupt, encrypted, too big: it cannot be shown to hold no secret
+        return [SecretFinding(path, 1, f"an archive it cannot read ({e}); leave it out of the environment")]
+    if members is not None:
+        if depth >= MAX_DEPTH:
+            return [SecretFinding(path, 1, f"an archive nested more than {MAX_DEPTH} deep")]
+        out: list[SecretFinding] = []
+        for member, content in members:
+            out += scan_bytes(member, content, known, depth + 1)
+        return out
+    text = _decode_bom(data)
+    if text is not None:
+        return scan_text(path, text, known)
     if b"\x00" in data[:_BINARY_PROBE]:
-        if is_env_file(path):
-            return [SecretFinding(path, 1, "a .env file (which holds secrets by convention)")]
         for label, value in known:
             if len(value) >= MIN_KNOWN and value.encode() in data:
                 return [SecretFinding(path, data[: data.index(value.encode())].count(b"\n") + 1, f"your {label}")]
+        raw = data.decode("latin-1")  # token shapes are ASCII: found in binary data as they are in text
+        for kind, pat in PATTERNS:
+            m = pat.search(raw)
+            if m is not None:
+                return [SecretFinding(path, raw.count("\n", 0, m.start()) + 1, kind)]
         return []
     return scan_text(path, data.decode("utf-8", "replace"), known)
 

@@ -72,8 +72,71 @@ def test_dotenv_files_and_binaries() -> None:
     assert is_env_file(".env") and is_env_file("sub/.env.local") and not is_env_file(".env.example")
     assert [f.line for f in scan_text("sub/.env.production", "# x\n\nA=1\n")] == [3]
     binary = b"\x00\x01" + f"sk-proj-{R}".encode()
-    assert scan_bytes("model.bin", binary) == []  # shapes are not looked for in binaries...
-    assert scan_bytes("model.bin", b"\x00\n\n" + R.encode(), [("HF token", R)])[0].line == 3  # ...known values are
+    assert [f.kind for f in scan_bytes("model.bin", binary)] == ["an OpenAI-style API key"]  # shapes in binaries too
+    assert scan_bytes("model.bin", b"\x00\x01" + bytes(range(256)) * 40) == []  # and nothing in plain binary
+    assert scan_bytes("model.bin", b"\x00\n\n" + R.encode(), [("HF token", R)])[0].line == 3  # known values
+
+
+def _gz(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data)
+
+
+def _zip(members: dict[str, bytes], encrypt: bool = False) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    raw = bytearray(buf.getvalue())
+    if encrypt:  # set the "encrypted" flag bit of the local header and the central directory entry
+        raw[6] |= 1
+        cd = raw.rfind(b"PK\x01\x02")
+        raw[cd + 8] |= 1
+    return bytes(raw)
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+KEY_LINE = f"x = 1\nopenai = 'sk-proj-{R}'\n".encode()
+
+
+@pytest.mark.parametrize(("name", "data", "where"), [
+    ("data.txt.gz", _gz(KEY_LINE), "data.txt.gz!data.txt:2"),
+    ("bundle.zip", _zip({"docs/readme.md": b"hi", "conf/keys.py": KEY_LINE}), "bundle.zip!conf/keys.py:2"),
+    ("files.tar", _tar({"a/keys.py": KEY_LINE}), "files.tar!a/keys.py:2"),
+    ("files.tar.gz", _gz(_tar({"a/keys.py": KEY_LINE})), "files.tar.gz!files.tar!a/keys.py:2"),
+    ("nested.zip", _zip({"inner.gz": _gz(KEY_LINE)}), "nested.zip!inner.gz!inner:2"),
+    ("notes-utf16.txt", "\ufeff".encode("utf-16-le") + KEY_LINE.decode().encode("utf-16-le"), "notes-utf16.txt:2"),
+    ("notes-utf16be.txt", b"\xfe\xff" + KEY_LINE.decode().encode("utf-16-be"), "notes-utf16be.txt:2"),
+    ("notes-utf32.txt", b"\xff\xfe\x00\x00" + KEY_LINE.decode().encode("utf-32-le"), "notes-utf32.txt:2"),
+], ids=["gzip", "zip", "tar", "tar-gz", "zip-in-gzip", "utf16-le", "utf16-be", "utf32"])
+def test_keys_inside_compressed_files_and_wide_text_are_found(name: str, data: bytes, where: str) -> None:
+    found = scan_bytes(name, data)
+    assert [f"{f.path}:{f.line}" for f in found] == [where] and found[0].kind == "an OpenAI-style API key"
+
+
+@pytest.mark.parametrize(("name", "data", "why"), [
+    ("broken.gz", b"\x1f\x8b\x08\x00garbage", "cannot read"),
+    ("locked.zip", _zip({"keys.py": KEY_LINE}, encrypt=True), "encrypted"),
+], ids=["corrupt-gzip", "encrypted-zip"])
+def test_an_archive_that_cannot_be_read_is_refused_with_the_reason(name: str, data: bytes, why: str) -> None:
+    [finding] = scan_bytes(name, data)
+    assert finding.path == name and why in finding.kind
 
 
 def test_package_refuses_and_names_every_place(tmp_path: Path) -> None:
