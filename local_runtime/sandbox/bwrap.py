@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from local_runtime.sandbox.fs import PATH
-from workbench.authoring.sandbox import WORKDIR, Limits
+from workbench.authoring.sandbox import BRIDGE_DIR, WORKDIR, Limits
 
 SANDBOX_UID = 1000  # the uid processes see inside the sandbox
 #: host uids for sandboxes when Workbench runs as root (one per slot, so limits and files are per sandbox)
@@ -123,8 +124,49 @@ def _probe(bwrap: str, mode: str, root: bool, setpriv: str | None) -> str | None
     return None
 
 
-def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network: str, binds: Sequence[str],
-                env: Mapping[str, str], cwd: str, argv: list[str], *, as_pid_1: bool = False) -> list[str]:
+def _bind_spec(b: str) -> tuple[str, str]:
+    """A bind entry: ``"HOST"`` (at the same path) or ``"HOST:SANDBOX"``."""
+    src, _, dst = b.partition(":")
+    return src, dst or src
+
+
+_MADE: tuple[str, ...] = ("/usr", "/etc", "/proc", "/dev", "/tmp", WORKDIR)
+
+
+def _ro_bind(src: str, dst: str) -> list[str]:
+    """A read-only bind, its missing parent folders made searchable by all first (bubblewrap running as
+    root would make them 0700, and the command runs as the sandbox's uid)."""
+    a: list[str] = []
+    parent = os.path.dirname(dst)
+    chain = []
+    while parent not in ("/", "") and not any(parent == m or parent.startswith(m + "/") for m in _MADE):
+        chain.append(parent)
+        parent = os.path.dirname(parent)
+    for d in reversed(chain):
+        a += ["--perms", "0755", "--dir", d]
+    return [*a, "--ro-bind", src, dst]
+
+
+def reachable_by_others(path: str) -> bool:
+    """Whether a uid other than the owner's can reach ``path`` (every folder above it searchable by all):
+    an unprivileged sandbox uid must, to bind it."""
+    p = os.path.abspath(path)
+    parts = p.split("/")
+    for i in range(2, len(parts) + 1):
+        d = "/".join(parts[:i]) or "/"
+        try:
+            st = os.stat(d)
+        except OSError:
+            return False
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            return False
+    return True
+
+
+def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network: str,
+               binds: Sequence[str],
+                env: Mapping[str, str], cwd: str, argv: list[str], *, as_pid_1: bool = False,
+                bridge: Path | None = None) -> list[str]:
     """``as_pid_1``: the command is the namespace's init (the exec agent): a signal from inside the sandbox
     cannot kill or stop it, and the namespace ends with it."""
     if mode == "setpriv":  # root without user namespaces: every other namespace, the uid switch comes later
@@ -146,12 +188,22 @@ def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network:
             a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
     if network == "host":
         a += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+    late = []
     for b in binds:
-        a += ["--ro-bind", b, b]
+        src, dst = _bind_spec(b)
+        if dst == WORKDIR or dst.startswith((WORKDIR + "/", "/tmp/")) or dst == "/tmp":
+            late.append((src, dst))  # inside the sandbox's own folders: mounted over them, below
+        else:
+            a += _ro_bind(src, dst)
+    if bridge is not None:
+        a += _ro_bind(str(bridge), BRIDGE_DIR)
     a += ["--proc", "/proc", "--dev", "/dev"]
     if as_pid_1:  # a namespace that serves many commands and rollouts: /dev must not keep what one left
         a += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    a += ["--bind", str(tmp), "/tmp", "--bind", str(work), WORKDIR, "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
+    a += ["--bind", str(tmp), "/tmp", "--bind", str(work), WORKDIR]
+    for src, dst in late:
+        a += _ro_bind(src, dst)
+    a += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for k, v in env.items():
         a += ["--setenv", k, v]
     if mode == "userns":

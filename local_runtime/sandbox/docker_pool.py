@@ -54,6 +54,7 @@ from local_runtime.sandbox.fs import (
 )
 from workbench.authoring.runtimes import Docker
 from workbench.authoring.sandbox import (
+    BRIDGE_DIR,
     DEFAULT_IMAGE,
     WORKDIR,
     ExecResult,
@@ -78,6 +79,7 @@ class DockerSandbox(WorkdirFiles, Sandbox):
     def __init__(self, pool: DockerPool, slot: int) -> None:
         self.pool = pool
         self.slot = slot
+        self.bridge_path = BRIDGE_DIR
         self.limits = pool.limits
         root = pool.dir / f"s{slot}"
         uid, gid = pool.user
@@ -134,7 +136,8 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, hostname="sandbox",
             volumes={str(self.work.path): {"bind": WORKDIR, "mode": "rw"},
                      str(self.tmp.path): {"bind": "/tmp", "mode": "rw"},
-                     str(self.ctl): {"bind": "/.wb", "mode": "rw"}},
+                     str(self.ctl): {"bind": "/.wb", "mode": "rw"},
+                     str(p.bridge_dir): {"bind": BRIDGE_DIR, "mode": "ro"}},
             working_dir=WORKDIR, environment=base_env("/tmp"), auto_remove=True, stop_signal="SIGKILL", **kw)
         self.container_id = c.id
 
@@ -371,6 +374,8 @@ class DockerPool(SandboxPool):
         elif self.network == "host":
             self.network_name = "bridge"
         self.dir = pool_dir("docker")
+        self.bridge_dir = self.dir / "bridge"
+        self.bridge_dir.mkdir(mode=0o755)
         self._hb = threading.Thread(target=self._heartbeat, name="workbench-sandbox-heartbeat", daemon=True)
         self._hb.start()
         for _ in range(self.size):

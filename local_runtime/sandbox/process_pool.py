@@ -31,6 +31,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from local_runtime.sandbox.bwrap import (
     detect,
     limits_preexec,
     prlimit_args,
+    reachable_by_others,
     sandbox_python,
 )
 from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv, agent_code, warm_config
@@ -59,6 +61,7 @@ from local_runtime.sandbox.fs import (
 )
 from workbench.authoring.runtimes import Local
 from workbench.authoring.sandbox import (
+    BRIDGE_DIR,
     WORKDIR,
     ExecResult,
     PoolStats,
@@ -87,6 +90,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         owner = (self.host_uid, self.host_uid) if self.host_uid is not None else None
         iso = pool.iso.mode != "none"
         self.isolated = iso
+        self.bridge_path = BRIDGE_DIR if iso else str(pool.bridge_dir)
         self.work = HostDir(root / "work", WORKDIR if iso else str(root / "work"), owner)
         self.tmp = HostDir(root / "tmp", "/tmp" if iso else str(root / "tmp"), owner)
         self.workdir = self.work.inner
@@ -133,8 +137,8 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         elif drop:
             outer = [*drop, "--"]
         full = bwrap_argv(iso.bwrap or "bwrap", iso.mode, self.work.path, self.tmp.path, self.pool.dir / "etc",
-                           self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd, [*inner, *argv],
-                           as_pid_1=agent)
+                           self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd,
+                           [*inner, *argv], as_pid_1=agent, bridge=self.pool.bridge_dir)
         return [*outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
 
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
@@ -355,6 +359,13 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | No
 
 
 # -- the pool --------------------------------------------------------------------------------------
+def _bind(spec: str) -> str:
+    """``HOST`` or ``HOST:SANDBOX`` with the host path made absolute (the sandbox path defaults to it)."""
+    src, _, dst = spec.partition(":")
+    src = str(Path(src).resolve())
+    return f"{src}:{dst}" if dst else src
+
+
 class ProcessPool(SandboxPool):
     kind = "local"
 
@@ -365,7 +376,7 @@ class ProcessPool(SandboxPool):
         self.limits = runtime.limits()
         self.network = network_policy(runtime.network)
         assert isinstance(self.network, str)
-        self.binds = tuple(str(Path(b).resolve()) for b in runtime.binds)
+        self.binds = tuple(_bind(b) for b in runtime.binds)
         self.stats = PoolStats()
         self.idle: list[ProcessSandbox] = []
         self.held: set[ProcessSandbox] = set()
@@ -411,9 +422,17 @@ class ProcessPool(SandboxPool):
             raise SandboxError(f"wb.Local() cannot isolate commands on this machine ({iso.reason}); install "
                                "bubblewrap (apt-get install bubblewrap) and allow user namespaces, use --runtime "
                                "docker, or opt in to unisolated processes with wb.Local(isolation='none')")
+        hidden = []
         for b in self.binds:
-            if not os.path.exists(b):
-                raise SandboxError(f"Local(binds=...): {b} does not exist")
+            src = b.partition(":")[0]
+            if not os.path.exists(src):
+                raise SandboxError(f"Local(binds=...): {src} does not exist")
+            if not reachable_by_others(src):
+                hidden.append(src)
+        if hidden and iso.mode == "userns" and os.geteuid() == 0 and iso.setpriv:
+            # bubblewrap would run as the slot's uid, which cannot reach these (root's 0700 home): it runs as
+            # root in every namespace but the user's, and each command drops to the slot's uid inside.
+            iso = replace(iso, mode="setpriv")
         self.iso = iso
         if self.use_agent:
             self.agent_python = sandbox_python() if iso.mode == "userns" else ""
@@ -427,6 +446,8 @@ class ProcessPool(SandboxPool):
                                     "sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
+        self.bridge_dir = self.dir / "bridge"
+        self.bridge_dir.mkdir(mode=0o755)
         for _ in range(self.size):
             self.idle.append(self._new(warm=True))
         return self

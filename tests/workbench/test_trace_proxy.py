@@ -117,15 +117,35 @@ async def test_proxy_records_chat_and_stream_with_server_token_ids(token_mock: M
 
 
 async def test_proxy_applies_the_runs_sampling_and_model(mock_server: Callable[..., MockServer]) -> None:
+    """The run decides the model, the sampling settings and the training fields (logprobs, token ids): the
+    upstream gets the run's values even where the harness sends its own, streamed calls included."""
     mock = mock_server("echo", "--tokens")
-    client, proxy, r = await _proxy_rollout(mock.base_url)
+    run = {**wb.Sampling(max_tokens=64, temperature=0.7, top_p=0.9, stop=["END"], seed=11).to_params(),
+           "logprobs": True, "return_token_ids": True}
+    client = ChatClient(None)
+    proxy = await InterceptionProxy(client, mock.base_url, "mock-model", dict(run)).start()
+    r = Rollout(id="run.0.0", task=wb.Task(prompt="hi"), sample_index=0, client=client,
+                base_url=proxy.url_for("run.0.0"), model="mock-model", params=dict(run))
+    proxy.register(r)
+    harness = {"temperature": 0.0, "max_tokens": 3, "top_p": 0.1, "stop": ["x"], "seed": 99, "logprobs": False,
+               "extra_body": {"return_token_ids": False}}
     try:
         oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="x")
-        await oa.chat.completions.create(model="some-other-model", messages=[U1], temperature=0.0)
+        await oa.chat.completions.create(model="some-other-model", messages=[U1], **harness)
+        stream = await oa.chat.completions.create(model="some-other-model", messages=[U1], stream=True,
+                                                  stream_options={"include_usage": False}, **harness)
+        [c async for c in stream]
     finally:
         await proxy.close()
         await client.close()
+    plain, streamed = mock.bodies()
+    for body in (plain, streamed):
+        assert body["messages"] == [U1]
+        assert {k: body.get(k) for k in [*run, "model"]} == {**run, "model": "mock-model"}, body
+    assert "stream" not in plain and streamed["stream"] is True
+    assert streamed["stream_options"] == {"include_usage": True}  # the proxy needs the usage chunk
     assert r.calls[0].prompt_tokens == len(toy_render([U1]))  # the mock served model "mock-model"
+    assert len(r.calls) == 2
 
 
 async def test_proxy_forwards_tool_calls(mock_server: Callable[..., MockServer]) -> None:
@@ -180,7 +200,8 @@ print("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
 def test_program_agent_is_recorded(tmp_path: Path, mock_server: Callable[..., MockServer],
                                    cli: Callable[..., CliResult], store_path: Path,
                                    write_env: Callable[..., Path]) -> None:
-    agent = tmp_path / "agent.py"
+    agent = tmp_path / "agents" / "agent.py"  # a project folder others may read, as usual (pytest's are 0700)
+    agent.parent.mkdir(mode=0o755)
     agent.write_text(AGENT)
     env = write_env(f'''
         import workbench as wb
@@ -266,3 +287,60 @@ def test_validate_with_model_fails_loudly_on_token_mismatch(drift: bool, mock_se
     else:
         assert res.rc == 0, res.stderr
         assert report["tokens"]["mismatches"] == 0 and report["ok"]
+
+
+SNOOP = r'''
+import json, os, socket, sys, urllib.request
+found = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            data = open("/proc/%s/environ" % pid, "rb").read()
+        except OSError:
+            continue
+        if b"WB_PARENT_SECRET" in data:
+            found.append(pid)
+mock_port = int(sys.argv[1])
+try:
+    socket.create_connection(("127.0.0.1", mock_port), timeout=2).close()
+    direct = "reached"
+except OSError:
+    direct = "blocked"
+url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
+body = json.dumps({"model": "x", "messages": [{"role": "user", "content": sys.stdin.read()}]}).encode()
+req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json",
+                                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+reply = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"]
+print(json.dumps({"found": found, "direct": direct, "key": os.environ["OPENAI_API_KEY"], "reply": reply}))
+'''
+
+
+@pytest.mark.parametrize("runtime", ["local", "docker"])
+def test_an_agent_program_sees_neither_the_parents_secrets_nor_the_network(
+        runtime: str, mock_server: Callable[..., MockServer], cli: Callable[..., CliResult],
+        cli_env: dict[str, str], write_env: Callable[..., Path]) -> None:
+    """The program runs in the rollout's sandbox: its own PID namespace (the parent's /proc/PID/environ,
+    which holds the real key, is not there), no network but the interception proxy."""
+    mock = mock_server("echo")
+    env = write_env(f'''
+        import json
+        import workbench as wb
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.reward
+            def isolated(state: dict) -> dict:
+                seen = json.loads(state["stdout"])
+                return {{"no_parent_env": float(seen["found"] == []), "no_network": float(seen["direct"] == "blocked"),
+                        "placeholder_key": float(seen["key"] == "workbench-proxy"),
+                        "proxied": float(seen["reply"] == "hello sandbox")}}
+            return wb.Environment(name="snoop", tasks=wb.TaskSet.from_records([{{"prompt": "hello sandbox"}}]),
+                                  harness=wb.Program(["python3", "-c", {SNOOP!r}, "{mock.port}"]), rubric=rubric)
+        ''')
+    res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "--runtime", runtime,
+              "--api-key", "sk-real-key-1234567890", "--json",
+              env={**cli_env, "WB_PARENT_SECRET": "do-not-leak", "OPENAI_API_KEY": "sk-real-key-1234567890"})
+    assert res.rc == 0, res.stderr
+    s = last_json(res.stdout)
+    assert s["errors"] == 0, s
+    assert s["rewards"] == {"isolated.no_parent_env": 1.0, "isolated.no_network": 1.0,
+                            "isolated.placeholder_key": 1.0, "isolated.proxied": 1.0}, s

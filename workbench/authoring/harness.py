@@ -228,73 +228,88 @@ class UserSim(MultiTurn):
 
 
 _OUTPUT_CAP = 64 * 1024
+#: The interpreter that runs the bridge inside a sandbox (every runtime's image has one).
+BRIDGE_PYTHON = "python3"
 
 
 class Program(Harness):
-    """An external agent program (a CLI agent) run once per rollout.
+    """An external agent program (a CLI agent) run once per rollout, inside the rollout's sandbox.
 
-    It sees only ``OPENAI_BASE_URL`` (the rollout's interception-proxy URL) and ``OPENAI_API_KEY``
-    (a placeholder: the proxy holds the real key), plus the task: the prompt text on stdin and in
-    ``WORKBENCH_PROMPT``, the whole task as JSON in ``WORKBENCH_TASK``; ``{prompt}`` in ``argv`` is
-    replaced by the prompt text. Every model call it makes is recorded in the rollout's trace; the
-    conversation of its last call becomes the rollout's messages. A non-zero exit fails the rollout.
-    The parent's environment variables are not passed on (only PATH, HOME, LANG and ``env``).
+    The program runs in the environment's runtime (``wb.Local()`` by default): its own PID namespace
+    (the host's processes, their environments included, are invisible), no network but the interception
+    proxy, reached through the pool's bridge. It sees ``OPENAI_BASE_URL`` (the rollout's proxy URL)
+    and ``OPENAI_API_KEY`` (a placeholder: the proxy holds the real key), plus the task: the prompt text
+    on stdin and in ``WORKBENCH_PROMPT``, the whole task as JSON in ``WORKBENCH_TASK``; ``{prompt}`` in
+    ``argv`` is replaced by the prompt text. Only ``env`` is added to the sandbox's clean environment.
+    Every model call it makes is recorded in the rollout's trace; the conversation of its last call
+    becomes the rollout's messages. A non-zero exit fails the rollout.
+
+    On ``wb.Local()`` a bare command (``python3``) is the sandbox's own (the system's); the absolute host
+    paths ``argv`` names (an interpreter and its virtual environment, the agent's files) and ``binds``
+    are mounted read-only, at the same paths (under ``/host`` where a path lies in the sandbox's own
+    ``/work`` or ``/tmp``); on ``wb.Docker()`` ``argv`` names paths in the image.
+    ``cwd`` is relative to the sandbox's workdir; ``timeout`` bounds the program (the rollout's own
+    timeout bounds it too).
     """
 
     needs_proxy = True
+    needs_sandbox = True
 
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None,
-                 system_prompt: str | None = None) -> None:
+                 system_prompt: str | None = None, binds: Sequence[str] = (), timeout: float = 3600.0) -> None:
         if isinstance(argv, str) or not argv:
             raise EnvLoadError("wb.Program(argv) takes a non-empty list of strings, e.g. ['python', 'agent.py']")
+        if not (isinstance(timeout, int | float) and timeout > 0):
+            raise EnvLoadError("wb.Program(timeout=...) must be a positive number of seconds")
         self.argv = [str(a) for a in argv]
         self.env = dict(env or {})
         self.cwd = cwd
         self.system_prompt = system_prompt
+        self.binds = [str(b) for b in binds]
+        self.timeout = float(timeout)
 
     def describe(self) -> str:
         return f"Program({' '.join(self.argv)[:60]})"
 
-    async def run(self, rollout: Rollout) -> None:
-        import os
-        import signal
+    def host_mounts(self) -> list[str]:
+        """What a local sandbox mounts read-only for the program: ``HOST`` or ``HOST:SANDBOX`` entries."""
+        from workbench.rollouts.program_mounts import program_mounts
 
+        return program_mounts(self.argv, self.binds)
+
+    async def run(self, rollout: Rollout) -> None:
+        from workbench.rollouts.program_mounts import sandbox_argv
         from workbench.rollouts.rollout import RolloutFailed
 
         self.start(rollout)
+        sb = rollout.sandbox
+        if sb is None:
+            raise RolloutFailed("harness", self.argv[0], "wb.Program runs in the rollout's sandbox, and the run "
+                                                         "opened none (its runtime cannot open sandboxes)")
         task = rollout.task
         prompt = task.prompt if isinstance(task.prompt, str) else "\n".join(
             str(m.get("content") or "") for m in task.prompt if m.get("role") == "user")
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
-        env.update(self.env)
-        env.update({"OPENAI_BASE_URL": rollout.base_url, "OPENAI_API_KEY": "workbench-proxy",
-                    "WORKBENCH_PROMPT": prompt, "WORKBENCH_MODEL": rollout.model,
+        env = dict(self.env)
+        env.update({"OPENAI_API_KEY": "workbench-proxy", "WORKBENCH_PROMPT": prompt, "WORKBENCH_MODEL": rollout.model,
                     "WORKBENCH_TASK": orjson.dumps({"id": task.id, "prompt": task.prompt, "info": task.info},
                                                    default=str).decode()})
-        argv = [a.replace("{prompt}", prompt) for a in self.argv]
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, cwd=self.cwd, start_new_session=True)
-        except OSError as e:
-            raise RolloutFailed("harness", self.argv[0], f"cannot start {self.argv[0]}: {e.strerror or e}") from None
-        try:
-            out, err = await proc.communicate(prompt.encode())
-        except BaseException:  # timeout or Ctrl-C: kill the whole process group, keep nothing running
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await proc.wait()
-            raise
-        rollout.state["exit_code"] = proc.returncode
-        rollout.state["stdout"] = out[:_OUTPUT_CAP].decode("utf-8", "replace")
-        rollout.state["stderr"] = err[-_OUTPUT_CAP:].decode("utf-8", "replace")
+        if sb.bridge_path is None:
+            raise RolloutFailed("harness", self.argv[0], f"the {sb.kind} runtime has no bridge to the interception "
+                                                         "proxy; run wb.Program on wb.Local() or wb.Docker()")
+        argv = [a.replace("{prompt}", prompt) for a in sandbox_argv(self.argv, sb.kind if sb.isolated else "")]
+        where = sb.bridge_path
+        bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", rollout.id, "--"]
+        r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt)
+        rollout.state["exit_code"] = r.exit_code
+        rollout.state["stdout"] = r.stdout[:_OUTPUT_CAP]
+        rollout.state["stderr"] = r.stderr[-_OUTPUT_CAP:]
         if rollout.last_request is not None and rollout.calls:
             rollout.messages = [*rollout.last_request, rollout.calls[-1].message or {"role": "assistant", "content": ""}]
         if rollout.state["stdout"].strip() and (not rollout.calls or rollout.state["stdout"].strip() !=
                                                  (rollout.completion or "").strip()):
             rollout.state["final_output"] = rollout.state["stdout"].strip()
-        if proc.returncode != 0:
+        if r.timed_out:
+            raise RolloutFailed("timeout", self.argv[0], f"program ran past its {self.timeout:g}s timeout")
+        if r.exit_code != 0:
             tail = rollout.state["stderr"].strip().splitlines()[-1:] or [""]
-            raise RolloutFailed("harness", self.argv[0], f"program exited with {proc.returncode}: {tail[0][:300]}")
+            raise RolloutFailed("harness", self.argv[0], f"program exited with {r.exit_code}: {tail[0][:300]}")

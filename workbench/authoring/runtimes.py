@@ -134,7 +134,8 @@ class Local(Runtime):
     Where bubblewrap or user namespaces are missing, opening a pool refuses with one line saying how to
     install it (model-written commands never run unisolated by default); ``isolation="none"`` opts in
     to plain processes with the same rlimits and a clean environment (they can read your files).
-    ``"auto"`` and ``"bwrap"`` both mean: isolate or refuse. ``binds`` adds host paths, read-only.
+    ``"auto"`` and ``"bwrap"`` both mean: isolate or refuse. ``binds`` adds host paths, read-only: ``"/data"``
+    at the same path, ``"/host/path:/path/inside"`` elsewhere.
     ``exec_agent``: commands are forked by one agent process per sandbox (much cheaper than a bubblewrap
     sandbox per command), which is reset between rollouts; ``False`` starts a bubblewrap sandbox for every
     command instead.

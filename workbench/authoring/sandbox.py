@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 WORKDIR = "/work"
 #: The image ``workbench sandbox image`` builds locally (no registry) and ``wb.Docker()`` uses by default.
 DEFAULT_IMAGE = "workbench-sandbox:1"
+#: Where every sandbox of a pool sees the pool's bridge folder (read-only): the host end puts there what a
+#: program inside may reach, such as the interception proxy's socket (see ``Program``).
+BRIDGE_DIR = "/run/workbench"
 #: Keys a task's ``sandbox`` needs may hold.
 TASK_SANDBOX_KEYS = frozenset({"files", "dir", "setup", "setup_timeout"})
 
@@ -135,6 +138,8 @@ class Sandbox(ABC):
     isolated: bool = True
     limits: Limits = Limits()
     id: str = ""
+    #: where commands in this sandbox see the pool's bridge folder (None: the runtime has none)
+    bridge_path: str | None = None
 
     @abstractmethod
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
@@ -190,6 +195,9 @@ class SandboxPool(ABC):
     kind: str = ""
     stats: PoolStats
     held: set[Any]  # sandboxes handed out and not yet released
+    #: A host folder every sandbox of the pool sees at :data:`BRIDGE_DIR`, read-only (None: the runtime
+    #: has none, and programs that need the proxy cannot run in it).
+    bridge_dir: Path | None = None
 
     def _handed_out(self, sb: Any, t0: float) -> None:
         """Account a sandbox that ``acquire`` (started at ``t0``) now hands to a rollout."""

@@ -9,8 +9,10 @@ streamed ones included, into the rollout's token-exact trace. The harness never 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -49,6 +51,17 @@ class InterceptionProxy:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
 
+    async def serve_unix(self, path: Path) -> Path:
+        """Also serve on a Unix socket at ``path`` (in a sandbox pool's bridge folder: a program inside the
+        sandbox reaches the proxy through it, and nothing else of the host). Writable by any uid: the
+        sandbox's user must connect to it; only the sandboxes of this pool see the folder."""
+        assert self._runner is not None, "start() first"
+        path.unlink(missing_ok=True)
+        site = web.UnixSite(self._runner, str(path))
+        await site.start()
+        os.chmod(path, 0o777)
+        return path
+
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
@@ -59,6 +72,19 @@ class InterceptionProxy:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def bridge_into(self, pool: Any) -> None:
+        """Make the proxy reachable from inside the sandboxes of ``pool`` (a program there reaches it through
+        ``bridge.py`` and the socket in the pool's bridge folder); a no-op for a pool without one."""
+        folder = getattr(pool, "bridge_dir", None)
+        if folder is None:
+            return
+        src = Path(__file__).with_name("bridge.py")
+        tmp = folder / ".bridge.py.part"
+        tmp.write_bytes(src.read_bytes())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, folder / "bridge.py")
+        await self.serve_unix(folder / "proxy.sock")
 
     def url_for(self, rollout_id: str) -> str:
         return f"http://{self.host}:{self.port}/r/{rollout_id}/v1"

@@ -178,6 +178,7 @@ class DebugSession:
 
             engine.proxy = await InterceptionProxy(self._client, self.base_url, self.model, {
                 **env.sampling.to_params(), **extra_params}).start()
+            await engine.proxy.bridge_into(engine.sandboxes)
 
     def _prepare(self, rollout: Rollout) -> None:
         self.rollout = rollout

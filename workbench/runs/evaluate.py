@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import secrets
@@ -227,6 +228,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Call
 
                     engine.proxy = await InterceptionProxy(client, base_url, model, {
                         **env.sampling.to_params(), **extra_params}).start()
+                    await engine.proxy.bridge_into(engine.sandboxes)
             except BaseException:
                 if sandboxes is not None:
                     await sandboxes.close()
@@ -292,7 +294,11 @@ async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concur
 
     if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
         return None
-    opener = getattr(env.runtime, "pool", None)
+    runtime = env.runtime
+    mounts = getattr(env.harness, "host_mounts", None)
+    if mounts is not None and "binds" in {f.name for f in dataclasses.fields(runtime)}:
+        runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *mounts()])  # what the program must see
+    opener = getattr(runtime, "pool", None)
     if opener is None:
         raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "
                           "or wb.Docker(...)")
