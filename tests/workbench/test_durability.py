@@ -189,3 +189,67 @@ def test_a_second_resume_of_a_run_being_resumed_refuses_up_front(
             first.wait(30)
     assert first.returncode == 0, err.decode()
     assert_finished_exactly(store_path, run_id, last_json(out.decode()))
+
+
+def _writer_pid(db: Path) -> int | None:
+    """The store's writer process: a live process whose command line names this store."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(db).encode() in cmdline and b"workbench.store.writer import serve" in cmdline:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the writer process through /proc")
+def test_killing_the_writer_process_leaves_the_run_failed_never_completed(
+        start_eval: Callable[[], subprocess.Popen[bytes]], store_path: Path, tmp_path: Path) -> None:
+    proc = start_eval()
+    wait_until_mid_run(proc, store_path)
+    pid = wait_for(lambda: _writer_pid(store_path), timeout=30, what="the writer process", proc=proc)
+    os.kill(pid, signal.SIGKILL)
+    rc = proc.wait(120)
+    err = (tmp_path / "eval.stderr").read_text()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc != 0 and "Traceback" not in err and len(lines) == 1, err
+    assert "writer" in lines[0].lower(), lines[0]
+    run_id = the_run_id(store_path)
+    (status, error), = query(store_path, "SELECT status, error FROM run WHERE id=?", (run_id,))
+    assert status == "failed" and error, (status, error)
+    assert integrity(store_path) == "ok"
+    committed = count_rollouts(store_path)
+    assert assert_groups_complete(store_path, run_id) * R == committed < TOTAL
+
+
+def test_a_full_disk_mid_eval_is_one_clear_line_and_loses_nothing_committed(
+        tmp_path: Path, cli_env: dict[str, str], write_env: Callable[..., Path], slow_server: MockServer) -> None:
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a small file system for the store needs root and mount, which this run lacks")
+    disk = tmp_path / "small"
+    disk.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"this machine does not allow mounting a tmpfs here ({p.stderr.strip()})")
+    try:
+        db = disk / "store.db"
+        env_file = write_env(ADDER_ENV)
+        res = subprocess.run([*workbench_argv(), "eval", str(env_file), "-a", f'{{"n": {N}}}', "--base-url",
+                              slow_server.base_url, "-m", "mock-model", "-n", str(N), "-r", str(R), "-c", "8",
+                              "--db", str(db), "--json"], env=cli_env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert res.returncode != 0 and "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+        assert "full" in lines[0].lower(), lines[0]
+        assert integrity(db) == "ok"
+        rows = query(db, "SELECT id, status FROM run")
+        assert len(rows) == 1 and rows[0][1] != "completed", rows
+        committed = count_rollouts(db)
+        assert assert_groups_complete(db, rows[0][0]) * R == committed < TOTAL
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

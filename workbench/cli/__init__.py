@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 
 import click
@@ -68,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
 
         console_err.print(f"[bold red]error:[/] {escape(redact(str(e)))}", highlight=False, soft_wrap=True)
         return e.exit_code
+    except sqlite3.Error as e:  # the store failed under a command (a full disk, a lock held too long)
+        console_err.print(f"error: the store failed ({type(e).__name__}: {e}); what was committed is kept",
+                          highlight=False, soft_wrap=True, markup=False)
+        return 1
     except click.exceptions.Abort:
         console_err.print("aborted")
         return 130

@@ -17,7 +17,7 @@ from workbench.analysis.report import run_summary
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.cost.pricing import match_price
-from workbench.errors import ConfigError, EndpointError
+from workbench.errors import ConfigError, EndpointError, StoreError
 from workbench.rollouts.client import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_STALL_S,
@@ -264,12 +264,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Call
                         error = error or f"the store's writer stopped: {e}"
                         raise
                     finally:
-                        stored = store.conn.execute("SELECT COUNT(*) FROM rollout WHERE run_id=?",
-                                                    (run_id,)).fetchone()[0]
-                        expected = len(tasks) * opts.rollouts_per_task
-                        if status == "completed" and stored < expected:
-                            status, error = "failed", f"only {stored} of {expected} rollouts were stored"
-                        store.update_run(run_id, status=status, error=error, finished_at=time.time())
+                        status, error = _record_end(store, run_id, status, error, len(tasks) * opts.rollouts_per_task)
             wall = time.perf_counter() - t0
     except BaseException:
         with contextlib.suppress(Exception):
@@ -283,6 +278,24 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Call
     if status == "failed":
         raise EndpointError(f"{error}; run {run_id} stopped, {summary['rollouts']} rollouts kept")
     return EvalOutcome(run_id, summary, engine.counters, wall, interrupted)
+
+
+def _record_end(store: Store, run_id: str, status: str, error: str, expected: int) -> tuple[str, str]:
+    """Record how the run ended: ``completed`` only with every rollout stored. A store that cannot take
+    even that (a full disk) leaves the run as it was, never completed; the error that stopped the run is
+    the one reported."""
+    import sqlite3
+
+    try:
+        stored = store.conn.execute("SELECT COUNT(*) FROM rollout WHERE run_id=?", (run_id,)).fetchone()[0]
+        if status == "completed" and stored < expected:
+            status, error = "failed", f"only {stored} of {expected} rollouts were stored"
+        store.update_run(run_id, status=status, error=error, finished_at=time.time())
+    except sqlite3.Error as e:
+        if status == "completed":
+            raise StoreError(f"the run's end could not be recorded in {store.path} ({e}); its rollouts are kept, "
+                             "`workbench eval --resume RUN` finishes it") from None
+    return status, error
 
 
 async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concurrency: int,

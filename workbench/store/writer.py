@@ -387,7 +387,7 @@ def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.Simpl
                 acks.write(pickle.dumps(("committed", _write(conn, groups))))
             except BaseException as e:  # disk full, locked past timeout, ...
                 failed = True
-                acks.write(pickle.dumps(("error", _portable(e))))
+                acks.write(pickle.dumps(("error", _store_error(e, path))))
         for _ in range(flushes):
             acks.write(pickle.dumps(("flushed", None)))
         acks.flush()
@@ -395,8 +395,21 @@ def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.Simpl
     acks.close()
 
 
-def _portable(e: BaseException) -> BaseException:
-    """``e`` if it survives pickling (sqlite3 errors do), else a StoreError with its text."""
+def _store_error(e: BaseException, path: str) -> BaseException:
+    """A failed commit as one clear :class:`StoreError` (what went wrong, that what was committed is kept,
+    and what to do); anything that is not SQLite's is passed on as it is, when it survives pickling."""
+    import sqlite3
+
+    if isinstance(e, sqlite3.Error):
+        text = str(e)
+        if "full" in text:
+            why = f"the disk holding the store {path} is full"
+        elif "readonly" in text or "read-only" in text:
+            why = f"the store {path} became read-only"
+        else:
+            why = f"writing rollouts to the store {path} failed ({type(e).__name__}: {text})"
+        return StoreError(f"{why}; the groups committed before are kept: free the space or fix the store, then "
+                          "finish the run with `workbench eval --resume RUN`")
     try:
         return pickle.loads(pickle.dumps(e))
     except Exception:
@@ -446,6 +459,7 @@ def _write(conn: Any, groups: list[tuple[int, bytes, list[Any] | None]]) -> int:
             conn.executemany(_COST_SQL, [(k[0], k[1], k[2], v[0], v[1], now) for k, v in cost.items()])
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite rolls a failed COMMIT (a full disk) back by itself
+            conn.execute("ROLLBACK")
         raise
     return len(rollouts)
