@@ -400,7 +400,7 @@ def _store_error(e: BaseException, path: str) -> BaseException:
     and what to do); anything that is not SQLite's is passed on as it is, when it survives pickling."""
     import sqlite3
 
-    if isinstance(e, sqlite3.Error):
+    if isinstance(e, sqlite3.Error) and not isinstance(e, sqlite3.IntegrityError):  # a constraint: a bug, as is
         text = str(e)
         if "full" in text:
             why = f"the disk holding the store {path} is full"
