@@ -303,3 +303,36 @@ def test_store_is_a_valid_sqlite_file_after_eval(adder_run: Run) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+
+
+def test_the_cli_wraps_text_and_never_cuts_an_id(adder_run: Run) -> None:
+    """In a narrow terminal or a pipe: message text wraps (every word is there) and run ids are whole."""
+    env = {**adder_run.env, "COLUMNS": "60"}
+    runs = run_workbench(["runs", "--db", adder_run.db], env)
+    assert runs.rc == 0, runs.stderr
+    run_id = adder_run.summary["run_id"]
+    lines = runs.stdout.splitlines()
+    assert lines[0].split("\t")[:3] == ["run", "kind", "env"] and any(ln.startswith(run_id + "\t") for ln in lines)
+    rid = query(adder_run.db, "SELECT id FROM rollout WHERE run_id=? LIMIT 1", (run_id,))[0][0]
+    show = run_workbench(["show", rid, "--db", adder_run.db], env)
+    assert show.rc == 0, show.stderr
+    assert rid in show.stdout.splitlines()[0]  # the header is a whole line (the terminal wraps it), id and all
+    assert all(len(ln) <= 60 for ln in show.stdout.splitlines() if ln[:1] in ("╭", "│", "╰")), show.stdout
+    words = " ".join(ln.strip("│ ").strip() for ln in show.stdout.splitlines()).split()
+    for m in json.loads(query(adder_run.db, "SELECT messages FROM rollout WHERE id=?", (rid,))[0][0]):
+        for w in str(m["content"]).split():
+            assert w in words, (w, show.stdout)
+
+
+def test_a_long_message_wraps_in_a_narrow_terminal(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                                   arith_server: MockServer, store_path: Path) -> None:
+    long_prompt = " ".join(f"word{i}" for i in range(120))
+    env_file = write_env(ADDER_ENV.replace('"Answer with a number."', repr(long_prompt)))
+    res = cli(*eval_args(env_file, arith_server.base_url, store_path, n=1, r=1))
+    assert res.rc == 0, res.stderr
+    rid = query(store_path, "SELECT id FROM rollout LIMIT 1")[0][0]
+    show = cli("show", rid, "--db", store_path, env={"COLUMNS": "50"})
+    assert show.rc == 0, show.stderr
+    assert all(len(ln) <= 50 for ln in show.stdout.splitlines() if ln[:1] in ("╭", "│", "╰")), show.stdout
+    words = " ".join(ln.strip("│ ").strip() for ln in show.stdout.splitlines()).split()
+    assert all(f"word{i}" in words for i in range(120)), show.stdout

@@ -51,15 +51,23 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     if not runs:
         console.print("no runs yet: try `workbench eval arithmetic`")
         return
+    cols = ("run", "kind", "env", "model", "status", "rollouts", "errors", "mean reward", "started")
+    rows = [(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
+             fnum(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))) for r in runs]
+    if not console.is_terminal:  # a pipe or a file: whole lines, tab-separated, nothing cut
+        sys.stdout.write("\n".join("\t".join(row) for row in [cols, *rows]) + "\n")
+        return
     from rich.table import Table
 
     t = Table(box=None, show_edge=False)
-    for col in ("run", "kind", "env", "model", "status", "rollouts", "errors", "mean reward", "started"):
-        t.add_column(col, justify="right" if col in ("rollouts", "errors", "mean reward") else "left")
-    for r in runs:
-        t.add_row(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
-                  fnum(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])))
-    console.print(t)
+    for col in cols:
+        # The run id is what gets copied: never cut; the other text columns fold onto more lines.
+        t.add_column(col, justify="right" if col in ("rollouts", "errors", "mean reward") else "left",
+                     no_wrap=col in ("run", "started"), overflow="fold",
+                     min_width=max(len(r[0]) for r in rows) if col == "run" else None)
+    for row in rows:
+        t.add_row(*row)
+    console.print(t, soft_wrap=False)
 
 
 def show_run(store: Any, run_id: str, as_json: bool) -> None:
@@ -114,7 +122,7 @@ def print_transcript(r: dict[str, Any]) -> None:
             body += f"\n→ {fn.get('name')}({fn.get('arguments')})"
         title = role + (f" ({m.get('name')})" if m.get("name") else "")
         console.print(Panel(body or "[dim](empty)[/]", title=title, title_align="left",
-                            border_style=colors.get(role, "white"), expand=True), markup=False)
+                            border_style=colors.get(role, "white"), expand=True), markup=False, soft_wrap=False)
     console.print(f"answer: {r['answer']!r}")
     for name, v in (r.get("rewards") or {}).items():
         console.print(f"  reward {name} = {v:.3f}")

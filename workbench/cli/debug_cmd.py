@@ -37,7 +37,7 @@ def print_turn(turn: Any, cost_known: bool) -> None:
             body += f"\n→ {fn.get('name')}({fn.get('arguments')})"
         title = role + (f" ({m.get('name')})" if m.get("name") else "")
         console.print(Panel(body or "(empty)", title=title, title_align="left", border_style=colors.get(role, "white"),
-                            expand=True), markup=False)
+                            expand=True), markup=False, soft_wrap=False)
 
 
 def print_result(session: Any) -> None:
@@ -133,7 +133,8 @@ def print_turn_prompt(session: Any) -> None:
     for m in _prompt(session):
         role = str(m.get("role", "?"))
         console.print(Panel(content_text(m.get("content")) or "(empty)", title=role, title_align="left",
-                            border_style="magenta" if role == "system" else "blue", expand=True), markup=False)
+                            border_style="magenta" if role == "system" else "blue", expand=True), markup=False,
+                      soft_wrap=False)
 
 
 COMMANDS = [debug_command]
