@@ -311,6 +311,10 @@ class DebugSession:
         from workbench.analysis.report import run_summary
 
         store = self.store
+        if status == "interrupted" and not store.conn.execute(
+                "SELECT 1 FROM rollout WHERE run_id=? LIMIT 1", (self.run_id,)).fetchone():
+            store.delete_run(self.run_id)  # stopped before its rollout finished: nothing to keep or show
+            return
         store.update_run(self.run_id, status=status, error=self.error, finished_at=time.time())
         summary = run_summary(store, self.run_id)
         summary["unpriced"] = self.price is None

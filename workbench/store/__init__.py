@@ -91,6 +91,22 @@ class Store:
         sets = ", ".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE run SET {sets} WHERE id=?", (*fields.values(), run_id))
 
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run that holds no rollout (a debug session stopped before its rollout finished), with
+        its cost events and training records."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            if c.execute("SELECT 1 FROM rollout WHERE run_id=? LIMIT 1", (run_id,)).fetchone():
+                raise ValueError(f"run {run_id} holds rollouts; it is never deleted")
+            for table in ("cost_event", "train_metric"):
+                c.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM run WHERE id=?", (run_id,))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
     def get_run(self, run_id: str) -> dict[str, Any]:
         row = self.conn.execute("SELECT * FROM run WHERE id=?", (run_id,)).fetchone()
         if row is None:
