@@ -1,8 +1,11 @@
-"""The ``workbench.tokenizers`` plugin ``transformers``: a model's tokenizer loaded offline with
-``AutoTokenizer``, and where a served model's tokenizer is (the embedded server's own resolution)."""
+"""The ``workbench.tokenizers`` plugin ``transformers``: a model's tokenizer loaded offline, and where a
+served model's tokenizer is (the embedded server's own resolution). A local model folder with a
+``tokenizer.json`` and a chat template loads through :mod:`local_runtime.models.fast_tokenizer` in
+milliseconds; anything else through transformers' ``AutoTokenizer``."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from workbench.errors import ConfigError
@@ -13,6 +16,16 @@ class TransformersTokenizers:
 
     def load(self, name_or_path: str) -> Any:
         """The tokenizer of a local model path or HF id (offline: never downloads)."""
+        from pathlib import Path
+
+        from local_runtime.models.fast_tokenizer import FastTokenizer, Unsupported
+
+        # WORKBENCH_TOKENIZER_BACKEND=transformers takes the slow path always (scripts/bench_tokens.py compares)
+        if Path(name_or_path).is_dir() and os.environ.get("WORKBENCH_TOKENIZER_BACKEND") != "transformers":
+            try:
+                return FastTokenizer(Path(name_or_path))
+            except Unsupported:
+                pass
         try:
             from transformers import AutoTokenizer
         except ImportError:

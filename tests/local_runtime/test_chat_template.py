@@ -111,3 +111,48 @@ def test_held_back() -> None:
     assert held_back("hello world and more", ["world"]) == len(" and more") + len("world")
     assert held_back("abc", ["xyz"]) == 0
     assert held_back("ok <tool", [TOOL_OPEN]) == len("<tool")
+
+
+CONVERSATIONS = [
+    ([{"role": "user", "content": "hi"}], None),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3? ünïcode ✓"}], None),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"},
+      {"role": "assistant", "content": None, "tool_calls": [
+          {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "snowy"}], [WEATHER]),
+]
+
+
+@pytest.mark.parametrize("gen", [True, False])
+@pytest.mark.parametrize("case", range(len(CONVERSATIONS)))
+def test_the_fast_tokenizer_renders_and_decodes_exactly_as_transformers(tok: Any, tiny_dir: Path, case: int,
+                                                                        gen: bool) -> None:
+    """The token views load the tokenizer without transformers (milliseconds instead of seconds): the same
+    template, the same tokens, the same text, or the re-render check would invent mismatches."""
+    from local_runtime.models.fast_tokenizer import FastTokenizer
+
+    fast = FastTokenizer(tiny_dir)
+    messages, tools = CONVERSATIONS[case]
+    msgs = normalize_messages(messages)
+    want = list(tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=gen, tokenize=True,
+                                        return_dict=False))
+    got = fast.apply_chat_template(msgs, tools=tools, add_generation_prompt=gen, tokenize=True, return_dict=False)
+    assert got == want
+    assert fast.apply_chat_template(msgs, tools=tools, add_generation_prompt=gen, tokenize=False) == \
+        tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=gen, tokenize=False)
+    assert [fast.decode([t]) for t in want] == [tok.decode([t]) for t in want]
+    assert fast.decode(want) == tok.decode(want)
+
+
+def test_the_plugin_loads_the_fast_tokenizer_for_a_local_model_and_refuses_none(tiny_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    from local_runtime.models.fast_tokenizer import FastTokenizer, Unsupported
+    from local_runtime.models.tokenizers import TOKENIZERS
+
+    assert isinstance(TOKENIZERS.load(str(tiny_dir)), FastTokenizer)
+    bare = tmp_path / "no-template"
+    bare.mkdir()
+    (bare / "tokenizer.json").write_text((tiny_dir / "tokenizer.json").read_text())
+    with pytest.raises(Unsupported, match="no chat template"):
+        FastTokenizer(bare)
