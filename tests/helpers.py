@@ -127,6 +127,11 @@ class MockServer:
         with urllib.request.urlopen(f"{self.root}/stats", timeout=30) as resp:
             return int(json.loads(resp.read())["requests"])
 
+    def bodies(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat requests the server received, oldest first (not in ``instant`` mode)."""
+        with urllib.request.urlopen(f"{self.root}/requests", timeout=30) as resp:
+            return list(json.loads(resp.read())["requests"])
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -119,5 +119,4 @@ def test_without_a_modal_token_nothing_is_launched(tmp_path: Path, env: dict[str
                      "--budget", "1000000", "--db", db], env)
     assert out.rc == 2 and "workbench login modal" in out.stderr and "Traceback" not in out.stderr
     assert "never run on Modal" in out.stderr  # said before anything else happens
-    if db.exists():
-        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM run").fetchone()[0] == 0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM run").fetchone()[0] == 0  # the store has no run

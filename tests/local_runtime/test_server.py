@@ -85,7 +85,7 @@ def test_logprobs_and_top_logprobs(client: Any) -> None:
 
 
 def test_return_token_ids_decode_to_text(client: Any, tok: Any) -> None:
-    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "Hi"}], max_tokens=20,
+    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "Hi"}], max_tokens=64,
                                        seed=5, extra_body={"return_token_ids": True})
     c = r.choices[0]
     ids = c.model_extra["token_ids"]
@@ -93,8 +93,8 @@ def test_return_token_ids_decode_to_text(client: Any, tok: Any) -> None:
     prompt_ids = r.model_extra["prompt_token_ids"]
     assert tok.decode(prompt_ids) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert r.usage.prompt_tokens == len(prompt_ids) and r.usage.completion_tokens == len(ids)
-    if c.finish_reason == "stop":
-        assert ids[-1] == tok.eos_token_id  # the end-of-turn token is kept for training
+    assert c.finish_reason == "stop", c  # the tiny model ends its turn well within max_tokens
+    assert ids[-1] == tok.eos_token_id  # the end-of-turn token is kept for training
 
 
 def test_prompt_logprobs(client: Any) -> None:
@@ -199,22 +199,17 @@ async def test_concurrent_requests_are_batched(aclient: Any, server: str) -> Non
 
 
 async def test_event_loop_stays_responsive_during_generation(aclient: Any, server: str) -> None:
-    """Generation runs on a worker thread: /health answers at once while a long batch is running."""
-    import time
-
+    """Generation runs on a worker thread: /health answers, again and again, while a long batch is running
+    (how fast it answers is scripts/bench_server.py's to measure)."""
     loop = asyncio.get_running_loop()
     long = asyncio.create_task(aclient.chat.completions.create(
         model=SERVED, messages=ARITH, max_tokens=800, extra_body={"ignore_eos": True}))
-    worst = 0.0
-    for _ in range(50):
-        t0 = time.perf_counter()
-        h = await loop.run_in_executor(None, get_json, server + "/health")
-        if h["running"]:
-            worst = max(worst, time.perf_counter() - t0)
-        if long.done():
-            break
-        await asyncio.sleep(0.05)
-    assert worst and worst < 0.5
+    during = 0
+    while not long.done():
+        h = await loop.run_in_executor(None, get_json, server + "/health")  # get_json's 5 s timeout: a hang guard
+        during += bool(h["running"]) and not long.done()
+        await asyncio.sleep(0.02)
+    assert during >= 3, during
     r = await long
     assert r.usage.completion_tokens == 800 and r.choices[0].finish_reason == "length"
 

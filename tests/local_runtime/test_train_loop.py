@@ -155,10 +155,12 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
     dry = _train(tmp_path, "arithmetic", "--dry-run", "--trainer.lr", "3e-4", "--sync")
     assert dry.returncode == 0 and "lr = 0.0003" in dry.stdout and "sync = true" in dry.stdout
     assert "async_level = 0" in dry.stdout
-    # Nothing was written for the failed runs except what they recorded.
-    if (tmp_path / "wb.db").exists():
-        con = sqlite3.connect(tmp_path / "wb.db")
-        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # Nothing was written for the failed runs except what they recorded: the one that got as far as building
+    # the trainer (bad_target) is a failed run; the others stopped at their configuration, before any run.
+    assert (tmp_path / "wb.db").is_file()
+    con = sqlite3.connect(tmp_path / "wb.db")
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert con.execute("SELECT kind, status FROM run").fetchall() == [("train", "failed")]
 
 
 @pytest.mark.parametrize(("args", "line"), [

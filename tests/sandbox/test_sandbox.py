@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +68,13 @@ async def test_pool_warm_acquire_and_reset(runtime_kind: str) -> None:
         await sb.close()
         with pytest.raises(RuntimeError):
             await sb.exec("true")
-        times = []
-        for i in range(12):
+        for i in range(12):  # how fast a warm acquire is: scripts/bench_sandbox.py measures it
             await asyncio.sleep(0.15 if runtime_kind == "docker" else 0.02)  # the reset runs in the background
-            t0 = time.perf_counter()
             sb = await pool.acquire(f"pooltest.{i}.1")
-            times.append(time.perf_counter() - t0)
             r = await sb.exec("ls -A /work /tmp; ps -eo args 2>/dev/null | grep -c '[s]leep 300' || true")
             assert "left.txt" not in r.stdout and "tmpfile" not in r.stdout, r
             assert r.stdout.strip().splitlines()[-1] == "0", r  # the background process did not survive
             await sb.close()
-        p50 = statistics.median(times)
-        assert p50 < 0.1, f"warm acquire p50 {p50 * 1000:.1f} ms"
         assert pool.stats.acquired == 13 and pool.stats.sandbox_seconds > 0
 
 

@@ -228,6 +228,8 @@ async def test_a_zygote_killed_from_inside_only_costs_speed(runtime_kind: str) -
         assert r.ok, r
         if runtime_kind == "docker":
             assert "killed" not in r.stdout, r  # the zygote runs as root there: out of the commands' reach
+        else:
+            assert r.stdout == "killed\n", r  # the sandbox user's own process under bubblewrap: killed
         for _ in range(3):
             r = await sb.exec(["python3", "-c", "print(6 * 7)"])
             assert r.ok and r.stdout == "42\n", r
@@ -308,9 +310,8 @@ def test_warm_python_settings_are_checked_and_carried_by_runtime_swaps() -> None
     assert swap_runtime("local", wb.Docker(warm_python=["json"])).warm_python == ["json"]
 
 
-def test_a_zygote_with_threads_is_never_forked_from() -> None:
-    """A preloaded module that starts threads makes the zygote unforkable (it then reports not ready and every
-    command starts the usual way): the count is the kernel's, so threads started outside Python count too."""
+def test_the_thread_count_is_the_kernels() -> None:
+    """The zygote's thread check counts the kernel's threads, so threads started outside Python count too."""
     import threading
 
     before = os_threads()
@@ -322,3 +323,104 @@ def test_a_zygote_with_threads_is_never_forked_from() -> None:
     finally:
         stop.set()
         t.join()
+
+
+# Modules for the zygote to preload: one starts a thread on import (as a BLAS pool would), one does not.
+THREADED_MODULE = ("import threading\n"
+                   "_stop = threading.Event()\n"
+                   "threading.Thread(target=_stop.wait, name='wb-preloaded', daemon=True).start()\n")
+QUIET_MODULE = "VALUE = 42\n"
+
+
+def _zygote_reports(tmp_path: Any, module: str) -> tuple[int, int]:
+    """Start ``warm.py`` as the agent does (its program, then its configuration, on stdin; the socket on
+    fd 3), but on an interpreter that finds ``module`` in ``tmp_path``; its ``R`` report: (ready, imported)."""
+    import marshal
+    import socket
+    import subprocess
+
+    from local_runtime.sandbox.channel import agent_source, warm_source
+    from local_runtime.sandbox.warm import HEAD
+
+    program = warm_source().encode()
+    boot = (f"import os\nb=b''\nwhile len(b)<{len(program)}:\n c=os.read(0,{len(program)}-len(b))\n"
+            " if not c:raise SystemExit(3)\n b+=c\nexec(compile(b,'wb-warm','exec'))")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    on_fd3 = "import os, sys; os.dup2(int(sys.argv[1]), 3); os.execv(sys.executable, [sys.executable, '-S', '-c', sys.argv[2]])"
+    proc = subprocess.Popen([sys.executable, "-c", on_fd3, str(theirs.fileno()), boot],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=[theirs.fileno()],
+                            env={"PYTHONPATH": str(tmp_path), "LC_ALL": "C.UTF-8", "PATH": os.environ["PATH"]})
+    theirs.close()
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(program + marshal.dumps({"modules": [module], "agent": agent_source().decode()}, 2))
+        proc.stdin.close()
+        ours.settimeout(30)
+        reports = [HEAD.unpack(ours.recv(HEAD.size)) for _ in range(2)]
+        assert [kind for kind, _, _ in reports] == [b"A", b"R"], reports
+        return reports[1][1], reports[1][2]
+    finally:
+        proc.kill()
+        proc.wait()
+        ours.close()
+
+
+def test_a_zygote_whose_modules_started_threads_never_reports_ready(tmp_path: Any) -> None:
+    (tmp_path / "wb_threaded_mod.py").write_text(THREADED_MODULE)
+    (tmp_path / "wb_quiet_mod.py").write_text(QUIET_MODULE)
+    assert _zygote_reports(tmp_path, "wb_quiet_mod") == (1, 7)  # its six own modules and ours: forkable
+    assert _zygote_reports(tmp_path, "wb_threaded_mod") == (0, 7)  # imported, but a thread runs: not ready
+
+
+FORK_PROBE = r'''
+import json, os, sys
+parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read()
+print(json.dumps({"from_zygote": b"wb-warm" in parent, "preloaded": sorted(m for m in sys.modules if m.startswith("wb_")),
+                  "argv": sys.argv[1:], "input": sys.stdin.read()}))
+'''
+# The zygote's pid, its thread count and its (main thread's) state; the grep finds its forked children too.
+ZYGOTE_STATE = ("for p in /proc/[0-9]*; do grep -q 'wb-w[a]rm' $p/cmdline 2>/dev/null && "
+                "echo ${p#/proc/} $(ls $p/task | wc -l) $(cut -d' ' -f3 $p/stat); done; true")
+
+
+async def test_commands_start_the_usual_way_beside_a_zygote_with_threads(docker_client: Any, tmp_path: Any) -> None:
+    """End to end: a preloaded module that starts a thread leaves the zygote unforkable, and every command
+    runs as usual, from the agent (its parent is not the zygote, the module is not in it). The control: the
+    same image and probe with a module that starts no thread are forked from the zygote.
+
+    Docker only: the zygote runs ``python3 -I -S``, whose path under bubblewrap is the host's read-only
+    ``/usr``, where a test cannot add a module; an image can have one (the host-side check of the zygote's
+    refusal is the test above)."""
+    (tmp_path / "wb_threaded_mod.py").write_text(THREADED_MODULE)
+    (tmp_path / "wb_quiet_mod.py").write_text(QUIET_MODULE)
+    (tmp_path / "Dockerfile").write_text(
+        "FROM workbench-sandbox:1\nCOPY wb_threaded_mod.py wb_quiet_mod.py /opt/wbmods/\n"
+        "RUN python3 -I -S -c \"import os, shutil; [shutil.copy('/opt/wbmods/' + n, os.path.dirname(os.__file__)) "
+        "for n in os.listdir('/opt/wbmods')]\"\n")
+    seen = {}
+    for module in ("wb_quiet_mod", "wb_threaded_mod"):
+        rt = wb.Docker(dockerfile="Dockerfile", warm_python=[module])
+        async with rt.sandbox(env_dir=tmp_path) as sb:
+            await sb.write_file("probe.py", FORK_PROBE)
+            for _ in range(200):  # until the zygote has imported the module and waits on its socket
+                state = (await sb.exec(ZYGOTE_STATE)).stdout.split()
+                if state[:1] and state[1] == ("2" if module == "wb_threaded_mod" else "1") and state[2] == "S":
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(f"the zygote never settled: {state}")
+            await sb.exec("true")  # one more round trip: the agent has read the zygote's report by now
+            results = []
+            for cmd in (["python3", "probe.py", "a b", "c"], "python3 probe.py a"):
+                r = await sb.exec(cmd, stdin="in put")
+                assert r.ok and r.stderr == "", (module, cmd, r)
+                results.append(_probe(r.stdout))
+            r = await sb.exec(["python3", "-c", "import sys; print('out'); sys.exit(3)"])
+            assert (r.exit_code, r.stdout) == (3, "out\n"), (module, r)
+            r = await sb.exec(["python3", "-c", "raise KeyError('boom')"])
+            assert r.exit_code == 1 and r.stderr.rstrip().endswith("KeyError: 'boom'"), (module, r)
+            seen[module] = results
+    assert [x["argv"] for x in seen["wb_threaded_mod"]] == [["a b", "c"], ["a"]]
+    assert all(x["input"] == "in put" for x in seen["wb_threaded_mod"])
+    assert [(x["from_zygote"], x["preloaded"]) for x in seen["wb_quiet_mod"]] == [(True, ["wb_quiet_mod"])] * 2
+    assert [(x["from_zygote"], x["preloaded"]) for x in seen["wb_threaded_mod"]] == [(False, [])] * 2

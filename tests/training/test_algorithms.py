@@ -1,11 +1,15 @@
-"""Advantage math of the algorithms on hand-made groups (no torch)."""
+"""Advantage math of the algorithms on hand-made groups, and on a real run's (no torch)."""
 
 from __future__ import annotations
 
 import math
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from tests.helpers import CliResult, MockServer, last_json
 from workbench.errors import ConfigError
 from workbench.rollouts.trace import Trace
 from workbench.training.algorithms import (
@@ -16,6 +20,7 @@ from workbench.training.algorithms import (
     parse_prompt_logprobs,
     teacher_request,
 )
+from workbench.training.data import load_rollouts
 
 
 def rollout(i: int, reward: float | None, group: str = "run:0", status: str = "ok", n_prompt: int = 2,
@@ -78,11 +83,40 @@ def test_errors_and_tokenless_rollouts_are_left_out_and_counted() -> None:
     assert advantages_of(out, "r0")[-1] == pytest.approx(0.5)  # baseline over the two good rollouts only
 
 
-def test_group_rewards_flow_into_advantages() -> None:
-    # the rubric already folded a group bonus into `reward`: a shorter correct answer (1.0 + 0.2) beats a longer one
-    out = make_algorithm("grpo", scale_by_std=False).process([[rollout(0, 1.2), rollout(1, 1.0), rollout(2, 0.0)]])
-    a = [advantages_of(out, f"r{i}")[-1] for i in range(3)]
-    assert a[0] > a[1] > a[2]
+def test_group_rewards_flow_into_advantages(mock_server: Callable[..., MockServer], cli: Callable[..., CliResult],
+                                            write_env: Callable[..., Path], store_path: Path) -> None:
+    """A real run of a rubric with a group reward (the shortest correct answer of the group earns a bonus),
+    read back from the store as training input: the bonus is in the rewards, so in the advantages; were it
+    ignored, the two correct answers would tie."""
+    env = write_env('''
+        import workbench as wb
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.reward
+            def correct(completion: str, answer: str) -> float:
+                return float(answer in completion)
+            @rubric.group_reward(weight=0.5)
+            def shortest_correct(completions: list, answers: list) -> list:
+                right = [len(c) for c, a in zip(completions, answers) if a in c]
+                return [float(a in c and len(c) == min(right)) for c, a in zip(completions, answers)]
+            return wb.Environment(name="grouped", tasks=wb.TaskSet.from_records([{"prompt": "2 + 2?", "answer": "4"}]),
+                                  harness=wb.SingleTurn(), rubric=rubric)
+        ''')
+    mock = mock_server("script", "--tokens", script=["The answer is 4", "4", "5"])
+    res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "-r", "3", "-c", "1", "--json")
+    assert res.rc == 0, res.stderr
+    run_id = last_json(res.stdout)["run_id"]
+    db = sqlite3.connect(store_path)
+    completion = dict(db.execute("SELECT id, completion FROM rollout WHERE run_id = ?", (run_id,)).fetchall())
+    rollouts, _ = load_rollouts(db, run_id)
+    [group] = group_rollouts(rollouts)
+    reward = {completion[r.id]: r.reward for r in group}
+    assert reward == {"The answer is 4": 1.0, "4": 1.5, "5": 0.0}, reward  # correct + 0.5 x the group bonus
+    out = make_algorithm("grpo", scale_by_std=False).process([group])
+    mean = 2.5 / 3
+    for r in group:
+        assert advantages_of(out, r.id) == pytest.approx([0.0] * r.branches[0].mask.count(0) + [reward[completion[r.id]] - mean]
+                                                         * r.branches[0].mask.count(1)), completion[r.id]
 
 
 def test_sft_threshold_and_gold() -> None:

@@ -85,10 +85,9 @@ async def test_a_rollout_past_its_limit_is_cut_at_it_and_the_worker_goes_on(tmp_
     assert [(i, st, kind) for i, st, kind, *_ in rows] == [
         (0, "error", "timeout"), (1, "ok", None), (2, "error", "timeout"), (3, "ok", None)]
     assert [r[3] for r in rows] == [None, 1.0, None, 1.0]
-    for _, st, _, _, duration, _ in rows:
-        if st == "error":
-            assert 0.3 <= duration < 0.6, "cut within the watchdog's tick of the limit"
-    assert wall < 5
+    for i in (0, 2):  # cut at the limit, not when the harness's 30 s sleep ends (the upper bound: a hang guard)
+        assert 0.3 <= rows[i][4] < 3, rows[i]
+    assert wall < 20  # a hang guard: far under the 60 s the two sleeps would hold the worker
 
 
 async def test_a_harness_that_swallows_its_cancellation_still_times_out(tmp_path: Path) -> None:
@@ -99,16 +98,18 @@ async def test_a_harness_that_swallows_its_cancellation_still_times_out(tmp_path
 
 
 async def test_a_timeout_the_harness_sets_itself_is_the_rollouts_timeout(tmp_path: Path) -> None:
-    _, rows, _ = await run(tmp_path, ["own-timeout", "nested"], timeout=0.4)
-    assert [(st, kind) for _, st, kind, *_ in rows] == [("error", "timeout"), ("error", "timeout")]
-    assert rows[0][4] < 0.3, "the harness's own 50 ms timeout, not the rollout's"
-    assert rows[1][4] >= 0.4
+    _, own, _ = await run(tmp_path / "own", ["own-timeout"], timeout=10)
+    assert [(st, kind) for _, st, kind, *_ in own] == [("error", "timeout")]
+    assert own[0][4] < 5, "the harness's own 50 ms timeout, not the rollout's 10 s"
+    _, nested, _ = await run(tmp_path / "nested", ["nested"], timeout=0.4)
+    assert [(st, kind) for _, st, kind, *_ in nested] == [("error", "timeout")]
+    assert nested[0][4] >= 0.4  # the inner timeout did not fire: the rollout's did
 
 
 async def test_an_outside_cancellation_is_not_a_timeout(tmp_path: Path) -> None:
     engine, rows, wall = await run(tmp_path, ["quick", "sleep", "sleep"], timeout=20, concurrency=3,
                                    cancel_after=0.3)
-    assert wall < 5
+    assert wall < 10  # a hang guard: the cancellation ends it at once, not at the 20 s timeout
     assert engine.counters.failed == 0
     # the finished rollout is kept; the two cut by the cancellation are not written at all (not as timeouts)
     assert [(i, st, kind) for i, st, kind, *_ in rows] == [(0, "ok", None)]

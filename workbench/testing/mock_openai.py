@@ -17,6 +17,11 @@ without their last word, as a template that strips content would (a multi-turn t
 Failure knobs: ``--fail-first K --fail-status S`` (the first K requests fail with S, then succeed),
 ``--require-key KEY`` (401 without it), ``--models a,b`` (404 for other models).
 
+What it received: ``GET /stats`` answers ``{"requests": N}`` (chat requests so far) and ``GET /requests``
+answers ``{"requests": [body, ...]}``, the JSON bodies of the chat requests it received, oldest first, as
+sent (so a test can check what a client, or a proxy in front of the mock, really sent). Bodies are kept in
+every mode but ``instant`` (the benchmarks' mode, where they would only pile up); there the list is empty.
+
 Run: ``python -m workbench.testing.mock_openai --port 0`` prints ``READY <port>`` on stdout.
 """
 
@@ -101,10 +106,15 @@ class MockOpenAI:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/stats", self.stats)
+        app.router.add_get("/requests", self.received)
         return app
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": self.requests})
+
+    async def received(self, request: web.Request) -> web.Response:
+        """The chat request bodies received so far (kept unless the mode is ``instant``)."""
+        return web.Response(body=orjson.dumps({"requests": self.bodies}), content_type="application/json")
 
     async def list_models(self, request: web.Request) -> web.Response:
         if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
