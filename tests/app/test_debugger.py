@@ -22,7 +22,6 @@ from workbench.analysis.token_render import BAND_STYLES, MARK_STYLE, render_repo
 from workbench.analysis.token_report import build_report
 from workbench.authoring.rubric import Scores
 from workbench.authoring.tasks import Task
-from workbench.rollouts.render import load_tokenizer
 from workbench.rollouts.rollout import ModelCall, Usage
 from workbench.rollouts.trace import Trace
 from workbench.store import RolloutRecord, Store
@@ -99,7 +98,14 @@ async def test_errors_are_notifications(make_app: Callable[..., WorkbenchApp], c
         app.open_debugger(env_spec="arithmetic")
         dbg.query_one("#dbg-task", Input).value = "-2"
         await pilot.press("n")
-        await wait_until(pilot, lambda: "--task must be 0 or more" in _notes(app), what="the bad task")
+        await wait_until(pilot, lambda: "task must be 0 or more" in _notes(app), what="the bad task")
+
+        dbg.query_one("#dbg-task", Input).value = "99999"
+        await pilot.press("n")
+        await wait_until(pilot, lambda: "task 99999 is out of range" in _notes(app), what="the task out of range")
+        assert "--" not in _notes(app)  # said the app's way: the field is "task #", not a --task flag
+        await wait_until(pilot, lambda: not dbg.busy, what="the failed start to end")
+        await pilot.press("x")  # drop the failed rollout
 
         dbg.query_one("#dbg-task", Input).value = "1"
         await pilot.press("n")
@@ -111,6 +117,13 @@ async def test_errors_are_notifications(make_app: Callable[..., WorkbenchApp], c
 
 # -- the token view of a stored rollout ---------------------------------------------------------
 MESSAGES = [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is 2 + 3?"}]
+
+
+def _hf_tokenizer(path: Path) -> Any:
+    """transformers' tokenizer, for building the scenarios (the app's own view loads its fast one)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
 def _forced_mismatch_rollout(tok: Any, model: str) -> RolloutRecord:
@@ -144,7 +157,7 @@ def mismatch_store(store_file: Path, tiny_dir: Path) -> str:
         store.create_run("1114-cccccc", kind="eval", env_name="adder", model=str(tiny_dir), status="completed",
                          config={"env": "arithmetic"})
         w = store.writer()
-        w.submit([_forced_mismatch_rollout(load_tokenizer(str(tiny_dir)), str(tiny_dir))])
+        w.submit([_forced_mismatch_rollout(_hf_tokenizer(tiny_dir), str(tiny_dir))])
         w.close()
     finally:
         store.close()
@@ -179,7 +192,7 @@ async def test_token_view_of_a_stored_rollout_marks_the_mismatch(make_app: Calla
 
 
 def test_sampled_tokens_are_coloured_by_logprob_band(tiny_dir: Path) -> None:
-    tok = load_tokenizer(str(tiny_dir))
+    tok = _hf_tokenizer(tiny_dir)
     rec = _forced_mismatch_rollout(tok, str(tiny_dir))
     text = render_report(build_report(rec.trace, tok))
     sampled = rec.trace.nodes[1]

@@ -103,7 +103,9 @@ async def test_continuation_keeps_a_non_canonical_reply_exact(server: str, tiny_
     """A reply sampled as single-character tokens would re-render as other tokens; the follow-up
     call sent through token continuation keeps the sampled ids, and the server's own re-render
     (the route without continuation) does not."""
-    tok = load_tokenizer(str(tiny_dir))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir), local_files_only=True)  # its vocabulary API, for the scenario
     rendered = list(tok.apply_chat_template(ARITH, add_generation_prompt=True, tokenize=True, return_dict=False))
     chars = tok.convert_tokens_to_ids(list("twelve"))
     assert tok.unk_token_id not in chars and chars != tok("twelve", add_special_tokens=False)["input_ids"]
