@@ -32,6 +32,7 @@ class EnvState:
     latest: dict[str, Any] | None = None  # the newest run of this env (a list_runs row)
     report: ValidationReport | None = None
     report_error: str = ""
+    report_files: str = ""  # the hash of the files the report (or its error) is of: a reload of others drops it
     loaded_version: str = ""  # the version of the last successful load (a reload to another re-scores)
     rescore: RescoreResult | None = None  # the latest re-score of its stored rollouts
     rescoring: tuple[int, int] | None = None  # (done, total) while one runs
@@ -49,6 +50,7 @@ class LoadResult:
     message: str
     tasks: int | None
     reloaded: bool = False  # a reload of an env already loaded (its files may have been edited)
+    files: str = ""  # the hash of the files loaded (``EnvRef.version``; ``version`` may be the env's own)
 
 
 def env_spec(ref: EnvRef) -> str:
@@ -80,15 +82,15 @@ def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
     try:
         env = discovery.load_ref(ref, reload=reload)
     except WorkbenchError as e:
-        return LoadResult(ref.name, version, "error", str(e), None, reload)
+        return LoadResult(ref.name, version, "error", str(e), None, reload, version)
     except (Exception, SystemExit) as e:  # a bug in the env beyond what discovery wraps
-        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None, reload)
+        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None, reload, version)
     try:
         n: int | None = len(env.tasks)
     except Exception:
         n = None
     desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
-    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload)
+    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload, version)
 
 
 def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,
@@ -105,16 +107,37 @@ def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,
                                       progress=progress))
 
 
-def watch_dirs(refs: list[EnvRef]) -> list[Path]:
-    """Directories to watch for hot reload: each env's folder plus the user env folders."""
+def _watchable(d: Path) -> Path | None:
+    """``d`` if it exists; else ``d`` created (the first environment made there must hot reload too);
+    else, where it cannot be created, its nearest existing ancestor below the home folder (the
+    watch reports ``d`` when it appears). None when there is nothing sensible to watch."""
+    if d.is_dir():
+        return d.resolve()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        return d.resolve()
+    except OSError:
+        pass
+    home = Path.home().resolve()
+    for parent in d.parents:
+        if parent.is_dir():
+            parent = parent.resolve()
+            return parent if home in parent.parents else None
+    return None
+
+
+def watch_dirs(refs: list[EnvRef], user_dirs: list[Path] | None = None) -> list[Path]:
+    """Directories to watch for hot reload: each env's folder plus the user env folders
+    (``user_dirs``, default :func:`workbench.config.paths.user_env_dirs`), created if missing."""
     dirs: set[Path] = set()
     for r in refs:
         if r.path is None or r.origin == "installed":
             continue
         dirs.add((r.path if r.path.is_dir() else r.path.parent).resolve())
-    for d in paths.user_env_dirs():
-        if d.is_dir():
-            dirs.add(d.resolve())
+    for d in paths.user_env_dirs() if user_dirs is None else user_dirs:
+        w = _watchable(d)
+        if w is not None:
+            dirs.add(w)
     # A recursive watch on a parent covers its children.
     return sorted(d for d in dirs if not any(p != d and p in d.parents for p in dirs))
 

@@ -1,9 +1,43 @@
-"""The app's formatting: the shared helpers (``workbench.format``) and the app's own colours."""
+"""The app's formatting: the shared helpers (``workbench.format``) and the app's own colours and wording."""
 
 from __future__ import annotations
+
+import re
 
 from workbench.format import clip, fcost, fnum, fpath, ftime
 
 ROLE_COLORS = {"system": "magenta", "user": "dodger_blue1", "assistant": "green", "tool": "yellow"}
 
-__all__ = ["ROLE_COLORS", "clip", "fcost", "fnum", "fpath", "ftime"]
+#: The CLI's advice, as the app gives it (the workbench errors are written for the command line).
+#: (pattern, replacement); ``{settings}`` is the settings file, where the app reads base_url and model.
+_FOR_APP: list[tuple[str, str]] = [
+    (r"--task (\d+) is out of range", r"task \1 is out of range"),
+    (r"[.;,]? ?[Pp]ick another name or --dir", ". Pick another name"),
+    (r"--dir takes a folder", "pick a folder"),
+    (r"choose a writable --dir", "choose a writable folder"),
+    (r"check --base-url and", "check base_url in {settings} and"),
+    (r"--base-url needs a model name too: pass -m MODEL", "base_url needs a model name too: set model in {settings}"),
+    (r"no --base-url given", "no base_url set"),
+    (r"or pass --base-url URL -m MODEL", "or set base_url and model in {settings}"),
+    (r"--base-url ('[^']*')", r"base_url \1"),
+    (r"\(--max-steps (\d+)\)", r"(max steps \1)"),
+    (r"raise --budget", "raise the budget"),
+    (r"or pass another --db", "or open the app on another store (workbench --db PATH)"),
+    (r"pass another --db", "open the app on another store (workbench --db PATH)"),
+    (r"pass the --db of an existing store", "open the app on an existing store (workbench --db PATH)"),
+    (r"--base-url", "base_url"),  # whatever else names the flags: the settings the app reads instead
+    (r"--task\b", "task"),  # the Debugger's task # field
+]
+
+
+def for_app(message: str) -> str:
+    """``message`` (a workbench error, worded for the CLI) with its flag advice said the app's way."""
+    from workbench.config.settings import settings_path
+
+    settings = fpath(settings_path())
+    for pattern, replacement in _FOR_APP:
+        message = re.sub(pattern, replacement.replace("{settings}", settings), message)
+    return message
+
+
+__all__ = ["ROLE_COLORS", "clip", "fcost", "fnum", "for_app", "fpath", "ftime"]

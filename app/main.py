@@ -95,9 +95,23 @@ class WorkbenchApp(App[None]):
         return self.store.path
 
     def on_mount(self) -> None:
-        self.sub_title = fpath(self.db_path)
+        self.sub_title = fpath(self.db_path) + (" (read-only)" if self.store.readonly else "")
         for problem in self.config.problems:
             self.notify(problem, severity="warning", timeout=8)
+        if self.store.readonly:
+            self.notify(f"{fpath(self.db_path)} cannot be written here, so it is open read-only: browse runs, "
+                        "traces and costs; quick eval, launch and live debugging are off until it is writable "
+                        "(its permissions, `chattr -i`, or the mount)", title="read-only store",
+                        severity="warning", timeout=12)
+
+    def require_writable(self, what: str) -> bool:
+        """True if the store can be written; else one clear error saying ``what`` needs it, and False."""
+        if not self.store.readonly:
+            return True
+        self.notify(f"{what} writes to the store, and {fpath(self.db_path)} is read-only here; make it writable "
+                    "(its permissions, `chattr -i`, or the mount) or open the app on another store "
+                    "(workbench --db PATH)", title="read-only store", severity="error", timeout=10)
+        return False
 
     def on_unmount(self) -> None:
         self.store.close()

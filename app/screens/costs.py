@@ -16,13 +16,15 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Input, Label, ProgressBar, Select, Static
+from textual.widgets import DataTable, Header, Input, Label, ProgressBar, Select, Static
 
 from app.config import config_path
-from app.format import fcost, fpath, ftime
+from app.format import fcost, for_app, fpath, ftime
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
 from app.widgets.forecast import ConfigPicker, forecast_text
+from app.widgets.tables import RowTable
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
@@ -84,8 +86,8 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
             yield ConfigPicker("forecast-config", "or a run config TOML path")
             yield Static(Text(FORECAST_HINT, style="dim"), id="forecast-text")
         yield Static("", id="costs-group")
-        yield DataTable(id="costs-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield RowTable(id="costs-table", cursor_type="row", zebra_stripes=True)
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         self.query_one("#forecast", Vertical).border_title = "forecast of a planned run"
@@ -198,7 +200,7 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
                 raise FileNotFoundError(f"config file {config} does not exist")
             result: Any = cloud_forecast(self.workbench_app.store.get().conn, Path(config).expanduser())
         except (WorkbenchError, FileNotFoundError) as e:
-            result = str(e)
+            result = for_app(str(e))
         except Exception as e:  # never a crash: the message goes where the forecast would be
             result = f"{type(e).__name__}: {e}"
         call_ui(self.app, self._show_forecast, gen, config, result)

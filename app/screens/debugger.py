@@ -17,10 +17,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Header, Input, Select, Static
+from textual.widgets import ContentSwitcher, Header, Input, Select, Static
 
 from app.env_state import env_spec
-from app.format import clip
+from app.format import clip, for_app
 from app.loop_thread import LoopThread
 from app.typed import WorkbenchAppMixin
 from app.widgets.debug_panels import (
@@ -32,6 +32,7 @@ from app.widgets.debug_panels import (
     transcript,
     turns_table,
 )
+from app.widgets.footer import WorkbenchFooter
 from app.widgets.token_view import TokenView
 from workbench.errors import WorkbenchError
 from workbench.runs.debug_session import DebugSession
@@ -82,7 +83,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
                 yield Static("", id="dbg-turns", classes="section")
                 yield Static("", id="dbg-scores", classes="section")
                 yield Static("", id="dbg-errors")
-        yield Footer()
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         self.query_one("#dbg-turns").border_title = "turns"
@@ -240,7 +241,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
             # The store handle gives each thread its own connection: the session's is the loop thread's.
             session = self._loop.submit(_make_session(opts, task, store, changed)).result(timeout=10)
         except WorkbenchError as e:
-            self.notify(str(e), title="debugger", severity="error")
+            self.notify(for_app(str(e)), title="debugger", severity="error")
             return None
         except Exception as e:  # the loop is stuck closing the previous rollout, or gone
             self.notify(f"cannot start a rollout now ({type(e).__name__}: {e}); try again", title="debugger",
@@ -273,6 +274,8 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
             self.notify("the rollout has ended; x starts a new one", severity="warning")
             return
         if session is None:
+            if not self.workbench_app.require_writable("a live rollout"):
+                return
             session = self._new_session()
             if session is None:
                 return
@@ -285,7 +288,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         try:
             await asyncio.wrap_future(self._loop.submit(coro))
         except WorkbenchError as e:
-            self.notify(clip(str(e), 300), title="debugger", severity="error", timeout=10)
+            self.notify(clip(for_app(str(e)), 300), title="debugger", severity="error", timeout=10)
         except (asyncio.CancelledError, KeyboardInterrupt):
             pass
         except Exception as e:  # a bug in environment code surfaces here, not as a crash

@@ -46,6 +46,13 @@ class RescoreActions(WorkbenchAppMixin, _Base):
         for runner in self._rescores.values():
             runner.cancel()
 
+    def cancel_rescore(self, st: EnvState) -> None:
+        """Stop ``st``'s running re-score, if any (its result would be of files that changed since)."""
+        runner = self._rescores.pop(st.name, None)
+        if runner is not None:
+            runner.cancel()
+        st.rescoring = None
+
     def action_rescore(self) -> None:
         st = self._selected_loaded()
         if st is not None:
@@ -112,7 +119,7 @@ class RescoreActions(WorkbenchAppMixin, _Base):
         panel = self.query_one(RewardCompare)
         visible = st is not None and (st.rescore is not None or st.rescoring is not None)
         panel.display = visible
-        self.query_one("#env-detail-box").styles.height = panel.styles.height if visible else None
+        self.query_one("#env-bottom").set_class(visible, "-rescore")  # the detail box as tall as the panel
         if st is None or not visible:
             return
         if st.rescore is not None and panel.result is not st.rescore:

@@ -25,9 +25,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.widgets import DataTable, Header, Label, ProgressBar, Static
 
-from app.config import config_path
 from app.env_state import (
     EnvState,
     LoadResult,
@@ -38,12 +37,14 @@ from app.env_state import (
     source_file,
     watch_dirs,
 )
-from app.format import clip, fcost, fnum, fpath
+from app.format import clip, fcost, fnum, for_app, fpath
 from app.screens.env_rescore import RescoreActions
 from app.screens.launch import LaunchRequest, LaunchScreen
 from app.screens.new_env import NewEnvScreen
 from app.store_access import AsyncRunner, call_ui, post_ui
+from app.widgets.footer import WorkbenchFooter
 from app.widgets.reward_compare import RewardCompare
+from app.widgets.tables import RowTable
 from workbench.errors import WorkbenchError
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
@@ -52,7 +53,6 @@ COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("task
 
 class EnvironmentsScreen(RescoreActions, Screen[None]):
     TITLE = "Environments"
-    DEFAULT_CSS = "#env-bottom { height: auto; }"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("v", "validate", "Validate", id="env.validate"),
         Binding("e", "quick_eval", "Eval", id="env.eval"),
@@ -90,11 +90,12 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._eval_counts: tuple[int, int, float, int] = (0, 0, 0.0, 0)
         self._eval_status: tuple[str, int | None, int | None] | None = None
         self._stop_watch: asyncio.Event | None = None
+        self._watching: list[Path] | None = None  # the folders the watcher watches
         self._open_after_scan: Path | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield DataTable(id="env-table", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="env-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="eval-bar"):
             yield Label("", id="eval-label")
             yield ProgressBar(id="eval-progress", show_eta=False)
@@ -102,7 +103,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             with VerticalScroll(id="env-detail-box"):
                 yield Static("loading environments…", id="env-detail")
             yield RewardCompare(id="env-rescore")
-        yield Footer()
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -144,8 +145,14 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             self._ui(self.notify, f"reading runs failed: {e}", severity="error")
         states = [EnvState(r, version=safe_version(r), latest=latest.get(r.name)) for r in refs]
         self._ui(self._apply_scan, states)
-        if self.workbench_app.watch_envs and self._stop_watch is None:
-            self._ui(self._watch, refs)
+        if self.workbench_app.watch_envs:
+            try:
+                dirs = watch_dirs(refs)  # creates a missing user env folder, so its first env is watched
+            except OSError as e:
+                self._ui(self.notify, f"hot reload is off: {e}; press r to reload by hand", severity="warning")
+            else:
+                if dirs != self._watching:  # a new env outside the folders watched joins the watch
+                    self._ui(self._watch, dirs)
         for st in states:
             if st.name not in known or st.name in reload:
                 self._ui(self._apply_load, load_env(st.ref, reload=st.name in known))
@@ -164,6 +171,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             else:
                 self.envs[st.name] = st
                 table.add_row(*self._cells(st), key=st.name)
+        self._refit()
         self._show_detail()
         self._open_created()
 
@@ -175,7 +183,13 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         st.version, st.status, st.message, st.tasks = res.version, res.status, res.message, res.tasks
         if res.status == "ok":
             st.loaded_version = res.version
+        if st.report_files != res.files:  # the validation was of other files: it says nothing now
+            st.report, st.report_error, st.report_files = None, "", ""
+        if res.status == "error":  # its re-score is of a version that no longer loads
+            st.rescore = None
+            self.cancel_rescore(st)
         self._update_row(st)
+        self._refit()  # this row's values may have narrowed or widened the others' room
         self._show_detail()
         if res.status == "error":
             self.notify(f"{res.name}: {clip(res.message, 200)}", title="environment failed to load",
@@ -185,39 +199,73 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         if res.status == "ok" and res.reloaded and before != res.version:
             self._start_rescore(st, quiet=True)  # an edit: show what it does to the stored rollouts
 
-    def _cells(self, st: EnvState) -> list[Any]:
+    @staticmethod
+    def _plain_cells(st: EnvState) -> list[str]:
+        """Every cell of ``st``'s row but the status."""
         latest = st.latest or {}
+        return [st.name, st.ref.origin, st.version, "-" if st.tasks is None else str(st.tasks),
+                fnum(latest.get("mean_reward")), latest.get("id", "-")]
+
+    def _cells(self, st: EnvState) -> list[Any]:
         if st.status == "ok":
             status = Text("ok", style="green")
         elif st.status == "error":
-            status = Text("error: " + clip(st.message, 60), style="bold red")
+            message = st.message
+            if st.ref.path is not None:  # the full path is in the detail panel; here its name says enough
+                message = message.replace(str(st.ref.path), st.ref.path.name)
+            status = Text("error: " + clip(message, self._status_room() - len("error: ")), style="bold red")
         else:
             status = Text("loading…", style="dim")
-        return [st.name, st.ref.origin, st.version, "-" if st.tasks is None else str(st.tasks),
-                fnum(latest.get("mean_reward")), latest.get("id", "-"), status]
+        return [*self._plain_cells(st), status]
+
+    def _status_room(self) -> int:
+        """How wide the status column can be beside the others (each as wide as its widest value): the
+        rest of the table's width, so a long error is clipped to the screen rather than cut by it."""
+        table = self.query_one(DataTable)
+        width = table.scrollable_content_region.width or self.app.size.width
+        rows = [self._plain_cells(st) for st in self.envs.values()]
+        others = sum(max([len(label), *(len(r[i]) for r in rows)]) + 2 * table.cell_padding
+                     for i, (label, _) in enumerate(COLUMNS[:-1]))
+        return max(len("error: …") + 2, width - others - 2 * table.cell_padding)
 
     def _update_row(self, st: EnvState) -> None:
+        """Every cell of ``st``'s row; the columns widen or narrow to what they hold now."""
         table = self.query_one(DataTable)
         for (_, key), value in zip(COLUMNS, self._cells(st), strict=True):
-            table.update_cell(st.name, key, value)
+            table.update_cell(st.name, key, value, update_width=True)
+
+    def on_resize(self) -> None:
+        """The status column fits the new width: error messages are clipped to it, never cut by it."""
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        """The error statuses again, clipped to the room the other columns leave now."""
+        table = self.query_one(DataTable)
+        for st in self.envs.values():
+            if st.status == "error" and st.name in table.rows:
+                table.update_cell(st.name, "status", self._cells(st)[-1], update_width=True)
 
     # -- hot reload -----------------------------------------------------------------------------
     @work(exit_on_error=False, group="env-watch", exclusive=True)
-    async def _watch(self, refs: list[Any]) -> None:
-        self._stop_watch = asyncio.Event()
+    async def _watch(self, dirs: list[Path]) -> None:
+        """Watch ``dirs`` (replacing the watch of other folders) and reload what changes in them."""
+        if self._stop_watch is not None:
+            self._stop_watch.set()
+        stop = self._stop_watch = asyncio.Event()
+        self._watching = dirs
+        if not dirs:
+            return
         try:
             from watchfiles import awatch
 
-            dirs = watch_dirs(refs)
-            if not dirs:
-                return
-            async for changes in awatch(*dirs, debounce=150, step=50, stop_event=self._stop_watch):
+            async for changes in awatch(*dirs, debounce=150, step=50, stop_event=stop):
                 changed = [Path(p) for _, p in changes if not p.endswith((".pyc", "~"))]
                 refs_now = [s.ref for s in self.envs.values()]
                 names = affected(refs_now, changed)
                 self._scan(names)
         except Exception as e:  # the watcher is a convenience: say so and go on without it
-            self.notify(f"hot reload stopped: {e}; press r to reload by hand", severity="warning")
+            if not stop.is_set():
+                self.notify(f"hot reload stopped: {e}; press r to reload by hand", severity="warning")
 
     def action_reload(self) -> None:
         st = self._selected()
@@ -292,26 +340,27 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         if st is None:
             return
         self.notify(f"validating {st.name}…", timeout=2)
-        self._validate(st.name, env_spec(st.ref))
+        self._validate(st.name, st.ref)
 
     @work(thread=True, exit_on_error=False, group="env-validate")
-    def _validate(self, name: str, spec: str) -> None:
+    def _validate(self, name: str, ref: Any) -> None:
         from workbench.runs.validate import validate_env
 
+        files, spec = safe_version(ref), env_spec(ref)  # the hash of the files it validates
         try:
             rep = AsyncRunner().run(lambda: validate_env(spec))
         except WorkbenchError as e:
-            self._ui(self._apply_validation, name, None, str(e))
+            self._ui(self._apply_validation, name, files, None, for_app(str(e)))
         except Exception as e:
-            self._ui(self._apply_validation, name, None, f"{type(e).__name__}: {e}")
+            self._ui(self._apply_validation, name, files, None, f"{type(e).__name__}: {e}")
         else:
-            self._ui(self._apply_validation, name, rep, "")
+            self._ui(self._apply_validation, name, files, rep, "")
 
-    def _apply_validation(self, name: str, rep: Any, error: str) -> None:
+    def _apply_validation(self, name: str, files: str, rep: Any, error: str) -> None:
         st = self.envs.get(name)
         if st is None:
             return
-        st.report, st.report_error = rep, error
+        st.report, st.report_error, st.report_files = rep, error, files
         self._show_detail()
         if error:
             self.notify(f"{name}: {clip(error, 200)}", title="validate failed", severity="error")
@@ -330,6 +379,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             return
         if st.status == "error":
             self.notify(f"{st.name} does not load; fix it first", severity="error")
+            return
+        if not self.workbench_app.require_writable("a quick eval"):
             return
         self._runner = AsyncRunner()
         self._eval_env, self._eval_run, self._eval_total = st.name, "", None
@@ -367,7 +418,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters,
                                               on_status=on_status))
         except WorkbenchError as e:
-            self._ui(self._eval_done, name, None, str(e))
+            self._ui(self._eval_done, name, None, for_app(str(e)))
         except (asyncio.CancelledError, KeyboardInterrupt):
             self._ui(self._eval_done, name, None, "stopped before it started")
         except Exception as e:
@@ -397,8 +448,6 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._runner = None
         self.query_one("#eval-bar").display = False
         if summary is None:
-            if "--base-url" in error:
-                error += f" (in the app: set base_url and model in {config_path()} or WORKBENCH_BASE_URL)"
             self.notify(f"{name}: {error}", title="quick eval failed", severity="error", timeout=10)
             return
         note = f" ({error})" if error else ""
@@ -459,7 +508,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
     # -- launch ---------------------------------------------------------------------------------
     def action_launch(self) -> None:
         st = self._selected_loaded()
-        if st is None:
+        if st is None or not self.workbench_app.require_writable("a launch"):
             return
         self.app.push_screen(LaunchScreen(st.name, env_spec(st.ref)), self._launch_confirmed)
 
@@ -492,7 +541,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             else:
                 out = launch(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
         except WorkbenchError as e:
-            self._ui(self.notify, f"{req.env}: {e}", title="launch failed", severity="error", timeout=10)
+            self._ui(self.notify, f"{req.env}: {for_app(str(e))}", title="launch failed", severity="error",
+                     timeout=10)
         except Exception as e:
             self._ui(self.notify, f"{req.env}: {type(e).__name__}: {e}", title="launch failed", severity="error",
                      timeout=10)

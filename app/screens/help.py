@@ -6,7 +6,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
+
+from app.widgets.tables import RowTable
 
 
 def binding_rows(screen: Screen) -> list[tuple[str, str, str]]:
@@ -45,7 +47,7 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(id="help-box"):
             yield Static(f"[b]Keys — {self._title}[/b]   (escape closes; ctrl+p opens the command palette)",
                          id="help-title")
-            table: DataTable[str] = DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
+            table = RowTable(id="help-table", cursor_type="row", zebra_stripes=True)
             table.add_columns("key", "action", "where")
             for row in self._rows:
                 table.add_row(*row)

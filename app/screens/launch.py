@@ -26,6 +26,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 
+from app.format import for_app
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.forecast import ConfigPicker, cloud_text, local_text
@@ -215,7 +216,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         try:
             fc = compute_forecast(self.workbench_app.store.get().conn, backend, self.spec, steps, budget, config)
         except Exception as e:  # never a crash: say what went wrong where the plan would be
-            msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else str(e)
+            msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else for_app(str(e))
             fc = Forecast(backend, (steps, budget, config), Text(f"no plan: {msg}", style="bold red"), msg)
         call_ui(self.app, self._show_forecast, gen, fc)
 
@@ -265,7 +266,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         try:
             request = (self._modal_request if backend == "modal" else self._local_request)(steps, budget, config)
         except WorkbenchError as e:
-            call_ui(self.app, self.show_error, str(e))
+            call_ui(self.app, self.show_error, for_app(str(e)))
             return
         except Exception as e:
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
-from app.format import fpath
+from app.format import for_app, fpath
 from app.store_access import call_ui
 from workbench.authoring.templates import TEMPLATES, check_name, default_dir
 from workbench.errors import WorkbenchError
@@ -118,7 +118,7 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         try:
             name = check_name(self.query_one("#new-name", Input).value)
         except WorkbenchError as e:
-            self.show_error(str(e))
+            self.show_error(for_app(str(e)))
             return
         self.busy = True
         self.query_one("#new-error", Static).update("creating…")
@@ -131,7 +131,7 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         try:
             path = create_env(name, template, self.directory)
         except WorkbenchError as e:
-            call_ui(self.app, self.show_error, str(e))
+            call_ui(self.app, self.show_error, for_app(str(e)))
             return
         except Exception as e:  # an unexpected failure is a message in the dialog, never a crash
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")

@@ -12,10 +12,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from app.format import ROLE_COLORS, fcost, fnum, ftime
 from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
 from app.widgets.token_view import TokenView
 from workbench.rollouts.rollout import content_text
 
@@ -126,7 +127,7 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         tokens = TokenView(id="rollout-tokens")
         tokens.display = False
         yield tokens
-        yield Footer()
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         self.sub_title = self.rollout["id"]

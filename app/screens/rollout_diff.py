@@ -14,9 +14,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from app.format import ROLE_COLORS
+from app.widgets.footer import WorkbenchFooter
 from workbench.analysis.diff import MessageSide, RolloutDiff
 from workbench.analysis.diff_render import A_STYLE, B_STYLE, errors_text, message_body, values_table
 
@@ -78,7 +79,7 @@ class RolloutDiffScreen(Screen[None]):
                 with Horizontal(classes=f"diff-row diff-{pair.status}", id=f"pair-{i}"):
                     yield self._cell(pair.a, A_STYLE, pair.status == "same")
                     yield self._cell(pair.b, B_STYLE, pair.status == "same")
-        yield Footer()
+        yield WorkbenchFooter()
 
     def _cell(self, side: MessageSide | None, style: str, same: bool) -> Static:
         if side is None:

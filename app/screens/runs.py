@@ -15,16 +15,27 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from app.format import fcost, fnum, ftime
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
+from app.widgets.tables import RowTable
 from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
 TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
+
+
+def run_counts(conn: Any, run_id: str) -> tuple[int, int, float | None]:
+    """(rollouts, errors, mean reward) of a run as stored now, counted as ``list_runs`` counts a run
+    still running (errors: rollouts without a reward), on the run/reward index alone."""
+    n, scored, mean = conn.execute("SELECT COUNT(*), COUNT(reward), AVG(reward) FROM rollout WHERE run_id = ?",
+                                   (run_id,)).fetchone()
+    return n, n - scored, mean
 
 
 def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
@@ -81,11 +92,11 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="runs-body"):
-            yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+            yield RowTable(id="runs-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="run-summary-box"):
                 yield Static("no run selected", id="run-summary")
         yield TrainView(id="train-view")
-        yield Footer()
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -195,15 +206,16 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             records = store.train_records(run_id, after_id=after_id)
             rollouts = read_new_rollouts(store.conn, run_id, after_pk)
             status = store.get_run(run_id)["status"]
+            counts = run_counts(store.conn, run_id) if rollouts else None
         except Exception as e:
             call_ui(self.app, self._add_train, run_id, None, [], f"reading training run {run_id} failed: {e}")
             return
-        call_ui(self.app, self._add_train, run_id, records, rollouts, status)
+        call_ui(self.app, self._add_train, run_id, records, rollouts, status, counts)
 
     def _add_train(self, run_id: str, records: list[dict[str, Any]] | None, rollouts: list[Any],
-                   status: str) -> None:
-        """A poll's result: new records and rollouts and the run's status (``None`` and an error
-        message when it failed)."""
+                   status: str, counts: tuple[int, int, float | None] | None = None) -> None:
+        """A poll's result: new records and rollouts, the run's status and (when rollouts came in) its
+        counts (``None`` and an error message when it failed)."""
         view = self.query_one(TrainView)
         if view.run_id != run_id or self._train_timer is None:
             return
@@ -212,9 +224,25 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             self.notify(status, severity="error")
             return
         view.add(records, rollouts)
+        if counts is not None:
+            self._update_row(run_id, status, counts)
         if status != "running":  # finished: stop, and show the final status in the list and summary
             self._watch_train(None)
             self.action_refresh()
+
+    def _update_row(self, run_id: str, status: str, counts: tuple[int, int, float | None]) -> None:
+        """The run's row in the list as the store has it now, while its panels stream."""
+        table = self.query_one(DataTable)
+        n, errors, mean = counts
+        for key, value in (("status", Text(status, style=STATUS_STYLE.get(status, ""))), ("n", str(n)),
+                           ("err", str(errors)), ("reward", fnum(mean))):
+            try:
+                table.update_cell(run_id, key, value, update_width=True)
+            except CellDoesNotExist:  # the list was reloaded without it meanwhile
+                return
+        for r in self.runs:
+            if r["id"] == run_id:
+                r.update(status=status, rollouts=n, errors=errors, mean_reward=mean)
 
     def action_traces(self) -> None:
         run_id = self._selected_id()

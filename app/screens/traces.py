@@ -6,8 +6,8 @@ or :class:`TracesScreen.DiffLoaded`; the app shows it (``WorkbenchApp`` pushes t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -19,12 +19,14 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.validation import Number
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from app.format import fnum, ftime
+from app.screens.export import ExportScreen, default_export_path
 from app.store_access import call_ui, post_ui
 from app.trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
 from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
 from app.widgets.virtual_table import Column, VirtualTable
 from workbench.analysis.diff import RolloutDiff, load_diff
 from workbench.errors import WorkbenchError
@@ -40,6 +42,33 @@ FILTER_INPUTS = [
     ("f-max", "reward ≤", "max_reward", True),
     ("f-search", "search text", "text", False),
 ]
+#: The placeholders shown where the long ones do not fit whole (a narrow terminal).
+SHORT_PLACEHOLDERS = {"error kind": "error", "search text": "search"}
+
+
+class FilterInput(Input):
+    """A filter field: Enter takes the suggestion shown (the known value it completes), and the
+    placeholder shortens rather than being cut where the field is narrow."""
+
+    def __init__(self, placeholder: str, **kwargs: Any) -> None:
+        super().__init__(placeholder=placeholder, **kwargs)
+        self.long_placeholder = placeholder
+
+    def on_resize(self) -> None:
+        width = self.content_size.width
+        short = SHORT_PLACEHOLDERS.get(self.long_placeholder, self.long_placeholder)
+        self.placeholder = self.long_placeholder if len(self.long_placeholder) <= width else short
+
+    async def action_submit(self) -> None:
+        """What was typed, completed to the first known value it begins (what the suggestion shows)."""
+        typed = self.value.strip()
+        if self.suggester is not None and typed:
+            key = typed if self.suggester.case_sensitive else typed.casefold()
+            suggestion = await self.suggester.get_suggestion(key)
+            if suggestion is not None and suggestion != typed:
+                self.value = suggestion
+                self.cursor_position = len(suggestion)
+        await super().action_submit()
 
 
 def _status(r: RolloutSummary) -> tuple[str, str]:
@@ -51,17 +80,19 @@ def _reward(r: RolloutSummary) -> tuple[str, str]:
     return fnum(v), "" if v is None else ("green" if v >= 1 else "yellow" if v > 0 else "")
 
 
+#: Each column fits its values up to its width; on a narrow screen the lowest priority go first
+#: (turns, secs, model, time), so run ids, rewards and statuses are never cut.
 COLUMNS = [
-    Column("time", 16, lambda r: ftime(r.created_at)),
-    Column("run", 11, lambda r: r.run_id),
-    Column("env", 10, lambda r: r.env_name),
-    Column("model", 14, lambda r: r.model),
-    Column("task.s", 6, lambda r: f"{r.task_index}.{r.sample_index}", right=True),
-    Column("reward", 6, _reward, right=True),
-    Column("status", 16, _status),
-    Column("turns", 5, lambda r: str(r.turns), right=True),
-    Column("secs", 6, lambda r: f"{r.duration_s:.2f}", right=True),
-    Column("completion", 0, lambda r: r.preview),
+    Column("time", 16, lambda r: ftime(r.created_at), priority=4),
+    Column("run", 24, lambda r: r.run_id, priority=9),
+    Column("env", 24, lambda r: r.env_name, priority=8),
+    Column("model", 24, lambda r: r.model, priority=3),
+    Column("task.s", 8, lambda r: f"{r.task_index}.{r.sample_index}", right=True, priority=7),
+    Column("reward", 6, _reward, right=True, priority=9),
+    Column("status", 16, _status, priority=8),
+    Column("turns", 5, lambda r: str(r.turns), right=True, priority=1),
+    Column("secs", 8, lambda r: f"{r.duration_s:.2f}", right=True, priority=2),
+    Column("completion", 0, lambda r: r.preview, priority=5, min_width=12),
 ]
 
 
@@ -107,11 +138,11 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         with Horizontal(id="filters"):
             for wid, placeholder, _, narrow in FILTER_INPUTS:
                 validators = [Number()] if wid in ("f-min", "f-max") else None
-                yield Input(placeholder=placeholder, id=wid, classes="narrow" if narrow else "",
-                            validators=validators, valid_empty=True)
+                yield FilterInput(placeholder, id=wid, classes="narrow" if narrow else "",
+                                  validators=validators, valid_empty=True)
         yield Static("", id="traces-status")
-        yield VirtualTable([Column("", 1, self._mark_cell), *COLUMNS], id="traces-table")
-        yield Footer()
+        yield VirtualTable([Column("", 1, self._mark_cell, fit=False, priority=10), *COLUMNS], id="traces-table")
+        yield WorkbenchFooter()
 
     def on_mount(self) -> None:
         if self._pending:
@@ -202,10 +233,11 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     @on(Input.Submitted)
     def _on_submitted(self) -> None:
+        """Enter applies the filters now; the focus stays in the field (escape goes to the table), so
+        what is typed next is never taken for a table key."""
         if self._debounce is not None:
             self._debounce.stop()
         self._apply_if_changed()
-        self.table.focus()
 
     def _apply_if_changed(self) -> None:
         if self._read_filters() != self.filters:
@@ -302,17 +334,25 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     # -- export ---------------------------------------------------------------------------------
     def action_export(self) -> None:
-        cfg = self.workbench_app.config
-        path = cfg.export_dir / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        """Ask where to write what the filters select (default: the export folder), then write it."""
+        total = self.table.total
+        what = ("" if total is None else f"{total:,} rollouts") + (f" · {d}" if (d := self.filters.describe()) else "")
+        filters, sort = self.filters, SORTS[self.sort][1]
+        dialog = ExportScreen(default_export_path(self.workbench_app.config), what.strip(" ·"))
+        self.app.push_screen(dialog, lambda path: self._export_to(filters, sort, path))
+
+    def _export_to(self, filters: Filters, sort: str, path: Path | None) -> None:
+        if path is None:
+            return  # cancelled: nothing written
         self.notify(f"exporting to {path}…", timeout=2)
-        self._export(self.filters, SORTS[self.sort][1], path)
+        self._export(filters, sort, path)
 
     @work(thread=True, exit_on_error=False, group="traces-export")
-    def _export(self, filters: Filters, sort: str, path: Any) -> None:
+    def _export(self, filters: Filters, sort: str, path: Path) -> None:
         try:
             n = export_jsonl(self.workbench_app.store, filters, sort, path)
         except Exception as e:
-            call_ui(self.app, self.notify, f"export failed: {e}", severity="error")
+            call_ui(self.app, self.notify, f"export to {path} failed: {e}", title="export failed", severity="error",
+                    timeout=10)
             return
-        call_ui(self.app, self.notify, f"exported {n:,} rollouts to {path}", title="export done",
-                                  timeout=10)
+        call_ui(self.app, self.notify, f"exported {n:,} rollouts to {path}", title="export done", timeout=10)

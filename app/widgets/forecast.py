@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Input, Select
 
+from app.format import for_app
 from cloud_runtime.forecast import (
     CONFIGS_DIR,
     CloudForecast,
@@ -116,7 +117,7 @@ def cloud_text(fc: CloudForecast) -> Text:
         f"run {fusd(p.budget_usd)}: ", _verdict(fc.within_run_budget)]
     _row(t, "budget", *budget, " · month: ", *month_text(fc.month, p.total_usd))
     if fc.refusal:
-        _row(t, "refused", (fc.refusal, "bold red"))
+        _row(t, "refused", (for_app(fc.refusal), "bold red"))
     return t
 
 
@@ -140,7 +141,7 @@ def local_text(fc: LocalForecast) -> Text:
         _row(t, "estimate", (fusd(total), "bold"), f" = {fc.device_s:,.0f} device-s × {price} for "
              f"{fc.max_steps:,} steps (~{fduration(fc.device_s)})")
     if fc.refusal:
-        _row(t, "refused", (fc.refusal, "bold red"))
+        _row(t, "refused", (for_app(fc.refusal), "bold red"))
         return t
     _row(t, "cap", fc.cap_why + (" (the budget guard stops the run there)" if fc.cap_usd is not None else ""))
     if fc.steps_within_cap is not None:
@@ -174,5 +175,5 @@ def forecast_text(fc: CloudForecast, config: str | Path) -> Text:
         _row(t, "month", f"{fusd(left)} left of {fusd(fc.month.budget_usd)}: ",
              (f"exceeded by {fusd(p.total_usd - left)}", "bold red"), f" (the month covers {covers:,} steps)")
     if fc.refusal and fc.within_month is not False:  # a refusal for another reason: the run budget, memory
-        _row(t, "refused", (fc.refusal, "bold red"))
+        _row(t, "refused", (for_app(fc.refusal), "bold red"))
     return t

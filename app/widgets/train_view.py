@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static
 
 from app.format import clip, fnum
 from app.widgets.run_plots import RunPlots, TrainSeries
+from app.widgets.tables import RowTable
 from workbench.analysis.report import STEP_COLUMNS
 from workbench.store.queries import RolloutFilter, RolloutSummary, page_rollouts
 
@@ -82,13 +83,13 @@ class TrainView(Vertical):
         with Horizontal():
             with Vertical(id="train-main"):
                 yield RunPlots(id="train-plots")
-                yield DataTable(id="train-step-table", cursor_type="row", zebra_stripes=True)
+                yield RowTable(id="train-step-table", cursor_type="row", zebra_stripes=True)
             with Vertical(id="train-side"):
                 with VerticalScroll(id="train-log"):
                     yield Static(id="train-evals")
                     yield Static(id="train-events")
                 yield Static("newest rollouts", id="train-rollouts-label")
-                yield DataTable(id="train-rollouts", cursor_type="row", zebra_stripes=True)
+                yield RowTable(id="train-rollouts", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table = self.query_one("#train-step-table", DataTable)

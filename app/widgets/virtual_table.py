@@ -42,15 +42,50 @@ class PageSource(Protocol):
 
 @dataclass(slots=True)
 class Column:
+    """One column. Its width fits its title and the rows read so far, up to ``width`` (``fit=False``:
+    always ``width``; ``width=0``: it takes the width left, at least ``min_width``). When the columns do
+    not fit the screen, the ones of lowest ``priority`` are left out first (the rightmost among equals),
+    so no title and no value is ever cut mid-word to make room."""
+
     title: str
-    width: int  # 0: takes the remaining width
+    width: int  # the most it takes (0: the width left over)
     render: Callable[[Row], str | tuple[str, str]]  # text, or (text, rich style)
     right: bool = False
+    priority: int = 5  # higher: kept longer on a narrow screen
+    fit: bool = True  # False: always ``width`` wide
+    min_width: int = 12  # for the ``width=0`` column: less than this and it is left out
+
+    def natural(self, measured: int) -> int:
+        """Its width for content ``measured`` cells wide."""
+        if not self.width:
+            return self.min_width
+        if not self.fit:
+            return self.width
+        return max(cell_len(self.title), min(measured, self.width))
+
+
+def fit_columns(columns: list[Column], measured: list[int], width: int) -> list[int | None]:
+    """Each column's width on a screen ``width`` cells wide (None: left out), one space between columns."""
+    natural = [c.natural(m) for c, m in zip(columns, measured, strict=True)]
+    shown = list(range(len(columns)))
+
+    def need() -> int:
+        return sum(natural[i] for i in shown) + max(0, len(shown) - 1)
+
+    for i in sorted(shown, key=lambda i: (columns[i].priority, -i)):
+        if need() <= width or len(shown) == 1:
+            break
+        shown.remove(i)
+    out: list[int | None] = [None] * len(columns)
+    spare = max(0, width - need())
+    for i in shown:
+        out[i] = natural[i] + (spare if not columns[i].width else 0)
+    return out
 
 
 class VirtualTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
-    VirtualTable { background: $surface; }
+    VirtualTable { background: $surface; overflow-x: hidden; }
     VirtualTable > .virtual-table--header { text-style: bold; background: $panel; color: $foreground; }
     VirtualTable > .virtual-table--cursor { background: $block-cursor-background; color: $block-cursor-foreground;
         text-style: bold; }
@@ -93,6 +128,8 @@ class VirtualTable(ScrollView, can_focus=True):
         self._pending: set[int] = set()
         self._gen = 0
         self._known_end: int | None = None  # index of the last row seen so far (+1), while counting
+        self._measured = [0] * len(columns)  # the widest value of each column in the rows read so far
+        self._layout: tuple[tuple[int, tuple[int, ...]], list[int | None]] | None = None
 
     # -- data -----------------------------------------------------------------------------------
     def set_source(self, source: PageSource) -> None:
@@ -103,6 +140,7 @@ class VirtualTable(ScrollView, can_focus=True):
         self._known_end = None
         self._pages.clear()
         self._pending.clear()
+        self._measured = [0] * len(self.columns)
         self.cursor = 0
         self.scroll_to(0, 0, animate=False, immediate=True)
         self._resize()
@@ -163,6 +201,7 @@ class VirtualTable(ScrollView, can_focus=True):
             return
         self._pending.discard(page)
         self._pages[page] = rows
+        self._measure(rows)
         while len(self._pages) > self.max_pages:
             self._pages.popitem(last=False)
         if self.total is None:
@@ -191,31 +230,48 @@ class VirtualTable(ScrollView, can_focus=True):
 
     # -- geometry and rendering -----------------------------------------------------------------
     def _resize(self) -> None:
-        self.virtual_size = Size(self.size.width, self.row_count + 1)  # +1: the header line
+        self.virtual_size = Size(self.scrollable_content_region.width, self.row_count + 1)  # +1: the header
 
     def on_resize(self) -> None:
         self._resize()
 
-    def _widths(self, width: int) -> list[int]:
-        fixed = sum(c.width for c in self.columns if c.width) + len(self.columns) - 1
-        rest = max(8, width - fixed)
-        return [c.width or rest for c in self.columns]
+    def _measure(self, rows: list[Row]) -> None:
+        """Widen the columns to the values of ``rows`` (what fits is decided at each paint)."""
+        measured = self._measured
+        for i, col in enumerate(self.columns):
+            if not col.fit or not col.width:
+                continue
+            widest = measured[i]
+            for row in rows:
+                out = col.render(row)
+                widest = max(widest, cell_len(" ".join((out if isinstance(out, str) else out[0]).split())))
+            measured[i] = widest
 
-    def _line(self, cells: list[tuple[str, Style | None]], widths: list[int], base: Style) -> list[Segment]:
+    def column_widths(self, width: int | None = None) -> list[int | None]:
+        """Each column's width now (None: left out for lack of room), at ``width`` (default: the table's)."""
+        width = self.scrollable_content_region.width if width is None else width
+        key = (width, tuple(self._measured))
+        if self._layout is None or self._layout[0] != key:
+            self._layout = (key, fit_columns(self.columns, self._measured, width))
+        return self._layout[1]
+
+    def _line(self, cells: list[tuple[str, Style | None]], widths: list[int | None], base: Style) -> list[Segment]:
         segs: list[Segment] = []
-        for i, ((text, style), w, col) in enumerate(zip(cells, widths, self.columns, strict=True)):
+        for (text, style), w, col in zip(cells, widths, self.columns, strict=True):
+            if w is None:
+                continue
+            if segs:
+                segs.append(Segment(" ", base))
             text = " ".join(text.split())
             if col.right:
                 text = " " * max(0, w - cell_len(text)) + text
             text = set_cell_size(text, w)
             segs.append(Segment(text, base + style if style else base))
-            if i < len(widths) - 1:
-                segs.append(Segment(" ", base))
         return segs
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        widths = self._widths(width)
+        width = self.scrollable_content_region.width
+        widths = self.column_widths(width)
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("virtual-table--header")

@@ -175,3 +175,79 @@ def test_reloading_a_bundled_env_reimports_it() -> None:
     before = sys.modules[f"envs.{ref.name}"]
     again = load_env(ref, reload=True)
     assert again.status == "ok" and sys.modules[f"envs.{ref.name}"] is not before
+
+
+def _user_envs() -> list[EnvRef]:
+    """What discovery lists in the user env folders (the bundled ones are not what this is about)."""
+    from workbench.authoring import discovery
+
+    return [r for r in discovery.discover() if r.origin == "user"]
+
+
+async def test_the_first_env_made_in_the_app_hot_reloads(store_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh install: the user env folder does not exist when the app starts. `n` makes the first
+    environment there; breaking its file shows at once, with no `r` (the folder is watched from the start)."""
+    from textual.widgets import Input
+
+    from app.config import TuiConfig
+    from app.screens.new_env import NewEnvScreen
+    from workbench.config import paths
+
+    monkeypatch.setenv("EDITOR", "true")
+    folder = paths.user_env_dirs()[0]
+    assert not folder.exists()
+    app = WorkbenchApp(store_file, config=TuiConfig(), discover_fn=_user_envs, watch=True)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        await wait_until(pilot, lambda: screen._stop_watch is not None,
+                         what="the watcher to start")
+        assert not screen.envs
+        await pilot.pause(0.3)
+        await pilot.press("n")
+        dialog = await wait_until(pilot, lambda: isinstance(app.screen, NewEnvScreen) and app.screen,
+                                  what="the new-environment dialog")
+        dialog.query_one("#new-name", Input).value = "first_env"
+        await pilot.click("#new-ok")
+        await wait_until(pilot, lambda: "first_env" in screen.envs and screen.envs["first_env"].status == "ok",
+                         timeout=30, what="the new environment to load")
+        assert screen.envs["first_env"].ref.path == folder / "first_env"
+        await pilot.pause(0.5)  # its folder's creation events have been seen
+
+        write_file(folder / "first_env" / "__init__.py", BROKEN)
+        await wait_until(pilot, lambda: screen.envs["first_env"].status == "error", timeout=20,
+                         what="the broken file to show without r")
+        assert "syntax error" in screen.envs["first_env"].message
+
+
+def test_watch_dirs_creates_a_missing_user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.env_state import watch_dirs
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ancestor of these is under it: none watched instead
+    missing = tmp_path / "data" / "envs"
+    blocked = tmp_path / "a-file" / "envs"
+    (tmp_path / "a-file").write_text("not a folder")
+    assert watch_dirs([], [missing, blocked]) == [missing.resolve()]
+    assert missing.is_dir()
+
+
+async def test_a_validation_of_other_files_is_dropped_on_reload(make_app: Callable[..., WorkbenchApp],
+                                                              env_dir: Path) -> None:
+    write_file(env_dir / "adder.py", BROKEN)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await _loaded(pilot, app, status="error")
+        await pilot.press("v")
+        await wait_until(pilot, lambda: _screen(app).envs["adder"].report_error, what="the failed validation")
+        assert "validate: " in _detail(app) and "syntax error" in _detail(app).split("validate: ", 1)[1]
+
+        write_file(env_dir / "adder.py", ADDER_ENV)
+        await pilot.press("r")
+        await _loaded(pilot, app)
+        await pilot.pause(0.1)
+        assert "validate:" not in _detail(app)  # it was of the broken file
+        await pilot.press("v")
+        await wait_until(pilot, lambda: _screen(app).envs["adder"].report is not None, what="the new validation")
+        assert "validate: ok" in _detail(app)
+        await pilot.press("r")  # the same files again: the report still holds
+        await pilot.pause(0.5)
+        assert "validate: ok" in _detail(app)

@@ -86,6 +86,7 @@ async def test_bad_names_and_existing_folders_stay_in_the_dialog(tmp_path: Path)
             await pilot.press("enter")
             await wait_until(pilot, lambda f=fragment: f in _error(dialog), timeout=30, what=fragment)
             assert host.screen is dialog and not host.results and not dialog.busy
+            assert "--dir" not in _error(dialog)  # the dialog has no --dir: said the app's way
         await pilot.press("escape")
         await wait_until(pilot, lambda: host.results, what="the cancel callback")
     assert host.results == [None]

@@ -133,3 +133,25 @@ async def test_rescore_on_demand_and_errors_as_notifications(make_app: Callable[
         await wait_until(pilot, lambda: any("does not load" in n.message for n in app._notifications),
                          what="the refusal")
         assert app.is_running
+
+
+async def test_the_rescore_panel_goes_when_the_env_breaks(make_app: Callable[..., WorkbenchApp],
+                                                          env_dir: Path) -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await _loaded(pilot, app)
+        await pilot.press("R")
+        await wait_until(pilot, lambda: _screen(app).envs["adder"].rescore, timeout=30, what="the re-score")
+        await wait_until(pilot, lambda: _panel(app).display, what="the panel")
+
+        write_file(env_dir / "adder.py", "def load_environment(:\n")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: _screen(app).envs["adder"].status == "error", what="adder to break")
+        await pilot.pause(0.1)
+        assert not _panel(app).display and _screen(app).envs["adder"].rescore is None
+        assert "re-scored" not in screen_text(app)
+
+        write_file(env_dir / "adder.py", EDITED)  # fixed, and edited: its new re-score shows
+        await pilot.press("r")
+        await wait_until(pilot, lambda: _screen(app).envs["adder"].rescore, timeout=30, what="the new re-score")
+        await wait_until(pilot, lambda: _panel(app).display, what="the panel again")

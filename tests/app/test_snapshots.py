@@ -160,3 +160,58 @@ def test_launch_dialog_snapshot(snap_compare: Any, make_app: Callable[..., Workb
         return isinstance(s, LaunchScreen) and s.settled
 
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(_envs_ready, "L", then=shown))
+
+
+# -- a small terminal: 80×24 ----------------------------------------------------------------------
+SMALL = (80, 24)
+
+
+def test_environments_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp],
+                                     env_dir: Path) -> None:
+    """A broken env beside a loaded one: the status column clipped to the screen, help and quit in the footer."""
+    (env_dir / "broken.py").write_text("import workbench as wb\n\ndef load_environment(:\n    pass\n")
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(_envs_ready))
+
+
+def test_environments_rescore_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    """R on adder at 80×24: the re-score panel, and the env list still has its rows."""
+    import dataclasses
+
+    from app.widgets.reward_compare import RewardCompare
+
+    def rescored(app: WorkbenchApp) -> bool:
+        s = app.screen
+        if not isinstance(s, EnvironmentsScreen) or s.envs["adder"].rescore is None:
+            return False
+        st = s.envs["adder"]
+        if st.rescore.wall_s != 0.5:  # the wall time differs on every run: pin it for the picture
+            st.rescore = dataclasses.replace(st.rescore, wall_s=0.5)
+            s.query_one(RewardCompare).show_result(st.rescore)
+        return s.query_one(RewardCompare).display
+
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(_envs_ready, "R", then=rescored))
+
+
+def test_traces_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    assert snap_compare(make_app(mode="traces"), terminal_size=SMALL,
+                        run_before=_settle(_traces_ready, "down", "down"))
+
+
+def test_runs_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    assert snap_compare(make_app(mode="runs"), terminal_size=SMALL,
+                        run_before=_settle(lambda app: "pass@1" in screen_text(app)))
+
+
+def test_export_dialog_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """x on Traces: the path asked for, in the export folder (relative here, and a fixed file name, so
+    the picture is the same on every run)."""
+    import app.screens.traces as traces_module
+    from app.screens.export import ExportScreen, export_folder
+
+    monkeypatch.setattr(traces_module, "default_export_path",
+                        lambda settings: export_folder(settings) / "rollouts-20231114-221320.jsonl")
+    app = make_app(mode="traces")
+    app.config.export_dir = Path("exports")
+    assert snap_compare(app, terminal_size=SMALL,
+                        run_before=_settle(_traces_ready, "x", then=lambda app: isinstance(app.screen, ExportScreen)))

@@ -9,6 +9,7 @@ from typing import Any
 
 from textual.widgets import Input, Static
 
+from app.config import TuiConfig
 from app.main import WorkbenchApp
 from app.screens.rollout_detail import RolloutDetailScreen
 from app.screens.traces import TracesScreen
@@ -69,14 +70,14 @@ async def test_filters_change_the_rows(make_app: Callable[..., WorkbenchApp]) ->
         await _settled(pilot, app, 7)
         assert all(_table(app).row(i).reward == 1.0 for i in range(7))
 
-        await pilot.press("c")  # clear: everything again
+        await pilot.press("escape", "c")  # back to the table; clear: everything again
         await _settled(pilot, app, 24)
 
         await _type(pilot, app, "f-error", "timeout")
         await _settled(pilot, app, 2)
         assert sorted(_loaded_ids(app)) == ["1114-aaaaaa.5.0", "1114-bbbbbb.5.0"]
 
-        await pilot.press("c")
+        await pilot.press("escape", "c")
         await _settled(pilot, app, 24)
         await _type(pilot, app, "f-search", "21")  # full text: only task 10 answers "21"
         await _settled(pilot, app, 2)
@@ -128,17 +129,33 @@ async def test_detail_of_failed_rollout_shows_error(make_app: Callable[..., Work
         assert "timeout in model: timeout happened" in screen_text(app)
 
 
+def _export_note(app: WorkbenchApp) -> Any:
+    return next((n for n in app._notifications if n.title == "export done"), None)
+
+
+async def _export_dialog(pilot: Any, app: WorkbenchApp) -> Any:
+    from app.screens.export import ExportScreen
+
+    await pilot.press("escape", "x")
+    return await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen) and app.screen,
+                            what="the export dialog")
+
+
 async def test_export_current_filter(make_app: Callable[..., WorkbenchApp], tmp_path: Path) -> None:
     app = make_app(mode="traces")
     async with app.run_test(size=SIZE) as pilot:
         await _settled(pilot, app, 24)
         await _type(pilot, app, "f-run", "1114-bbbbbb")
         await _settled(pilot, app, 12)
-        await pilot.press("x")
-        note = await wait_until(pilot, lambda: next((n for n in app._notifications if n.title == "export done"), None),
-                                what="the export")
+        dialog = await _export_dialog(pilot, app)
+        offered = Path(dialog.query_one("#export-path", Input).value)
+        assert offered.parent == tmp_path / "exports"  # the settings' export_dir, set by the fixture
+        assert "12 rollouts · run_id=1114-bbbbbb" in screen_text(app)
+        await pilot.press("enter")
+        note = await wait_until(pilot, lambda: _export_note(app), what="the export")
+        assert isinstance(app.screen, TracesScreen)
     path = Path(note.message.rsplit(" to ", 1)[1])
-    assert path.parent == tmp_path / "exports"
+    assert path == offered and path.is_absolute()
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 12 and {r["run_id"] for r in rows} == {"1114-bbbbbb"}
     assert rows[0]["messages"][0]["role"] == "system" and "rewards" in rows[0]
@@ -170,3 +187,87 @@ async def test_returning_to_traces_tells_of_new_rollouts(make_app: Callable[...,
         assert _table(app).total == 24  # the list did not move
         await pilot.press("r")
         await _settled(pilot, app, 27)
+
+
+async def test_export_defaults_to_the_data_folder_not_the_working_directory(
+        make_app: Callable[..., WorkbenchApp], tmp_path: Path, monkeypatch: Any) -> None:
+    from workbench.config import paths
+
+    cwd = tmp_path / "started-here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    app = make_app(mode="traces")
+    app.config = TuiConfig()  # nothing set by the user: export_dir is the settings' default, the cwd
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        dialog = await _export_dialog(pilot, app)
+        offered = Path(dialog.query_one("#export-path", Input).value)
+        assert offered.parent == paths.data_dir() / "exports"
+        await pilot.press("enter")
+        note = await wait_until(pilot, lambda: _export_note(app), what="the export")
+    assert note.message == f"exported 24 rollouts to {offered}"
+    assert len(offered.read_text().splitlines()) == 24
+    assert list(cwd.iterdir()) == []
+
+
+async def test_export_escape_cancels_and_bad_paths_write_nothing(make_app: Callable[..., WorkbenchApp],
+                                                                 tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await _export_dialog(pilot, app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, TracesScreen)
+        await pilot.pause(0.2)
+        assert not (tmp_path / "exports").exists() and _export_note(app) is None
+
+        dialog = await _export_dialog(pilot, app)
+        field = dialog.query_one("#export-path", Input)
+        for bad, says in ((folder, "is a folder"), (a_file / "sub" / "out.jsonl", f"{a_file} is a file")):
+            app.clear_notifications()
+            field.value = str(bad)
+            await pilot.press("enter")
+            notes = await wait_until(pilot, lambda: [n for n in app._notifications if n.severity == "error"],
+                                     what=f"the error for {bad}")
+            assert len(notes) == 1 and says in notes[0].message, notes[0].message
+            assert notes[0].title == "cannot export there"
+            assert app.screen is dialog  # still asking: nothing written
+        field.value = "mine.jsonl"  # a bare name goes in the export folder
+        await pilot.press("enter")
+        note = await wait_until(pilot, lambda: _export_note(app), what="the export")
+    assert note.message.endswith(str(tmp_path / "exports" / "mine.jsonl"))
+    assert sorted(p.name for p in folder.iterdir()) == [] and a_file.read_text() == "not a folder"
+
+
+async def test_enter_takes_the_suggestion_and_typing_never_fires_table_keys(
+        make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        screen = _traces(app)
+        env = screen.query_one("#f-env", Input)
+        await wait_until(pilot, lambda: env.suggester is not None, what="the known values")
+        env.focus()
+        await pilot.press(*"word", "enter")  # the suggestion shows "wordplay": Enter takes it
+        await _settled(pilot, app, 12)
+        assert env.value == "wordplay" and screen.filters.env == "wordplay"
+        assert screen.focused is env  # the focus stays in the field
+
+        await pilot.press(*"cmr")  # table keys elsewhere (clear filters, mark, refresh): text here
+        await pilot.pause(0.5)
+        assert env.value == "wordplaycmr" and screen.marked is None
+        assert screen.filters.env == "wordplaycmr"  # typed, not cleared
+        await pilot.press(*["backspace"] * 3, "enter")
+        await _settled(pilot, app, 12)
+
+        await pilot.press("escape")  # back to the table, where the keys are the table's again
+        assert screen.focused is _table(app)
+        await pilot.press("m")
+        assert screen.marked == "1114-bbbbbb.11.0"
+        await pilot.press("c")
+        await _settled(pilot, app, 24)
+        assert env.value == ""

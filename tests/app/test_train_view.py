@@ -214,3 +214,26 @@ def test_long_series_are_thinned_to_bucket_means() -> None:
     assert len(px) == len(py) == 100 and px[0] == 5.5 and py[-1] == 995.5
     assert points([1, 2, 3], [None, float("nan"), 2.0]) == ([3.0], [2.0])
     assert step_ticks(0, 12) == [0, 3, 6, 9, 12] and step_ticks(1, 3) == [1, 2, 3] and step_ticks(4, 4) == [4]
+
+
+async def test_a_running_run_row_counts_follow_its_rollouts(make_app: Callable[..., WorkbenchApp],
+                                                           store_file: Path) -> None:
+    """The list row of a run still running (a launched training run) is not frozen at its first read:
+    its rollout and error counts and mean reward follow what its panels stream."""
+    add_train_run(store_file, "running", steps=1)  # no rollouts yet: "running 0"
+    app = make_app(mode="runs")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        view = screen.query_one(TrainView)
+        runs = screen.query_one("#runs-table", DataTable)
+        await wait_until(pilot, lambda: len(screen.runs) == 3, what="the runs")
+        await pilot.press("down")
+        await wait_until(pilot, lambda: view.run_id == TRAIN and screen._train_timer is not None,
+                         what="the live training view")
+        assert [str(runs.get_cell(TRAIN, k)) for k in ("status", "n", "err")] == ["running", "0", "0"]
+        add_train_rollouts(store_file, 0, 6)  # rollout 5 failed (a timeout)
+        await wait_until(pilot, lambda: str(runs.get_cell(TRAIN, "n")) == "6", what="the row's count")
+        assert str(runs.get_cell(TRAIN, "err")) == "1"
+        assert str(runs.get_cell(TRAIN, "reward")) == "0.600"  # 3 of the 5 scored
+        assert str(runs.get_cell(TRAIN, "status")) == "running"
