@@ -116,6 +116,11 @@ class WorkbenchApp(App[None]):
     def on_unmount(self) -> None:
         self.store.close()
 
+    async def action_quit(self) -> None:
+        """Say so at once: stopping what still runs (a quick eval, a debug session, workers) takes a moment."""
+        self.notify("quitting: stopping what still runs…", title="quit", timeout=30)
+        self.call_after_refresh(self.exit)
+
     def open_debugger(self, *, env_spec: str | None = None, rollout: dict[str, Any] | None = None) -> None:
         """Show the Debugger on an environment (its spec, as ``workbench debug`` takes it) or on a
         stored rollout (a ``get_rollout`` row, opened read-only)."""

@@ -140,6 +140,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         latest: dict[str, dict[str, Any]] = {}
         try:
             for run in list_runs(self.workbench_app.store.get().conn, limit=1000):
+                if run["status"] == "interrupted" and not run["rollouts"]:
+                    continue  # stopped before anything finished (escape on a quick eval): not a result
                 latest.setdefault(run["env_name"], run)
         except Exception as e:
             self._ui(self.notify, f"reading runs failed: {e}", severity="error")

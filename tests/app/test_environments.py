@@ -251,3 +251,31 @@ async def test_a_validation_of_other_files_is_dropped_on_reload(make_app: Callab
         await pilot.press("r")  # the same files again: the report still holds
         await pilot.pause(0.5)
         assert "validate: ok" in _detail(app)
+
+
+async def test_a_quick_eval_stopped_before_any_rollout_is_not_the_latest_result(
+        make_app: Callable[..., WorkbenchApp], mock_server: Callable[..., MockServer]) -> None:
+    server = mock_server("arithmetic", latency=30)  # nothing finishes before escape
+    app = make_app(base_url=server.base_url, model="mock-model", quick_eval_n=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await _loaded(pilot, app)
+        assert _cell(app, "adder", "run") == "1114-aaaaaa"
+        await pilot.press("e")
+        label = _screen(app).query_one("#eval-label")
+        await wait_until(pilot, lambda: "/2" in str(label.render()), what="the eval to start")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: any(n.title in ("quick eval done", "quick eval failed") for n in _notes(app)),
+                         timeout=60, what="the eval to stop")
+        await pilot.press("r")  # rescan: the interrupted run with no rollout is not shown as the latest
+        await pilot.pause(0.5)
+        await wait_until(pilot, lambda: _cell(app, "adder", "run") == "1114-aaaaaa", what="the latest run kept")
+
+
+async def test_quitting_says_so_at_once(make_app: Callable[..., WorkbenchApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await _loaded(pilot, app)
+        await pilot.press("q")
+        assert any(n.title == "quit" and "quitting" in n.message for n in _notes(app))
+        await wait_until(pilot, lambda: not app.is_running or app._exit_renderables is not None or app.return_code
+                         is not None, what="the app to exit")
