@@ -6,6 +6,7 @@ OpenAI server as a subprocess on 127.0.0.1, and the SQLite store file read back 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -256,3 +258,24 @@ def copy_store(src: Path, dst: Path) -> Path:
         if s.exists():
             shutil.copyfile(s, Path(str(dst) + suffix))
     return dst
+
+
+@contextlib.contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``chattr +i`` on a store and its WAL files for the block (needs root and a file system with the
+    flag; the test skips, saying so, where the machine has neither)."""
+    import pytest
+
+    if os.geteuid() != 0 or not shutil.which("chattr"):
+        pytest.skip("the immutable flag needs root and chattr, which this machine lacks")
+    sqlite3.connect(path).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    files = [path, *path.parent.glob(path.name + "-*")]
+    for f in files:
+        p = subprocess.run(["chattr", "+i", str(f)], capture_output=True, text=True)
+        if p.returncode != 0 and f == path:
+            pytest.skip(f"this file system does not take the immutable flag ({p.stderr.strip()})")
+    try:
+        yield
+    finally:
+        for f in files:
+            subprocess.run(["chattr", "-i", str(f)], capture_output=True)

@@ -4,16 +4,9 @@ debug rollout) is one clear error, never a crash; nothing in the file changes.""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import sqlite3
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from app.main import WorkbenchApp
 from app.screens.environments import EnvironmentsScreen
@@ -21,24 +14,7 @@ from app.screens.traces import TracesScreen
 from app.store_access import StoreHandle
 from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
-
-
-@contextlib.contextmanager
-def immutable(path: Path) -> Iterator[None]:
-    """``chattr +i`` on the store and its WAL files for the block (needs root and a file system with the flag)."""
-    if os.geteuid() != 0 or not shutil.which("chattr"):
-        pytest.skip("the immutable flag needs root and chattr, which this machine lacks")
-    sqlite3.connect(path).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
-    files = [path, *path.parent.glob(path.name + "-*")]
-    for f in files:
-        p = subprocess.run(["chattr", "+i", str(f)], capture_output=True, text=True)
-        if p.returncode != 0 and f == path:
-            pytest.skip(f"this file system does not take the immutable flag ({p.stderr.strip()})")
-    try:
-        yield
-    finally:
-        for f in files:
-            subprocess.run(["chattr", "-i", str(f)], capture_output=True)
+from tests.helpers import immutable
 
 
 def _notes(app: WorkbenchApp, severity: str | None = None) -> list[Any]:

@@ -17,6 +17,7 @@ from tests.helpers import (
     assert_user_error,
     cli_environment,
     copy_store,
+    immutable,
     last_json,
     query,
     run_workbench,
@@ -256,30 +257,6 @@ def test_db_written_by_a_newer_workbench(cli: Callable[..., CliResult], write_en
 
 
 # -- a store this process cannot write -----------------------------------------------------------
-def _immutable(path: Path) -> Any:
-    """``chattr +i`` on ``path`` for the block's duration (root on a file system with the flag)."""
-    import contextlib
-    import os
-    import shutil
-    import subprocess
-
-    @contextlib.contextmanager
-    def cm() -> Any:
-        if os.geteuid() != 0 or not shutil.which("chattr"):
-            pytest.skip("the immutable flag needs root and chattr, which this machine lacks")
-        for f in [path, *path.parent.glob(path.name + "-*")]:
-            p = subprocess.run(["chattr", "+i", str(f)], capture_output=True, text=True)
-            if p.returncode != 0 and f == path:
-                pytest.skip(f"this file system does not take the immutable flag ({p.stderr.strip()})")
-        try:
-            yield
-        finally:
-            for f in [path, *path.parent.glob(path.name + "-*")]:
-                subprocess.run(["chattr", "-i", str(f)], capture_output=True)
-
-    return cm()
-
-
 @pytest.mark.parametrize(("args", "reads"), [
     (["runs", "--json"], True),
     (["show", "{run}", "--json"], True),
@@ -292,13 +269,10 @@ def _immutable(path: Path) -> Any:
 def test_a_read_only_store_is_read_by_the_reading_commands_and_refused_in_one_line_by_the_others(
         args: list[str], reads: bool, cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
         seed: Seed, arith_server: MockServer) -> None:
-    import sqlite3 as sq
-
-    sq.connect(store).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
-    before = store.read_bytes()
     env_file = write_env(ADDER_ENV)
     argv = [a.format(run=seed.run_id, env=env_file, url=arith_server.base_url) for a in args]
-    with _immutable(store):
+    with immutable(store):  # checkpoints the WAL first: the store file is then the whole store
+        before = store.read_bytes()
         res = cli(*argv, "--db", store)
     if reads:
         assert res.rc == 0 and "Traceback" not in res.stderr, res.stderr
