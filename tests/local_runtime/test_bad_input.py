@@ -158,4 +158,6 @@ def test_tokenizer_without_chat_template(tiny_dir: Path, tmp_path: Path) -> None
     tpl.write_text(template)
     with run_server(bare, "--served-model-name", "bare", "--chat-template", str(tpl)) as root:
         c = openai.OpenAI(base_url=root + "/v1", api_key="x", max_retries=0)
-        assert c.chat.completions.create(model="bare", messages=ARITH, max_tokens=4).choices[0].message.content
+        # Greedy, so the reply is the same every run (sampled, the tiny model may end its turn at once).
+        assert c.chat.completions.create(model="bare", messages=ARITH, max_tokens=4,
+                                         temperature=0).choices[0].message.content
