@@ -344,3 +344,47 @@ def test_an_agent_program_sees_neither_the_parents_secrets_nor_the_network(
     assert s["errors"] == 0, s
     assert s["rewards"] == {"isolated.no_parent_env": 1.0, "isolated.no_network": 1.0,
                             "isolated.placeholder_key": 1.0, "isolated.proxied": 1.0}, s
+
+
+NAIVE_STREAM = r'''
+import json, sys
+from openai import OpenAI
+client = OpenAI()
+prompt = sys.stdin.read()
+msgs = [{"role": "user", "content": prompt}]
+text = "".join(chunk.choices[0].delta.content or ""  # no guard: every chunk has a choice, as the harness asked
+               for chunk in client.chat.completions.create(model="x", messages=msgs, stream=True))
+usage = [c.usage.completion_tokens for c in client.chat.completions.create(
+    model="x", messages=msgs, stream=True, stream_options={"include_usage": True}) if c.usage]
+print(json.dumps({"text": text, "usage": usage}))
+'''
+
+
+def test_a_naive_streaming_loop_gets_the_stream_it_asked_for(tmp_path: Path, mock_server: Callable[..., MockServer],
+                                                             cli: Callable[..., CliResult], store_path: Path,
+                                                             write_env: Callable[..., Path]) -> None:
+    """The proxy asks upstream for the usage it records, and strips the usage chunk (empty choices) from what
+    the harness gets unless the harness asked for it itself."""
+    agent = tmp_path / "agents" / "naive.py"
+    agent.parent.mkdir(mode=0o755)
+    agent.write_text(NAIVE_STREAM)
+    env = write_env(f'''
+        import json
+        import workbench as wb
+        def load_environment():
+            rubric = wb.Rubric()
+            @rubric.reward
+            def streamed(state: dict) -> dict:
+                out = json.loads(state["stdout"])
+                return {{"text": float(out["text"] == "hello there"), "usage": float(len(out["usage"]) == 1)}}
+            return wb.Environment(name="naive", tasks=wb.TaskSet.from_records([{{"prompt": "hello there"}}]),
+                                  harness=wb.Program([{sys.executable!r}, {str(agent)!r}]), rubric=rubric)
+        ''')
+    mock = mock_server("echo", "--tokens")
+    res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    s = last_json(res.stdout)
+    assert s["errors"] == 0 and s["rewards"] == {"streamed.text": 1.0, "streamed.usage": 1.0}, s
+    db = sqlite3.connect(store_path)
+    usage = db.execute("SELECT prompt_tokens, completion_tokens FROM model_call ORDER BY id").fetchall()
+    assert len(usage) == 2 and all(p > 0 and c > 0 for p, c in usage), "both calls' usage is recorded"

@@ -151,6 +151,8 @@ class InterceptionProxy:
 
     async def _stream(self, request: web.Request, rollout: Rollout, payload: dict[str, Any],
                       messages: list[dict[str, Any]], route: str) -> web.StreamResponse:
+        # The trace needs the usage, so it is asked for upstream; the harness gets it only if it asked too.
+        wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
         acc = _StreamAccumulator()
         t0 = time.perf_counter()
@@ -168,16 +170,39 @@ class InterceptionProxy:
             await out.prepare(request)
             buf = b""
             async for chunk in upstream.content.iter_any():
-                await out.write(chunk)
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
                     acc.feed(line)
+                # Whole lines only, so a usage chunk can be told apart; the harness sees the same events.
+                kept = lines if wants_usage else [k for k in map(_without_usage, lines) if k is not None]
+                if kept:
+                    await out.write(b"".join(k + b"\n" for k in kept))
             if buf:
                 acc.feed(buf)
+                kept_last = buf if wants_usage else _without_usage(buf)
+                if kept_last is not None:
+                    await out.write(kept_last)
             await out.write_eof()
         rollout.record_call(messages, acc.response(), time.perf_counter() - t0)
         return out
+
+
+def _without_usage(line: bytes) -> bytes | None:
+    """An SSE line as the harness gets it when it did not ask for usage: a usage-only chunk (no choices)
+    is dropped, a usage field on a chunk with choices removed; every other line passes as it is."""
+    if b'"usage"' not in line or not line.lstrip().startswith(b"data:"):
+        return line
+    try:
+        chunk = orjson.loads(line.lstrip()[5:].strip())
+    except orjson.JSONDecodeError:
+        return line
+    if not isinstance(chunk, dict) or "usage" not in chunk:
+        return line
+    if not chunk.get("choices"):
+        return None
+    del chunk["usage"]
+    return b"data: " + orjson.dumps(chunk)
 
 
 class _StreamAccumulator:
