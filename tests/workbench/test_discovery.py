@@ -302,3 +302,28 @@ def test_validate_of_a_broken_file_is_one_clear_line(write_env: Callable[..., Pa
                                                      cli: Callable[..., CliResult]) -> None:
     path = write_env("def load_environment(\n", "half.py")
     assert_user_error(cli("validate", path, "--json"), "half.py:1")
+
+
+def test_the_version_covers_the_data_files_the_tasks_come_from(tmp_path: Path) -> None:
+    """Appending a row to a task file changes the env's version, wherever the file lies; a file inside the
+    env's own folder is counted once; where the file lies does not enter the version, what it holds does."""
+    data = tmp_path / "data" / "tasks.jsonl"
+    data.parent.mkdir()
+    data.write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    env_file = tmp_path / "envs" / "fromfile.py"
+    env_file.parent.mkdir()
+    env_file.write_text(
+        "import workbench as wb\n\n"
+        "def load_environment(path: str):\n"
+        "    tasks = wb.TaskSet.from_jsonl(path).shuffle(1)[:5]\n"
+        "    return wb.Environment(name='fromfile', tasks=tasks, harness=wb.SingleTurn(), rubric=wb.Rubric())\n")
+    v1 = discovery.load(str(env_file), {"path": str(data)}).version
+    assert discovery.load(str(env_file), {"path": str(data)}).version == v1
+    with data.open("a") as f:
+        f.write('{"prompt": "2+2?", "answer": "4"}\n')
+    v2 = discovery.load(str(env_file), {"path": str(data)}).version
+    assert v2 != v1
+    moved = tmp_path / "elsewhere" / "tasks.jsonl"
+    moved.parent.mkdir()
+    moved.write_bytes(data.read_bytes())
+    assert discovery.load(str(env_file), {"path": str(moved)}).version == v2

@@ -129,17 +129,34 @@ def resolve(spec: str) -> EnvRef:
     raise EnvLoadError(f"unknown environment {spec!r}{hint} (or give a path to a .py file or package directory)")
 
 
-def env_version(ref: EnvRef) -> str:
-    """Content hash of the environment's files (see ``env_files``), 12 hex digits."""
+def env_version(ref: EnvRef, data_files: tuple[Path, ...] = ()) -> str:
+    """Content hash of the environment's files (see ``env_files``) and of the data files its tasks are read
+    from outside its own folder (``TaskSet.data_files``), 12 hex digits."""
+    outside = _outside(ref, data_files)
     if ref.path is not None:
-        return content_hash(read_env_files(ref.path))[:12]
-    h = hashlib.sha256()
+        return content_hash(read_env_files(ref.path) + outside)[:12]
+    h = hashlib.sha256(content_hash(outside).encode() if outside else b"")
     if ref.module:
         try:
             h.update(f"{ref.module}=={metadata.version(ref.module.split('.')[0])}".encode())
         except metadata.PackageNotFoundError:
             h.update(ref.module.encode())
     return h.hexdigest()[:12]
+
+
+def _outside(ref: EnvRef, data_files: tuple[Path, ...]) -> list[tuple[str, bytes]]:
+    """The data files not already among the environment's own, as (``data/NAME``, bytes), by name: the
+    version does not depend on where on this machine they lie."""
+    root = ref.path if ref.path and ref.path.is_dir() else None
+    out = []
+    for f in sorted(set(data_files)):
+        if root is not None and f.is_relative_to(root.resolve()):
+            continue
+        try:
+            out.append((f"data/{f.name}", f.read_bytes()))
+        except OSError:
+            continue
+    return out
 
 
 def _forget(modname: str) -> None:
@@ -233,5 +250,5 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
     if not isinstance(env, Environment):
         raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment")
     env.source = str(ref.path) if ref.path else (ref.module or ref.name)
-    env.version = env_version(ref)
+    env.version = env_version(ref, getattr(env.tasks, "data_files", ()))
     return env
