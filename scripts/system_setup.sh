@@ -19,7 +19,7 @@ if ((${#need[@]})); then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   else
-    echo "setup: not installed: ${need[*]} (sandbox tests that need them skip); install with: sudo apt-get install ${need[*]}" >&2
+    echo "setup: not installed: ${need[*]} (wb.Local and wb.Docker sandboxes need them; their tests skip); install with: sudo apt-get install ${need[*]}" >&2
   fi
 fi
 
@@ -40,7 +40,7 @@ if command -v docker >/dev/null && ! docker_up; then
     done
     docker_up || { echo "setup: dockerd did not start (the wb.Docker tests skip); last log lines:" >&2; tail -5 "$log" >&2; }
   elif command -v dockerd >/dev/null; then
-    echo "setup: the Docker engine is not running (wb.Docker tests skip); start it with: sudo systemctl start docker" >&2
+    echo "setup: the Docker engine is not running (wb.Docker needs it; its tests skip); start it with: sudo systemctl start docker" >&2
   fi
 fi
 exit 0
