@@ -288,7 +288,7 @@ async def detokenize(request: web.Request) -> web.Response:
     return json_response({"prompt": engine.lm.tokenizer.decode(ids)})
 
 
-async def list_models(request: web.Request) -> web.Response:
+def _model_entries(request: web.Request) -> list[dict[str, Any]]:
     engine = request.app[ENGINE]
     created = int(request.app[STARTED])
     data = [{"id": engine.lm.name, "object": "model", "created": created, "owned_by": "workbench",
@@ -298,7 +298,22 @@ async def list_models(request: web.Request) -> web.Response:
         data.append({"id": ad.name, "object": "model", "created": int(ad.loaded_at), "owned_by": "workbench",
                      "root": ad.path, "parent": engine.lm.name, "max_model_len": engine.lm.context_len,
                      "policy_version": engine.policy_version(ad.name)})
-    return json_response({"object": "list", "data": data})
+    return data
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return json_response({"object": "list", "data": _model_entries(request)})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: one served model (the base or a loaded adapter), as OpenAI answers it."""
+    want = request.match_info["model_id"]
+    entries = _model_entries(request)
+    found = next((m for m in entries if m["id"] == want), None)
+    if found is None:
+        raise HTTPError(404, f"The model `{want}` does not exist; served: {', '.join(m['id'] for m in entries)}.",
+                        "NotFoundError", "model")
+    return json_response(found)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -383,6 +398,7 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model_id}", get_model)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", health)
     app.router.add_post("/v1/load_lora_adapter", load_lora)

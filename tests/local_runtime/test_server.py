@@ -28,6 +28,12 @@ def test_models_and_health(client: Any, server: str) -> None:
     assert ids == [SERVED]
     h = get_json(server + "/health")
     assert h["status"] == "ok" and h["model"] == SERVED and h["policy_version"] == 0
+    one = client.models.retrieve(SERVED)  # GET /v1/models/{id}, as agent SDKs check a model
+    assert one.id == SERVED and one.owned_by == "workbench"
+    import openai
+
+    with pytest.raises(openai.NotFoundError, match="no-such-model"):
+        client.models.retrieve("no-such-model")
 
 
 def test_chat_basic(client: Any) -> None:

@@ -388,3 +388,19 @@ def test_a_naive_streaming_loop_gets_the_stream_it_asked_for(tmp_path: Path, moc
     db = sqlite3.connect(store_path)
     usage = db.execute("SELECT prompt_tokens, completion_tokens FROM model_call ORDER BY id").fetchall()
     assert len(usage) == 2 and all(p > 0 and c > 0 for p, c in usage), "both calls' usage is recorded"
+
+
+async def test_the_proxy_answers_a_models_lookup_by_any_name(token_mock: MockServer) -> None:
+    """Agent SDKs look their model up before calling it; every name is the run's model behind the proxy."""
+    client, proxy, r = await _proxy_rollout(token_mock.base_url)
+    try:
+        oa = openai.AsyncOpenAI(base_url=r.base_url, api_key="anything")
+        got = await oa.models.retrieve("gpt-whatever")
+        assert got.id == "gpt-whatever" and got.owned_by == "workbench-proxy"
+        assert [m.id for m in (await oa.models.list()).data] == ["mock-model"]
+        stranger = openai.AsyncOpenAI(base_url=proxy.url_for("nope"), api_key="anything")
+        with pytest.raises(openai.NotFoundError):
+            await stranger.models.retrieve("gpt-whatever")
+    finally:
+        await proxy.close()
+        await client.close()

@@ -43,6 +43,7 @@ class InterceptionProxy:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/r/{rid}/v1/chat/completions", self._chat)
         app.router.add_get("/r/{rid}/v1/models", self._models)
+        app.router.add_get("/r/{rid}/v1/models/{model_id}", self._model)
         app.router.add_post("/r/{rid}/v1/completions", self._passthrough)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -97,9 +98,17 @@ class InterceptionProxy:
     def _rollout(self, request: web.Request) -> Rollout | None:
         return self.rollouts.get(request.match_info["rid"])
 
+    def _model_entry(self) -> dict[str, Any]:
+        return {"id": self.model, "object": "model", "created": 0, "owned_by": "workbench-proxy"}
+
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                              "owned_by": "workbench-proxy"}]})
+        return web.json_response({"object": "list", "data": [self._model_entry()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{id}``: the run's model, whatever name the harness asks for (every call goes to it)."""
+        if self._rollout(request) is None:
+            return _error(404, "unknown rollout", "not_found")
+        return web.json_response({**self._model_entry(), "id": request.match_info["model_id"]})
 
     def _prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
         # The run decides the model and the sampling settings; the harness's own values are replaced.
