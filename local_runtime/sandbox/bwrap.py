@@ -124,12 +124,6 @@ def _probe(bwrap: str, mode: str, root: bool, setpriv: str | None) -> str | None
     return None
 
 
-def _bind_spec(b: str) -> tuple[str, str]:
-    """A bind entry: ``"HOST"`` (at the same path) or ``"HOST:SANDBOX"``."""
-    src, _, dst = b.partition(":")
-    return src, dst or src
-
-
 _MADE: tuple[str, ...] = ("/usr", "/etc", "/proc", "/dev", "/tmp", WORKDIR)
 
 
@@ -164,7 +158,7 @@ def reachable_by_others(path: str) -> bool:
 
 
 def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network: str,
-               binds: Sequence[str],
+               binds: Sequence[tuple[str, str]],
                 env: Mapping[str, str], cwd: str, argv: list[str], *, as_pid_1: bool = False,
                 bridge: Path | None = None) -> list[str]:
     """``as_pid_1``: the command is the namespace's init (the exec agent): a signal from inside the sandbox
@@ -189,8 +183,7 @@ def bwrap_argv(bwrap: str, mode: str, work: Path, tmp: Path, etc: Path, network:
     if network == "host":
         a += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     late = []
-    for b in binds:
-        src, dst = _bind_spec(b)
+    for src, dst in binds:  # (host path, sandbox path)
         if dst == WORKDIR or dst.startswith((WORKDIR + "/", "/tmp/")) or dst == "/tmp":
             late.append((src, dst))  # inside the sandbox's own folders: mounted over them, below
         else:

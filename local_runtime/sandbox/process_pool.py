@@ -359,11 +359,11 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | No
 
 
 # -- the pool --------------------------------------------------------------------------------------
-def _bind(spec: str) -> str:
-    """``HOST`` or ``HOST:SANDBOX`` with the host path made absolute (the sandbox path defaults to it)."""
+def _bind(spec: str) -> tuple[str, str]:
+    """``HOST`` or ``HOST:SANDBOX`` as (absolute host path, sandbox path; the host path by default)."""
     src, _, dst = spec.partition(":")
     src = str(Path(src).resolve())
-    return f"{src}:{dst}" if dst else src
+    return src, dst or src
 
 
 class ProcessPool(SandboxPool):
@@ -422,13 +422,10 @@ class ProcessPool(SandboxPool):
             raise SandboxError(f"wb.Local() cannot isolate commands on this machine ({iso.reason}); install "
                                "bubblewrap (apt-get install bubblewrap) and allow user namespaces, use --runtime "
                                "docker, or opt in to unisolated processes with wb.Local(isolation='none')")
-        hidden = []
-        for b in self.binds:
-            src = b.partition(":")[0]
+        for src, _ in self.binds:
             if not os.path.exists(src):
                 raise SandboxError(f"Local(binds=...): {src} does not exist")
-            if not reachable_by_others(src):
-                hidden.append(src)
+        hidden = any(not reachable_by_others(src) for src, _ in self.binds)
         if hidden and iso.mode == "userns" and os.geteuid() == 0 and iso.setpriv:
             # bubblewrap would run as the slot's uid, which cannot reach these (root's 0700 home): it runs as
             # root in every namespace but the user's, and each command drops to the slot's uid inside.
