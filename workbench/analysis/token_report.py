@@ -188,10 +188,11 @@ def stored_report(store: Any, rollout: dict[str, Any], tokenizer_name: str | Non
         cached_tokenizer(tokenizer_name)  # a tokenizer the user named must load: its error is theirs to see
     from workbench.rollouts.render import default_tokenizer_for
 
+    name = tokenizer_name or default_tokenizer_for(model)
     tools, notes = None, []
-    if (tokenizer_name or default_tokenizer_for(model)) is not None:  # tool schemas matter only to the re-render
+    if name is not None:  # tool schemas matter only to the re-render
         try:
             tools = tools_for_run(store, rollout["run_id"])
         except Exception as e:
             notes.append(f"the run's environment did not load ({e}); re-rendered without its tool schemas")
-    return report_for(trace, model, tools, tokenizer_name, notes)
+    return report_for(trace, model, tools, name, notes)

@@ -142,17 +142,16 @@ async def evaluate(
     on_status: StatusCallback | None = None,
 ) -> EvalOutcome:
     opts.validate()
-    run_id = store.get_run(opts.resume)["id"] if opts.resume else new_run_id()
+    run = store.get_run(opts.resume) if opts.resume else None
+    run_id = run["id"] if run is not None else new_run_id()
     with run_lock(store.path, run_id):  # a second --resume of the same run refuses up front
-        return await _evaluate(opts, store, run_id, on_start, counters_cb, on_status)
+        return await _evaluate(opts, store, run_id, run, on_start, counters_cb, on_status)
 
 
-async def _evaluate(opts: EvalOptions, store: Store, run_id: str, on_start: Callable[[str, int], None] | None,
-                    counters_cb: Callable[[RunCounters], None] | None,
+async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str, Any] | None,
+                    on_start: Callable[[str, int], None] | None, counters_cb: Callable[[RunCounters], None] | None,
                     on_status: StatusCallback | None) -> EvalOutcome:
-    run: dict[str, Any] | None = None
-    if opts.resume:
-        run = store.get_run(run_id)
+    if run is not None:
         cfg = run["config"]
         opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
         opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
