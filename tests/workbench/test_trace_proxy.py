@@ -197,12 +197,19 @@ print("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
 '''
 
 
+def _agent_script(tmp_path: Path, name: str, code: str) -> Path:
+    """An agent program's file in a project folder others may read, as usual (pytest's own are 0700)."""
+    folder = tmp_path / "agents"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    path = folder / name
+    path.write_text(code)
+    return path
+
+
 def test_program_agent_is_recorded(tmp_path: Path, mock_server: Callable[..., MockServer],
                                    cli: Callable[..., CliResult], store_path: Path,
                                    write_env: Callable[..., Path]) -> None:
-    agent = tmp_path / "agents" / "agent.py"  # a project folder others may read, as usual (pytest's are 0700)
-    agent.parent.mkdir(mode=0o755)
-    agent.write_text(AGENT)
+    agent = _agent_script(tmp_path, "agent.py", AGENT)
     env = write_env(f'''
         import workbench as wb
         def load_environment():
@@ -365,9 +372,7 @@ def test_a_naive_streaming_loop_gets_the_stream_it_asked_for(tmp_path: Path, moc
                                                              write_env: Callable[..., Path]) -> None:
     """The proxy asks upstream for the usage it records, and strips the usage chunk (empty choices) from what
     the harness gets unless the harness asked for it itself."""
-    agent = tmp_path / "agents" / "naive.py"
-    agent.parent.mkdir(mode=0o755)
-    agent.write_text(NAIVE_STREAM)
+    agent = _agent_script(tmp_path, "naive.py", NAIVE_STREAM)
     env = write_env(f'''
         import json
         import workbench as wb
