@@ -1,7 +1,8 @@
 """The sandbox end of the interception proxy: a stand-alone program (standard library only, any Python
 3.8+) that runs inside a rollout's sandbox, listens on the sandbox's own loopback and relays every
 connection to the proxy's Unix socket in the pool's bridge folder. It starts the agent program with
-``OPENAI_BASE_URL`` pointing at that loopback port, passes its stdin, stdout, stderr and exit code
+``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL`` pointing at that loopback port (the rollout's OpenAI and
+Anthropic base URLs) and the OpenAI Agents SDK's trace export off (it could reach nothing), passes its stdin, stdout, stderr and exit code
 through, and ends with it. The sandbox has no other way out: no network, no host processes to see.
 
     python3 bridge.py SOCKET ROLLOUT_ID -- ARGV...
@@ -57,6 +58,8 @@ def main():
     threading.Thread(target=_serve, args=(listener, sock_path), daemon=True).start()
     env = dict(os.environ)
     env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_id}/v1"
+    env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_id}"
+    env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     try:
         proc = subprocess.Popen(argv, env=env)
     except OSError as e:

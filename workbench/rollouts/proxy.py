@@ -1,10 +1,13 @@
 """The interception proxy: every rollout gets ``http://127.0.0.1:PORT/r/<rollout>/v1``.
 
 Harness code written for the plain OpenAI API — or an external agent program that only sees
-``OPENAI_BASE_URL`` — calls it like any endpoint. The proxy forwards to the run's upstream (the
-embedded server, vLLM, or any OpenAI-compatible API) with what training needs (token ids,
-logprobs, the run's sampling settings) where the upstream supports it, and records every call,
-streamed ones included, into the rollout's token-exact trace. The harness never knows.
+``OPENAI_BASE_URL`` or ``ANTHROPIC_BASE_URL`` (``/r/<rollout>``) — calls it like any endpoint: chat
+completions, completions, the Responses API (``/v1/responses``) and the Anthropic Messages API
+(``/v1/messages``), streamed or not. The proxy forwards to the run's upstream (the embedded server,
+vLLM, or any OpenAI-compatible API) as chat completions (:mod:`workbench.wire` translates), with what
+training needs (token ids, logprobs, the run's sampling settings) where the upstream supports it, and
+records every call, every choice of it, into the rollout's token-exact trace. What the harness gets
+back has the shape it asked for: the harness never knows.
 """
 
 from __future__ import annotations
@@ -18,13 +21,18 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from workbench.rollouts.client import ChatClient, ChatResponse, ModelError, parse_chat_body
+from workbench.rollouts.client import ChatClient, ModelError
+from workbench.rollouts.proxy_calls import ChatStream, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.rollout import Rollout
+from workbench.wire import WireError
+from workbench.wire.chat_stream import ChatStreamAccumulator
+from workbench.wire.responses import ResponseStore
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.Response(body=orjson.dumps({"error": {"message": message, "type": kind}}), status=status,
-                        content_type="application/json")
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+           param: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
 class InterceptionProxy:
@@ -37,6 +45,7 @@ class InterceptionProxy:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self.requests = 0
+        self.responses: dict[str, ResponseStore] = {}  # per rollout: previous_response_id stays within it
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, port: int = 0) -> InterceptionProxy:
@@ -44,7 +53,9 @@ class InterceptionProxy:
         app.router.add_post("/r/{rid}/v1/chat/completions", self._chat)
         app.router.add_get("/r/{rid}/v1/models", self._models)
         app.router.add_get("/r/{rid}/v1/models/{model_id}", self._model)
-        app.router.add_post("/r/{rid}/v1/completions", self._passthrough)
+        app.router.add_post("/r/{rid}/v1/completions", self._completions)
+        app.router.add_post("/r/{rid}/v1/responses", self._responses)
+        app.router.add_post("/r/{rid}/v1/messages", self._messages)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, port, backlog=1024)
@@ -92,7 +103,12 @@ class InterceptionProxy:
 
     def register(self, rollout: Rollout) -> Callable[[], None]:
         self.rollouts[rollout.id] = rollout
-        return lambda: self.rollouts.pop(rollout.id, None)
+
+        def unregister() -> None:
+            self.rollouts.pop(rollout.id, None)
+            self.responses.pop(rollout.id, None)
+
+        return unregister
 
     # -- handlers ------------------------------------------------------------------------------
     def _rollout(self, request: web.Request) -> Rollout | None:
@@ -112,175 +128,138 @@ class InterceptionProxy:
 
     def _prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
         # The run decides the model and the sampling settings; the harness's own values are replaced.
-        out = {**body, **self.params, **rollout.params, "model": self.model}
-        return out
+        return {**body, **self.params, **rollout.params, "model": self.model}
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    async def _body(self, request: web.Request, api: WireAPI) -> tuple[Rollout, dict[str, Any]] | web.Response:
         self.requests += 1
         rollout = self._rollout(request)
         if rollout is None:
-            return _error(404, f"no running rollout {request.match_info['rid']!r} behind this URL")
+            return api.error(404, f"no running rollout {request.match_info['rid']!r} behind this URL")
         try:
             body = orjson.loads(await request.read())
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise ValueError("the body must be a JSON object with a 'messages' list")
-        except (orjson.JSONDecodeError, ValueError) as e:
-            return _error(400, f"malformed request: {e}")
-        payload = self._prepare(body, rollout)
-        messages = body["messages"]
+        except orjson.JSONDecodeError as e:
+            return api.error(400, f"malformed request: the body is not JSON ({e})")
+        if not isinstance(body, dict):
+            return api.error(400, "malformed request: the body must be a JSON object")
+        return rollout, body
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, ChatStream())
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        store = self.responses.setdefault(request.match_info["rid"], ResponseStore(capacity=256))
+        return await self._serve(request, ResponsesAPI(self.model, store))
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, MessagesAPI(self.model))
+
+    async def _serve(self, request: web.Request, api: WireAPI) -> web.StreamResponse:
+        """One call in any API: translated to a chat request, sent upstream, recorded, answered in kind."""
+        got = await self._body(request, api)
+        if isinstance(got, web.Response):
+            return got
+        rollout, body = got
+        try:
+            chat = api.to_chat(body)
+        except WireError as e:
+            return api.error(400, e.message, param=e.param)
+        messages, tools = chat["messages"], chat.get("tools")
+        payload = self._prepare(chat, rollout)
         route = "/chat/completions"
-        ids = await rollout.continued_prompt(messages, body.get("tools"))
+        ids = await rollout.continued_prompt(messages, tools)
         if ids is not None:
             payload["tokens"] = ids
             route += "/tokens"
         if payload.get("stream"):
-            return await self._stream(request, rollout, payload, messages, route)
+            return await self._stream(request, rollout, api, payload, messages, tools, route)
         t0 = time.perf_counter()
         try:
             raw = await self.client.post_json(self.upstream + route, payload, self.model)
-            resp = parse_chat_body(raw)
+            data = orjson.loads(raw)
+            record_choices(rollout, messages, tools, data, time.perf_counter() - t0)
         except ModelError as e:
-            return _error(e.status or 502, e.message, "upstream_error")
-        rollout.record_call(messages, resp, time.perf_counter() - t0)
+            return api.error(e.status or 502, e.message, upstream=True)
+        except orjson.JSONDecodeError:
+            return api.error(502, f"the upstream answered with something that is not JSON: {raw[:120]!r}", upstream=True)
+        return web.Response(body=api.from_chat(data, raw), content_type="application/json")
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        """``/v1/completions``: forwarded with the run's model and settings and token ids asked for; each
+        choice recorded as a call whose one message is the prompt."""
+        api = ChatStream()
+        got = await self._body(request, api)
+        if isinstance(got, web.Response):
+            return got
+        rollout, body = got
+        if body.get("stream"):
+            return api.error(400, "streamed /v1/completions is not served through the proxy; use stream: false "
+                                  "or chat completions", param="stream")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return api.error(400, "the proxy records completions of one text prompt: 'prompt' must be a string",
+                             param="prompt")
+        payload = {**self._prepare(body, rollout), "return_token_ids": True}
+        t0 = time.perf_counter()
+        try:
+            raw = await self.client.post_json(self.upstream + "/completions", payload, self.model)
+            data = orjson.loads(raw)
+        except ModelError as e:
+            return api.error(e.status or 502, e.message, upstream=True)
+        except orjson.JSONDecodeError:
+            return api.error(502, f"the upstream answered with something that is not JSON: {raw[:120]!r}", upstream=True)
+        chat_like = {**data, "choices": [{**c, "message": {"role": "assistant", "content": c.get("text", "")}}
+                                         for c in data.get("choices") or () if isinstance(c, dict)]}
+        if chat_like["choices"]:
+            record_choices(rollout, [{"role": "user", "content": prompt}], None, chat_like,
+                           time.perf_counter() - t0, raw_prompt=True)
+        if not body.get("return_token_ids"):
+            for c in data.get("choices") or ():
+                if isinstance(c, dict):
+                    c.pop("token_ids", None)
+                    c.pop("prompt_token_ids", None)
+            raw = orjson.dumps(data)
         return web.Response(body=raw, content_type="application/json")
 
-    async def _passthrough(self, request: web.Request) -> web.Response:
-        rollout = self._rollout(request)
-        if rollout is None:
-            return _error(404, f"no running rollout {request.match_info['rid']!r} behind this URL")
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as e:
-            return _error(400, f"malformed request: {e}")
-        try:
-            raw = await self.client.post_json(self.upstream + "/completions", {**body, "model": self.model}, self.model)
-        except ModelError as e:
-            return _error(e.status or 502, e.message, "upstream_error")
-        return web.Response(body=raw, content_type="application/json")
-
-    async def _stream(self, request: web.Request, rollout: Rollout, payload: dict[str, Any],
-                      messages: list[dict[str, Any]], route: str) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, rollout: Rollout, api: WireAPI, payload: dict[str, Any],
+                      messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                      route: str) -> web.StreamResponse:
         # The trace needs the usage, so it is asked for upstream; the harness gets it only if it asked too.
-        wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        api.wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
-        acc = _StreamAccumulator()
+        accs: dict[int, ChatStreamAccumulator] = {0: ChatStreamAccumulator()}
         t0 = time.perf_counter()
         session = await self.client.session()
         try:
             upstream = await session.post(self.upstream + route, data=orjson.dumps(payload),
                                           headers=self.client.headers)
         except Exception as e:  # connection refused, ...
-            return _error(502, f"upstream unreachable: {e}", "upstream_error")
+            return api.error(502, f"upstream unreachable: {e}", upstream=True)
         async with upstream:
             if upstream.status >= 400:
-                return web.Response(body=await upstream.read(), status=upstream.status,
-                                    content_type="application/json")
+                raw = await upstream.read()
+                return api.error(upstream.status, _upstream_message(raw), upstream=True)
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)
+            head = api.start()
+            if head:
+                await out.write(head)
             buf = b""
             async for chunk in upstream.content.iter_any():
                 buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    acc.feed(line)
-                # Whole lines only, so a usage chunk can be told apart; the harness sees the same events.
-                kept = lines if wants_usage else [k for k in map(_without_usage, lines) if k is not None]
-                if kept:
-                    await out.write(b"".join(k + b"\n" for k in kept))
-            if buf:
-                acc.feed(buf)
-                kept_last = buf if wants_usage else _without_usage(buf)
-                if kept_last is not None:
-                    await out.write(kept_last)
+                *lines, buf = buf.split(b"\n")  # whole lines only, so each event is seen whole
+                sent = api.lines(lines, accs)
+                if sent:
+                    await out.write(sent)
+            tail = api.lines([buf], accs) if buf else b""
+            await out.write(tail + api.finish(accs[0]))
             await out.write_eof()
-        rollout.record_call(messages, acc.response(), time.perf_counter() - t0)
+        record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())}, time.perf_counter() - t0)
         return out
 
 
-def _without_usage(line: bytes) -> bytes | None:
-    """An SSE line as the harness gets it when it did not ask for usage: a usage-only chunk (no choices)
-    is dropped, a usage field on a chunk with choices removed; every other line passes as it is."""
-    if b'"usage"' not in line or not line.lstrip().startswith(b"data:"):
-        return line
+def _upstream_message(raw: bytes) -> str:
     try:
-        chunk = orjson.loads(line.lstrip()[5:].strip())
-    except orjson.JSONDecodeError:
-        return line
-    if not isinstance(chunk, dict) or "usage" not in chunk:
-        return line
-    if not chunk.get("choices"):
-        return None
-    del chunk["usage"]
-    return b"data: " + orjson.dumps(chunk)
-
-
-class _StreamAccumulator:
-    """Rebuilds a whole chat response from OpenAI/vLLM SSE chunks."""
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.logprobs: list[dict[str, Any]] = []
-        self.token_ids: list[int] = []
-        self.prompt_token_ids: list[int] | None = None
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] = {}
-        self.policy_version: Any = None
-
-    def feed(self, line: bytes) -> None:
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            return
-        data = line[5:].strip()
-        if not data or data == b"[DONE]":
-            return
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        if chunk.get("prompt_token_ids") is not None:
-            self.prompt_token_ids = chunk["prompt_token_ids"]
-        if chunk.get("policy_version") is not None:
-            self.policy_version = chunk["policy_version"]
-        for ch in chunk.get("choices") or ():
-            if ch.get("index", 0) != 0:
-                continue
-            delta = ch.get("delta") or {}
-            if delta.get("content"):
-                self.content.append(delta["content"])
-            for tc in delta.get("tool_calls") or ():
-                slot = self.tool_calls.setdefault(tc.get("index", 0), {"id": "", "type": "function",
-                                                                        "function": {"name": "", "arguments": ""}})
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            lp = ch.get("logprobs")
-            if isinstance(lp, dict) and lp.get("content"):
-                self.logprobs.extend(lp["content"])
-            if ch.get("token_ids"):
-                self.token_ids.extend(ch["token_ids"])
-            if ch.get("prompt_token_ids") is not None:
-                self.prompt_token_ids = ch["prompt_token_ids"]
-            if ch.get("finish_reason"):
-                self.finish_reason = ch["finish_reason"]
-
-    def response(self) -> ChatResponse:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) if self.content or not
-                                   self.tool_calls else None}
-        if self.tool_calls:
-            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        extra: dict[str, Any] = {}
-        if self.logprobs:
-            extra["logprobs"] = {"content": self.logprobs}
-        if self.token_ids:
-            extra["token_ids"] = self.token_ids
-        if self.prompt_token_ids is not None:
-            extra["prompt_token_ids"] = self.prompt_token_ids
-        if self.policy_version is not None:
-            extra["policy_version"] = self.policy_version
-        return ChatResponse(message, self.finish_reason, int(self.usage.get("prompt_tokens") or 0),
-                            int(self.usage.get("completion_tokens") or 0), extra or None)
+        err = orjson.loads(raw).get("error")
+        return str(err.get("message") if isinstance(err, dict) else err)
+    except (orjson.JSONDecodeError, AttributeError):
+        return raw[:300].decode(errors="replace")

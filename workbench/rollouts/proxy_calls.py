@@ -1,0 +1,164 @@
+"""What the interception proxy does per API: the chat request a call becomes, the answer the harness gets
+back (whole or streamed), the error body it expects, and the recording of every choice in the trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from workbench.rollouts.client import ChatResponse
+from workbench.rollouts.rollout import Rollout
+from workbench.wire import WireError, anthropic, responses
+from workbench.wire.chat_stream import ChatStreamAccumulator, sse_data
+
+
+class WireAPI:
+    """Chat completions as they are: the request checked, the answer passed through."""
+
+    wants_usage = False
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(body.get("messages"), list):
+            raise WireError("malformed request: the body must be a JSON object with a 'messages' list", "messages")
+        return body
+
+    def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
+        return raw
+
+    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> Any:
+        from aiohttp import web
+
+        kind = ("upstream_error" if upstream else "server_error") if status >= 500 else \
+            {404: "not_found_error", 429: "rate_limit_error"}.get(status, "invalid_request_error")
+        body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+    def start(self) -> bytes:
+        return b""
+
+    def lines(self, lines: list[bytes], accs: dict[int, ChatStreamAccumulator]) -> bytes:
+        out = []
+        for line in lines:
+            chunk = sse_data(line)
+            if chunk is None:
+                out.append(line)
+                continue
+            choices = chunk.get("choices") or ()
+            if not choices:
+                accs[0].feed_chunk(chunk)
+            for index in {c.get("index", 0) for c in choices if isinstance(c, dict)}:
+                acc = accs.get(index)
+                if acc is None:
+                    acc = accs[index] = ChatStreamAccumulator(index)
+                acc.feed_chunk(chunk)
+            if "usage" in chunk and not self.wants_usage:  # the proxy asked for it, the harness did not
+                if not choices:
+                    continue
+                del chunk["usage"]
+                line = b"data: " + orjson.dumps(chunk)
+            out.append(line)
+        return b"".join(k + b"\n" for k in out)
+
+    def finish(self, acc: ChatStreamAccumulator) -> bytes:
+        return b""
+
+
+ChatStream = WireAPI
+
+
+class _Translated(WireAPI):
+    stream: Any = None
+
+    def lines(self, lines: list[bytes], accs: dict[int, ChatStreamAccumulator]) -> bytes:
+        out = b""
+        for line in lines:
+            chunk = sse_data(line)
+            if chunk is not None:
+                out += self.stream.on(accs[0].feed_chunk(chunk))
+        return out
+
+    def start(self) -> bytes:
+        return self.stream.start()
+
+    def finish(self, acc: ChatStreamAccumulator) -> bytes:
+        return self.stream.finish(acc)
+
+
+class ResponsesAPI(_Translated):
+    """``/v1/responses``; ``previous_response_id`` looks up the conversations this rollout's calls stored."""
+
+    def __init__(self, model: str, store: responses.ResponseStore) -> None:
+        self.model, self.store = model, store
+        self.body: dict[str, Any] = {}
+        self.conversation: list[dict[str, Any]] = []
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.body = body
+        chat, self.conversation = responses.request_to_chat(body, self.store)
+        self.stream = responses.ResponsesStream(str(body.get("model") or self.model), body, self.conversation,
+                                                self.store)
+        return chat
+
+    def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
+        return orjson.dumps(responses.chat_to_response(data, str(self.body.get("model") or self.model), self.body,
+                                                       self.conversation, self.store))
+
+
+class MessagesAPI(_Translated):
+    """``/v1/messages``, the Anthropic Messages API; errors in Anthropic's shape."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.body: dict[str, Any] = {}
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.body = body
+        self.stream = anthropic.MessagesStream(str(body.get("model") or self.model), body)
+        return anthropic.request_to_chat(body)
+
+    def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
+        return orjson.dumps(anthropic.chat_to_message(data, str(self.body.get("model") or self.model), self.body))
+
+    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> Any:
+        from aiohttp import web
+
+        where = f" ({param})" if param and param not in message else ""
+        return web.Response(body=orjson.dumps(anthropic.error_body(status, message + where)), status=status,
+                            content_type="application/json")
+
+
+def _choice_responses(data: dict[str, Any]) -> list[ChatResponse]:
+    from workbench.rollouts.client import parse_chat_body
+
+    choices = [c for c in data.get("choices") or () if isinstance(c, dict)]
+    if len(choices) <= 1:
+        return [parse_chat_body(orjson.dumps(data))]
+    usage = data.get("usage") or {}
+    out = []
+    for k, c in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
+        one = parse_chat_body(orjson.dumps({**data, "choices": [c], "usage": {}}))
+        tokens = len(c.get("token_ids") or ()) or int(usage.get("completion_tokens") or 0) // len(choices)
+        one.prompt_tokens = int(usage.get("prompt_tokens") or 0) if k == 0 else 0
+        one.completion_tokens = tokens
+        out.append(one)
+    return out
+
+
+def record_choices(rollout: Rollout, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   answer: dict[Any, Any], latency_s: float, *, raw_prompt: bool = False) -> None:
+    """Record every choice of one call: ``answer`` is a chat completion body, or the stream's accumulators
+    by choice index. The prompt's tokens count once, on the first choice."""
+    if answer and all(isinstance(a, ChatStreamAccumulator) for a in answer.values()):
+        usage = answer[0].usage
+        resps = []
+        for k, acc in enumerate(answer.values()):
+            completion = len(acc.token_ids) if len(answer) > 1 else int(usage.get("completion_tokens") or 0)
+            resps.append(ChatResponse(acc.message(), acc.finish_reason,
+                                      int(usage.get("prompt_tokens") or 0) if k == 0 else 0, completion, acc.extra()))
+    else:
+        resps = _choice_responses(answer)
+    for resp in resps:
+        if raw_prompt:
+            resp.extra = {**(resp.extra or {}), "api": "completions"}
+        rollout.record_call(messages, resp, latency_s, tools=tools)
