@@ -1,6 +1,7 @@
 """``workbench serve``: an OpenAI-compatible model server on torch + transformers (aiohttp).
 
-Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/health`` (and ``/stats``),
+Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` and ``/v1/messages`` (the
+Responses and Anthropic Messages APIs, translated to chat: wire_routes.py), ``/v1/models``, ``/health`` (and ``/stats``),
 ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, ``/tokenize`` and ``/detokenize``
 (vLLM's names and bodies), and ``/v1/chat/completions/tokens`` (a chat request whose prompt comes as
 token ids: how multi-turn rollouts keep the sampled tokens exact; see workbench/rollouts/continuation.py), and
@@ -200,7 +201,8 @@ async def chat_completions_tokens(request: web.Request) -> web.StreamResponse:
     return await _chat(request, await parse_request(request, ChatTokensRequest))
 
 
-async def _chat(request: web.Request, req: ChatRequest) -> web.StreamResponse:
+async def _chat(request: web.Request, req: ChatRequest, translation: Any = None) -> web.StreamResponse:
+    """A chat request, answered as chat, or in another API through ``translation`` (see wire_routes.py)."""
     engine, sched = request.app[ENGINE], request.app[SCHED]
     model = resolve_model(engine, req.model)
     prompt, prefix, tools_active = render_chat(engine.lm, req)
@@ -211,10 +213,12 @@ async def _chat(request: web.Request, req: ChatRequest) -> web.StreamResponse:
     if req.stream:
         q = attach_queue(seqs)
         fut = submit(sched, seqs)
-        return await stream_chat(request, req, model, seqs, q, fut, seqs[0].prompt_ids, prefix, tools_active, tt)
+        return await stream_chat(request, req, model, seqs, q, fut, seqs[0].prompt_ids, prefix, tools_active, tt,
+                                 translation)
     await submit(sched, seqs)
     check_errors(seqs)
-    return json_response(chat_response(req, model, seqs, seqs[0].prompt_ids, len(prompt), prefix, tools_active, tt))
+    body = chat_response(req, model, seqs, seqs[0].prompt_ids, len(prompt), prefix, tools_active, tt)
+    return json_response(body if translation is None else translation.whole(body))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -404,6 +408,9 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.router.add_post("/v1/load_lora_adapter", load_lora)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora)
     app.router.add_post("/update_weights", update_weights)
+    from local_runtime.server.wire_routes import add_routes
+
+    add_routes(app)  # /v1/responses and /v1/messages
     return app
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -26,6 +26,7 @@ from local_runtime.server.openai_api import (
     new_id,
     usage,
 )
+from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
 
 Snapshot = tuple[Sequence, str, int, str | None]
 
@@ -51,16 +52,36 @@ class _Choice:
         self.tok = 0
 
 
+def chat_sse(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
+
+
+class Translation(Protocol):
+    """Another API's stream built from the chat chunks (see :mod:`workbench.wire`)."""
+
+    def start(self) -> bytes: ...
+    def on(self, delta: Delta) -> bytes: ...
+    def finish(self, acc: ChatStreamAccumulator) -> bytes: ...
+
+
 async def _drive(request: web.Request, seqs: list[Sequence], q: asyncio.Queue[Snapshot], fut: Awaitable[Any],
                  first: list[dict[str, Any]], on_snapshot: Callable[[Snapshot, _Choice], list[dict[str, Any]]],
-                 last: Callable[[], list[dict[str, Any]]]) -> web.StreamResponse:
+                 last: Callable[[], list[dict[str, Any]]], translation: Translation | None = None) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                        "X-Accel-Buffering": "no"})
     await resp.prepare(request)
     state = {id(s): _Choice() for s in seqs}
+    encode = chat_sse
+    if translation is not None:
+        acc = ChatStreamAccumulator()
+
+        def encode(chunks: list[dict[str, Any]]) -> bytes:
+            return b"".join(translation.on(acc.feed_chunk(c)) for c in chunks)
+
+        await resp.write(translation.start())
     try:
-        for chunk in first:
-            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        if first:
+            await resp.write(encode(first))
         remaining = len(seqs)
         while remaining:
             snap = await q.get()
@@ -77,10 +98,10 @@ async def _drive(request: web.Request, seqs: list[Sequence], q: asyncio.Queue[Sn
                     st.tok = -1
                     remaining -= 1
             if out:
-                await resp.write(b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in out))
+                await resp.write(encode(out))
         await fut
-        tail = last()
-        await resp.write(b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in tail) + b"data: [DONE]\n\n")
+        tail = encode(last())
+        await resp.write(tail + (b"data: [DONE]\n\n" if translation is None else translation.finish(acc)))
     except (ConnectionResetError, asyncio.CancelledError):
         for s in seqs:
             s.cancelled = True
@@ -91,7 +112,8 @@ async def _drive(request: web.Request, seqs: list[Sequence], q: asyncio.Queue[Sn
 
 async def stream_chat(request: web.Request, req: ChatRequest, name: str, seqs: list[Sequence],
                       q: asyncio.Queue[Snapshot], fut: Awaitable[Any], prompt_ids: list[int],
-                      prefix: str, tools_active: bool, tt: TokenText) -> web.StreamResponse:
+                      prefix: str, tools_active: bool, tt: TokenText,
+                      translation: Translation | None = None) -> web.StreamResponse:
     cid, created = new_id("chatcmpl"), int(time.time())
     markers = list(seqs[0].params.stop) + ([TOOL_OPEN] if tools_active else [])
     as_ids = req.return_tokens_as_token_ids
@@ -139,7 +161,7 @@ async def stream_chat(request: web.Request, req: ChatRequest, name: str, seqs: l
         return [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [],
                  "usage": usage(seqs, len(prompt_ids)), "policy_version": seqs[0].policy_version}]
 
-    return await _drive(request, seqs, q, fut, first, on_snapshot, last)
+    return await _drive(request, seqs, q, fut, first, on_snapshot, last, translation)
 
 
 async def stream_completion(request: web.Request, req: CompletionRequest, name: str, seqs: list[Sequence],

@@ -117,9 +117,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or "input_schema" not in t:
             raise WireError(f"tools[{i}] must be a client tool with a name and an input_schema (server tools such "
                             "as web search run at Anthropic, not here)", f"tools[{i}]")
-        fn = {"name": t["name"], "parameters": t["input_schema"]}
-        if t.get("description"):
-            fn["description"] = t["description"]
+        fn = {"name": t["name"], **({"description": t["description"]} if t.get("description") else {}),
+              "parameters": t["input_schema"]}  # OpenAI's key order: a template renders the tool as JSON
         out.append({"type": "function", "function": fn})
     return out
 

@@ -123,10 +123,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             kind = t.get("type") if isinstance(t, dict) else None
             raise WireError(f"tools[{i}]: only function tools are served here, not {kind!r} (hosted tools such as "
                             "web search run at OpenAI)", f"tools[{i}]")
-        fn: dict[str, Any] = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object",
-                                                                                       "properties": {}}}
+        fn: dict[str, Any] = {"name": t["name"]}  # OpenAI's key order: a template renders the tool as JSON
         if t.get("description"):
             fn["description"] = t["description"]
+        fn["parameters"] = t.get("parameters") or {"type": "object", "properties": {}}
         if t.get("strict") is not None:
             fn["strict"] = t["strict"]
         out.append({"type": "function", "function": fn})

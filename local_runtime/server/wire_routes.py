@@ -1,0 +1,100 @@
+"""``/v1/responses`` (the OpenAI Responses API) and ``/v1/messages`` (the Anthropic Messages API) on the
+embedded server: each request is translated to a chat request (:mod:`workbench.wire`), runs exactly as
+``/v1/chat/completions`` runs it — sampling, constraints, tool calls — and the answer is translated back,
+whole or streamed. ``previous_response_id`` finds the conversations of the server's recent responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from local_runtime.server import http_app
+from local_runtime.server.openai_api import ChatRequest, validation_message
+from workbench.wire import WireError, anthropic, responses
+from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
+
+RESPONSE_STORE: web.AppKey[responses.ResponseStore] = web.AppKey("responses", responses.ResponseStore)
+
+
+def _chat_request(chat: dict[str, Any]) -> ChatRequest:
+    if chat.get("stream"):
+        chat["stream_options"] = {"include_usage": True}  # the translated stream ends with the usage
+    try:
+        return ChatRequest.model_validate(chat)
+    except ValidationError as e:
+        raise http_app.HTTPError(400, validation_message(e)) from None
+
+
+class _ResponsesTranslation:
+    def __init__(self, model: str, body: dict[str, Any], conversation: list[dict[str, Any]],
+                 store: responses.ResponseStore) -> None:
+        self.model, self.body, self.conversation, self.store = model, body, conversation, store
+        self.stream = responses.ResponsesStream(model, body, conversation, store)
+
+    def whole(self, chat: dict[str, Any]) -> dict[str, Any]:
+        return responses.chat_to_response(chat, self.model, self.body, self.conversation, self.store)
+
+    def start(self) -> bytes:
+        return self.stream.start()
+
+    def on(self, delta: Delta) -> bytes:
+        return self.stream.on(delta)
+
+    def finish(self, acc: ChatStreamAccumulator) -> bytes:
+        return self.stream.finish(acc)
+
+
+class _MessagesTranslation:
+    def __init__(self, model: str, body: dict[str, Any]) -> None:
+        self.model, self.body = model, body
+        self.stream = anthropic.MessagesStream(model, body)
+
+    def whole(self, chat: dict[str, Any]) -> dict[str, Any]:
+        return anthropic.chat_to_message(chat, self.model, self.body)
+
+    def start(self) -> bytes:
+        return self.stream.start()
+
+    def on(self, delta: Delta) -> bytes:
+        return self.stream.on(delta)
+
+    def finish(self, acc: ChatStreamAccumulator) -> bytes:
+        return self.stream.finish(acc)
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    body = await http_app.read_json(request)
+    store = request.app[RESPONSE_STORE]
+    try:
+        chat, conversation = responses.request_to_chat(body, store)
+    except WireError as e:
+        raise http_app.HTTPError(400, e.message, param=e.param) from None
+    req = _chat_request(chat)
+    model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
+    return await http_app._chat(request, req, _ResponsesTranslation(model, body, conversation, store))
+
+
+async def create_message(request: web.Request) -> web.StreamResponse:
+    """Errors in Anthropic's shape (``{"type": "error", "error": {...}}``), which its SDK reads."""
+    try:
+        body = await http_app.read_json(request)
+        try:
+            chat = anthropic.request_to_chat(body)
+        except WireError as e:
+            raise http_app.HTTPError(400, e.message, param=e.param) from None
+        req = _chat_request(chat)
+        model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
+        return await http_app._chat(request, req, _MessagesTranslation(model, body))
+    except http_app.HTTPError as e:
+        where = f" ({e.param})" if e.param and e.param not in e.message else ""
+        return web.Response(body=orjson.dumps(anthropic.error_body(e.status, e.message + where)), status=e.status,
+                            content_type="application/json")
+
+
+def add_routes(app: web.Application) -> None:
+    app[RESPONSE_STORE] = responses.ResponseStore()
+    app.router.add_post("/v1/responses", create_response)
+    app.router.add_post("/v1/messages", create_message)
