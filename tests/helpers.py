@@ -164,6 +164,16 @@ def write_file(path: Path, text: str) -> Path:
     return path
 
 
+def agent_script(tmp_path: Path, name: str, code: str) -> Path:
+    """An agent program's file (for ``wb.Program``), dedented, in a project folder others may read, as usual
+    (pytest's own folders are 0700)."""
+    folder = tmp_path / "agents"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(code).lstrip("\n"))
+    return path
+
+
 #: A small single-turn environment the arithmetic mock answers (correctly about 70% of the time).
 #: Rewards: ``correct`` (weight 1), group reward ``bonus`` (weight 0.5, 1.0 for sample 0 only);
 #: metric ``words``.

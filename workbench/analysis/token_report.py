@@ -4,9 +4,9 @@ Two kinds of mismatch are placed on the token where they start:
 
 - recorded (``Trace.mismatches``): a call's prompt did not extend the tokens already on its path (the
   server re-tokenized the conversation); the call starts a new branch, marked at the first difference;
-- re-rendered (:func:`workbench.rollouts.render.check_trace`): rendering a call's messages with the model's chat
-  template gives other tokens than the recorded prompt; marked on the recorded token where it differs,
-  with the likely cause.
+- re-rendered (:func:`workbench.rollouts.render.check_trace`): rendering a call's messages (and the tool
+  schemas that call sent) with the model's chat template gives other tokens than the recorded prompt;
+  marked on the recorded token where it differs, with the likely cause.
 
 No Textual here: the app's TokenView and any other front end draw a :class:`TokenReport`.
 """
@@ -88,8 +88,9 @@ def stored_trace(conn: Any, rollout_pk: int) -> Trace | None:
 
 
 def tools_for_run(store: Any, run_id: str) -> list[dict[str, Any]] | None:
-    """The tool schemas a run's harness sent, or None (the chat template renders tools into the
-    prompt, so a re-render without them would differ)."""
+    """The tool schemas a run's harness declares, or None: what a trace stored before each call's own
+    tools were recorded is re-rendered with (the chat template renders tools into the prompt, so a
+    re-render without them would differ)."""
     from workbench.runs.debug_report import load_run_env
 
     return getattr(load_run_env(store, run_id).harness, "schemas", None)
@@ -109,7 +110,8 @@ def _offsets(path: list[TraceNode], pos: int) -> tuple[TraceNode, int] | None:
 def build_report(trace: Trace, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None,
                  notes: list[str] | None = None, no_tokenizer: str = "no tokenizer") -> TokenReport:
     """Decode, band and mark every token of ``trace`` (``tokenizer``: a loaded HF tokenizer, or None,
-    in which case ``no_tokenizer`` says why)."""
+    in which case ``no_tokenizer`` says why). Each call re-renders with the tools it sent; ``tools``
+    stands in where the trace does not know them (it was stored before they were recorded)."""
     from workbench.rollouts.render import check_trace
 
     notes = list(notes or [])
@@ -190,7 +192,8 @@ def stored_report(store: Any, rollout: dict[str, Any], tokenizer_name: str | Non
 
     name = tokenizer_name or default_tokenizer_for(model)
     tools, notes = None, []
-    if name is not None:  # tool schemas matter only to the re-render
+    # Tool schemas matter only to the re-render; a trace that knows each call's own needs no stand-in.
+    if name is not None and trace.call_tools is None:
         try:
             tools = tools_for_run(store, rollout["run_id"])
         except Exception as e:

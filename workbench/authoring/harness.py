@@ -228,6 +228,8 @@ class UserSim(MultiTurn):
 
 
 _OUTPUT_CAP = 64 * 1024
+#: The API key a program sees (for both APIs): the interception proxy holds the real one.
+PROXY_KEY = "workbench-proxy"
 #: The interpreter that runs the bridge inside a sandbox (every runtime's image has one).
 BRIDGE_PYTHON = "python3"
 
@@ -237,12 +239,20 @@ class Program(Harness):
 
     The program runs in the environment's runtime (``wb.Local()`` by default): its own PID namespace
     (the host's processes, their environments included, are invisible), no network but the interception
-    proxy, reached through the pool's bridge. It sees ``OPENAI_BASE_URL`` (the rollout's proxy URL)
-    and ``OPENAI_API_KEY`` (a placeholder: the proxy holds the real key), plus the task: the prompt text
-    on stdin and in ``WORKBENCH_PROMPT``, the whole task as JSON in ``WORKBENCH_TASK``; ``{prompt}`` in
-    ``argv`` is replaced by the prompt text. Only ``env`` is added to the sandbox's clean environment.
-    Every model call it makes is recorded in the rollout's trace; the conversation of its last call
-    becomes the rollout's messages. A non-zero exit fails the rollout.
+    proxy, reached through the pool's bridge. It sees the rollout's proxy URL for both APIs an agent SDK
+    speaks, ``OPENAI_BASE_URL`` (OpenAI) and ``ANTHROPIC_BASE_URL`` (Anthropic), and their keys
+    ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` (placeholders: the proxy holds the real key), plus the
+    task: the prompt text on stdin and in ``WORKBENCH_PROMPT``, the whole task as JSON in
+    ``WORKBENCH_TASK``; ``{prompt}`` in ``argv`` is replaced by the prompt text. Only ``env`` is added to
+    the sandbox's clean environment. A non-zero exit fails the rollout.
+
+    Every model call it makes is recorded in the rollout's trace, with the tools that call sent. The
+    rollout's messages are the whole conversation the program held: a call whose messages extend an
+    earlier call's messages plus its reply continues that conversation, so a usual agent loop's messages
+    are its last call's messages and reply. A program that holds several conversations (sub-agents, a
+    compacted history, attempts from scratch) has them all, one after the other, in the order each
+    last spoke (the last call's conversation last, so its reply is the completion); then
+    ``state["conversations"]`` holds how many messages each one has, in that order.
 
     On ``wb.Local()`` a bare command (``python3``) is the sandbox's own (the system's); the absolute host
     paths ``argv`` names (an interpreter and its virtual environment, the agent's files) and ``binds``
@@ -278,6 +288,7 @@ class Program(Harness):
         return program_mounts(self.argv, self.binds)
 
     async def run(self, rollout: Rollout) -> None:
+        from workbench.rollouts.conversations import Conversations
         from workbench.rollouts.program_mounts import sandbox_argv
         from workbench.rollouts.rollout import RolloutFailed
 
@@ -290,7 +301,8 @@ class Program(Harness):
         prompt = task.prompt if isinstance(task.prompt, str) else "\n".join(
             str(m.get("content") or "") for m in task.prompt if m.get("role") == "user")
         env = dict(self.env)
-        env.update({"OPENAI_API_KEY": "workbench-proxy", "WORKBENCH_PROMPT": prompt, "WORKBENCH_MODEL": rollout.model,
+        env.update({"OPENAI_API_KEY": PROXY_KEY, "ANTHROPIC_API_KEY": PROXY_KEY, "WORKBENCH_PROMPT": prompt,
+                    "WORKBENCH_MODEL": rollout.model,
                     "WORKBENCH_TASK": orjson.dumps({"id": task.id, "prompt": task.prompt, "info": task.info},
                                                    default=str).decode()})
         if sb.bridge_path is None:
@@ -299,12 +311,17 @@ class Program(Harness):
         argv = [a.replace("{prompt}", prompt) for a in sandbox_argv(self.argv, sb.kind if sb.isolated else "")]
         where = sb.bridge_path
         bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", rollout.id, "--"]
-        r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt)
+        conversations = rollout.conversations = Conversations()
+        try:
+            r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt)
+        finally:  # the conversation so far is kept when the rollout's own timeout ends the program too
+            if len(conversations):
+                rollout.messages = conversations.messages()
+                if len(conversations) > 1:
+                    rollout.state["conversations"] = conversations.lengths()
         rollout.state["exit_code"] = r.exit_code
         rollout.state["stdout"] = r.stdout[:_OUTPUT_CAP]
         rollout.state["stderr"] = r.stderr[-_OUTPUT_CAP:]
-        if rollout.last_request is not None and rollout.calls:
-            rollout.messages = [*rollout.last_request, rollout.calls[-1].message or {"role": "assistant", "content": ""}]
         if rollout.state["stdout"].strip() and (not rollout.calls or rollout.state["stdout"].strip() !=
                                                  (rollout.completion or "").strip()):
             rollout.state["final_output"] = rollout.state["stdout"].strip()

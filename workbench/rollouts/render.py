@@ -89,15 +89,17 @@ def _prompt_paths(trace: Trace) -> list[tuple[TraceNode, list[TraceNode]]]:
 
 def check_trace(trace: Trace, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
                 window: int = 6) -> list[RenderMismatch]:
-    """Compare each call's recorded prompt tokens with the chat template's rendering of its messages."""
+    """Compare each call's recorded prompt tokens with the chat template's rendering of its messages and
+    of the tool schemas that call sent (``tools``: what to render with where the trace does not know
+    them, a trace stored before they were recorded)."""
     found: list[RenderMismatch] = []
     for node, path in _prompt_paths(trace):
         recorded = [t for p in path for t in p.tokens]
         if not recorded:
             continue
         messages = [m for p in path for m in p.messages]
-        rendered = list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                      tokenize=True, return_dict=False))
+        rendered = list(tokenizer.apply_chat_template(messages, tools=trace.tools_of(node.call or 0, tools),
+                                                      add_generation_prompt=True, tokenize=True, return_dict=False))
         if rendered == recorded:
             continue
         pos = next((i for i, (a, b) in enumerate(zip(recorded, rendered, strict=False)) if a != b),

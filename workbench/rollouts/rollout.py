@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.authoring.tasks import Message, Task
-from workbench.rollouts.trace import Trace, completion_logprobs
+from workbench.rollouts.trace import Trace, completion_logprobs, message_key
 
 if TYPE_CHECKING:
     from workbench.rollouts.client import ChatClient, ChatResponse
+    from workbench.rollouts.conversations import Conversations
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class Rollout:
     duration_s: float = 0.0
     turns: int = 0
     pause: Callable[[Rollout], Awaitable[None]] | None = None  # awaited before each model call (the debugger's step)
+    conversations: Conversations | None = None  # set by a harness that rebuilds its conversations from the calls
 
     async def generate(
         self, messages: list[Message] | None = None, *, tools: list[dict[str, Any]] | None = None, **overrides: Any
@@ -105,7 +107,7 @@ class Rollout:
         resp: ChatResponse = await self.client.chat(
             base_url=self.upstream_url or self.base_url, model=self.model, messages=msgs, tools=tools, params=params,
             **({"prompt_ids": ids} if ids is not None else {}))
-        self.record_call(msgs, resp, time.perf_counter() - t0)
+        self.record_call(msgs, resp, time.perf_counter() - t0, tools=tools)
         return resp.message
 
     async def continued_prompt(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[int] | None:
@@ -120,14 +122,20 @@ class Rollout:
             return None
         return await self.continuation.prompt_ids(self.trace, msgs, tools)
 
-    def record_call(self, msgs: list[Message], resp: ChatResponse, latency_s: float) -> None:
-        """Record one model call (made directly or through the interception proxy) in the trace."""
+    def record_call(self, msgs: list[Message], resp: ChatResponse, latency_s: float,
+                    tools: list[dict[str, Any]] | None = None) -> None:
+        """Record one model call (made directly or through the interception proxy) in the trace, with the
+        tool schemas it sent (OpenAI chat format): the chat template renders them into its prompt."""
         self.last_request = msgs
+        keys = None
+        if self.conversations is not None:
+            keys = [message_key(m) for m in msgs]
+            self.conversations.add(msgs, resp.message, keys)
         extra = resp.extra
         if extra:
             lps = completion_logprobs(extra.get("logprobs"))
             self.trace.record(msgs, resp.message, extra.get("prompt_token_ids"), extra.get("token_ids"), lps,
-                              extra.get("policy_version"))
+                              extra.get("policy_version"), tools=tools, keys=keys)
             # Tokens and logprobs live in the trace (packed); keep the call row small.
             extra = {k: v for k, v in extra.items() if k not in ("logprobs", "token_ids", "prompt_token_ids")} or None
         self.usage.prompt_tokens += resp.prompt_tokens

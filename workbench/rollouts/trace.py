@@ -10,6 +10,10 @@ also how compaction and sub-agents appear: a call whose messages do not extend a
 Nodes are segments: an ``env`` node holds the non-assistant messages that arrived together plus
 the template tokens around them (mask 0); an ``assistant`` node holds one sampled message, its
 token ids and logprobs (mask 1). Stored packed (int32 ids, float32 logprobs, uint8 mask).
+
+Each call also keeps the tool schemas it sent (``Trace.call_tools``): the chat template renders them
+into the prompt, so re-rendering a call needs that call's own tools, not the ones a harness declares
+(an agent program sends its own). Traces stored before they were kept have ``call_tools = None``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import orjson
 Message = dict[str, Any]
 
 
-def _key(m: Message) -> bytes:
+def message_key(m: Message) -> bytes:
     """A canonical identity for a message, ignoring fields servers add (reasoning, refusal, ids)."""
     slim = {"role": m.get("role"), "content": m.get("content") or "", "tool_calls": [
         {"name": (tc.get("function") or {}).get("name"), "arguments": (tc.get("function") or {}).get("arguments")}
@@ -58,6 +62,9 @@ class Trace:
     mismatches: list[Mismatch] = field(default_factory=list)
     calls: int = 0
     has_tokens: bool = False
+    #: The tool schemas each call sent (None where it sent none), by call; None for a trace stored before
+    #: they were recorded.
+    call_tools: list[list[dict[str, Any]] | None] | None = field(default_factory=list)
     _children: dict[int | None, list[TraceNode]] = field(default_factory=dict, repr=False)
 
     def _add(self, node: TraceNode) -> TraceNode:
@@ -74,11 +81,16 @@ class Trace:
         completion_ids: list[int] | None = None,
         completion_logprobs: list[float] | None = None,
         policy_version: Any = None,
+        tools: list[dict[str, Any]] | None = None,
+        keys: list[bytes] | None = None,
     ) -> TraceNode:
-        """Add one model call: the messages it was sent, and the assistant message it produced."""
+        """Add one model call: the messages it was sent (``keys``: their :func:`message_key`, when the
+        caller has them already), the tool schemas it sent, and the assistant message it produced."""
         call = self.calls
         self.calls += 1
-        keys = [_key(m) for m in request_messages]
+        if self.call_tools is not None:
+            self.call_tools.append(tools)
+        keys = keys if keys is not None else [message_key(m) for m in request_messages]
         path, used = self._match(keys)
         path_tokens = array("i")
         for n in path:
@@ -106,12 +118,12 @@ class Trace:
         lps = array("f", completion_logprobs or ()) if completion_logprobs and len(completion_logprobs) == len(toks) \
             else array("f")
         return self._add(TraceNode(len(self.nodes), parent, "assistant", [dict(reply)], toks, lps, call=call,
-                                   policy_version=policy_version, keys=[_key(reply)]))
+                                   policy_version=policy_version, keys=[message_key(reply)]))
 
     def path_for(self, messages: list[Message]) -> tuple[list[TraceNode], int]:
         """The recorded path whose messages are the longest prefix of ``messages``, and how many
         of the messages it covers."""
-        return self._match([_key(m) for m in messages])
+        return self._match([message_key(m) for m in messages])
 
     def _match(self, keys: list[bytes]) -> tuple[list[TraceNode], int]:
         """The longest path of whole nodes whose messages are a prefix of ``keys``."""
@@ -130,6 +142,13 @@ class Trace:
             parent = best.id
 
     # -- reading -----------------------------------------------------------------------------
+    def tools_of(self, call: int, default: list[dict[str, Any]] | None = None) -> list[dict[str, Any]] | None:
+        """The tool schemas call ``call`` sent; ``default`` where the trace does not know (stored before
+        calls' tools were recorded)."""
+        if self.call_tools is None or call >= len(self.call_tools):
+            return default
+        return self.call_tools[call]
+
     def branches(self) -> list[list[TraceNode]]:
         """Every root-to-leaf path: the token sequences a trainer sees."""
         children: dict[int | None, list[TraceNode]] = {}
@@ -184,6 +203,8 @@ class Trace:
         doc = {"nodes": meta, "calls": self.calls, "has_tokens": self.has_tokens,
                "mismatches": [{"call": m.call, "position": m.position, "expected": m.expected, "got": m.got}
                               for m in self.mismatches]}
+        if self.call_tools is not None:
+            doc["tool_sets"], doc["call_tools"] = _pack_tools(self.call_tools)
         return orjson.dumps(doc, default=repr), ids.tobytes(), lps.tobytes(), bytes(mask)
 
     @classmethod
@@ -193,15 +214,39 @@ class Trace:
         all_ids.frombytes(ids)
         all_lps = array("f")
         all_lps.frombytes(lps)
-        t = cls(calls=doc.get("calls", 0), has_tokens=doc.get("has_tokens", False))
+        sets, per_call = doc.get("tool_sets") or [], doc.get("call_tools")
+        t = cls(calls=doc.get("calls", 0), has_tokens=doc.get("has_tokens", False),
+                call_tools=None if per_call is None else [None if i is None else sets[i] for i in per_call])
         for m in doc["nodes"]:
             s, n = m["start"], m["len"]
             node = TraceNode(m["id"], m["parent"], m["kind"], m["messages"], all_ids[s: s + n],
                              all_lps[s: s + n] if m.get("has_logprobs") else array("f"), m.get("call"),
-                             m.get("version"), [_key(x) for x in m["messages"]])
+                             m.get("version"), [message_key(x) for x in m["messages"]])
             t._add(node)
         t.mismatches = [Mismatch(x["call"], x["position"], x["expected"], x["got"]) for x in doc.get("mismatches", [])]
         return t
+
+
+def _pack_tools(per_call: list[list[dict[str, Any]] | None]) -> tuple[list[Any], list[int | None]]:
+    """Each distinct tool list once (calls of one rollout mostly send the same tools), and per call the
+    index of its list in them (None: it sent none)."""
+    sets: list[Any] = []
+    seen: dict[bytes, int] = {}
+    same: dict[int, int] = {}  # by identity: a harness sends the very same list on every call
+    out: list[int | None] = []
+    for tools in per_call:
+        if tools is None:
+            out.append(None)
+            continue
+        i = same.get(id(tools))
+        if i is None:
+            k = orjson.dumps(tools, default=repr, option=orjson.OPT_SORT_KEYS)
+            i = seen.setdefault(k, len(sets))
+            if i == len(sets):
+                sets.append(tools)
+            same[id(tools)] = i
+        out.append(i)
+    return sets, out
 
 
 def completion_logprobs(logprobs: Any) -> list[float] | None:

@@ -95,10 +95,12 @@ class DebugSession:
 
     @property
     def messages(self) -> list[Message]:
-        """The conversation so far (for an external program: its latest request plus the reply)."""
+        """The conversation so far (for an external program: the conversations its calls so far held)."""
         r = self.rollout
         if r is None:
             return []
+        if r.conversations is not None and len(r.conversations):
+            return r.conversations.messages()
         if r.messages:
             return list(r.messages)
         if r.last_request is not None and r.calls:
