@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
-from tests.helpers import ADDER_ENV, BUNDLED_DIR, CliResult, assert_user_error, last_json, write_file
+from tests.helpers import (
+    ADDER_ENV,
+    BUNDLED_DIR,
+    CliResult,
+    MockServer,
+    assert_user_error,
+    last_json,
+    query,
+    write_file,
+)
 from workbench.authoring import discovery
 from workbench.authoring.discovery import EnvRef, env_version
 
@@ -222,6 +231,51 @@ def test_envs_json_lists_bundled_and_user_envs_with_versions(tmp_path: Path, cli
         assert HEX12.match(rows[name]["version"])
     assert rows["my_user_env"]["origin"] == "user"
     assert rows["my_user_env"]["version"] == env_version(EnvRef("my_user_env", "user", user_env))
+
+
+def test_envs_shows_the_version_runs_store_data_files_included(tmp_path: Path, cli: Callable[..., CliResult],
+                                                                 mock_server: Callable[..., MockServer],
+                                                                 store_path: Path) -> None:
+    """`workbench envs` shows the version a run stores: appending a row to the JSONL file the tasks are read
+    from changes it. An environment that does not load shows the hash of its files, and why."""
+    data = tmp_path / "data" / "tasks.jsonl"
+    data.parent.mkdir()
+    data.write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    user_dir = tmp_path / "user-envs"
+    write_file(user_dir / "rows.py", f'''
+        import workbench as wb
+        def load_environment(path: str = {str(data)!r}):
+            print("loading rows")  # what loading prints stays out of --json
+            return wb.Environment(name="rows", tasks=wb.TaskSet.from_jsonl(path), harness=wb.SingleTurn(),
+                                  rubric=wb.Rubric())
+        ''')
+    broken = write_file(user_dir / "broken.py", "def load_environment():\n    raise RuntimeError('no data here')\n")
+    env = {"WORKBENCH_ENV_PATH": str(user_dir)}
+    mock = mock_server("instant")
+
+    def shown() -> dict[str, dict[str, str]]:
+        res = cli("envs", "--json", env=env)
+        assert res.rc == 0, res.stderr
+        assert "loading rows" not in res.stdout and "loading rows" in res.stderr
+        return {r["name"]: r for r in last_json(res.stdout)["envs"]}
+
+    def stored() -> str:
+        res = cli("eval", "rows", "--base-url", mock.base_url, "-m", "mock-model", "--json", env=env)
+        assert res.rc == 0, res.stderr
+        return query(store_path, "SELECT env_version FROM run WHERE id=?", (last_json(res.stdout)["run_id"],))[0][0]
+
+    before = shown()
+    assert before["rows"]["version"] == stored() and "error" not in before["rows"]
+    assert before["rows"]["version"] != env_version(EnvRef("rows", "user", user_dir / "rows.py"))  # not files only
+    with data.open("a") as f:
+        f.write('{"prompt": "2+2?", "answer": "4"}\n')
+    after = shown()
+    assert after["rows"]["version"] != before["rows"]["version"]
+    assert after["rows"]["version"] == stored()
+    assert after["broken"]["version"] == env_version(EnvRef("broken", "user", broken))
+    assert "no data here" in after["broken"]["error"]
+    table = cli("envs", env=env)
+    assert table.rc == 0 and after["rows"]["version"] in table.stdout and "did not load" in table.stdout
 
 
 # -- `workbench validate` -------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from workbench.cli.common import console, console_err, db_option, emit_json, json_option
@@ -10,28 +12,54 @@ from workbench.cli.common import console, console_err, db_option, emit_json, jso
 @click.command("envs")
 @json_option()
 def envs_command(as_json: bool) -> None:
-    """List bundled and discovered environments with their version hashes."""
+    """List bundled and discovered environments with their versions.
+
+    The version is the one a run stores (``eval ENV`` without -a): each environment is loaded, so the
+    data files its tasks are read from count as well as its own files. One that does not load shows the
+    hash of its files alone, and why it did not load.
+    """
     from workbench.authoring.discovery import discover
 
     rows = []
     for ref in discover():
-        try:
-            version = ref.version()
-        except OSError as e:
-            version = f"unreadable ({e.strerror})"
-        rows.append({"name": ref.name, "origin": ref.origin, "version": version,
-                     "path": str(ref.path) if ref.path else ref.module})
+        version, error = _version(ref)
+        row = {"name": ref.name, "origin": ref.origin, "version": version,
+               "path": str(ref.path) if ref.path else ref.module}
+        if error is not None:
+            row["error"] = error
+        rows.append(row)
     if as_json:
         emit_json({"envs": rows})
         return
     from rich.table import Table
 
     t = Table(box=None, show_edge=False)
-    for col in ("name", "origin", "version", "path"):
+    cols = ["name", "origin", "version", "path"] + (["note"] if any("error" in r for r in rows) else [])
+    for col in cols:
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["origin"], r["version"], r["path"] or "")
+        note = [f"files only: did not load ({r['error']})"] if "error" in r else [""]
+        t.add_row(r["name"], r["origin"], r["version"], r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
+
+
+def _version(ref: Any) -> tuple[str, str | None]:
+    """The version a run of ``ref`` with its default arguments stores, or, where it does not load, the
+    hash of its files and why it did not load. What loading prints goes to stderr, never into --json."""
+    import contextlib
+    import sys
+
+    from workbench.authoring.discovery import load_ref
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return load_ref(ref).version, None
+    except (Exception, SystemExit) as e:  # a broken environment is a row of the listing, not its end
+        error = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+    try:
+        return ref.version(), error
+    except OSError as e:
+        return f"unreadable ({e.strerror})", error
 
 
 @click.command("validate")
