@@ -42,7 +42,9 @@ _detected: dict[str, Isolation] = {}
 
 
 def _root_mounts() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
+    # /etc holds only the binds below; made searchable by all first (bubblewrap running as root makes the
+    # folders it creates 0700, and the command runs as the sandbox's uid).
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
     for name in _ROOT_LINKS:
         p = Path("/") / name
         if p.is_symlink():
@@ -133,7 +135,11 @@ def _ro_bind(src: str, dst: str) -> list[str]:
     a: list[str] = []
     parent = os.path.dirname(dst)
     chain = []
-    while parent not in ("/", "") and not any(parent == m or parent.startswith(m + "/") for m in _MADE):
+    # Up to the first folder that exists already: a mount of its own, or inside one the host fills
+    # (/usr); inside the sandbox's own /tmp and workdir, the folders up to them are made here.
+    own = any(parent == m or parent.startswith(m + "/") for m in ("/tmp", WORKDIR))
+    while parent not in ("/", "") and parent not in _MADE and (
+            own or not any(parent.startswith(m + "/") for m in _MADE)):
         chain.append(parent)
         parent = os.path.dirname(parent)
     for d in reversed(chain):

@@ -168,3 +168,21 @@ async def test_local_without_isolation_refuses_unless_opted_in(monkeypatch: pyte
             assert pwd == sb.workdir and leaked == "0"  # still a clean environment and its own workdir
             r = await sb.exec("while :; do :; done", timeout=0.5)
             assert r.timed_out
+
+
+async def test_a_bind_under_a_private_folder_still_sees_the_system_files(tmp_path: Path) -> None:
+    """A bind the sandbox's uid could not reach on the host (a 0700 folder above it: as root, the pool then
+    mounts as root and drops to the uid inside) is readable, and so is what the system folders hold:
+    /etc's certificates and name-service files (a TLS client such as node reads /etc/ssl at start)."""
+    private = tmp_path / "private"
+    (private / "data").mkdir(parents=True)
+    private.chmod(0o700)
+    (private / "data" / "note.txt").write_text("from the host\n")
+    (private / "data").chmod(0o755)
+    (private / "data" / "note.txt").chmod(0o644)
+    wanted = [p for p in ("/etc/ssl/openssl.cnf", "/etc/nsswitch.conf") if Path(p).is_file()]
+    async with wb.Local(binds=[str(private / "data")], timeout=20).sandbox() as sb:
+        r = await sb.exec(["sh", "-c", f"cat {private / 'data' / 'note.txt'} && ls -ld /etc && head -c 1 "
+                                       + " ".join(wanted) + " >/dev/null && echo read-etc"])
+    assert r.ok and "from the host" in r.stdout and "read-etc" in r.stdout, r
+    assert r.stdout.splitlines()[1].startswith("drwxr-xr-x"), r.stdout
