@@ -2,9 +2,10 @@
 
 Three processes on 127.0.0.1: the instant mock upstream (token mode, like vLLM), the proxy (its
 own process, recording every call into a rollout trace, as in a run), and this client.
-Measures (a) p50/p90 latency of sequential requests, direct vs through the proxy (the added
-latency), (b) throughput at concurrency 64, direct vs proxied.
-Run: python scripts/bench_proxy.py [--requests 4000] [--json]
+For each API the proxy serves — chat completions, the Responses API, the Anthropic Messages API, each
+translated to the same chat call upstream — measures (a) p50/p90 latency of sequential requests against
+the direct chat call (the added latency), (b) throughput at concurrency 64 against the direct chat call.
+Run: python scripts/bench_proxy.py [--requests 4000] [--apis chat,responses,messages] [--stream] [--json]
 """
 
 from __future__ import annotations
@@ -53,25 +54,34 @@ async def serve_proxy(upstream: str) -> None:
         rollout.trace = type(rollout.trace)()
 
 
-PAYLOAD = orjson.dumps({"model": "mock-model", "max_tokens": 16, "messages": [
-    {"role": "system", "content": "Answer with a number."},
-    {"role": "user", "content": "What is 3 + 4? Answer with just the number."}]})
+SYSTEM, USER = "Answer with a number.", "What is 3 + 4? Answer with just the number."
+#: The same conversation in each API: (route under /v1, body).
+APIS = {
+    "chat": ("/chat/completions", {"model": "mock-model", "max_tokens": 16, "messages": [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]}),
+    "responses": ("/responses", {"model": "mock-model", "max_output_tokens": 16, "instructions": SYSTEM,
+                                 "input": USER}),
+    "messages": ("/messages", {"model": "mock-model", "max_tokens": 16, "system": SYSTEM,
+                               "messages": [{"role": "user", "content": USER}]}),
+}
+PAYLOAD = orjson.dumps(APIS["chat"][1])
 
 
-async def sequential(url: str, n: int) -> list[float]:
+async def sequential(url: str, n: int, payload: bytes = PAYLOAD) -> list[float]:
     import aiohttp
 
     out = []
     async with aiohttp.ClientSession() as s:
         for _ in range(n):
             t0 = time.perf_counter()
-            async with s.post(url, data=PAYLOAD, headers={"Content-Type": "application/json"}) as r:
+            async with s.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
                 await r.read()
+                assert r.status == 200, await r.text()
             out.append(time.perf_counter() - t0)
     return out
 
 
-async def concurrent(url: str, n: int, c: int) -> float:
+async def concurrent(url: str, n: int, c: int, payload: bytes = PAYLOAD) -> float:
     import aiohttp
 
     left = n
@@ -80,7 +90,7 @@ async def concurrent(url: str, n: int, c: int) -> float:
             nonlocal left
             while left > 0:
                 left -= 1
-                async with s.post(url, data=PAYLOAD, headers={"Content-Type": "application/json"}) as r:
+                async with s.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
                     await r.read()
 
         t0 = time.perf_counter()
@@ -93,6 +103,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--sequential", type=int, default=1000)
     ap.add_argument("-c", "--concurrency", type=int, default=64)
+    ap.add_argument("--apis", default="chat,responses,messages")
+    ap.add_argument("--stream", action="store_true", help="streamed calls (each API's own events)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--serve-proxy", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -101,41 +113,51 @@ def main() -> None:
 
         uvloop.run(serve_proxy(a.serve_proxy))
         return
+    apis = [x for x in a.apis.split(",") if x]
+    unknown = [x for x in apis if x not in APIS]
+    if unknown:
+        raise SystemExit(f"unknown API {unknown[0]!r}; choose from {', '.join(APIS)}")
     mock, mport = _spawn(["-m", "workbench.testing.mock_openai", "--mode", "instant", "--tokens", "--port", "0"])
     upstream = f"http://127.0.0.1:{mport}/v1"
     proxy, pport = _spawn([str(Path(__file__)), "--serve-proxy", upstream])
+    direct = orjson.dumps({**APIS["chat"][1], "stream": a.stream})
     direct_url = upstream + "/chat/completions"
-    proxied_url = f"http://127.0.0.1:{pport}/r/bench/v1/chat/completions"
-    try:
-        asyncio.run(sequential(proxied_url, 200))  # warm-up
-        asyncio.run(sequential(direct_url, 200))
-        d_lat = asyncio.run(sequential(direct_url, a.sequential))
-        p_lat = asyncio.run(sequential(proxied_url, a.sequential))
-        d_tput = asyncio.run(concurrent(direct_url, a.requests, a.concurrency))
-        p_tput = asyncio.run(concurrent(proxied_url, a.requests, a.concurrency))
-    finally:
-        for p in (proxy, mock):
-            p.terminate()
-            p.wait()
 
     def pct(xs: list[float], q: float) -> float:
         return sorted(xs)[int(q * (len(xs) - 1))] * 1000
 
-    report = {
-        "direct_p50_ms": round(statistics.median(d_lat) * 1000, 3), "proxied_p50_ms": round(
-            statistics.median(p_lat) * 1000, 3),
-        "added_p50_ms": round((statistics.median(p_lat) - statistics.median(d_lat)) * 1000, 3),
-        "added_p90_ms": round(pct(p_lat, 0.9) - pct(d_lat, 0.9), 3),
-        "direct_req_per_s": round(d_tput, 1), "proxied_req_per_s": round(p_tput, 1),
-        "throughput_ratio": round(p_tput / d_tput, 3), "concurrency": a.concurrency,
-    }
+    rows = []
+    try:
+        asyncio.run(sequential(direct_url, 200, direct))  # warm-up
+        d_lat = asyncio.run(sequential(direct_url, a.sequential, direct))
+        d_tput = asyncio.run(concurrent(direct_url, a.requests, a.concurrency, direct))
+        for api in apis:
+            route, body = APIS[api]
+            payload = orjson.dumps({**body, "stream": a.stream})
+            url = f"http://127.0.0.1:{pport}/r/bench/v1{route}"
+            asyncio.run(sequential(url, 200, payload))  # warm-up
+            p_lat = asyncio.run(sequential(url, a.sequential, payload))
+            p_tput = asyncio.run(concurrent(url, a.requests, a.concurrency, payload))
+            rows.append({
+                "api": api, "stream": a.stream, "direct_p50_ms": round(statistics.median(d_lat) * 1000, 3),
+                "proxied_p50_ms": round(statistics.median(p_lat) * 1000, 3),
+                "added_p50_ms": round((statistics.median(p_lat) - statistics.median(d_lat)) * 1000, 3),
+                "added_p90_ms": round(pct(p_lat, 0.9) - pct(d_lat, 0.9), 3),
+                "direct_req_per_s": round(d_tput, 1), "proxied_req_per_s": round(p_tput, 1),
+                "throughput_ratio": round(p_tput / d_tput, 3), "concurrency": a.concurrency})
+    finally:
+        for p in (proxy, mock):
+            p.terminate()
+            p.wait()
     if a.json:
-        print(orjson.dumps(report).decode())
-    else:
-        print(f"sequential p50: direct {report['direct_p50_ms']:.3f} ms, proxied {report['proxied_p50_ms']:.3f} ms"
-              f" -> added {report['added_p50_ms']:.3f} ms (p90 added {report['added_p90_ms']:.3f} ms)")
-        print(f"c={a.concurrency}: direct {d_tput:.0f} req/s, proxied {p_tput:.0f} req/s "
-              f"(ratio {report['throughput_ratio']:.2f})")
+        print(orjson.dumps(rows).decode())
+        return
+    print(f"direct chat{' (streamed)' if a.stream else ''}: p50 {rows[0]['direct_p50_ms']:.3f} ms, "
+          f"c={a.concurrency} {rows[0]['direct_req_per_s']:.0f} req/s")
+    print(f"{'API':<10} {'p50 ms':>8} {'added p50':>10} {'added p90':>10} {'req/s':>8} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['api']:<10} {r['proxied_p50_ms']:>8.3f} {r['added_p50_ms']:>10.3f} {r['added_p90_ms']:>10.3f} "
+              f"{r['proxied_req_per_s']:>8.0f} {r['throughput_ratio']:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ FATAL = frozenset({"auth", "unknown_model"})
 
 class ModelError(Exception):
     """A model call failed. ``kind`` is one of: connection, timeout, rate_limit, server, auth,
-    unknown_model, bad_request, bad_response."""
+    unknown_model, context_length (the conversation no longer fits the model's context), bad_request,
+    bad_response."""
 
     def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None) -> None:
         message = redact(message)  # a server may echo the key it was sent: it is never kept
@@ -87,8 +88,22 @@ def _error_detail(body: bytes) -> str:
         return body[:300].decode("utf-8", "replace").strip()
 
 
+def _over_context(body: bytes, detail: str) -> bool:
+    """Whether a 400 says the prompt (and max_tokens) does not fit the context: OpenAI's code
+    ``context_length_exceeded``, or the wording OpenAI and vLLM share (vLLM's code is the status)."""
+    try:
+        err = orjson.loads(body).get("error")
+        if isinstance(err, dict) and err.get("code") == "context_length_exceeded":
+            return True
+    except Exception:
+        pass
+    return "maximum context length" in detail.lower()
+
+
 def classify_status(status: int, body: bytes, model: str) -> ModelError:
     detail = _error_detail(body)
+    if status == 400 and _over_context(body, detail):
+        return ModelError("context_length", f"the conversation no longer fits the model's context ({detail})", status)
     if status in (401, 403):
         return ModelError("auth", f"the endpoint rejected the API key (HTTP {status}: {detail})", status)
     if status == 404:
@@ -108,12 +123,17 @@ def parse_chat_body(body: bytes) -> ChatResponse:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ModelError("bad_response", f"the endpoint answered with something that is not JSON: {body[:120]!r}") from None
+    return parse_chat_data(data)
+
+
+def parse_chat_data(data: Any, choice_index: int = 0) -> ChatResponse:
+    """A chat completion body (parsed JSON) as the :class:`ChatResponse` of its choice ``choice_index``."""
     if not isinstance(data, dict):
         raise ModelError("bad_response", "the endpoint answered with JSON that is not an object")
     choices = data.get("choices")
     if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise ModelError("bad_response", "the endpoint's response has no choices")
-    choice = choices[0]
+    choice = choices[choice_index]
     msg = choice.get("message")
     if not isinstance(msg, dict):
         raise ModelError("bad_response", "the endpoint's response has no message")

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from workbench.rollouts.client import ChatResponse
+from workbench.rollouts.client import ChatResponse, parse_chat_data
 from workbench.rollouts.rollout import Rollout
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, sse_data
@@ -129,15 +129,16 @@ class MessagesAPI(_Translated):
 
 
 def _choice_responses(data: dict[str, Any]) -> list[ChatResponse]:
-    from workbench.rollouts.client import parse_chat_body
-
-    choices = [c for c in data.get("choices") or () if isinstance(c, dict)]
-    if len(choices) <= 1:
-        return [parse_chat_body(orjson.dumps(data))]
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) <= 1:
+        return [parse_chat_data(data)]
     usage = data.get("usage") or {}
     out = []
-    for k, c in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
-        one = parse_chat_body(orjson.dumps({**data, "choices": [c], "usage": {}}))
+    order = sorted(range(len(choices)), key=lambda i: (choices[i] or {}).get("index", i) if isinstance(
+        choices[i], dict) else i)
+    for k, i in enumerate(order):
+        c = choices[i]
+        one = parse_chat_data(data, i)
         tokens = len(c.get("token_ids") or ()) or int(usage.get("completion_tokens") or 0) // len(choices)
         one.prompt_tokens = int(usage.get("prompt_tokens") or 0) if k == 0 else 0
         one.completion_tokens = tokens

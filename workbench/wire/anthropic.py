@@ -19,6 +19,8 @@ from workbench.wire import WireError
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta, sse_event
 
 _SAMPLING = ("temperature", "top_p", "top_k", "stream")
+#: Server tools, run by Anthropic's API itself (their ``type`` prefixes): left out of the chat request.
+HOSTED_TOOLS = ("web_search_", "web_fetch_", "code_execution_")
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -114,9 +116,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         raise WireError("tools must be a list", "tools")
     out = []
     for i, t in enumerate(tools):
+        if isinstance(t, dict) and str(t.get("type", "")).startswith(HOSTED_TOOLS):
+            continue  # run at Anthropic: the model behind the call has only the tools the harness runs
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or "input_schema" not in t:
-            raise WireError(f"tools[{i}] must be a client tool with a name and an input_schema (server tools such "
-                            "as web search run at Anthropic, not here)", f"tools[{i}]")
+            raise WireError(f"tools[{i}] must be a client tool with a name and an input_schema", f"tools[{i}]")
         fn = {"name": t["name"], **({"description": t["description"]} if t.get("description") else {}),
               "parameters": t["input_schema"]}  # OpenAI's key order: a template renders the tool as JSON
         out.append({"type": "function", "function": fn})
@@ -154,8 +157,10 @@ def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
             chat.extend(_user_messages(m.get("content"), where))
         elif role == "assistant":
             chat.append(_assistant_message(m.get("content"), where))
+        elif role == "system":  # a system turn inside the conversation (Claude Code sends them)
+            chat.append({"role": "system", "content": _text(m.get("content", ""), f"{where}.content")})
         else:
-            raise WireError(f"{where}.role must be \"user\" or \"assistant\"", f"{where}.role")
+            raise WireError(f"{where}.role must be \"user\", \"assistant\" or \"system\"", f"{where}.role")
     out: dict[str, Any] = {"messages": chat, "max_tokens": max_tokens}
     if body.get("model"):
         out["model"] = body["model"]

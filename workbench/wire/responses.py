@@ -96,8 +96,11 @@ def input_messages(items: Any) -> list[Message]:
             out.append({"role": "system" if role == "developer" else role,
                         "content": _content(it.get("content", ""), f"{where}.content")})
         elif kind == "function_call":
+            name = str(it.get("name", ""))
+            if it.get("namespace"):
+                name = f"{it['namespace']}{NAMESPACE_SEP}{name}"
             call = {"id": str(it.get("call_id") or it.get("id") or ""), "type": "function",
-                    "function": {"name": str(it.get("name", "")), "arguments": str(it.get("arguments") or "")}}
+                    "function": {"name": name, "arguments": str(it.get("arguments") or "")}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), str | None):
                 last.setdefault("tool_calls", []).append(call)
@@ -114,23 +117,50 @@ def input_messages(items: Any) -> list[Message]:
     return out
 
 
+#: A namespaced tool's chat name: NAMESPACE + this + NAME (names in chat tools allow [A-Za-z0-9_-]).
+NAMESPACE_SEP = "__"
+
+
+def _function(t: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": prefix + t["name"]}  # OpenAI's key order: a template renders the tool as JSON
+    if t.get("description"):
+        fn["description"] = t["description"]
+    fn["parameters"] = t.get("parameters") or {"type": "object", "properties": {}}
+    if t.get("strict") is not None:
+        fn["strict"] = t["strict"]
+    return {"type": "function", "function": fn}
+
+
 def _tools(tools: Any) -> list[dict[str, Any]]:
+    """Function tools as chat tools; a ``namespace`` tool's functions as ``NAMESPACE__NAME``. Hosted tools
+    (web search, file search, code interpreter, ...) run at OpenAI, so they are left out: the model behind
+    the call has only the tools the harness itself runs."""
     if not isinstance(tools, list):
         raise WireError("tools must be a list", "tools")
     out = []
     for i, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(t.get("name"), str):
-            kind = t.get("type") if isinstance(t, dict) else None
-            raise WireError(f"tools[{i}]: only function tools are served here, not {kind!r} (hosted tools such as "
-                            "web search run at OpenAI)", f"tools[{i}]")
-        fn: dict[str, Any] = {"name": t["name"]}  # OpenAI's key order: a template renders the tool as JSON
-        if t.get("description"):
-            fn["description"] = t["description"]
-        fn["parameters"] = t.get("parameters") or {"type": "object", "properties": {}}
-        if t.get("strict") is not None:
-            fn["strict"] = t["strict"]
-        out.append({"type": "function", "function": fn})
+        if not isinstance(t, dict) or not isinstance(t.get("type"), str):
+            raise WireError(f"tools[{i}] must be an object with a type", f"tools[{i}]")
+        if t["type"] == "function":
+            if not isinstance(t.get("name"), str):
+                raise WireError(f"tools[{i}]: a function tool needs a name", f"tools[{i}].name")
+            out.append(_function(t))
+        elif t["type"] == "namespace":
+            if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), list):
+                raise WireError(f"tools[{i}]: a namespace needs a name and a list of tools", f"tools[{i}]")
+            out.extend(_function(f, t["name"] + NAMESPACE_SEP) for f in t["tools"]
+                       if isinstance(f, dict) and f.get("type") == "function" and isinstance(f.get("name"), str))
     return out
+
+
+def namespaces(body: dict[str, Any]) -> frozenset[str]:
+    return frozenset(t["name"] for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "namespace"
+                     and isinstance(t.get("name"), str))
+
+
+def _split(name: str, spaces: frozenset[str]) -> tuple[str | None, str]:
+    ns, sep, rest = name.partition(NAMESPACE_SEP)
+    return (ns, rest) if sep and ns in spaces else (None, name)
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -194,23 +224,27 @@ def _message_item(text: str, item_id: str | None = None, status: str = "complete
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
-def _call_item(call: dict[str, Any], item_id: str | None = None) -> dict[str, Any]:
+def _call_item(call: dict[str, Any], spaces: frozenset[str] = frozenset()) -> dict[str, Any]:
     fn = call.get("function") or {}
-    return {"type": "function_call", "id": item_id or new_id("fc"), "call_id": call.get("id") or new_id("call"),
-            "name": fn.get("name", ""), "arguments": fn.get("arguments") or "", "status": "completed"}
+    ns, name = _split(fn.get("name", ""), spaces)
+    item = {"type": "function_call", "id": new_id("fc"), "call_id": call.get("id") or new_id("call"),
+            "name": name, "arguments": fn.get("arguments") or "", "status": "completed"}
+    if ns is not None:
+        item["namespace"] = ns
+    return item
 
 
 def _reasoning_item(text: str, item_id: str | None = None) -> dict[str, Any]:
     return {"type": "reasoning", "id": item_id or new_id("rs"), "summary": [{"type": "summary_text", "text": text}]}
 
 
-def output_items(message: Message) -> list[dict[str, Any]]:
+def output_items(message: Message, spaces: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     items = []
     if message.get("reasoning_content"):
         items.append(_reasoning_item(message["reasoning_content"]))
     if message.get("content"):
         items.append(_message_item(message["content"]))
-    items.extend(_call_item(c) for c in message.get("tool_calls") or ())
+    items.extend(_call_item(c, spaces) for c in message.get("tool_calls") or ())
     return items
 
 
@@ -252,7 +286,8 @@ def chat_to_response(chat: dict[str, Any], model: str, request: dict[str, Any], 
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {"role": "assistant", "content": ""}
     rid = finished(message, conversation, store)
-    return response_body(rid, model, request, output_items(message), choice.get("finish_reason"), chat.get("usage") or {})
+    return response_body(rid, model, request, output_items(message, namespaces(request)), choice.get("finish_reason"),
+                         chat.get("usage") or {})
 
 
 class ResponsesStream:
@@ -266,6 +301,8 @@ class ResponsesStream:
         self.open: dict[str, Any] | None = None  # the item receiving deltas
         self.text = ""
         self.calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its item
+        self.call_names: dict[int, str] = {}  # chat tool-call index -> its chat name, as it streams in
+        self.spaces = namespaces(request)
 
     def _event(self, kind: str, **payload: Any) -> bytes:
         self.seq += 1
@@ -328,10 +365,15 @@ class ResponsesStream:
         for td in delta.tools:
             item = self.calls.get(td.index)
             if item is None:
-                item = self.calls[td.index] = _call_item({"id": td.id, "function": {"name": td.name, "arguments": ""}})
+                self.call_names[td.index] = td.name
+                item = self.calls[td.index] = _call_item({"id": td.id, "function": {"name": td.name, "arguments": ""}},
+                                                         self.spaces)
                 out += self._add(item)
             elif td.name:
-                item["name"] += td.name
+                self.call_names[td.index] += td.name
+                ns, item["name"] = _split(self.call_names[td.index], self.spaces)
+                if ns is not None:
+                    item["namespace"] = ns
             if td.arguments:
                 item["arguments"] += td.arguments
                 out += self._event("response.function_call_arguments.delta", item_id=item["id"],
