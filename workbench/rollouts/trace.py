@@ -65,11 +65,13 @@ class Trace:
     #: The tool schemas each call sent (None where it sent none), by call; None for a trace stored before
     #: they were recorded.
     call_tools: list[list[dict[str, Any]] | None] | None = field(default_factory=list)
-    _children: dict[int | None, list[TraceNode]] = field(default_factory=dict, repr=False)
+    #: Each node's children by the key of their first message (a path continues through one of them).
+    _children: dict[tuple[int | None, bytes], list[TraceNode]] = field(default_factory=dict, repr=False)
 
     def _add(self, node: TraceNode) -> TraceNode:
         self.nodes.append(node)
-        self._children.setdefault(node.parent, []).append(node)
+        if node.keys:
+            self._children.setdefault((node.parent, node.keys[0]), []).append(node)
         return node
 
     # -- recording ---------------------------------------------------------------------------
@@ -130,16 +132,18 @@ class Trace:
         path: list[TraceNode] = []
         used = 0
         parent: int | None = None
-        while True:
+        while used < len(keys):
             best = None
-            for n in self._children.get(parent, ()):
-                if n.keys and keys[used: used + len(n.keys)] == n.keys:
+            for n in reversed(self._children.get((parent, keys[used]), ())):
+                if keys[used: used + len(n.keys)] == n.keys:
                     best = n  # the newest matching child wins (a retried call)
+                    break
             if best is None:
                 return path, used
             path.append(best)
             used += len(best.keys)
             parent = best.id
+        return path, used
 
     # -- reading -----------------------------------------------------------------------------
     def tools_of(self, call: int, default: list[dict[str, Any]] | None = None) -> list[dict[str, Any]] | None:
