@@ -68,14 +68,24 @@ def scores_table(r: dict[str, Any]) -> Table | Text:
     return t
 
 
+def call_api(call: dict[str, Any]) -> str:
+    """The API a call came through the proxy on: chat, completions, responses or messages."""
+    extra = call.get("extra")
+    return str(extra.get("api") or "chat") if isinstance(extra, dict) else "chat"
+
+
 def calls_table(calls: list[dict[str, Any]]) -> Table:
+    """One row per model call; an ``api`` column where some call came through another API than chat."""
+    apis = [call_api(c) for c in calls]
+    cols = ["call", *(["api"] if any(a != "chat" for a in apis) else []), "messages in", "finish", "prompt tok",
+            "completion tok", "latency"]
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for col in ("call", "messages in", "finish", "prompt tok", "completion tok", "latency"):
-        t.add_column(col, justify="left" if col in ("call", "finish") else "right")
-    for c in calls:
-        t.add_row(str(c.get("index", "")), str(c.get("n_messages", "")), str(c.get("finish_reason") or "-"),
-                  str(c.get("prompt_tokens", 0)), str(c.get("completion_tokens", 0)),
-                  f"{(c.get('latency_ms') or 0):.0f} ms")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("call", "api", "finish") else "right")
+    for c, api in zip(calls, apis, strict=True):
+        t.add_row(str(c.get("index", "")), *([api] if "api" in cols else []), str(c.get("n_messages", "")),
+                  str(c.get("finish_reason") or "-"), str(c.get("prompt_tokens", 0)),
+                  str(c.get("completion_tokens", 0)), f"{(c.get('latency_ms') or 0):.0f} ms")
     return t
 
 

@@ -271,3 +271,33 @@ async def test_enter_takes_the_suggestion_and_typing_never_fires_table_keys(
         await pilot.press("c")
         await _settled(pilot, app, 24)
         assert env.value == ""
+
+
+def _calls_text(calls: list[dict[str, Any]]) -> list[str]:
+    from rich.console import Console
+
+    from app.screens.rollout_detail import calls_table
+
+    console = Console(width=120, record=True)
+    console.print(calls_table(calls))
+    return console.export_text().split()
+
+
+async def test_detail_says_which_api_each_call_came_through(make_app: Callable[..., WorkbenchApp]) -> None:
+    """Calls an agent made on the Responses or Messages API (through the proxy) say so; a rollout whose
+    calls were all chat completions has no api column at all."""
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press(*["down"] * 9, "enter")
+        screen = await wait_until(pilot, lambda: isinstance(app.screen, RolloutDetailScreen) and app.screen,
+                                  what="the detail screen")
+        await pilot.pause()
+        calls = [dict(c) for c in screen.rollout["calls"]]
+        assert calls and "api" not in _calls_text(calls)
+        calls[0]["extra"] = {"api": "messages"}
+        words = _calls_text(calls)
+        assert "api" in words and "messages" in words, words
+        await app.push_screen(RolloutDetailScreen({**screen.rollout, "calls": calls}))
+        await pilot.pause()
+        assert app.screen.query_one("#rollout-calls") is not None

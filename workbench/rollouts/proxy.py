@@ -176,7 +176,7 @@ class InterceptionProxy:
         try:
             raw = await self.client.post_json(self.upstream + route, payload, self.model)
             data = orjson.loads(raw)
-            record_choices(rollout, messages, tools, data, time.perf_counter() - t0)
+            record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name)
         except ModelError as e:
             return api.error(e.status or 502, e.message, upstream=True)
         except orjson.JSONDecodeError:
@@ -211,7 +211,7 @@ class InterceptionProxy:
                                          for c in data.get("choices") or () if isinstance(c, dict)]}
         if chat_like["choices"]:
             record_choices(rollout, [{"role": "user", "content": prompt}], None, chat_like,
-                           time.perf_counter() - t0, raw_prompt=True)
+                           time.perf_counter() - t0, api="completions")
         if not body.get("return_token_ids"):
             for c in data.get("choices") or ():
                 if isinstance(c, dict):
@@ -253,7 +253,8 @@ class InterceptionProxy:
             tail = api.lines([buf], accs) if buf else b""
             await out.write(tail + api.finish(accs[0]))
             await out.write_eof()
-        record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())}, time.perf_counter() - t0)
+        record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())}, time.perf_counter() - t0,
+                       api=api.name)
         return out
 
 

@@ -16,6 +16,7 @@ from workbench.wire.chat_stream import ChatStreamAccumulator, sse_data
 class WireAPI:
     """Chat completions as they are: the request checked, the answer passed through."""
 
+    name = "chat"  # recorded with each call that came through another API (the call's ``extra["api"]``)
     wants_usage = False
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -88,6 +89,8 @@ class _Translated(WireAPI):
 class ResponsesAPI(_Translated):
     """``/v1/responses``; ``previous_response_id`` looks up the conversations this rollout's calls stored."""
 
+    name = "responses"
+
     def __init__(self, model: str, store: responses.ResponseStore) -> None:
         self.model, self.store = model, store
         self.body: dict[str, Any] = {}
@@ -107,6 +110,8 @@ class ResponsesAPI(_Translated):
 
 class MessagesAPI(_Translated):
     """``/v1/messages``, the Anthropic Messages API; errors in Anthropic's shape."""
+
+    name = "messages"
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -147,9 +152,11 @@ def _choice_responses(data: dict[str, Any]) -> list[ChatResponse]:
 
 
 def record_choices(rollout: Rollout, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   answer: dict[Any, Any], latency_s: float, *, raw_prompt: bool = False) -> None:
+                   answer: dict[Any, Any], latency_s: float, *, api: str = "chat") -> None:
     """Record every choice of one call: ``answer`` is a chat completion body, or the stream's accumulators
-    by choice index. The prompt's tokens count once, on the first choice."""
+    by choice index. The prompt's tokens count once, on the first choice. A call made through another
+    API than chat completions says which in its ``extra["api"]`` (``completions``: its one message is
+    the raw prompt, not a chat to render)."""
     if answer and all(isinstance(a, ChatStreamAccumulator) for a in answer.values()):
         usage = answer[0].usage
         resps = []
@@ -160,6 +167,6 @@ def record_choices(rollout: Rollout, messages: list[dict[str, Any]], tools: list
     else:
         resps = _choice_responses(answer)
     for resp in resps:
-        if raw_prompt:
-            resp.extra = {**(resp.extra or {}), "api": "completions"}
+        if api != "chat":
+            resp.extra = {**(resp.extra or {}), "api": api}
         rollout.record_call(messages, resp, latency_s, tools=tools)
