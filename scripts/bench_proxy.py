@@ -4,7 +4,9 @@ Three processes on 127.0.0.1: the instant mock upstream (token mode, like vLLM),
 own process, recording every call into a rollout trace, as in a run), and this client.
 For each API the proxy serves — chat completions, the Responses API, the Anthropic Messages API, each
 translated to the same chat call upstream — measures (a) p50/p90 latency of sequential requests against
-the direct chat call (the added latency), (b) throughput at concurrency 64 against the direct chat call.
+the direct chat call (the added latency), (b) throughput at concurrency 64 against the direct chat call;
+and the same for the cheapest aiohttp forwarder (no parsing, no recording), what any proxy on this
+stack and machine costs.
 Run: python scripts/bench_proxy.py [--requests 4000] [--apis chat,responses,messages] [--stream] [--json]
 """
 
@@ -54,6 +56,28 @@ async def serve_proxy(upstream: str) -> None:
         rollout.trace = type(rollout.trace)()
 
 
+async def serve_forwarder(upstream: str) -> None:
+    """The cheapest aiohttp forwarder (no parsing, no recording): what any proxy on this stack costs."""
+    import aiohttp
+    from aiohttp import web
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=128))
+
+    async def forward(request: web.Request) -> web.Response:
+        async with session.post(upstream + "/chat/completions", data=await request.read(),
+                                headers={"Content-Type": "application/json"}) as r:
+            return web.Response(body=await r.read(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+    await site.start()
+    print(f"READY {site._server.sockets[0].getsockname()[1]}", flush=True)  # type: ignore[union-attr]
+    await asyncio.Event().wait()
+
+
 SYSTEM, USER = "Answer with a number.", "What is 3 + 4? Answer with just the number."
 #: The same conversation in each API: (route under /v1, body).
 APIS = {
@@ -98,20 +122,28 @@ async def concurrent(url: str, n: int, c: int, payload: bytes = PAYLOAD) -> floa
         return n / (time.perf_counter() - t0)
 
 
+def _measure(url: str, payload: bytes, a: argparse.Namespace) -> tuple[list[float], float]:
+    asyncio.run(sequential(url, 100, payload))  # warm-up
+    return asyncio.run(sequential(url, a.sequential, payload)), asyncio.run(
+        concurrent(url, a.requests, a.concurrency, payload))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--sequential", type=int, default=1000)
     ap.add_argument("-c", "--concurrency", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement; medians are reported")
     ap.add_argument("--apis", default="chat,responses,messages")
     ap.add_argument("--stream", action="store_true", help="streamed calls (each API's own events)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--serve-proxy", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--serve-forwarder", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.serve_proxy:
+    if a.serve_proxy or a.serve_forwarder:
         import uvloop
 
-        uvloop.run(serve_proxy(a.serve_proxy))
+        uvloop.run(serve_proxy(a.serve_proxy) if a.serve_proxy else serve_forwarder(a.serve_forwarder))
         return
     apis = [x for x in a.apis.split(",") if x]
     unknown = [x for x in apis if x not in APIS]
@@ -120,44 +152,50 @@ def main() -> None:
     mock, mport = _spawn(["-m", "workbench.testing.mock_openai", "--mode", "instant", "--tokens", "--port", "0"])
     upstream = f"http://127.0.0.1:{mport}/v1"
     proxy, pport = _spawn([str(Path(__file__)), "--serve-proxy", upstream])
+    forwarder, fport = _spawn([str(Path(__file__)), "--serve-forwarder", upstream])
     direct = orjson.dumps({**APIS["chat"][1], "stream": a.stream})
-    direct_url = upstream + "/chat/completions"
-
-    def pct(xs: list[float], q: float) -> float:
-        return sorted(xs)[int(q * (len(xs) - 1))] * 1000
-
-    rows = []
+    targets = {"direct": (upstream + "/chat/completions", direct)}
+    if not a.stream:  # the forwarder passes bytes through: a stream would be the same bytes
+        targets["bare-forwarder"] = (f"http://127.0.0.1:{fport}/v1/chat/completions", direct)
+    for api in apis:
+        route, body = APIS[api]
+        targets[api] = (f"http://127.0.0.1:{pport}/r/bench/v1{route}", orjson.dumps({**body, "stream": a.stream}))
+    p50: dict[str, list[float]] = {k: [] for k in targets}
+    p90: dict[str, list[float]] = {k: [] for k in targets}
+    tput: dict[str, list[float]] = {k: [] for k in targets}
     try:
-        asyncio.run(sequential(direct_url, 200, direct))  # warm-up
-        d_lat = asyncio.run(sequential(direct_url, a.sequential, direct))
-        d_tput = asyncio.run(concurrent(direct_url, a.requests, a.concurrency, direct))
-        for api in apis:
-            route, body = APIS[api]
-            payload = orjson.dumps({**body, "stream": a.stream})
-            url = f"http://127.0.0.1:{pport}/r/bench/v1{route}"
-            asyncio.run(sequential(url, 200, payload))  # warm-up
-            p_lat = asyncio.run(sequential(url, a.sequential, payload))
-            p_tput = asyncio.run(concurrent(url, a.requests, a.concurrency, payload))
-            rows.append({
-                "api": api, "stream": a.stream, "direct_p50_ms": round(statistics.median(d_lat) * 1000, 3),
-                "proxied_p50_ms": round(statistics.median(p_lat) * 1000, 3),
-                "added_p50_ms": round((statistics.median(p_lat) - statistics.median(d_lat)) * 1000, 3),
-                "added_p90_ms": round(pct(p_lat, 0.9) - pct(d_lat, 0.9), 3),
-                "direct_req_per_s": round(d_tput, 1), "proxied_req_per_s": round(p_tput, 1),
-                "throughput_ratio": round(p_tput / d_tput, 3), "concurrency": a.concurrency})
+        for _ in range(a.rounds):  # every target in each round, so drift hits them alike
+            for name, (url, payload) in targets.items():
+                lat, rps = _measure(url, payload, a)
+                p50[name].append(statistics.median(lat) * 1000)
+                p90[name].append(sorted(lat)[int(0.9 * (len(lat) - 1))] * 1000)
+                tput[name].append(rps)
     finally:
-        for p in (proxy, mock):
+        for p in (proxy, forwarder, mock):
             p.terminate()
             p.wait()
+    med = statistics.median
+    rows = []
+    for name in targets:
+        if name == "direct":
+            continue
+        rows.append({
+            "api": name, "stream": a.stream, "proxied_p50_ms": round(med(p50[name]), 3),
+            "added_p50_ms": round(med([x - d for x, d in zip(p50[name], p50["direct"], strict=True)]), 3),
+            "added_p90_ms": round(med([x - d for x, d in zip(p90[name], p90["direct"], strict=True)]), 3),
+            "req_per_s": round(med(tput[name]), 1),
+            "throughput_ratio": round(med([x / d for x, d in zip(tput[name], tput["direct"], strict=True)]), 3),
+            "direct_p50_ms": round(med(p50["direct"]), 3), "direct_req_per_s": round(med(tput["direct"]), 1),
+            "concurrency": a.concurrency, "rounds": a.rounds})
     if a.json:
         print(orjson.dumps(rows).decode())
         return
     print(f"direct chat{' (streamed)' if a.stream else ''}: p50 {rows[0]['direct_p50_ms']:.3f} ms, "
-          f"c={a.concurrency} {rows[0]['direct_req_per_s']:.0f} req/s")
-    print(f"{'API':<10} {'p50 ms':>8} {'added p50':>10} {'added p90':>10} {'req/s':>8} {'ratio':>6}")
+          f"c={a.concurrency} {rows[0]['direct_req_per_s']:.0f} req/s (medians of {a.rounds} rounds)")
+    print(f"{'through':<15} {'p50 ms':>8} {'added p50':>10} {'added p90':>10} {'req/s':>8} {'ratio':>6}")
     for r in rows:
-        print(f"{r['api']:<10} {r['proxied_p50_ms']:>8.3f} {r['added_p50_ms']:>10.3f} {r['added_p90_ms']:>10.3f} "
-              f"{r['proxied_req_per_s']:>8.0f} {r['throughput_ratio']:>6.2f}")
+        print(f"{r['api']:<15} {r['proxied_p50_ms']:>8.3f} {r['added_p50_ms']:>10.3f} {r['added_p90_ms']:>10.3f} "
+              f"{r['req_per_s']:>8.0f} {r['throughput_ratio']:>6.2f}")
 
 
 if __name__ == "__main__":
