@@ -24,6 +24,7 @@ from aiohttp import web
 from workbench.rollouts.client import ChatClient, ModelError
 from workbench.rollouts.proxy_calls import ChatStream, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.rollout import Rollout
+from workbench.rollouts.trace import RAW_PROMPT
 from workbench.wire import WireError
 from workbench.wire.chat_stream import ChatStreamAccumulator
 from workbench.wire.responses import ResponseStore
@@ -185,7 +186,8 @@ class InterceptionProxy:
 
     async def _completions(self, request: web.Request) -> web.Response:
         """``/v1/completions``: forwarded with the run's model and settings and token ids asked for; each
-        choice recorded as a call whose one message is the prompt."""
+        choice recorded as a call whose one message is the prompt, marked as a raw prompt (no chat
+        template made its tokens, so none re-renders them)."""
         api = ChatStream()
         got = await self._body(request, api)
         if isinstance(got, web.Response):
@@ -210,7 +212,7 @@ class InterceptionProxy:
         chat_like = {**data, "choices": [{**c, "message": {"role": "assistant", "content": c.get("text", "")}}
                                          for c in data.get("choices") or () if isinstance(c, dict)]}
         if chat_like["choices"]:
-            record_choices(rollout, [{"role": "user", "content": prompt}], None, chat_like,
+            record_choices(rollout, [{"role": "user", "content": prompt, RAW_PROMPT: True}], None, chat_like,
                            time.perf_counter() - t0, api="completions")
         if not body.get("return_token_ids"):
             for c in data.get("choices") or ():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.rollouts.trace import Trace, TraceNode
+from workbench.rollouts.trace import RAW_PROMPT, Trace, TraceNode
 
 
 @dataclass(slots=True)
@@ -98,6 +98,8 @@ def check_trace(trace: Trace, tokenizer: Any, tools: list[dict[str, Any]] | None
         if not recorded:
             continue
         messages = [m for p in path for m in p.messages]
+        if any(m.get(RAW_PROMPT) for m in messages):
+            continue  # a /v1/completions prompt: no template rendered it
         rendered = list(tokenizer.apply_chat_template(messages, tools=trace.tools_of(node.call or 0, tools),
                                                       add_generation_prompt=True, tokenize=True, return_dict=False))
         if rendered == recorded:

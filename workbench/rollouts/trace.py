@@ -56,6 +56,11 @@ class Mismatch:
     got: int | None  # the token the server used
 
 
+#: The key marking a recorded message as a raw ``/v1/completions`` prompt: its tokens are the text's,
+#: not a chat template's rendering.
+RAW_PROMPT = "raw_prompt"
+
+
 @dataclass(slots=True)
 class Trace:
     nodes: list[TraceNode] = field(default_factory=list)
