@@ -47,6 +47,9 @@ class InterceptionProxy:
         self._runner: web.AppRunner | None = None
         self.requests = 0
         self.responses: dict[str, ResponseStore] = {}  # per rollout: previous_response_id stays within it
+        # per rollout: each tool call's arguments as the model wrote them (a Messages tool_use sent back
+        # carries them parsed, as ``input``; the call going upstream gets the exact text again)
+        self.tool_arguments: dict[str, dict[str, str]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, port: int = 0) -> InterceptionProxy:
@@ -108,6 +111,7 @@ class InterceptionProxy:
         def unregister() -> None:
             self.rollouts.pop(rollout.id, None)
             self.responses.pop(rollout.id, None)
+            self.tool_arguments.pop(rollout.id, None)
 
         return unregister
 
@@ -152,7 +156,8 @@ class InterceptionProxy:
         return await self._serve(request, ResponsesAPI(self.model, store))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, MessagesAPI(self.model))
+        arguments = self.tool_arguments.setdefault(request.match_info["rid"], {})
+        return await self._serve(request, MessagesAPI(self.model, arguments))
 
     async def _serve(self, request: web.Request, api: WireAPI) -> web.StreamResponse:
         """One call in any API: translated to a chat request, sent upstream, recorded, answered in kind."""
@@ -177,7 +182,7 @@ class InterceptionProxy:
         try:
             raw = await self.client.post_json(self.upstream + route, payload, self.model)
             data = orjson.loads(raw)
-            record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name)
+            api.recorded(record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name))
         except ModelError as e:
             return api.error(e.status or 502, e.message, upstream=True)
         except orjson.JSONDecodeError:
@@ -255,8 +260,8 @@ class InterceptionProxy:
             tail = api.lines([buf], accs) if buf else b""
             await out.write(tail + api.finish(accs[0]))
             await out.write_eof()
-        record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())}, time.perf_counter() - t0,
-                       api=api.name)
+        api.recorded(record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())},
+                                    time.perf_counter() - t0, api=api.name))
         return out
 
 

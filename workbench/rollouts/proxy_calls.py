@@ -38,6 +38,9 @@ class WireAPI:
     def start(self) -> bytes:
         return b""
 
+    def recorded(self, messages: list[dict[str, Any]]) -> None:
+        """The assistant messages one call produced, as recorded."""
+
     def lines(self, lines: list[bytes], accs: dict[int, ChatStreamAccumulator]) -> bytes:
         out = []
         for line in lines:
@@ -113,14 +116,28 @@ class MessagesAPI(_Translated):
 
     name = "messages"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, arguments: dict[str, str] | None = None) -> None:
         self.model = model
         self.body: dict[str, Any] = {}
+        self.arguments = {} if arguments is None else arguments
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         self.body = body
         self.stream = anthropic.MessagesStream(str(body.get("model") or self.model), body)
-        return anthropic.request_to_chat(body)
+        chat = anthropic.request_to_chat(body)
+        for m in chat["messages"]:  # a tool_use block sent back: the arguments exactly as the model wrote them
+            for tc in m.get("tool_calls") or ():
+                fn = tc["function"]
+                exact = self.arguments.get(tc["id"])
+                if exact is not None and _same_json(exact, fn["arguments"]):
+                    fn["arguments"] = exact
+        return chat
+
+    def recorded(self, messages: list[dict[str, Any]]) -> None:
+        for m in messages:
+            for tc in m.get("tool_calls") or ():
+                if isinstance(tc, dict) and tc.get("id") and isinstance((tc.get("function") or {}).get("arguments"), str):
+                    self.arguments[tc["id"]] = tc["function"]["arguments"]
 
     def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
         return orjson.dumps(anthropic.chat_to_message(data, str(self.body.get("model") or self.model), self.body))
@@ -131,6 +148,13 @@ class MessagesAPI(_Translated):
         where = f" ({param})" if param and param not in message else ""
         return web.Response(body=orjson.dumps(anthropic.error_body(status, message + where)), status=status,
                             content_type="application/json")
+
+
+def _same_json(a: str, b: str) -> bool:
+    try:
+        return bool(orjson.loads(a) == orjson.loads(b))
+    except orjson.JSONDecodeError:
+        return a == b
 
 
 def _choice_responses(data: dict[str, Any]) -> list[ChatResponse]:
@@ -152,11 +176,11 @@ def _choice_responses(data: dict[str, Any]) -> list[ChatResponse]:
 
 
 def record_choices(rollout: Rollout, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   answer: dict[Any, Any], latency_s: float, *, api: str = "chat") -> None:
+                   answer: dict[Any, Any], latency_s: float, *, api: str = "chat") -> list[dict[str, Any]]:
     """Record every choice of one call: ``answer`` is a chat completion body, or the stream's accumulators
     by choice index. The prompt's tokens count once, on the first choice. A call made through another
     API than chat completions says which in its ``extra["api"]`` (``completions``: its one message is
-    the raw prompt, not a chat to render)."""
+    the raw prompt, not a chat to render). Returns the recorded assistant messages."""
     if answer and all(isinstance(a, ChatStreamAccumulator) for a in answer.values()):
         usage = answer[0].usage
         resps = []
@@ -170,3 +194,4 @@ def record_choices(rollout: Rollout, messages: list[dict[str, Any]], tools: list
         if api != "chat":
             resp.extra = {**(resp.extra or {}), "api": api}
         rollout.record_call(messages, resp, latency_s, tools=tools)
+    return [r.message for r in resps]

@@ -27,11 +27,23 @@ import orjson
 Message = dict[str, Any]
 
 
+def _arguments(args: Any) -> Any:
+    """A tool call's arguments as a value: the same JSON written with other spacing or key order (an SDK
+    that parses the reply's arguments and serialises them again) is the same call."""
+    if isinstance(args, str):
+        try:
+            return orjson.loads(args)
+        except orjson.JSONDecodeError:
+            return args
+    return args
+
+
 def message_key(m: Message) -> bytes:
-    """A canonical identity for a message, ignoring fields servers add (reasoning, refusal, ids)."""
+    """A canonical identity for a message, ignoring fields servers add (reasoning, refusal, ids) and how
+    a tool call's JSON arguments are spaced."""
     slim = {"role": m.get("role"), "content": m.get("content") or "", "tool_calls": [
-        {"name": (tc.get("function") or {}).get("name"), "arguments": (tc.get("function") or {}).get("arguments")}
-        for tc in m.get("tool_calls") or ()], "tool_call_id": m.get("tool_call_id")}
+        {"name": (tc.get("function") or {}).get("name"), "arguments": _arguments((tc.get("function") or {}).get(
+            "arguments"))} for tc in m.get("tool_calls") or ()], "tool_call_id": m.get("tool_call_id")}
     return orjson.dumps(slim, option=orjson.OPT_SORT_KEYS)
 
 

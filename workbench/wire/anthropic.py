@@ -10,6 +10,7 @@ forms, ``stop_sequences`` the chat ``stop``. A chat answer becomes a ``message``
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -99,7 +100,7 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
         elif kind == "tool_use":
             calls.append({"id": str(b.get("id", "")), "type": "function",
                           "function": {"name": str(b.get("name", "")),
-                                       "arguments": orjson.dumps(b.get("input") or {}).decode()}})
+                                       "arguments": tool_arguments(b.get("input") or {})}})
         elif kind in ("thinking", "redacted_thinking"):
             continue  # a chat upstream takes no reasoning back
         else:
@@ -109,6 +110,13 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
     if calls:
         msg["tool_calls"] = calls
     return msg
+
+
+def tool_arguments(value: Any) -> str:
+    """A ``tool_use`` block's ``input`` as a chat tool call's arguments, written as the servers behind the
+    proxy write them (Python's ``json.dumps``: the embedded server's and vLLM's tool-call parsers), so a
+    conversation sent back renders as it was sampled."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
