@@ -23,5 +23,7 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0" ${WORKBENCH_TORCH_INDEX:+--index-url "$WORKBENCH_TORCH_INDEX"}
 fi
-"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud]"  # cloud: the Modal SDK, for launch and its offline tests
+# cloud: the Modal SDK, for launch and its offline tests; verifiers and inspect: importing their
+# environments and logs, tested against the real packages
+"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud,verifiers,inspect]"
 echo "$want" > "$STAMP"
