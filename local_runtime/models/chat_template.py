@@ -107,7 +107,9 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
 
 
 def forced_tool_prefix(tool_choice: Any, tools: list[dict[str, Any]] | None) -> str:
-    """Text to prefill after the generation prompt so the model must call a tool, or ''."""
+    """Text to prefill after the generation prompt so the model must call a tool, or '' (for a server
+    reached without a grammar, as cloud_runtime/vllm_tokens.py reaches vLLM's completions; the embedded
+    server enforces tool_choice with a grammar instead: local_runtime/server/constraints.py)."""
     if not tools or tool_choice in (None, "auto", "none"):
         return ""
     if tool_choice == "required":

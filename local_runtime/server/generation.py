@@ -57,6 +57,9 @@ class SamplingParams:
     top_logprobs: int = 0
     prompt_logprobs: int | None = None
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 class Detokenizer:
@@ -104,7 +107,6 @@ class Sequence:
     model: str
     index: int = 0
     on_event: Callable[[Sequence], None] | None = None
-    prompt_truncated: int = 0
     out_ids: list[int] = field(default_factory=list)
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
@@ -116,6 +118,7 @@ class Sequence:
     policy_version: int = 0
     detok: Detokenizer | None = None
     generator: Any = None
+    matcher: Any = None  # an llguidance matcher when the reply is constrained (see constraints.py)
 
     @property
     def finished(self) -> bool:
@@ -130,20 +133,45 @@ def make_generator(seed: int | None) -> Any:
     return g
 
 
-def sample_rows(logits: Any, seqs: list[Sequence], logprobs_mode: str) -> tuple[list[int], Any]:
-    """Pick one token per row; return (tokens, the log-probabilities reported for each row)."""
+def adjust_logits(row: Any, seq: Sequence) -> Any:
+    """A row's logits after what OpenAI's parameters change before sampling, in vLLM's way: the
+    frequency penalty (times each token's count in the output so far), the presence penalty (once per
+    token that appeared in it) and ``logit_bias``. The row itself when none applies."""
+    import torch
+
+    p = seq.params
+    if (p.presence_penalty or p.frequency_penalty) and seq.out_ids:
+        counts = torch.bincount(torch.tensor(seq.out_ids, device=row.device), minlength=row.shape[-1])
+        counts = counts[: row.shape[-1]].to(row.dtype)
+        row = row - p.frequency_penalty * counts - p.presence_penalty * (counts > 0).to(row.dtype)
+    if p.logit_bias:
+        ids = torch.tensor(list(p.logit_bias), device=row.device)
+        row = row.index_add(0, ids, torch.tensor(list(p.logit_bias.values()), device=row.device, dtype=row.dtype))
+    return row
+
+
+def sample_rows(logits: Any, seqs: list[Sequence], logprobs_mode: str, allowed: Any = None) -> tuple[list[int], Any]:
+    """Pick one token per row; return (tokens, the log-probabilities reported for each row).
+
+    ``allowed`` (bool [rows, vocab], every token allowed in a row without a grammar) is the grammars'
+    masks. "raw" logprobs are the model's own distribution; "processed" ones come after every adjustment."""
     import torch
 
     logits = logits.float()
     raw = torch.log_softmax(logits, dim=-1)
     reported = raw if logprobs_mode == "raw" else raw.clone()
+    masked = logits if allowed is None else logits.masked_fill(~allowed, float("-inf"))
     tokens: list[int] = []
     for i, seq in enumerate(seqs):
         p = seq.params
+        base = masked[i]
+        row = adjust_logits(base, seq)
         if p.temperature <= 1e-5:
-            tokens.append(int(raw[i].argmax()))
+            if logprobs_mode != "raw" and (allowed is not None or row is not base):
+                reported[i] = torch.log_softmax(row, -1)
+            tokens.append(int(row.argmax()))
             continue
-        row = logits[i] / p.temperature
+        row = row / p.temperature
         if p.top_k and p.top_k > 0 and p.top_k < row.shape[-1]:
             kth = torch.topk(row, p.top_k).values[-1]
             row = row.masked_fill(row < kth, float("-inf"))

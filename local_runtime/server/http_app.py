@@ -24,13 +24,10 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from local_runtime.models.chat_template import (
-    NO_TEMPLATE_HINT,
-    ChatFormatError,
-    forced_tool_prefix,
-    normalize_messages,
-)
+from local_runtime.models.chat_template import NO_TEMPLATE_HINT, ChatFormatError, normalize_messages
 from local_runtime.models.loading import LoadedModel
+from local_runtime.server.constraints import Compiled
+from local_runtime.server.errors import HTTPError, errors_middleware
 from local_runtime.server.generation import Sequence
 from local_runtime.server.openai_api import (
     ChatRequest,
@@ -40,9 +37,10 @@ from local_runtime.server.openai_api import (
     TokenText,
     chat_response,
     completion_response,
-    sampling_params,
+    validation_fields,
     validation_message,
 )
+from local_runtime.server.prepare import check_context, request_constraint, request_params
 from local_runtime.server.runner import AdapterError, Engine
 from local_runtime.server.scheduler import QueueFull, Scheduler
 from local_runtime.server.streaming import attach_queue, stream_chat, stream_completion
@@ -53,41 +51,8 @@ TOKEN_TEXT: web.AppKey[TokenText] = web.AppKey("token_text", TokenText)
 STARTED: web.AppKey[float] = web.AppKey("started", float)
 
 
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str, kind: str | None = None, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param = status, message, kind, param
-
-
-_KINDS = {400: "invalid_request_error", 404: "NotFoundError", 429: "rate_limit_exceeded", 500: "server_error"}
-
-
-def error_json(status: int, message: str, kind: str | None = None, param: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind or _KINDS.get(status, "invalid_request_error"),
-                      "param": param, "code": status}}
-    headers = {"Retry-After": "1"} if status == 429 else None
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
-
-
 def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except HTTPError as e:
-        return error_json(e.status, e.message, e.kind, e.param)
-    except web.HTTPException as e:
-        if e.status >= 400:
-            return error_json(e.status, e.reason or "error")
-        raise
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
-    except Exception as e:  # never a traceback page: one line for the client, the detail in the log
-        request.app.logger.exception("request failed")
-        return error_json(500, f"internal error: {type(e).__name__}: {e}")
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
@@ -109,10 +74,11 @@ def resolve_model(engine: Engine, name: str | None) -> str:
     if name in engine.adapters:
         return name
     raise HTTPError(404, f"The model `{name}` does not exist. Served: "
-                         f"{', '.join([engine.lm.name, *engine.adapters])}.", "NotFoundError", "model")
+                         f"{', '.join([engine.lm.name, *engine.adapters])}.", param="model", code="model_not_found")
 
 
-def make_sequences(engine: Engine, prompt: list[int], params: Any, model: str, n: int, base_index: int = 0) -> list[Sequence]:
+def make_sequences(engine: Engine, prompt: list[int], params: Any, model: str, n: int, base_index: int = 0,
+                   constraint: Compiled | None = None) -> list[Sequence]:
     seqs = []
     for i in range(n):
         p = copy.copy(params)
@@ -120,6 +86,8 @@ def make_sequences(engine: Engine, prompt: list[int], params: Any, model: str, n
         if params.seed is not None:
             p.seed = params.seed + i
         seq = Sequence(prompt_ids=list(prompt), params=p, model=model, index=base_index + i)
+        if constraint is not None:
+            seq.matcher = engine.constraints.matcher(constraint)
         engine.prepare(seq)
         seqs.append(seq)
     return seqs
@@ -128,7 +96,8 @@ def make_sequences(engine: Engine, prompt: list[int], params: Any, model: str, n
 def submit(sched: Scheduler, seqs: list[Sequence]) -> asyncio.Future[None]:
     if len(seqs) > sched.max_batch:
         raise HTTPError(400, f"this request needs {len(seqs)} sequences but the server batches at most "
-                             f"{sched.max_batch} (lower n, or restart with a larger --max-batch)", param="n")
+                             f"{sched.max_batch} (lower n, or restart with a larger --max-batch)", param="n",
+                        code="invalid_value")
     try:
         return sched.submit(seqs)
     except QueueFull as e:
@@ -162,23 +131,20 @@ def encode(lm: LoadedModel, text: str) -> list[int]:
     return list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str, bool]:
-    """(prompt ids, forced tool-call prefix, whether replies are parsed for tool calls).
+def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], bool]:
+    """(prompt ids, whether replies are parsed for tool calls). A tool_choice that forces a call is
+    the grammar's to enforce (constraints.py), not a prefix of the prompt.
 
     A :class:`ChatTokensRequest` brings its prompt as token ids; they are used as they are."""
-    try:
-        prefix = forced_tool_prefix(req.tool_choice, req.tools)
-    except ChatFormatError as e:
-        raise HTTPError(400, str(e), param="tool_choice") from None
     tools_active = bool(req.tools) and req.tool_choice != "none"
     if isinstance(req, ChatTokensRequest):
         vocab = len(lm.tokenizer)
         if any(t < 0 or t >= vocab for t in req.tokens):
-            raise HTTPError(400, f"'tokens' must be token ids in 0..{vocab - 1}", param="tokens")
-        return [*req.tokens, *(encode(lm, prefix) if prefix else ())], prefix, tools_active
+            raise HTTPError(400, f"'tokens' must be token ids in 0..{vocab - 1}", param="tokens", code="invalid_value")
+        return list(req.tokens), tools_active
     text = render_text(lm, req.messages, req.tools, req.add_generation_prompt, req.continue_final_message,
                        req.chat_template_kwargs)
-    return encode(lm, text + prefix), prefix, tools_active
+    return encode(lm, text), tools_active
 
 
 _Req = TypeVar("_Req", bound=BaseModel)
@@ -190,7 +156,8 @@ async def parse_request(request: web.Request, model: type[_Req]) -> _Req:
     try:
         return model.model_validate(body)
     except ValidationError as e:
-        raise HTTPError(400, validation_message(e)) from None
+        param, code = validation_fields(e)
+        raise HTTPError(400, validation_message(e), param=param, code=code) from None
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -205,19 +172,19 @@ async def _chat(request: web.Request, req: ChatRequest, translation: Any = None)
     """A chat request, answered as chat, or in another API through ``translation`` (see wire_routes.py)."""
     engine, sched = request.app[ENGINE], request.app[SCHED]
     model = resolve_model(engine, req.model)
-    prompt, prefix, tools_active = render_chat(engine.lm, req)
+    prompt, tools_active = render_chat(engine.lm, req)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(req, engine.lm.context_len if max_tokens is None else max_tokens)
-    seqs = make_sequences(engine, prompt, params, model, req.n)
+    check_context(engine.lm.context_len, len(prompt), max_tokens)
+    params = request_params(engine, req, engine.lm.context_len if max_tokens is None else max_tokens)
+    seqs = make_sequences(engine, prompt, params, model, req.n, constraint=await request_constraint(engine, req))
     tt = request.app[TOKEN_TEXT]
     if req.stream:
         q = attach_queue(seqs)
         fut = submit(sched, seqs)
-        return await stream_chat(request, req, model, seqs, q, fut, seqs[0].prompt_ids, prefix, tools_active, tt,
-                                 translation)
+        return await stream_chat(request, req, model, seqs, q, fut, prompt, tools_active, tt, translation)
     await submit(sched, seqs)
     check_errors(seqs)
-    body = chat_response(req, model, seqs, seqs[0].prompt_ids, len(prompt), prefix, tools_active, tt)
+    body = chat_response(req, model, seqs, prompt, tools_active, tt)
     return json_response(body if translation is None else translation.whole(body))
 
 
@@ -249,10 +216,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if not prompts[-1]:
             raise HTTPError(400, "a prompt encodes to no tokens", param="prompt")
     seqs: list[Sequence] = []
+    constraint = await request_constraint(engine, req)
     for i, p in enumerate(prompts):
-        params = sampling_params(req, 16 if req.max_tokens is None else req.max_tokens)
-        seqs += make_sequences(engine, p, params, model, req.n, base_index=i * req.n)
-    prompts = [seqs[i * req.n].prompt_ids for i in range(len(prompts))]
+        check_context(engine.lm.context_len, len(p), req.max_tokens, "prompt")
+        params = request_params(engine, req, 16 if req.max_tokens is None else req.max_tokens)
+        seqs += make_sequences(engine, p, params, model, req.n, base_index=i * req.n, constraint=constraint)
     tt = request.app[TOKEN_TEXT]
     if req.stream:
         q = attach_queue(seqs)
@@ -316,7 +284,7 @@ async def get_model(request: web.Request) -> web.Response:
     found = next((m for m in entries if m["id"] == want), None)
     if found is None:
         raise HTTPError(404, f"The model `{want}` does not exist; served: {', '.join(m['id'] for m in entries)}.",
-                        "NotFoundError", "model")
+                        param="model", code="model_not_found")
     return json_response(found)
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from local_runtime.models.chat_template import parse_tool_calls
 from local_runtime.server.generation import SamplingParams, Sequence
 
-MAX_TOP_LOGPROBS = 20
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and vLLM's default --max-logprobs
+Bias = Annotated[float, Field(ge=-100.0, le=100.0)]
 
 
 class _Common(BaseModel):
@@ -23,8 +24,12 @@ class _Common(BaseModel):
     model: str | None = None
     n: int = Field(1, ge=1, le=128)
     max_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0.0)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Bias] | None = None
+    response_format: dict[str, Any] | None = None
     top_k: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -41,6 +46,7 @@ class ChatRequest(_Common):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     max_completion_tokens: int | None = Field(None, ge=0)
@@ -87,7 +93,34 @@ def validation_message(err: ValidationError) -> str:
     return f"invalid request: {where}: {first.get('msg')}{more}"
 
 
-def sampling_params(req: ChatRequest | CompletionRequest, max_tokens: int, default_temperature: float = 1.0) -> SamplingParams:
+def validation_fields(err: ValidationError) -> tuple[str | None, str]:
+    """(param, code) of the first error: ``param`` the top-level field it is in, ``code`` as OpenAI
+    names it (``missing_required_parameter``, ``invalid_type``, ``invalid_value``)."""
+    first = err.errors()[0]
+    loc = first.get("loc", ())
+    kind = str(first.get("type", ""))
+    code = ("missing_required_parameter" if kind == "missing" else
+            "invalid_type" if kind.endswith(("_type", "_parsing")) else "invalid_value")
+    return (str(loc[0]) if loc else None), code
+
+
+def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float]:
+    """``logit_bias`` keyed by token id; a ValueError naming the first key that is not an id in the vocab."""
+    out: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        try:
+            tid = int(key)
+        except ValueError:
+            tid = -1
+        if not 0 <= tid < vocab:
+            raise ValueError(f"logit_bias keys must be token ids (integers in 0..{vocab - 1}, as strings); "
+                             f"got {key!r}")
+        out[tid] = float(value)
+    return out
+
+
+def sampling_params(req: ChatRequest | CompletionRequest, max_tokens: int, logit_bias: dict[int, float] | None = None,
+                    default_temperature: float = 1.0) -> SamplingParams:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if isinstance(req, ChatRequest):
         want_lp, top = req.logprobs, (req.top_logprobs or 0) if req.logprobs else 0
@@ -97,7 +130,9 @@ def sampling_params(req: ChatRequest | CompletionRequest, max_tokens: int, defau
         max_tokens=max_tokens, temperature=default_temperature if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, stop=[s for s in stop if s],
         stop_token_ids=list(req.stop_token_ids or []), seed=req.seed, logprobs=want_lp, top_logprobs=top,
-        prompt_logprobs=req.prompt_logprobs, ignore_eos=req.ignore_eos)
+        prompt_logprobs=req.prompt_logprobs, ignore_eos=req.ignore_eos,
+        presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
+        logit_bias=dict(logit_bias or {}))
 
 
 def new_id(prefix: str) -> str:
@@ -148,9 +183,9 @@ def completion_logprobs(seq: Sequence, tt: TokenText, as_ids: bool = False) -> d
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
-def chat_message(seq: Sequence, prefix: str, tools_active: bool) -> tuple[dict[str, Any], str | None]:
+def chat_message(seq: Sequence, tools_active: bool) -> tuple[dict[str, Any], str | None]:
     """The assistant message and finish reason for a finished chat sequence."""
-    text = prefix + seq.text
+    text = seq.text
     finish = seq.finish_reason
     if tools_active:
         content, calls = parse_tool_calls(text)
@@ -165,11 +200,11 @@ def usage(seqs: list[Sequence], prompt_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
 
 
-def chat_response(req: ChatRequest, name: str, seqs: list[Sequence], prompt_ids: list[int], prompt_tokens: int,
-                  prefix: str, tools_active: bool, tt: TokenText) -> dict[str, Any]:
+def chat_response(req: ChatRequest, name: str, seqs: list[Sequence], prompt_ids: list[int], tools_active: bool,
+                  tt: TokenText) -> dict[str, Any]:
     choices = []
     for s in seqs:
-        message, finish = chat_message(s, prefix, tools_active)
+        message, finish = chat_message(s, tools_active)
         choice: dict[str, Any] = {"index": s.index, "message": message,
                                   "logprobs": chat_logprobs(s, tt, as_ids=req.return_tokens_as_token_ids),
                                   "finish_reason": finish, "stop_reason": s.stop_reason}
@@ -177,14 +212,12 @@ def chat_response(req: ChatRequest, name: str, seqs: list[Sequence], prompt_ids:
             choice["token_ids"] = list(s.out_ids)
         choices.append(choice)
     body: dict[str, Any] = {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()),
-                            "model": name, "choices": choices, "usage": usage(seqs, prompt_tokens),
+                            "model": name, "choices": choices, "usage": usage(seqs, len(prompt_ids)),
                             "policy_version": seqs[0].policy_version}
     if req.return_token_ids:
         body["prompt_token_ids"] = prompt_ids
     if req.prompt_logprobs is not None:
         body["prompt_logprobs"] = seqs[0].prompt_logprobs
-    if seqs[0].prompt_truncated:
-        body["usage"]["prompt_tokens_truncated"] = seqs[0].prompt_truncated
     return body
 
 

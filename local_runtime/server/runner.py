@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from local_runtime.models.loading import LoadedModel
+from local_runtime.server.constraints import Constraints
 from local_runtime.server.generation import (
     Detokenizer,
     Sequence,
@@ -46,6 +47,7 @@ class Engine:
         self.tokens_generated = 0
         self.busy_s = 0.0
         self._no_shrink = False
+        self.constraints = Constraints(loaded.tokenizer, loaded.eos_ids)
 
     # -- adapters ----------------------------------------------------------------------------------
     def policy_version(self, model: str) -> int:
@@ -141,16 +143,10 @@ class Engine:
 
     # -- generation --------------------------------------------------------------------------------
     def prepare(self, seq: Sequence) -> None:
-        """Fit the sequence into the context window and set up its sampler (called before queueing).
-
-        A prompt that fills the whole context keeps its most recent tokens, leaving room for a short
-        answer, and that answer ends with finish_reason "length"; otherwise max_tokens is clipped to
-        what is left of the context."""
+        """Set up the sequence's sampler (called before queueing), with max_tokens clipped to what the
+        context leaves after the prompt. The prompt is never cut: the server refuses a prompt that does
+        not fit (prepare.check_context) before it gets here."""
         ctx = self.lm.context_len
-        if len(seq.prompt_ids) >= ctx:
-            keep = ctx - max(1, min(seq.params.max_tokens, ctx // 4))
-            seq.prompt_truncated = len(seq.prompt_ids) - keep
-            seq.prompt_ids = seq.prompt_ids[-keep:]
         seq.params.max_tokens = max(0, min(seq.params.max_tokens, ctx - len(seq.prompt_ids)))
         seq.generator = make_generator(seq.params.seed)
         seq.detok = Detokenizer(self.lm.tokenizer)
@@ -182,8 +178,6 @@ class Engine:
         if seq.detok is not None and not isinstance(stop_reason, str):  # a stop string already cut the text
             seq.detok.flush()
             seq.text = seq.detok.text
-        if seq.prompt_truncated and reason == "stop":
-            reason = "length"
         seq.finish_reason, seq.stop_reason = reason, stop_reason
 
     def _run(self, seqs: list[Sequence]) -> None:
@@ -230,8 +224,12 @@ class Engine:
                 idx = [i for i, s in enumerate(rows) if not s.finished]
                 if not idx:
                     break
-                tokens, reported = sample_rows(last if len(idx) == len(rows) else last[idx], [rows[i] for i in idx],
-                                               self.logprobs_mode)
+                step = [rows[i] for i in idx]
+                here = last if len(idx) == len(rows) else last[idx]
+                allowed = None
+                if any(s.matcher is not None for s in step):
+                    allowed = self.constraints.allowed([s.matcher for s in step], here.shape[-1], here.device)
+                tokens, reported = sample_rows(here, step, self.logprobs_mode, allowed)
                 for j, i in enumerate(idx):
                     self._step(rows[i], tokens[j], reported[j])
                 self.tokens_generated += len(idx)
@@ -264,6 +262,10 @@ class Engine:
             self._no_shrink = True
             return False
 
+    def _constraint_failed(self, s: Sequence) -> None:
+        s.error = f"constrained decoding failed: {' '.join(s.matcher.get_error().split())[:300]}"
+        self._finish(s, "error")
+
     def _step(self, s: Sequence, tok: int, row: Any) -> None:
         p = s.params
         s.out_ids.append(tok)
@@ -271,8 +273,12 @@ class Engine:
             record_logprobs(s, tok, row)
         if s.cancelled:
             self._finish(s, "abort")
+        elif s.matcher is not None and s.matcher.is_error():  # its mask left only the end of sequence
+            self._constraint_failed(s)
         elif (tok in self.lm.eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
             self._finish(s, "stop", None if tok in self.lm.eos_ids else tok)
+        elif s.matcher is not None and not s.matcher.consume_token(tok):
+            self._constraint_failed(s)
         else:
             assert s.detok is not None
             before = len(s.detok.text)

@@ -111,8 +111,8 @@ async def _drive(request: web.Request, seqs: list[Sequence], q: asyncio.Queue[Sn
 
 
 async def stream_chat(request: web.Request, req: ChatRequest, name: str, seqs: list[Sequence],
-                      q: asyncio.Queue[Snapshot], fut: Awaitable[Any], prompt_ids: list[int],
-                      prefix: str, tools_active: bool, tt: TokenText,
+                      q: asyncio.Queue[Snapshot], fut: Awaitable[Any], prompt_ids: list[int], tools_active: bool,
+                      tt: TokenText,
                       translation: Translation | None = None) -> web.StreamResponse:
     cid, created = new_id("chatcmpl"), int(time.time())
     markers = list(seqs[0].params.stop) + ([TOOL_OPEN] if tools_active else [])
@@ -135,12 +135,11 @@ async def stream_chat(request: web.Request, req: ChatRequest, name: str, seqs: l
         calls: list[dict[str, Any]] = []
         fr = None
         if finish is not None:
-            message, fr = chat_message(seq, prefix, tools_active)
+            message, fr = chat_message(seq, tools_active)
             visible, calls = message.get("content") or "", message.get("tool_calls") or []
             ntok = len(seq.out_ids)
         else:
-            full = prefix + text
-            visible = full[: len(full) - held_back(full, markers)]
+            visible = text[: len(text) - held_back(text, markers)]
         delta = visible[len(st.sent):] if visible.startswith(st.sent) else ""
         if delta or ntok > st.tok:
             extra: dict[str, Any] = {"logprobs": chat_logprobs(seq, tt, st.tok, ntok, as_ids)}

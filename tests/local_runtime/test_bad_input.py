@@ -1,5 +1,6 @@
 """What a user can get wrong: unknown model, no chat template, an over-long prompt, too many requests,
-malformed JSON, unknown model names. Each ends in a clear message, never a crash or traceback."""
+malformed JSON, out-of-range sampling parameters, unknown model names. Each ends in one clear message in
+OpenAI's error shape (``type``, ``param``, a string ``code``), never a crash or traceback."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import CliResult, last_json, query
 
 from .helpers import ARITH, ROOT, SERVED, get_json, run_server, server_env
 
@@ -36,11 +40,58 @@ def test_malformed_json_is_400(server: str) -> None:
     for body in (b"{not json", b"", b"[1, 2]"):
         status, err = raw_post(server + "/v1/chat/completions", body)
         assert status == 400
-        assert err["error"]["code"] == 400 and err["error"]["message"]
+        assert err["error"]["type"] == "invalid_request_error" and err["error"]["message"]
+        assert err["error"]["code"] is None and err["error"]["param"] is None
     status, err = raw_post(server + "/v1/chat/completions", b'{"model": "workbench-tiny", "messages": "hi"}')
     assert status == 400 and "messages" in err["error"]["message"]
-    status, err = raw_post(server + "/v1/chat/completions", json.dumps({"messages": ARITH, "n": 0}).encode())
-    assert status == 400 and "n" in err["error"]["message"]
+    assert (err["error"]["param"], err["error"]["code"]) == ("messages", "invalid_type")
+    status, err = raw_post(server + "/v1/chat/completions", b'{"model": "workbench-tiny"}')
+    assert (err["error"]["param"], err["error"]["code"]) == ("messages", "missing_required_parameter")
+    status, err = raw_post(server + "/v1/chat/completions", b'{"messages": []}')
+    assert status == 400 and err["error"]["param"] == "messages"
+
+
+#: (extra request fields, the param the 400 names, a phrase of its message)
+OUT_OF_RANGE = [
+    ({"temperature": 2.5}, "temperature", "less than or equal to 2"),
+    ({"temperature": -0.1}, "temperature", "greater than or equal to 0"),
+    ({"top_p": 0}, "top_p", "greater than 0"),
+    ({"top_p": 1.5}, "top_p", "less than or equal to 1"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal to 20"),
+    ({"logprobs": True, "top_logprobs": -1}, "top_logprobs", "greater than or equal to 0"),
+    ({"presence_penalty": 2.5}, "presence_penalty", "less than or equal to 2"),
+    ({"presence_penalty": -3}, "presence_penalty", "greater than or equal to -2"),
+    ({"frequency_penalty": 2.01}, "frequency_penalty", "less than or equal to 2"),
+    ({"frequency_penalty": -2.5}, "frequency_penalty", "greater than or equal to -2"),
+    ({"logit_bias": {"5": 101}}, "logit_bias", "less than or equal to 100"),
+    ({"logit_bias": {"5": -100.5}}, "logit_bias", "greater than or equal to -100"),
+    ({"logit_bias": {"hello": 1}}, "logit_bias", "token ids"),
+    ({"logit_bias": {"99999999": 1}}, "logit_bias", "token ids"),
+    ({"logit_bias": {"-1": 1}}, "logit_bias", "token ids"),
+    ({"n": 0}, "n", "greater than or equal to 1"),
+    ({"max_tokens": -1}, "max_tokens", "greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize(("extra", "param", "phrase"), OUT_OF_RANGE, ids=[f"{p}={list(e.values())[-1]}" for e, p, _ in
+                                                                           OUT_OF_RANGE])
+def test_out_of_range_sampling_parameters_are_400_naming_the_param(client: Any, extra: dict[str, Any], param: str,
+                                                                   phrase: str) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=2, extra_body=extra)
+    err = e.value
+    assert err.status_code == 400 and err.type == "invalid_request_error"
+    assert err.param == param and err.code == "invalid_value"
+    assert phrase in err.message and len(err.message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra", [{"temperature": 2}, {"top_p": 1}, {"presence_penalty": -2, "frequency_penalty": 2},
+                                   {"logit_bias": {"5": 100, "6": -100}}, {"logprobs": True, "top_logprobs": 20}])
+def test_the_ends_of_each_range_are_accepted(client: Any, extra: dict[str, Any]) -> None:
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=2, extra_body=extra)
+    assert r.choices[0].finish_reason in ("stop", "length")
 
 
 def test_unknown_model_name_is_404(client: Any) -> None:
@@ -49,6 +100,7 @@ def test_unknown_model_name_is_404(client: Any) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="gpt-9", messages=ARITH)
     assert "gpt-9" in str(e.value) and SERVED in str(e.value)
+    assert (e.value.type, e.value.param, e.value.code) == ("not_found_error", "model", "model_not_found")
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gpt-9", prompt="hi")
 
@@ -69,18 +121,80 @@ def test_workbench_client_classifies_404(server: str) -> None:
     asyncio.run(go())
 
 
-def test_over_long_prompt_finishes_with_length(client: Any) -> None:
+def test_a_prompt_over_the_context_is_400_with_the_lengths(client: Any, server: str) -> None:
+    """As vLLM answers: never a silently cut prompt (a trace whose prompt is not what was sent)."""
+    import openai
+
     long = " ".join(["apple river cloud"] * 800)  # several thousand tokens; the context is 1024
-    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": long}], max_tokens=8,
-                                       extra_body={"return_token_ids": True})
-    c = r.choices[0]
-    assert c.finish_reason == "length"
-    assert r.usage.prompt_tokens > 1024
-    assert len(r.model_extra["prompt_token_ids"]) < 1024  # the most recent tokens were kept
-    assert r.usage.model_extra["prompt_tokens_truncated"] > 0
-    # a huge max_tokens is clipped to the context, not an error
-    r = client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=100_000)
-    assert r.choices[0].finish_reason in ("stop", "length")
+    msgs = [{"role": "user", "content": long}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=SERVED, messages=msgs)
+    err = e.value
+    assert (err.code, err.param, err.type) == ("context_length_exceeded", "messages", "invalid_request_error")
+    assert "maximum context length is 1024 tokens" in err.message and "resulted in" in err.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=SERVED, messages=msgs, max_tokens=8)
+    prompt = int(e.value.message.split("(")[1].split(" in the messages")[0])
+    assert prompt > 1024 and f"you requested {prompt + 8} tokens ({prompt} in the messages, 8 in the completion)" \
+        in e.value.message
+    # An explicit max_tokens that the prompt leaves no room for is refused the same way ...
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=SERVED, messages=ARITH, max_tokens=100_000)
+    assert e.value.code == "context_length_exceeded" and "100000 in the completion" in e.value.message
+    # ... and without one, the completion gets what the context leaves.
+    r = client.chat.completions.create(model=SERVED, messages=ARITH, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length" and r.usage.total_tokens == 1024
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=SERVED, prompt=long, max_tokens=4)
+    assert (e.value.code, e.value.param) == ("context_length_exceeded", "prompt")
+    status, body = raw_post(server + "/v1/chat/completions/tokens",
+                            json.dumps({"messages": ARITH, "tokens": [5] * 1024}).encode())
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+
+
+def test_workbench_client_ends_a_call_over_the_context_with_a_clear_kind(server: str) -> None:
+    from workbench.rollouts.client import ChatClient, ModelError
+
+    async def go() -> None:
+        async with ChatClient(max_retries=3) as c:
+            with pytest.raises(ModelError) as e:
+                await c.chat(base_url=server + "/v1", model=SERVED,
+                             messages=[{"role": "user", "content": "apple river cloud " * 800}])
+            assert e.value.kind == "context_length" and not e.value.retryable and c.retries == 0
+            assert "maximum context length is 1024 tokens" in e.value.message
+
+    asyncio.run(go())
+
+
+OVER_CONTEXT_ENV = '''
+import workbench as wb
+
+
+def load_environment():
+    rubric = wb.Rubric()
+
+    @rubric.reward
+    def answered(completion: str) -> float:
+        return 1.0
+
+    rows = [{"prompt": "What is 7 + 5?"}, {"prompt": "apple river cloud " * 800}, {"prompt": "What is 2 + 2?"}]
+    return wb.Environment(name="overlong", tasks=wb.TaskSet.from_records(rows), harness=wb.SingleTurn(),
+                          rubric=rubric)
+'''
+
+
+def test_a_rollout_over_the_context_ends_with_that_reason_and_the_run_goes_on(
+        server: str, cli: Callable[..., CliResult], write_env: Callable[..., Path], store_path: Path) -> None:
+    res = cli("eval", write_env(OVER_CONTEXT_ENV), "--base-url", server + "/v1", "-m", SERVED, "-n", "3",
+              "--db", store_path, "--json", "--max-tokens", "8", timeout=300)
+    assert res.rc == 0, res.stderr
+    s = last_json(res.stdout)
+    assert s["rollouts"] == 3 and s["errors"] == 1 and s["error_kinds"] == {"model.context_length": 1}
+    rows = query(store_path, "SELECT r.task_index, e.kind, e.message FROM rollout r JOIN rollout_error e "
+                             "ON e.rollout_pk = r.pk")
+    assert [(i, kind) for i, kind, _ in rows] == [(1, "model.context_length")]
+    assert "maximum context length is 1024 tokens" in rows[0][2] and "in the messages" in rows[0][2]
+    assert query(store_path, "SELECT status FROM rollout ORDER BY task_index") == [("ok",), ("error",), ("ok",)]
 
 
 def test_n_larger_than_batch_is_400(client: Any) -> None:
@@ -88,7 +202,7 @@ def test_n_larger_than_batch_is_400(client: Any) -> None:
 
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=SERVED, messages=ARITH, n=100)
-    assert "--max-batch" in str(e.value)
+    assert "--max-batch" in str(e.value) and e.value.param == "n"
 
 
 async def test_over_capacity_is_429(tiny_dir: Path) -> None:
@@ -105,6 +219,7 @@ async def test_over_capacity_is_429(tiny_dir: Path) -> None:
                 return "ok"
             except openai.RateLimitError as e:
                 assert "capacity" in str(e)
+                assert (e.type, e.code) == ("rate_limit_error", "rate_limit_exceeded")
                 return "429"
 
         results = await asyncio.gather(*(one() for _ in range(10)))

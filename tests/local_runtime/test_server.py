@@ -14,6 +14,10 @@ from .helpers import ARITH, SERVED, get_json, post_json
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+#: The same tool with bounded arguments: a forced call of it always fits max_tokens.
+WEATHER_BOUNDED = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"],
+    "additionalProperties": False}}}
 
 
 @pytest.fixture(scope="module")
@@ -148,21 +152,19 @@ def test_streaming_holds_back_stop_string(client: Any) -> None:
 
 
 def test_tools_end_to_end(client: Any, tok: Any) -> None:
-    """A forced tool call: the template renders the tools, the reply is parsed into tool_calls (or,
-    if this quickly-trained model writes malformed JSON, returned as text), never an error."""
+    """A forced tool call: the template renders the tools, the grammar makes the reply a call of the named
+    function (sampled, token by token, after the plain generation prompt), parsed into tool_calls."""
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
-    r = client.chat.completions.create(model=SERVED, messages=msgs, tools=[WEATHER], temperature=0, max_tokens=30,
+    r = client.chat.completions.create(model=SERVED, messages=msgs, tools=[WEATHER_BOUNDED], temperature=0, max_tokens=60,
                                        tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                        extra_body={"return_token_ids": True})
     prompt = tok.decode(r.model_extra["prompt_token_ids"])
-    assert '"name": "get_weather"' in prompt and prompt.endswith('<tool_call>{"name": "get_weather", "arguments":')
+    assert '"name": "get_weather"' in prompt and prompt.endswith("<|im_start|>assistant\n")
     c = r.choices[0]
-    if c.message.tool_calls:
-        assert c.finish_reason == "tool_calls"
-        assert c.message.tool_calls[0].function.name == "get_weather"
-        json.loads(c.message.tool_calls[0].function.arguments)
-    else:
-        assert c.message.content.startswith("<tool_call>")
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    assert c.message.tool_calls[0].function.name == "get_weather"
+    assert isinstance(json.loads(c.message.tool_calls[0].function.arguments)["city"], str)
+    assert tok.decode(c.model_extra["token_ids"]).startswith('<tool_call>{"name": "get_weather", "arguments": {')
     # tool results go back in and render through the template
     follow = [*msgs, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},

@@ -638,6 +638,19 @@ def test_http_statuses_are_classified(status: int, kind: str, retryable: bool) -
     assert err.kind == kind and err.retryable is retryable and err.status == status
 
 
+@pytest.mark.parametrize("body", [
+    {"error": {"message": "too long", "type": "invalid_request_error", "param": "messages",
+               "code": "context_length_exceeded"}},  # OpenAI, and the embedded server
+    {"error": {"message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                          "(4000 in the messages, 1000 in the completion).", "type": "BadRequestError", "code": 400}},
+], ids=["openai-code", "vllm-wording"])
+def test_a_prompt_over_the_context_is_its_own_kind(body: dict[str, Any]) -> None:
+    """Not retried, not fatal to the run: the rollout ends, saying why."""
+    err = classify_status(400, json.dumps(body).encode(), "x")
+    assert err.kind == "context_length" and not err.retryable and "context" in err.message
+    assert classify_status(400, b'{"error": {"message": "bad temperature"}}', "x").kind == "bad_request"
+
+
 def test_environment_validates_its_parts() -> None:
     tasks = wb.TaskSet.from_records([{"prompt": "q"}])
     with pytest.raises(EnvLoadError):

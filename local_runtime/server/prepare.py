@@ -1,0 +1,70 @@
+"""From a validated request to what the runner needs: the context check, the sampling parameters
+(``logit_bias`` keyed by token id) and the compiled constraint. Each refusal is a 400 naming its field."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from local_runtime.server.constraints import Compiled, ConstraintError
+from local_runtime.server.errors import HTTPError
+from local_runtime.server.generation import SamplingParams
+from local_runtime.server.openai_api import ChatRequest, CompletionRequest, logit_bias_ids, sampling_params
+from local_runtime.server.runner import Engine
+
+
+def check_context(context_len: int, prompt_tokens: int, max_tokens: int | None, where: str = "messages") -> None:
+    """A 400 (``context_length_exceeded``) when the prompt, or the prompt plus an explicit
+    ``max_tokens``, does not fit the context, in vLLM's and OpenAI's words. ``where``: "messages" for
+    chat, "prompt" for completions."""
+    head = f"This model's maximum context length is {context_len} tokens. However, "
+    if max_tokens is None:
+        if prompt_tokens < context_len:
+            return
+        msg = (f"{head}your {where} resulted in {prompt_tokens} tokens, which leaves no room for a completion. "
+               f"Please reduce the length of the {where}.")
+    else:
+        if prompt_tokens + max_tokens <= context_len:
+            return
+        msg = (f"{head}you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {where}, "
+               f"{max_tokens} in the completion). Please reduce the length of the {where} or completion.")
+    raise HTTPError(400, msg, param=where, code="context_length_exceeded")
+
+
+def request_params(engine: Engine, req: ChatRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
+    try:
+        bias = logit_bias_ids(req.logit_bias, len(engine.lm.tokenizer))
+    except ValueError as e:
+        raise HTTPError(400, str(e), param="logit_bias", code="invalid_value") from None
+    return sampling_params(req, max_tokens, bias)
+
+
+def _grammar(engine: Engine, req: ChatRequest | CompletionRequest) -> str | None:
+    c = engine.constraints
+    if isinstance(req, ChatRequest):
+        return c.chat_grammar(req.response_format, req.tools, req.tool_choice, req.parallel_tool_calls)
+    return c.completion_grammar(req.response_format)
+
+
+async def request_constraint(engine: Engine, req: ChatRequest | CompletionRequest) -> Compiled | None:
+    """The request's compiled grammar, or None when its reply is free. A grammar seen before is a cache
+    hit; a new one compiles on a thread, off the event loop."""
+    def build() -> Compiled | None:
+        lark = _grammar(engine, req)
+        return None if lark is None else engine.constraints.compile(lark, _param(req))
+
+    if not _may_constrain(req):
+        return None
+    try:
+        return await asyncio.to_thread(build)
+    except ConstraintError as e:
+        raise HTTPError(400, e.message, param=e.param, code="invalid_value") from None
+
+
+def _may_constrain(req: Any) -> bool:
+    return req.response_format is not None or (bool(getattr(req, "tools", None))
+                                               and getattr(req, "tool_choice", None) not in (None, "auto"))
+
+
+def _param(req: Any) -> str:
+    return "response_format" if req.response_format is not None else "tools"
