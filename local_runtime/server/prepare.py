@@ -14,18 +14,18 @@ from local_runtime.server.runner import Engine
 
 
 def check_context(context_len: int, prompt_tokens: int, max_tokens: int | None, where: str = "messages") -> None:
-    """A 400 (``context_length_exceeded``) when the prompt, or the prompt plus an explicit
-    ``max_tokens``, does not fit the context, in vLLM's and OpenAI's words. ``where``: "messages" for
-    chat, "prompt" for completions."""
+    """A 400 (``context_length_exceeded``) when the prompt leaves no room for a completion, in vLLM's and
+    OpenAI's words. ``where``: "messages" for chat, "prompt" for completions. A prompt that fits with a
+    ``max_tokens`` reaching past the context is served: the runner clips ``max_tokens`` to what is left,
+    and a reply that uses it all ends with ``finish_reason`` "length" (an environment sized for a larger
+    model still runs on a small one)."""
+    if prompt_tokens < context_len:
+        return
     head = f"This model's maximum context length is {context_len} tokens. However, "
     if max_tokens is None:
-        if prompt_tokens < context_len:
-            return
         msg = (f"{head}your {where} resulted in {prompt_tokens} tokens, which leaves no room for a completion. "
                f"Please reduce the length of the {where}.")
     else:
-        if prompt_tokens + max_tokens <= context_len:
-            return
         msg = (f"{head}you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {where}, "
                f"{max_tokens} in the completion). Please reduce the length of the {where} or completion.")
     raise HTTPError(400, msg, param=where, code="context_length_exceeded")
