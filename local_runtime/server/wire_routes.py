@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from local_runtime.server import http_app
-from local_runtime.server.openai_api import ChatRequest, validation_message
+from local_runtime.server.openai_api import ChatRequest, validation_fields, validation_message
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
 
@@ -25,7 +25,8 @@ def _chat_request(chat: dict[str, Any]) -> ChatRequest:
     try:
         return ChatRequest.model_validate(chat)
     except ValidationError as e:
-        raise http_app.HTTPError(400, validation_message(e)) from None
+        param, code = validation_fields(e)
+        raise http_app.HTTPError(400, validation_message(e), param=param, code=code) from None
 
 
 class _ResponsesTranslation:
@@ -71,7 +72,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     try:
         chat, conversation = responses.request_to_chat(body, store)
     except WireError as e:
-        raise http_app.HTTPError(400, e.message, param=e.param) from None
+        raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
     req = _chat_request(chat)
     model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
     return await http_app._chat(request, req, _ResponsesTranslation(model, body, conversation, store))
@@ -84,7 +85,7 @@ async def create_message(request: web.Request) -> web.StreamResponse:
         try:
             chat = anthropic.request_to_chat(body)
         except WireError as e:
-            raise http_app.HTTPError(400, e.message, param=e.param) from None
+            raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
         req = _chat_request(chat)
         model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
         return await http_app._chat(request, req, _MessagesTranslation(model, body))

@@ -127,4 +127,4 @@ def test_bad_messages_are_one_clear_anthropic_error(server: str, body: dict[str,
 def test_bad_responses_requests_are_one_clear_error(client: Any, body: dict[str, Any], needle: str) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.post("/responses", body=body, cast_to=dict)
-    assert needle in str(e.value)
+    assert needle in str(e.value) and e.value.code == "invalid_value" and e.value.param, e.value.body
