@@ -22,7 +22,7 @@ import orjson
 from aiohttp import web
 
 from workbench.rollouts.client import ChatClient, ModelError
-from workbench.rollouts.proxy_calls import ChatStream, MessagesAPI, ResponsesAPI, WireAPI, record_choices
+from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.rollout import Rollout
 from workbench.rollouts.trace import RAW_PROMPT
 from workbench.wire import WireError
@@ -149,7 +149,7 @@ class InterceptionProxy:
         return rollout, body
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, ChatStream())
+        return await self._serve(request, ChatAPI())
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         store = self.responses.setdefault(request.match_info["rid"], ResponseStore(capacity=256))
@@ -193,7 +193,7 @@ class InterceptionProxy:
         """``/v1/completions``: forwarded with the run's model and settings and token ids asked for; each
         choice recorded as a call whose one message is the prompt, marked as a raw prompt (no chat
         template made its tokens, so none re-renders them)."""
-        api = ChatStream()
+        api = ChatAPI()
         got = await self._body(request, api)
         if isinstance(got, web.Response):
             return got
@@ -244,6 +244,8 @@ class InterceptionProxy:
         async with upstream:
             if upstream.status >= 400:
                 raw = await upstream.read()
+                if api.name == "chat":  # the upstream's own error body, its code and param kept
+                    return web.Response(body=raw, status=upstream.status, content_type="application/json")
                 return api.error(upstream.status, _upstream_message(raw), upstream=True)
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from workbench.rollouts.client import ChatResponse, parse_chat_data
 from workbench.rollouts.rollout import Rollout
@@ -27,9 +28,7 @@ class WireAPI:
     def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
         return raw
 
-    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> Any:
-        from aiohttp import web
-
+    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> web.Response:
         kind = ("upstream_error" if upstream else "server_error") if status >= 500 else \
             {404: "not_found_error", 429: "rate_limit_error"}.get(status, "invalid_request_error")
         body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
@@ -68,7 +67,7 @@ class WireAPI:
         return b""
 
 
-ChatStream = WireAPI
+ChatAPI = WireAPI
 
 
 class _Translated(WireAPI):
@@ -142,9 +141,7 @@ class MessagesAPI(_Translated):
     def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
         return orjson.dumps(anthropic.chat_to_message(data, str(self.body.get("model") or self.model), self.body))
 
-    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> Any:
-        from aiohttp import web
-
+    def error(self, status: int, message: str, *, param: str | None = None, upstream: bool = False) -> web.Response:
         where = f" ({param})" if param and param not in message else ""
         return web.Response(body=orjson.dumps(anthropic.error_body(status, message + where)), status=status,
                             content_type="application/json")
