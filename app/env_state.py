@@ -34,6 +34,7 @@ class EnvState:
     report_error: str = ""
     report_files: str = ""  # the hash of the files the report (or its error) is of: a reload of others drops it
     loaded_version: str = ""  # the version of the last successful load (a reload to another re-scores)
+    framework: str = ""  # the framework it is written for, e.g. "verifiers 0.3.1" ("" for Workbench's own)
     rescore: RescoreResult | None = None  # the latest re-score of its stored rollouts
     rescoring: tuple[int, int] | None = None  # (done, total) while one runs
 
@@ -51,6 +52,7 @@ class LoadResult:
     tasks: int | None
     reloaded: bool = False  # a reload of an env already loaded (its files may have been edited)
     files: str = ""  # the hash of the files loaded (``EnvRef.version``; ``version`` may be the env's own)
+    framework: str = ""  # e.g. "verifiers 0.3.1" for an environment written for verifiers
 
 
 def env_spec(ref: EnvRef) -> str:
@@ -90,7 +92,7 @@ def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
     except Exception:
         n = None
     desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
-    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload, version)
+    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload, version, env.adapter)
 
 
 def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,

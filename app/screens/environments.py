@@ -184,7 +184,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         was_error, before = st.status == "error", st.loaded_version
         st.version, st.status, st.message, st.tasks = res.version, res.status, res.message, res.tasks
         if res.status == "ok":
-            st.loaded_version = res.version
+            st.loaded_version, st.framework = res.version, res.framework
         if st.report_files != res.files:  # the validation was of other files: it says nothing now
             st.report, st.report_error, st.report_files = None, "", ""
         if res.status == "error":  # its re-score is of a version that no longer loads
@@ -205,7 +205,8 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
     def _plain_cells(st: EnvState) -> list[str]:
         """Every cell of ``st``'s row but the status."""
         latest = st.latest or {}
-        return [st.name, st.ref.origin, st.version, "-" if st.tasks is None else str(st.tasks),
+        origin = f"{st.ref.origin} · {st.framework}" if st.framework else st.ref.origin
+        return [st.name, origin, st.version, "-" if st.tasks is None else str(st.tasks),
                 fnum(latest.get("mean_reward")), latest.get("id", "-")]
 
     def _cells(self, st: EnvState) -> list[Any]:
@@ -306,6 +307,9 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         out = Text()
         out.append(f"{st.name}", style="bold")
         out.append(f"  ({st.ref.origin})  version {st.version}\n")
+        if st.framework:
+            out.append(f"a {st.framework.split()[0]} environment ({st.framework}), run by Workbench's adapter\n",
+                       style="cyan")
         out.append(f"{fpath(st.ref.path) if st.ref.path else st.ref.module}\n", style="dim")
         if st.status == "error":
             out.append("load error: ", style="bold red")

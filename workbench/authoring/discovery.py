@@ -202,6 +202,7 @@ def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
         raise EnvLoadError(f"{e.filename or ref.path}:{e.lineno}: syntax error: {e.msg}; fix the file and try again") from None
     except Exception as e:
         del sys.modules[modname]
+        _raise_missing_extra(e, str(ref.path))
         raise EnvLoadError(f"importing {ref.path} failed: {_where(e)}") from None
     return module
 
@@ -212,7 +213,17 @@ def _import_module(modname: str, ref: EnvRef) -> ModuleType:
     except SyntaxError as e:
         raise EnvLoadError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}; fix the file and try again") from None
     except Exception as e:
+        _raise_missing_extra(e, f"environment {ref.name!r} ({modname})")
         raise EnvLoadError(f"importing environment {ref.name!r} ({modname}) failed: {_where(e)}") from None
+
+
+def _raise_missing_extra(e: BaseException, where: str) -> None:
+    """An environment written for verifiers, imported where verifiers is not installed: say which extra."""
+    from workbench.adapters.verifiers_env import missing_extra
+
+    msg = missing_extra(e)
+    if msg:
+        raise EnvLoadError(f"{where} {msg}") from None
 
 
 def _where(e: BaseException) -> str:
@@ -241,14 +252,61 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
     except TypeError as e:
         accepted = ", ".join(p for p in sig.parameters if p != "kwargs") or "none"
         raise ConfigError(f"load_environment of {ref.name!r} does not accept these -a arguments ({e}); it accepts: {accepted}") from None
+    handlers = _signal_handlers()
     try:
         env = fn(**env_args)
     except EnvLoadError:
         raise
     except Exception as e:
+        from workbench.adapters.verifiers_env import download_error, missing_extra
+
+        msg = missing_extra(e) or download_error(e)
+        if msg:
+            raise EnvLoadError(f"environment {ref.name!r} {msg}") from None
         raise EnvLoadError(f"load_environment of {ref.name!r} raised {_where(e)}") from None
     if not isinstance(env, Environment):
-        raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment")
+        from workbench.adapters.verifiers_env import is_verifiers_env, wrap
+
+        if is_verifiers_env(env):
+            _restore_signal_handlers(handlers)  # a verifiers Environment takes SIGINT and SIGTERM for itself
+            env = wrap(env, ref.name)
+    if not isinstance(env, Environment):
+        raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment "
+                           "(or a verifiers Environment)")
     env.source = str(ref.path) if ref.path else (ref.module or ref.name)
     env.version = env_version(ref, getattr(env.tasks, "data_files", ()))
     return env
+
+
+def _signal_handlers() -> dict[int, Any]:
+    """SIGINT's and SIGTERM's handlers before ``load_environment`` runs (a verifiers Environment installs its
+    own). Off the main thread (the app loads in workers), where ``signal.signal`` raises, a call to it made
+    while an environment loads is skipped instead, as it could not have taken effect."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        global _signal_shim
+        if _signal_shim is None:
+            original = signal.signal
+
+            def only_on_main(sig: int, handler: Any) -> Any:
+                if threading.current_thread() is threading.main_thread():
+                    return original(sig, handler)
+                return signal.getsignal(sig)
+
+            _signal_shim = only_on_main
+            signal.signal = only_on_main  # type: ignore[assignment]
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+_signal_shim: Any = None
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)

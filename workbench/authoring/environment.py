@@ -53,6 +53,8 @@ class Environment:
     #: filled in by the loader: where the environment came from and its version hash
     source: str = ""
     version: str = ""
+    #: filled in by the loader for an environment of another framework, e.g. ``"verifiers 0.3.1"``
+    adapter: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -22,9 +22,11 @@ def envs_command(as_json: bool) -> None:
 
     rows = []
     for ref in discover():
-        version, error = _version(ref)
+        version, error, adapter = _version(ref)
         row = {"name": ref.name, "origin": ref.origin, "version": version,
                "path": str(ref.path) if ref.path else ref.module}
+        if adapter:  # written for another framework, e.g. "verifiers 0.3.1"
+            row["framework"] = adapter
         if error is not None:
             row["error"] = error
         rows.append(row)
@@ -39,13 +41,15 @@ def envs_command(as_json: bool) -> None:
         t.add_column(col)
     for r in rows:
         note = [f"files only: did not load ({r['error']})"] if "error" in r else [""]
-        t.add_row(r["name"], r["origin"], r["version"], r["path"] or "", *note[: len(cols) - 4])
+        origin = f"{r['origin']} ({r['framework']})" if "framework" in r else r["origin"]
+        t.add_row(r["name"], origin, r["version"], r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
 
 
-def _version(ref: Any) -> tuple[str, str | None]:
+def _version(ref: Any) -> tuple[str, str | None, str]:
     """The version a run of ``ref`` with its default arguments stores, or, where it does not load, the
-    hash of its files and why it did not load. What loading prints goes to stderr, never into --json."""
+    hash of its files and why it did not load; and the framework it was written for ("" for Workbench's
+    own). What loading prints goes to stderr, never into --json."""
     import contextlib
     import sys
 
@@ -53,13 +57,14 @@ def _version(ref: Any) -> tuple[str, str | None]:
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            return load_ref(ref).version, None
+            env = load_ref(ref)
+        return env.version, None, env.adapter
     except (Exception, SystemExit) as e:  # a broken environment is a row of the listing, not its end
         error = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
     try:
-        return ref.version(), error
+        return ref.version(), error, ""
     except OSError as e:
-        return f"unreadable ({e.strerror})", error
+        return f"unreadable ({e.strerror})", error, ""
 
 
 @click.command("validate")

@@ -1,0 +1,264 @@
+"""verifiers environments (the legacy 0.3.x API of the Environments Hub) run unchanged by Workbench.
+
+Each environment under tests/fixtures/verifiers_envs is a module with ``load_environment``, as Hub
+environments are written. It is evaluated twice against the same scripted mock model (two fresh mock
+processes with the same script, one rollout at a time, so both see the same replies in the same order):
+by verifiers' own ``env.evaluate`` (tests/fixtures/verifiers_envs/vf_reference.py, in its own process),
+and by ``workbench eval``; the reward and every function's score must be equal per rollout. Everything is
+real: the verifiers package, processes, HTTP on 127.0.0.1, the SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO, last_json
+
+pytest.importorskip("verifiers", reason="needs the verifiers extra (pip install 'rl-workbench[verifiers]')")
+
+FIXTURES = REPO / "tests" / "fixtures" / "verifiers_envs"
+
+
+def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+#: (env file, tasks, the mock's script): the replies exercise right and wrong answers, the parser's format
+#: reward, the game's feedback and stop condition, tool calls (parallel ones, one that raises), plain text.
+PARITY = {
+    "single": ("vf_single.py", 4, [
+        "<think>1 plus 0</think>\n<answer>1</answer>", "<answer>4</answer>", "no tags at all 5",
+        "<think>x</think><answer>7</answer>"]),
+    "game": ("vf_game.py", 3, ["5", "3", "5", "4", "hmm", "9", "5"]),
+    "tools": ("vf_tools.py", 3, [
+        {"tool_calls": [_call(1, "add", {"a": 0, "b": 10})]}, "The answer is 10",
+        {"tool_calls": [_call(2, "lookup", {"key": "zz"}), _call(3, "add", {"a": 1, "b": 10})]}, "It is 11",
+        "I guess 99"]),
+    "raising": ("vf_raising.py", 4, ["<answer>0</answer>", "<answer>3</answer>", "<answer>0</answer>", "x"]),
+}
+
+
+def verifiers_reference(env_file: Path, base_url: str, n: int) -> list[dict[str, Any]]:
+    """verifiers' own evaluation of ``env_file`` (one rollout per task, one at a time), per rollout."""
+    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file), base_url, str(n), "1", "1"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])["outputs"]
+
+
+def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
+    """Each stored rollout of the run, by task: its reward, scores by name, messages, state and errors."""
+    conn = sqlite3.connect(store_path)
+    try:
+        rows = conn.execute("SELECT pk, task_index, reward, messages, state, status, prompt FROM rollout WHERE run_id = ? "
+                            "ORDER BY task_index", (run_id,)).fetchall()
+        out = []
+        for pk, ti, reward, messages, state, status, prompt in rows:
+            scores = dict(conn.execute("SELECT name, value FROM score WHERE rollout_pk = ?", (pk,)).fetchall())
+            errors = [" ".join(map(str, e)) for e in
+                      conn.execute("SELECT * FROM rollout_error WHERE rollout_pk = ?", (pk,)).fetchall()]
+            calls = conn.execute("SELECT COUNT(*) FROM model_call WHERE rollout_pk = ?", (pk,)).fetchone()[0]
+            out.append({"task_index": ti, "reward": reward, "scores": scores, "messages": json.loads(messages),
+                        "state": json.loads(state), "status": status, "prompt": json.loads(prompt), "errors": errors, "calls": calls})
+        return out
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("case", list(PARITY))
+def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], cli: Callable[..., Any],
+                                    store_path: Path) -> None:
+    name, n, script = PARITY[case]
+    env_file = FIXTURES / name
+    ref = verifiers_reference(env_file, mock_server("script", script=script).base_url, n)
+    assert len(ref) == n
+
+    mock = mock_server("script", script=script)
+    r = cli("eval", env_file, "--base-url", mock.base_url, "-m", "mock-model", "-n", n, "-c", "1", "--json")
+    assert r.rc == 0, r.stderr[-3000:]
+    out = last_json(r.stdout)
+    assert out["rollouts"] == n and out["env"] == env_file.stem
+    mine = stored(store_path, out["run_id"])
+    assert [m["task_index"] for m in mine] == list(range(n))
+    for theirs, ours in zip(sorted(ref, key=lambda o: o["example_id"]), mine, strict=True):
+        assert ours["status"] == "ok"
+        assert ours["reward"] == pytest.approx(theirs["reward"], abs=1e-9), (case, theirs, ours)
+        for fn, value in theirs["metrics"].items():
+            if fn not in ours["scores"]:  # it raised: a reward error here, 0 in verifiers (and in the total here)
+                assert value == 0.0 and any(fn in e for e in ours["errors"]), (case, fn, theirs, ours)
+                continue
+            assert ours["scores"][fn] == pytest.approx(value, abs=1e-9), (case, fn, theirs, ours)
+        # The conversation is the one verifiers held: the same completion, message by message.
+        texts = [m.get("content") for m in ours["messages"]]
+        assert [t for t in texts[-len(theirs["completion"]):]] == [c or None for c in theirs["completion"]] or \
+            [t or "" for t in texts[-len(theirs["completion"]):]] == [c or "" for c in theirs["completion"]]
+        # Every model call went through Workbench's client and is stored with the rollout.
+        after_prompt = ours["messages"][len(ours["prompt"]):]
+        assert ours["calls"] == sum(1 for m in after_prompt if m["role"] == "assistant") >= 1
+    mean = sum(o["reward"] for o in ref) / n
+    assert out["mean_reward"] == pytest.approx(mean, abs=1e-9)
+
+
+def test_weight_zero_functions_are_metrics(mock_server: Callable[..., Any], cli: Callable[..., Any]) -> None:
+    mock = mock_server("script", script=["<answer>1</answer>"])
+    r = cli("eval", FIXTURES / "vf_single.py", "--base-url", mock.base_url, "-m", "mock-model", "-n", 2, "--json")
+    assert r.rc == 0, r.stderr[-2000:]
+    out = last_json(r.stdout)
+    assert set(out["rewards"]) == {"correct", "close", "format_reward_func"}
+    assert {"length", "num_turns"} <= set(out["metrics"])
+
+
+def test_a_raising_reward_is_a_reward_error_and_the_run_goes_on(mock_server: Callable[..., Any],
+                                                                   cli: Callable[..., Any], store_path: Path) -> None:
+    mock = mock_server("script", script=PARITY["raising"][2])
+    r = cli("eval", FIXTURES / "vf_raising.py", "--base-url", mock.base_url, "-m", "mock-model", "-n", 4, "-c", "1",
+            "--json")
+    assert r.rc == 0, r.stderr[-2000:]
+    out = last_json(r.stdout)
+    assert out["rollouts"] == 4 and out["failed"] == 0 and out["errors"] == 2  # answers 1 and 3 make it raise
+    rows = stored(store_path, out["run_id"])
+    assert [bool(r["errors"]) for r in rows] == [False, True, False, True]
+    assert all("picky" in e and "ValueError" in e for r in rows for e in r["errors"])
+    assert [r["reward"] for r in rows] == [pytest.approx(2 * 0.5 + 1.0), 0.0, pytest.approx(1.0), 0.0]
+
+
+def test_token_exact_traces_and_debug_rescore_validate(mock_server: Callable[..., Any], cli: Callable[..., Any],
+                                                       store_path: Path) -> None:
+    """A multi-turn verifiers game against a token-returning server: every turn's tokens are recorded and the
+    turns line up (no mismatch); debug runs it turn by turn; rescore reproduces the stored scores; validate
+    accepts it."""
+    env_file = FIXTURES / "vf_game.py"
+    mock = mock_server("script", "--tokens", script=PARITY["game"][2])
+    r = cli("eval", env_file, "--base-url", mock.base_url, "-m", "mock-model", "-n", 3, "-c", "1", "--json")
+    assert r.rc == 0, r.stderr[-2000:]
+    out = last_json(r.stdout)
+    assert out["metrics"]["token_mismatch"] == 0.0
+    run_id = out["run_id"]
+    first = stored(store_path, run_id)[0]
+    show = cli("show", f"{run_id}.0.0", "--tokens")
+    assert show.rc == 0, show.stderr[-2000:]
+    assert first["state"]["stop_condition"] == "solved" and first["state"]["guesses"] == [5, 3]
+
+    re = cli("rescore", env_file, "--json")
+    assert re.rc == 0, re.stderr[-2000:]
+    rs = last_json(re.stdout)
+    assert rs["rescored"] == 3 and rs["changed"] == 0 and rs["failed"] == 0
+
+    dbg = cli("debug", env_file, "--task", "1", "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert dbg.rc == 0, dbg.stderr[-2000:]
+
+    val = cli("validate", env_file, "--json")
+    assert val.rc == 0, val.stderr[-2000:]
+    assert last_json(val.stdout)["ok"] is True
+
+
+def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "userenvs"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "vf_single.py", folder / "vf_single.py")
+    r = cli("envs", "--json", env={"WORKBENCH_ENV_PATH": str(folder)})
+    assert r.rc == 0, r.stderr[-2000:]
+    rows = {row["name"]: row for row in last_json(r.stdout)["envs"]}
+    import verifiers
+
+    assert rows["vf_single"]["framework"] == f"verifiers {verifiers.__version__}"
+    assert "framework" not in rows["arithmetic"]
+    table = cli("envs", env={"WORKBENCH_ENV_PATH": str(folder)})
+    assert f"verifiers {verifiers.__version__}" in table.stdout
+
+
+# -- bad input: one clear line, no traceback -------------------------------------------------------------
+#: Hides the verifiers package from the interpreter, as where the extra is not installed.
+HIDE_VERIFIERS = """
+import sys
+class _Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name == "verifiers" or name.startswith("verifiers."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _Hide())
+from workbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+OFFLINE_EAGER = '''
+import verifiers as vf
+from datasets import load_dataset
+
+def load_environment():
+    ds = load_dataset("openai/gsm8k", "main", split="test")
+    return vf.SingleTurnEnv(dataset=ds, rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+'''
+
+OFFLINE_LAZY = '''
+import verifiers as vf
+from datasets import load_dataset
+
+def load_environment():
+    return vf.SingleTurnEnv(dataset=lambda: load_dataset("openai/gsm8k", "main", split="test"),
+                            rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+'''
+
+CUSTOM_ENVIRONMENT = '''
+import verifiers as vf
+from datasets import Dataset
+
+class Mine(vf.Environment):
+    async def rollout(self, input, client, model, sampling_args=None):
+        return await self.init_state(input, client, model, sampling_args)
+
+def load_environment():
+    return Mine(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]))
+'''
+
+ENV_GROUP = '''
+import verifiers as vf
+from datasets import Dataset
+
+def load_environment():
+    ds = Dataset.from_list([{"question": "q", "answer": "a"}])
+    a = vf.SingleTurnEnv(dataset=ds, rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+    b = vf.SingleTurnEnv(dataset=ds, rubric=vf.Rubric(funcs=[lambda completion: 0.0]))
+    return vf.EnvGroup(envs=[a, b], env_names=["a", "b"])
+'''
+
+BAD = {
+    "missing extra": (None, "vf_single.py", ["needs the verifiers package", "pip install 'rl-workbench[verifiers]'"]),
+    "offline dataset, in load_environment": (OFFLINE_EAGER, None, ["'openai/gsm8k'", "a download"]),
+    "offline dataset, built lazily": (OFFLINE_LAZY, None, ["'openai/gsm8k'", "a download"]),
+    "vf.Environment subclass": (CUSTOM_ENVIRONMENT, None, ["verifiers Mine is not covered"]),
+    "EnvGroup": (ENV_GROUP, None, ["verifiers EnvGroup is not covered"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_one_clear_line(case: str, cli: Callable[..., Any], cli_env: dict[str, str],
+                                     write_env: Callable[..., Path], mock_server: Callable[..., Any],
+                                     tmp_path: Path) -> None:
+    source, fixture, expected = BAD[case]
+    env_file = FIXTURES / fixture if fixture else write_env(source, f"bad_{abs(hash(case)) % 10_000}.py")
+    mock = mock_server("instant")
+    args = ["eval", str(env_file), "--base-url", mock.base_url, "-m", "mock-model", "-n", "1"]
+    if case == "missing extra":
+        p = subprocess.run([sys.executable, "-c", HIDE_VERIFIERS, *args], capture_output=True, text=True,
+                           timeout=120, env=cli_env, cwd=tmp_path)
+        rc, stderr = p.returncode, p.stderr
+    else:
+        offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+        res = cli(*args, env=offline)
+        rc, stderr = res.rc, res.stderr
+    assert rc != 0
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = [line for line in stderr.strip().splitlines() if line.strip()][-1]
+    for phrase in expected:
+        assert phrase in last, (case, stderr[-2000:])
