@@ -31,27 +31,52 @@ def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-#: (env file, tasks, the mock's script): the replies exercise right and wrong answers, the parser's format
-#: reward, the game's feedback and stop condition, tool calls (parallel ones, one that raises), plain text.
+#: (env file, tasks, rollouts per task, the mock's script): the replies exercise right and wrong answers, the
+#: parser's format reward, the game's feedback and stop condition, tool calls (parallel ones, one that
+#: raises), tools with injected state, a group reward over a task's rollouts, a reward that raises.
 PARITY = {
-    "single": ("vf_single.py", 4, [
+    "single": ("vf_single.py", 4, 1, [
         "<think>1 plus 0</think>\n<answer>1</answer>", "<answer>4</answer>", "no tags at all 5",
         "<think>x</think><answer>7</answer>"]),
-    "game": ("vf_game.py", 3, ["5", "3", "5", "4", "hmm", "9", "5"]),
-    "tools": ("vf_tools.py", 3, [
+    "game": ("vf_game.py", 3, 1, ["5", "3", "5", "4", "hmm", "9", "5"]),
+    "tools": ("vf_tools.py", 3, 1, [
         {"tool_calls": [_call(1, "add", {"a": 0, "b": 10})]}, "The answer is 10",
         {"tool_calls": [_call(2, "lookup", {"key": "zz"}), _call(3, "add", {"a": 1, "b": 10})]}, "It is 11",
         "I guess 99"]),
-    "raising": ("vf_raising.py", 4, ["<answer>0</answer>", "<answer>3</answer>", "<answer>0</answer>", "x"]),
+    "stateful tools": ("vf_stateful.py", 2, 1, [
+        {"tool_calls": [_call(1, "write", {"text": "apple"})]}, {"tool_calls": [_call(2, "read", {})]}, "apple",
+        "pear, I did not write it"]),
+    "group reward": ("vf_group.py", 2, 2, ["0", "The answer is 0", "2", "It is 5"]),
+    "raising": ("vf_raising.py", 4, 1, ["<answer>0</answer>", "<answer>3</answer>", "<answer>0</answer>", "x"]),
 }
 
 
-def verifiers_reference(env_file: Path, base_url: str, n: int) -> list[dict[str, Any]]:
-    """verifiers' own evaluation of ``env_file`` (one rollout per task, one at a time), per rollout."""
-    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file), base_url, str(n), "1", "1"],
+def verifiers_reference(env_file: Path, base_url: str, n: int, r: int) -> list[dict[str, Any]]:
+    """verifiers' own evaluation of ``env_file`` (``r`` rollouts per task, one task at a time), per rollout."""
+    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file), base_url, str(n), str(r), "1"],
                        capture_output=True, text=True, timeout=300, cwd=REPO)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])["outputs"]
+
+
+def _texts(messages: list[Any]) -> list[str]:
+    return [(m.get("content") if isinstance(m, dict) else m) or "" for m in messages]
+
+
+def _pairs(ref: list[dict[str, Any]], mine: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each stored rollout with verifiers' rollout of the same task that held the same conversation (the
+    completion, message by message, is the one verifiers held)."""
+    left = list(ref)
+    pairs = []
+    for ours in mine:
+        completion = _texts(ours["messages"][len(ours["prompt"]):])
+        match = next((o for o in left if o["example_id"] == ours["task_index"] and _texts(o["completion"]) == completion),
+                     None)
+        assert match is not None, (ours, [o for o in left if o["example_id"] == ours["task_index"]])
+        left.remove(match)
+        pairs.append((ours, match))
+    assert not left
+    return pairs
 
 
 def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
@@ -59,7 +84,7 @@ def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
     conn = sqlite3.connect(store_path)
     try:
         rows = conn.execute("SELECT pk, task_index, reward, messages, state, status, prompt FROM rollout WHERE run_id = ? "
-                            "ORDER BY task_index", (run_id,)).fetchall()
+                            "ORDER BY task_index, sample_index", (run_id,)).fetchall()
         out = []
         for pk, ti, reward, messages, state, status, prompt in rows:
             scores = dict(conn.execute("SELECT name, value FROM score WHERE rollout_pk = ?", (pk,)).fetchall())
@@ -76,19 +101,22 @@ def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("case", list(PARITY))
 def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], cli: Callable[..., Any],
                                     store_path: Path) -> None:
-    name, n, script = PARITY[case]
+    name, n, per_task, script = PARITY[case]
     env_file = FIXTURES / name
-    ref = verifiers_reference(env_file, mock_server("script", script=script).base_url, n)
-    assert len(ref) == n
+    ref = verifiers_reference(env_file, mock_server("script", script=script).base_url, n, per_task)
+    assert len(ref) == n * per_task
 
     mock = mock_server("script", script=script)
-    r = cli("eval", env_file, "--base-url", mock.base_url, "-m", "mock-model", "-n", n, "-c", "1", "--json")
+    r = cli("eval", env_file, "--base-url", mock.base_url, "-m", "mock-model", "-n", n, "-r", per_task, "-c", "1",
+            "--json")
     assert r.rc == 0, r.stderr[-3000:]
     out = last_json(r.stdout)
-    assert out["rollouts"] == n and out["env"] == env_file.stem
+    assert out["rollouts"] == n * per_task and out["env"] == env_file.stem
     mine = stored(store_path, out["run_id"])
-    assert [m["task_index"] for m in mine] == list(range(n))
-    for theirs, ours in zip(sorted(ref, key=lambda o: o["example_id"]), mine, strict=True):
+    assert [m["task_index"] for m in mine] == [i for i in range(n) for _ in range(per_task)]
+    # Paired by task and by conversation: within a task verifiers runs its rollouts concurrently, so which
+    # of them got which scripted reply depends on which request arrived first.
+    for ours, theirs in _pairs(ref, mine):
         assert ours["status"] == "ok"
         assert ours["reward"] == pytest.approx(theirs["reward"], abs=1e-9), (case, theirs, ours)
         for fn, value in theirs["metrics"].items():
@@ -96,14 +124,10 @@ def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], 
                 assert value == 0.0 and any(fn in e for e in ours["errors"]), (case, fn, theirs, ours)
                 continue
             assert ours["scores"][fn] == pytest.approx(value, abs=1e-9), (case, fn, theirs, ours)
-        # The conversation is the one verifiers held: the same completion, message by message.
-        texts = [m.get("content") for m in ours["messages"]]
-        assert [t for t in texts[-len(theirs["completion"]):]] == [c or None for c in theirs["completion"]] or \
-            [t or "" for t in texts[-len(theirs["completion"]):]] == [c or "" for c in theirs["completion"]]
         # Every model call went through Workbench's client and is stored with the rollout.
         after_prompt = ours["messages"][len(ours["prompt"]):]
         assert ours["calls"] == sum(1 for m in after_prompt if m["role"] == "assistant") >= 1
-    mean = sum(o["reward"] for o in ref) / n
+    mean = sum(o["reward"] for o in ref) / len(ref)
     assert out["mean_reward"] == pytest.approx(mean, abs=1e-9)
 
 
@@ -118,7 +142,7 @@ def test_weight_zero_functions_are_metrics(mock_server: Callable[..., Any], cli:
 
 def test_a_raising_reward_is_a_reward_error_and_the_run_goes_on(mock_server: Callable[..., Any],
                                                                    cli: Callable[..., Any], store_path: Path) -> None:
-    mock = mock_server("script", script=PARITY["raising"][2])
+    mock = mock_server("script", script=PARITY["raising"][3])
     r = cli("eval", FIXTURES / "vf_raising.py", "--base-url", mock.base_url, "-m", "mock-model", "-n", 4, "-c", "1",
             "--json")
     assert r.rc == 0, r.stderr[-2000:]
@@ -136,7 +160,7 @@ def test_token_exact_traces_and_debug_rescore_validate(mock_server: Callable[...
     turns line up (no mismatch); debug runs it turn by turn; rescore reproduces the stored scores; validate
     accepts it."""
     env_file = FIXTURES / "vf_game.py"
-    mock = mock_server("script", "--tokens", script=PARITY["game"][2])
+    mock = mock_server("script", "--tokens", script=PARITY["game"][3])
     r = cli("eval", env_file, "--base-url", mock.base_url, "-m", "mock-model", "-n", 3, "-c", "1", "--json")
     assert r.rc == 0, r.stderr[-2000:]
     out = last_json(r.stdout)
@@ -158,6 +182,19 @@ def test_token_exact_traces_and_debug_rescore_validate(mock_server: Callable[...
     val = cli("validate", env_file, "--json")
     assert val.rc == 0, val.stderr[-2000:]
     assert last_json(val.stdout)["ok"] is True
+
+
+def test_train_runs_a_verifiers_env(request: pytest.FixtureRequest, cli: Callable[..., Any]) -> None:
+    """Two steps of the local async RL loop on the embedded tiny model: its rollouts run the verifiers env
+    through the inference server with token ids, and are trained on."""
+    pytest.importorskip("torch", reason="training needs the local runtime's torch")
+    tiny_dir = request.getfixturevalue("tiny_dir")
+    r = cli("train", FIXTURES / "vf_single.py", "-a", '{"n": 40}', "--max-steps", "2", "--trainer.model", tiny_dir,
+            "--loop.eval_tasks", "4", "--json", timeout=420)
+    assert r.rc == 0, r.stderr[-3000:]
+    out = last_json(r.stdout)
+    assert out["steps"] == 2 and out["skipped_steps"] == 0
+    assert out["reward_first"] is not None and out["eval_first"] is not None
 
 
 def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Path) -> None:
