@@ -7,6 +7,9 @@ token trace when a function asks for ``trace``) and scored by the same ``Rubric.
 rollouts of one task in one run). A function that raises is counted against that function and the
 rollout, as in a run; nothing stops.
 
+Imported rollouts (``workbench import``, ``source = 'imported'``) are scored like the others; one the
+file gave no reward has no "before" (it counts as changed, and its delta is its new reward).
+
 What cannot be re-scored from messages alone is skipped and counted with its reason: rollouts that
 failed before scoring (they never had a reward), and every rollout of an environment whose reward
 asks for ``sandbox`` — the rollout's sandbox is gone after the run, and replaying the episode to
@@ -44,6 +47,7 @@ from workbench.store.rescores import (
     ROW_PK,
     ROW_REWARD,
     ROW_RUN,
+    ROW_SOURCE,
     ROW_STATUS,
     RescoreRecord,
     Row,
@@ -72,7 +76,7 @@ class RolloutRescore:
     pk: int
     id: str
     run_id: str
-    before: float
+    before: float | None  # None: an imported rollout the file gave no reward
     after: float
     before_values: dict[str, float]
     after_values: dict[str, float]
@@ -80,7 +84,7 @@ class RolloutRescore:
 
     @property
     def delta(self) -> float:
-        return self.after - self.before
+        return self.after - (self.before or 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "run_id": self.run_id, "before": self.before, "after": self.after,
@@ -198,7 +202,7 @@ class _Scorers:
 def _rollout(row: Row, multi_turn: bool) -> Rollout:
     """A stored rollout rebuilt as the object rewards see at eval time (no client: it never calls the model)."""
     (_pk, rid, _run, model, task_id, _ti, sample, _st, prompt, answer, info, messages, state, pt, ct, cost, turns,
-     duration, _reward) = row
+     duration, _reward, _source) = row
     task = Task(prompt=loads(prompt, ""), answer=loads(answer, None), info=loads(info, {}), id=task_id)
     r = Rollout(id=rid, task=task, sample_index=sample, client=None, base_url="", model=model,  # type: ignore[arg-type]
                 params={}, messages=loads(messages, []), state=loads(state, {}), usage=Usage(pt, ct, cost),
@@ -248,7 +252,8 @@ class _Tally:
         self.rollouts: list[RolloutRescore] | None = [] if keep_rollouts else None
 
     def add(self, r: RolloutRescore) -> None:
-        self.before.append(r.before)
+        if r.before is not None:
+            self.before.append(r.before)
         self.after.append(r.after)
         if _differs(r.before, r.after):
             self.changed += 1
@@ -266,7 +271,7 @@ class _Tally:
                 self.errors[fn] += 1
             for fn, msg in r.errors:
                 self.examples.setdefault(fn, msg)
-        item = (abs(r.delta), -len(self.before), r)
+        item = (abs(r.delta), -len(self.after), r)
         if len(self.top) < _TOP:
             heapq.heappush(self.top, item)
         elif item[:2] > self.top[0][:2]:
@@ -275,7 +280,7 @@ class _Tally:
             self.rollouts.append(r)
 
     def finish(self, res: RescoreResult, kinds: dict[str, str]) -> None:
-        res.rescored, res.changed, res.failed = len(self.before), self.changed, self.failed
+        res.rescored, res.changed, res.failed = len(self.after), self.changed, self.failed
         res.before, res.after = Distribution.of(self.before), Distribution.of(self.after)
         res.histogram = shared_histogram(self.before, self.after)
         res.errors, res.error_examples = dict(self.errors.most_common()), self.examples
@@ -386,7 +391,7 @@ async def _score_chunk(conn: Any, scorer: _Scorer, groups: list[list[Row]], tall
     for g in groups:
         ok_rows, rollouts = [], []
         for row in g:
-            if row[ROW_STATUS] != "ok" or row[ROW_REWARD] is None:
+            if row[ROW_STATUS] != "ok" or (row[ROW_REWARD] is None and row[ROW_SOURCE] != "imported"):
                 skipped[_FAILED] += 1
                 continue
             try:

@@ -53,5 +53,11 @@ def _v6(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v6.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: sqlite3.Connection) -> None:
+    """Where each rollout came from (``source``): ``model`` (an eval or training run; every older row),
+    ``imported`` (``workbench import``) or ``human`` (a person as the policy), indexed for the trace browser."""
+    _run_sql_file(conn, "v7.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)

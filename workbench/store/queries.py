@@ -39,9 +39,10 @@ _LIGHT = ("pk, id, run_id, env_name, model, task_index, sample_index, status, er
 # looked up from an index listing rows in about pk order (all but reward's) or in random order
 # (reward's), one row tested against the FTS index, one FTS match listed.
 _C_ENTRY, _C_LOOKUP, _C_RANDOM, _C_FTS_ROW, _C_FTS_LIST = 0.1, 1.0, 3.0, 50.0, 0.3
-_PRIOR = ("error", "error_any", "run", "text", "model", "env", "reward")  # on a tie: likelier smaller
+_PRIOR = ("error", "error_any", "run", "text", "model", "source", "env", "reward")  # on a tie: likelier smaller
 _INDEX_COLS = {"env": {"env_name", "created_at"}, "run": {"run_id", "reward"}, "model": {"model"},
-               "reward": {"reward"}, "error": {"error_kind"}, "error_any": {"error_kind"}, "text": set()}
+               "reward": {"reward"}, "error": {"error_kind"}, "error_any": {"error_kind"}, "text": set(),
+               "source": {"source"}}
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class RolloutFilter:
     error_kind: str | None = None  # a kind, "any" (failed rollouts) or "none" (rollouts that did not fail)
     status: str | None = None  # not indexed: prefer error_kind "any" / "none"
     text: str | None = None  # words that must all occur in the messages; "a phrase" and prefix* work
+    source: str | None = None  # where rollouts came from: model | imported | human (ix_rollout_source)
     sort: str = "created"  # one of SORTS
 
 
@@ -93,7 +95,7 @@ def fts_query(text: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class _Pred:
-    kind: str  # env | run | model | reward | error | error_any | text | other
+    kind: str  # env | run | model | source | reward | error | error_any | text | other
     col: str  # the rollout column it tests ("" for text)
     sql: str  # "{p}" marks where a unary plus keeps SQLite off the column's index
     args: tuple[Any, ...]
@@ -120,7 +122,7 @@ class _Query:
         self._sizes: dict[str, int] = {}
         ps = [_Pred(kind, col, f"{{p}}r.{col} = ?", (val,)) for kind, col, val in (
             ("env", "env_name", f.env), ("run", "run_id", f.run_id), ("model", "model", f.model),
-            ("other", "status", f.status)) if val is not None]
+            ("source", "source", f.source), ("other", "status", f.status)) if val is not None]
         if f.min_reward is not None or f.max_reward is not None:
             bounds = (-math.inf if f.min_reward is None else f.min_reward, math.inf if f.max_reward is None else f.max_reward)
             ps.append(_Pred("reward", "reward", "{p}r.reward BETWEEN ? AND ?", bounds))
@@ -232,7 +234,7 @@ class _Query:
         if seg == "duration_s" and not any(cols[0] == seg for cols in indexes):  # nothing yields this order
             return self.gather(seg, cursor, self.best_gather(seg, [])[0], need)
         # under an equality on a column indexed alone, that index lists rows in pk order
-        lead = next((p for k in ("error", "text", "model", "env", "run") if (p := self.pred(k)) and
+        lead = next((p for k in ("error", "text", "model", "source", "env", "run") if (p := self.pred(k)) and
                      (k == "text" or [p.col] in indexes)), None) if seg == "pk" else None
         fts = lead is not None and lead.kind == "text"  # the doclist yields pk order itself
         uses = [] if seg == "duration_s" else [lead] if lead and not fts else [] if seg == "pk" else \

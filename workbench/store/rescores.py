@@ -24,8 +24,8 @@ Row = tuple[Any, ...]
 
 #: The rollout columns a chunk row holds, in order (``ROW_*`` index them).
 ROLLOUT_COLS = ("pk, id, run_id, model, task_id, task_index, sample_index, status, prompt, answer, info, messages, "
-                "state, prompt_tokens, completion_tokens, cost_usd, turns, duration_s, reward")
-ROW_PK, ROW_ID, ROW_RUN, ROW_TASK_INDEX, ROW_STATUS, ROW_REWARD = 0, 1, 2, 5, 7, 18
+                "state, prompt_tokens, completion_tokens, cost_usd, turns, duration_s, reward, source")
+ROW_PK, ROW_ID, ROW_RUN, ROW_TASK_INDEX, ROW_STATUS, ROW_REWARD, ROW_SOURCE = 0, 1, 2, 5, 7, 18, 19
 _IN = 900  # values per SQL ``IN (...)`` list
 
 

@@ -33,7 +33,7 @@ class EnvVersionRow(SQLModel, table=True):
 class RunRow(SQLModel, table=True):
     __tablename__ = "run"
     id: str = Field(primary_key=True)
-    kind: str = "eval"  # eval | train
+    kind: str = "eval"  # eval | train | import
     env_name: str = Field(index=True)
     env_version: str = ""
     env_source: str = ""
@@ -79,6 +79,7 @@ class RolloutRow(SQLModel, table=True):
     completion: str = ""
     messages: str = "[]"  # JSON
     state: str = "{}"  # JSON, JSON-able part of the harness state
+    source: str = "model"  # model | imported | human (schema v7)
 
 
 class ScoreRow(SQLModel, table=True):
