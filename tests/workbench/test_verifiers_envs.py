@@ -214,6 +214,33 @@ def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Pat
     assert f"verifiers {verifiers.__version__}" in table.stdout
 
 
+APP_LOAD = """
+import signal, sys, threading
+from app.env_state import load_env
+from workbench.authoring.discovery import load, resolve
+
+before = signal.getsignal(signal.SIGINT)
+env = load(sys.argv[1])  # on the main thread: verifiers' own SIGINT/SIGTERM handlers are undone
+assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)
+out = {}
+t = threading.Thread(target=lambda: out.update(r=load_env(resolve(sys.argv[1]), reload=False)))
+t.start(); t.join()
+print(env.adapter, out["r"].status, out["r"].framework, out["r"].tasks)
+"""
+
+
+def test_the_app_loads_it_in_a_worker_thread() -> None:
+    """The Environments screen loads environments in worker threads, where verifiers' signal handlers cannot
+    be installed; the loader leaves Workbench's own handlers in place on the main thread."""
+    import verifiers
+
+    p = subprocess.run([sys.executable, "-c", APP_LOAD, str(FIXTURES / "vf_game.py")], capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    v = f"verifiers {verifiers.__version__}"
+    assert p.stdout.strip().splitlines()[-1] == f"{v} ok {v} 3"
+
+
 # -- bad input: one clear line, no traceback -------------------------------------------------------------
 #: Hides the verifiers package from the interpreter, as where the extra is not installed.
 HIDE_VERIFIERS = """
