@@ -37,6 +37,7 @@ def _register() -> None:
         diff_cmd,
         envs_cmd,
         eval_cmd,
+        import_cmd,
         launch_cmd,
         login_cmd,
         new_cmd,
@@ -49,7 +50,7 @@ def _register() -> None:
     )
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
-                package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd):
+                package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 
