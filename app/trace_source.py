@@ -19,6 +19,10 @@ from workbench.store.queries import (
     page_rollouts,
 )
 
+#: Where a rollout came from (the store's ``rollout.source``): a model's eval or training run, a file
+#: ``workbench import`` read, or a person playing the policy.
+SOURCES = ["model", "imported", "human"]
+
 #: (label, sort understood by ``RolloutFilter.sort``)
 SORTS: list[tuple[str, str]] = [
     ("newest first", "-created"),
@@ -45,6 +49,7 @@ class Filters:
     min_reward: float | None = None
     max_reward: float | None = None
     text: str | None = None
+    source: str | None = None  # one of SOURCES
 
     def describe(self) -> str:
         return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
@@ -52,7 +57,8 @@ class Filters:
 
     def query(self, sort: str) -> RolloutFilter:
         return RolloutFilter(env=self.env, run_id=self.run_id, model=self.model, min_reward=self.min_reward,
-                             max_reward=self.max_reward, error_kind=self.error_kind, text=self.text, sort=sort)
+                             max_reward=self.max_reward, error_kind=self.error_kind, text=self.text,
+                             source=self.source, sort=sort)
 
 
 class RolloutSource:

@@ -1,5 +1,6 @@
-"""Traces: every stored rollout, filtered, sorted, searched; Enter opens one; m marks one and D on
-another shows the two side by side; x exports the selection.
+"""Traces: every stored rollout, filtered, sorted, searched; o steps through where rollouts came from
+(every source, model, imported, human); Enter opens one; m marks one and D on another shows the two
+side by side; x exports the selection.
 
 Opening reads the store in a worker, which posts what it read as :class:`TracesScreen.RolloutLoaded`
 or :class:`TracesScreen.DiffLoaded`; the app shows it (``WorkbenchApp`` pushes the detail or diff screen)."""
@@ -24,7 +25,7 @@ from textual.widgets import Header, Input, Static
 from app.format import fnum, ftime
 from app.screens.export import ExportScreen, default_export_path
 from app.store_access import call_ui, post_ui
-from app.trace_source import SORTS, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
+from app.trace_source import SORTS, SOURCES, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
 from app.widgets.virtual_table import Column, VirtualTable
@@ -102,6 +103,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         Binding("slash", "focus_search", "Search", id="traces.search"),
         Binding("f", "focus_filters", "Filter", id="traces.filter"),
         Binding("s", "cycle_sort", "Sort", id="traces.sort"),
+        Binding("o", "cycle_source", "Source", id="traces.source", show=False),  # every, model, imported, human
         Binding("c", "clear_filters", "Clear filters", id="traces.clear", show=False),
         Binding("m", "mark", "Mark", id="traces.mark"),  # once marked, the status line says to press D
         Binding("D", "diff", "Diff with mark", id="traces.diff", show=False),
@@ -128,6 +130,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         super().__init__()
         self.filters = Filters()
         self.sort = 0
+        self.source: str | None = None  # one of SOURCES (o steps through them); None: every source
         self._debounce: Timer | None = None
         self._pending: dict[str, str] = {}
         self._new = 0  # rollouts added to the store since the list was loaded
@@ -183,6 +186,8 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
                     continue  # the input shows itself invalid; ignore it until it parses
             else:
                 values[field] = text
+        if self.source is not None:
+            values["source"] = self.source
         return Filters(**values)
 
     def _apply(self) -> None:
@@ -249,7 +254,9 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
             self.query_one(f"#{by_field[field]}", Input).value = value
 
     def set_filters(self, **values: str) -> None:
-        """Set some filters (by Filters field name) and show the result, e.g. ``set_filters(run=...)``."""
+        """Set some filters (by Filters field name) and show the result, e.g. ``set_filters(run=...)``;
+        ``source`` is one of SOURCES."""
+        self.source = values.pop("source", None)
         if not self.is_mounted:
             self._pending.update(values)
             return
@@ -259,6 +266,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         self._apply()
 
     def action_clear_filters(self) -> None:
+        self.source = None
         for wid, _, _, _ in FILTER_INPUTS:
             self.query_one(f"#{wid}", Input).value = ""
         self._apply()
@@ -266,6 +274,12 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     def action_cycle_sort(self) -> None:
         self.sort = (self.sort + 1) % len(SORTS)
+        self._apply()
+
+    def action_cycle_source(self) -> None:
+        """Every source, then only model rollouts, imported ones, a person's (human), and every source again."""
+        order: list[str | None] = [None, *SOURCES]
+        self.source = order[(order.index(self.source) + 1) % len(order)]
         self._apply()
 
     def action_refresh(self) -> None:
