@@ -131,6 +131,30 @@ def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], 
     assert out["mean_reward"] == pytest.approx(mean, abs=1e-9)
 
 
+def test_a_judge_rubric_scores_as_verifiers_does(mock_server: Callable[..., Any], cli: Callable[..., Any],
+                                                 store_path: Path) -> None:
+    """A JudgeRubric calls its judge model through its own client (here a second scripted mock); its verdicts,
+    and so the rewards, are the same as under verifiers' own evaluate."""
+    env_file = FIXTURES / "vf_judge.py"
+    policy, verdicts = ["red", "purple", "blue"], ["yes", "no", "no"]
+    judge = mock_server("script", script=verdicts)
+    args = json.dumps({"judge_url": judge.base_url})
+    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file),
+                        mock_server("script", script=policy).base_url, "3", "1", "1", args],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ref = json.loads(p.stdout.strip().splitlines()[-1])["outputs"]
+
+    judge2 = mock_server("script", script=verdicts)
+    r = cli("eval", env_file, "-a", json.dumps({"judge_url": judge2.base_url}), "--base-url",
+            mock_server("script", script=policy).base_url, "-m", "mock-model", "-n", 3, "-c", "1", "--json")
+    assert r.rc == 0, r.stderr[-3000:]
+    mine = stored(store_path, last_json(r.stdout)["run_id"])
+    assert [o["reward"] for o in ref] == [m["reward"] for m in mine] == [1.0, 0.0, 0.0]
+    assert judge2.requests() == 3
+    assert all(m["state"]["judge_response"] for m in mine)  # the judge's answers are kept with each rollout
+
+
 def test_weight_zero_functions_are_metrics(mock_server: Callable[..., Any], cli: Callable[..., Any]) -> None:
     mock = mock_server("script", script=["<answer>1</answer>"])
     r = cli("eval", FIXTURES / "vf_single.py", "--base-url", mock.base_url, "-m", "mock-model", "-n", 2, "--json")

@@ -336,7 +336,11 @@ def _rollout_call(vf_env: Any, owner: Any, fn: Callable[..., Any]) -> Callable[.
         from verifiers.legacy.utils.async_utils import maybe_await
 
         vst = await _vf_state(vf_env, state, messages, task)
-        return float(await maybe_await(fn, **_named_args(fn, owner.score_objects(vst))))
+        try:
+            return float(await maybe_await(fn, **_named_args(fn, owner.score_objects(vst))))
+        finally:
+            if state is not None and state.get("_vf_state") is vst:
+                _copy_state(vst, state)  # what scoring kept in the state (a judge's answers) is stored too
 
     return score
 
