@@ -291,7 +291,7 @@ def rows(batch: list[Synth], now: float) -> tuple[list[tuple[Any, ...]], ...]:
         rollouts.append((pk, s.id, s.run.id, s.run.env, s.run.model, s.task_id, s.task_index, s.sample_index,
                          s.status, s.error_kind, s.reward, s.ptoks, s.ctoks, s.cost, s.duration_s, s.turns,
                          s.created_at, dumps(s.prompt), dumps(s.answer), dumps(s.info), s.completion,
-                         dumps(s.messages), dumps(s.state)))
+                         dumps(s.messages), dumps(s.state), "model"))
         scores.extend((pk, k, "reward", v) for k, v in s.rewards.items())
         scores.extend((pk, k, "metric", v) for k, v in s.metrics.items())
         calls.extend((pk, i, n, fin, p, c, lat * 1000.0, dumps(x) if x else None) for i, n, fin, p, c, lat, x in s.calls)

@@ -26,9 +26,12 @@ from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 FORMATS = ("sft", "rollouts")
 
 
-def run_filter(run_id: str, *, min_reward: float | None = None, include_errors: bool = False) -> RolloutFilter:
-    """The rollouts of one run (the ``workbench export RUN`` selection), in the order they were stored."""
-    return RolloutFilter(run_id=run_id, min_reward=min_reward, error_kind=None if include_errors else "none")
+def run_filter(run_id: str | None, *, min_reward: float | None = None, include_errors: bool = False,
+               source: str | None = None) -> RolloutFilter:
+    """The rollouts of one run, or of every run (``run_id`` None), from one ``source`` (model, imported,
+    human) or all: the ``workbench export`` selection, in the order they were stored."""
+    return RolloutFilter(run_id=run_id, min_reward=min_reward, error_kind=None if include_errors else "none",
+                         source=source)
 
 
 def _sft_row(r: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +40,8 @@ def _sft_row(r: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
                          "env_version": run.get("env_version"), "model": run.get("model"),
                          "task_id": r.get("task_id"), "task_index": r["task_index"],
                          "sample_index": r["sample_index"], "reward": r["reward"], "status": r["status"],
-                         "answer": r["answer"], "info": r["info"]}}
+                         "answer": r["answer"], "info": r["info"], "source": r.get("source", "model"),
+                         **({"human": r["state"]["human"]} if (r.get("state") or {}).get("human") else {})}}
 
 
 def iter_rows(store: Any, query: RolloutFilter, fmt: str = "sft", page: int = 500) -> Iterator[dict[str, Any]]:

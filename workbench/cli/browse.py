@@ -194,21 +194,29 @@ def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str |
 
 
 @click.command("export")
-@click.argument("run")
+@click.argument("run", required=False)
 @click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
 @click.option("-o", "--output", default="-", help="Output file (default: stdout).")
 @click.option("--min-reward", type=float, default=None, help="Only rollouts with at least this total reward.")
 @click.option("--include-errors", is_flag=True, help="Also export rollouts that failed.")
+@click.option("--source", type=click.Choice(["model", "imported", "human"]), default=None,
+              help="Only rollouts from this source; without RUN, those of every run (e.g. --source human: "
+                   "every trajectory people played).")
 @db_option
 @click.pass_context
-def export_command(ctx: click.Context, run: str, fmt: str, output: str, min_reward: float | None,
-                   include_errors: bool, db: str | None) -> None:
-    """Export a run's rollouts as chat rows ready for SFT (one JSON object per line)."""
+def export_command(ctx: click.Context, run: str | None, fmt: str, output: str, min_reward: float | None,
+                   include_errors: bool, source: str | None, db: str | None) -> None:
+    """Export a run's rollouts (or, with --source, every run's from that source) as chat rows ready for
+    SFT (one JSON object per line)."""
     from workbench.analysis.export import check_output, export_rollouts, run_filter
+    from workbench.errors import ConfigError
 
+    if run is None and source is None:
+        raise ConfigError("name a RUN to export (`workbench runs` lists them), or --source model|imported|human "
+                          "for every run's rollouts from that source")
     with open_store(ctx, db, read_only_ok=True) as store:
-        run_row = store.get_run(run)
-        query = run_filter(run_row["id"], min_reward=min_reward, include_errors=include_errors)
+        run_id = store.get_run(run)["id"] if run is not None else None
+        query = run_filter(run_id, min_reward=min_reward, include_errors=include_errors, source=source)
         if output == "-":
             export_rollouts(store, query, sys.stdout.buffer)
             return

@@ -18,9 +18,7 @@ from workbench.format import fnum
 
 
 def print_turn(turn: Any, cost_known: bool) -> None:
-    from rich.panel import Panel
 
-    from workbench.rollouts.rollout import content_text
 
     c = turn.call
     tokens = f"{c.prompt_tokens}→{c.completion_tokens} tokens" if c else "no reply"
@@ -28,8 +26,16 @@ def print_turn(turn: Any, cost_known: bool) -> None:
     finish = f"  finish {c.finish_reason}" if c and c.finish_reason else ""
     console.print(f"[bold]turn {turn.index + 1}[/]  model {turn.model_s:.3f}s  tools/env {turn.env_s:.3f}s  "
                   f"{tokens}  {cost}{finish}")
+    print_messages(turn.messages)
+
+
+def print_messages(messages: list[dict[str, Any]]) -> None:
+    from rich.panel import Panel
+
+    from workbench.rollouts.rollout import content_text
+
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
-    for m in turn.messages:
+    for m in messages:
         role = str(m.get("role", "?"))
         body = content_text(m.get("content"))
         for tc in m.get("tool_calls") or []:

@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     model: str | None = None
     quick_eval_n: int = 5
     export_dir: Path = Field(default_factory=Path.cwd)
+    user_name: str = ""  # who plays a wb.Human rollout (stored with it); empty: the login name
     gpu_prices: Path | None = None
     keymap: dict[str, str] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)

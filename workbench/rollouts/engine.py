@@ -263,6 +263,7 @@ class RolloutEngine:
                 reward=None if failed else sc.total, usage=rollout.usage, duration_s=rollout.duration_s,
                 turns=rollout.turns, completion=rollout.completion, messages=rollout.messages, state=rollout.state,
                 scores=sc, calls=rollout.calls, errors=rollout.errors, provider=self.provider, trace=rollout.trace,
+                source=rollout.source,
             ))
             c.finished += 1
             c.tokens += rollout.usage.total_tokens

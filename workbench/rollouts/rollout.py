@@ -91,6 +91,8 @@ class Rollout:
     turns: int = 0
     pause: Callable[[Rollout], Awaitable[None]] | None = None  # awaited before each model call (the debugger's step)
     conversations: Conversations | None = None  # set by a harness that rebuilds its conversations from the calls
+    policy: Any = None  # a HumanPolicy: a person writes the assistant's turns (wb.Human); None: the model
+    source: str = "model"  # who acted: "model", or "human" when a person was the policy
 
     async def generate(
         self, messages: list[Message] | None = None, *, tools: list[dict[str, Any]] | None = None, **overrides: Any
@@ -101,6 +103,8 @@ class Rollout:
         *not* appended; harnesses decide what enters the conversation.
         """
         msgs = self.messages if messages is None else messages
+        if self.policy is not None:
+            return await self._ask_person(msgs, tools)
         params = self.params if not overrides else {**self.params, **overrides}
         ids = await self.continued_prompt(msgs, tools)  # may wait on a debugger: the latency starts after it
         t0 = time.perf_counter()
@@ -109,6 +113,19 @@ class Rollout:
             **({"prompt_ids": ids} if ids is not None else {}))
         self.record_call(msgs, resp, time.perf_counter() - t0, tools=tools)
         return resp.message
+
+    async def _ask_person(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> Message:
+        """The person's turn, recorded as a call of its own: no tokens, no usage, ``extra.api`` "human"."""
+        from workbench.rollouts.client import ChatResponse
+
+        if self.pause is not None:
+            await self.pause(self)
+        t0 = time.perf_counter()
+        msg = await self.policy.reply(list(msgs), tools)
+        finish = "tool_calls" if msg.get("tool_calls") else "stop"
+        self.record_call(msgs, ChatResponse(msg, finish, 0, 0, {"api": "human"}), time.perf_counter() - t0,
+                         tools=tools)
+        return msg
 
     async def continued_prompt(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[int] | None:
         """The exact token ids to send for a follow-up call (None: let the server render).

@@ -74,14 +74,15 @@ class RolloutRecord:
     created_at: float = field(default_factory=time.time)
     provider: str = ""
     trace: Trace | None = None
+    source: str = "model"  # who acted: model | human (imported runs are written by workbench/store/imports.py)
 
 
 _ROLLOUT_COLS = (
     "pk, id, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward, "
     "prompt_tokens, completion_tokens, cost_usd, duration_s, turns, created_at, prompt, answer, info, "
-    "completion, messages, state"
+    "completion, messages, state, source"
 )
-_ROLLOUT_SQL = f"INSERT INTO rollout ({_ROLLOUT_COLS}) VALUES ({', '.join('?' * 23)})"
+_ROLLOUT_SQL = f"INSERT INTO rollout ({_ROLLOUT_COLS}) VALUES ({', '.join('?' * 24)})"
 _SCORE_SQL = "INSERT INTO score (rollout_pk, name, kind, value) VALUES (?, ?, ?, ?)"
 _CALL_SQL = (
     "INSERT INTO model_call (rollout_pk, idx, n_messages, finish_reason, prompt_tokens, completion_tokens, "
@@ -156,7 +157,7 @@ def _group_payload(records: list[RolloutRecord]) -> bytes:
             r.completion, r.messages, _clean_state(r.state), sc.rewards, sc.metrics,
             [(c.index, c.n_messages, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.latency_s * 1000.0,
               c.extra or None) for c in r.calls],
-            errors, r.provider))
+            errors, r.provider, r.source))
         if r.trace is not None and r.trace.has_tokens:
             nodes, ids, lps, mask = r.trace.pack()
             traces = traces or [None] * len(records)
@@ -428,11 +429,11 @@ def _write(conn: Any, groups: list[tuple[int, bytes, list[Any] | None]]) -> int:
             task_json = {tid: (dumps(p), dumps(a), dumps(i)) for tid, (p, a, i) in tasks.items()}
             for k, (rid, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward,
                     ptoks, ctoks, usd, duration_s, turns, created_at, completion, messages, state, rewards, metrics,
-                    r_calls, r_errors, provider) in enumerate(group):
+                    r_calls, r_errors, provider, source) in enumerate(group):
                 pk += 1
                 rollouts.append((pk, rid, run_id, env_name, model, task_id, task_index, sample_index, status,
                                  error_kind, reward, ptoks, ctoks, usd, duration_s, turns, created_at,
-                                 *task_json[task_id], completion, dumps(messages), dumps(state)))
+                                 *task_json[task_id], completion, dumps(messages), dumps(state), source))
                 scores += [(pk, name, "reward", v) for name, v in rewards.items()]
                 scores += [(pk, name, "metric", v) for name, v in metrics.items()]
                 calls += [(pk, *c[:6], dumps(c[6]) if c[6] is not None else None) for c in r_calls]
