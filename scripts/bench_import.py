@@ -9,12 +9,19 @@ path, reading and checking each line, task grouping, the run and rollout rows, s
 full-text index, in one transaction. Reported: conversations/s (median of ``--repeat`` imports, each
 into its own new store), beside the baseline of the same run: only reading and parsing the file's
 lines (what no import can go below). The goal is at least 20,000 conversations/s.
+
+Also reported: the CPU time each side spent per conversation (the importing process reading and
+building rows; the writer process in SQLite), and the load average. The two sides run at once, so on
+a machine with two free cores the rate is bound by the busier side (``cpu_bound_per_s``); on a
+shared machine the wall-clock rate is lower by the CPU the other processes take.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -79,13 +86,17 @@ def main() -> None:
         src = d / "conversations.jsonl"
         size = write_file(src, a.n)
         parse_s = min(parse_only(src) for _ in range(a.repeat))
-        runs = []
+        runs, cpu_self, cpu_writer = [], [], []
         for k in range(a.repeat):
             store = Store(d / f"store-{k}.db")
             try:
+                me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 res = import_file(store, src, "openai-jsonl")
                 runs.append(time.perf_counter() - t0)
+                me2, kids2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_self.append(me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime)
+                cpu_writer.append(kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime)
                 assert res.rollouts == a.n, res.rollouts
             finally:
                 store.close()
@@ -93,11 +104,19 @@ def main() -> None:
         rate = a.n / median
         report = {"conversations": a.n, "file_mb": size / 1e6, "import_s": runs, "median_s": median,
                   "conversations_per_s": rate, "best_per_s": a.n / min(runs),
-                  "parse_only_per_s": a.n / parse_s, "goal_per_s": GOAL, "meets_goal": rate >= GOAL}
+                  "parse_only_per_s": a.n / parse_s, "goal_per_s": GOAL, "meets_goal": rate >= GOAL,
+                  "cpu_us_per_conversation": {"reader": statistics.median(cpu_self) / a.n * 1e6,
+                                              "writer": statistics.median(cpu_writer) / a.n * 1e6},
+                  "load_average": os.getloadavg()[0], "cpus": os.cpu_count()}
+        report["cpu_bound_per_s"] = 1e6 / max(report["cpu_us_per_conversation"].values())
     print(f"import: {a.n:,} conversations ({size / 1e6:.1f} MB of JSONL) into a fresh SQLite store: "
           f"median {median:.2f}s of {a.repeat} = {rate:,.0f} conversations/s (best {report['best_per_s']:,.0f}/s); "
           f"goal {GOAL:,.0f}/s: {'ok' if rate >= GOAL else 'SLOW'}")
     print(f"baseline: reading and parsing the lines alone = {report['parse_only_per_s']:,.0f} conversations/s")
+    cpu = report["cpu_us_per_conversation"]
+    print(f"cpu per conversation: reader {cpu['reader']:.1f} us, writer process {cpu['writer']:.1f} us: with two free "
+          f"cores at most {report['cpu_bound_per_s']:,.0f}/s (this machine: {report['cpus']} cpus, load average "
+          f"{report['load_average']:.2f})")
     if a.json:
         sys.stdout.write(orjson.dumps(report).decode() + "\n")
 

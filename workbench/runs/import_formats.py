@@ -21,6 +21,8 @@ from workbench.errors import ConfigError
 from workbench.rollouts.rollout import _text
 
 FORMATS = ("openai-jsonl", "verifiers", "inspect")
+_NO_SCORES: dict[str, float] = {}  # shared, never changed: a conversation the file gave no scores
+_NO_INFO: dict[str, Any] = {}
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -157,19 +159,20 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
                 if type(shape := check_messages(obj["messages"])) is str:
                     yield Problem(where, n, shape)
                     continue
-                reward, rewards, why = _scores(obj, where)
-                if why is not None:
-                    yield Problem(where, n, why)
-                    continue
+                reward, rewards = None, _NO_SCORES
+                if "reward" in obj or "rewards" in obj:
+                    reward, rewards, why = _scores(obj, where)
+                    if why is not None:
+                        yield Problem(where, n, why)
+                        continue
                 meta = obj.get("metadata")
-                meta = meta if isinstance(meta, dict) else ({} if meta is None else {"metadata": meta})
+                meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
                 tools = obj.get("tools")
                 rid = obj.get("id")
                 yield Conversation(
-                    obj["messages"], where, shape, tools=tools if isinstance(tools, list) else None, reward=reward,
-                    rewards=rewards, id=None if rid is None else str(rid), metadata=meta,
-                    answer=obj.get("answer", meta.get("answer")), info=meta.get("info") or {},
-                    model=obj.get("model") or meta.get("model"))
+                    obj["messages"], where, shape, tools if type(tools) is list else None, reward, rewards, _NO_SCORES,
+                    None if rid is None else str(rid), meta, obj.get("answer", meta.get("answer")),
+                    meta.get("info") or _NO_INFO, None, obj.get("model") or meta.get("model"))
 
     return source, rows()
 

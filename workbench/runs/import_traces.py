@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from workbench.errors import ConfigError
 from workbench.rollouts.rollout import _text
 from workbench.runs.import_formats import Conversation, Problem, Source, open_source
@@ -30,6 +32,12 @@ from workbench.store import RUN_DEFAULTS, Store, dumps
 from workbench.store.imports import AlreadyImported, ImportRow, NothingToImport, find_import, write_import
 
 _KEPT_PROBLEMS = 1000  # problems stored with the run (all are counted)
+_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _dumps(obj: Any) -> str:
+    """``store.dumps`` without its call through: this runs several times per imported conversation."""
+    return orjson.dumps(obj, option=_OPTS, default=repr).decode()
 
 
 @dataclass(slots=True)
@@ -103,6 +111,10 @@ class _Tasks:
 
     def place(self, c: Conversation, prompt: list[dict[str, Any]]) -> tuple[int, int, Any]:
         """(task index, sample index, the matched task or None)."""
+        if c.group is None and not self.by_prompt:  # a task of its own
+            index, self.next = self.next, self.next + 1
+            self.samples[index] = 1
+            return index, 0, None
         task = None
         key = _first_user_text(prompt) if self.by_prompt else None
         if key is not None and key in self.by_prompt:
@@ -130,24 +142,29 @@ def _rows(conversations: Iterator[Conversation | Problem], problems: list[Proble
         prompt = msgs[:shape.first_assistant]
         index, sample, task = tasks.place(c, prompt)
         answer, info = c.answer, c.info
-        prompt_json = dumps(prompt)
+        prompt_json = _dumps(prompt)
         if task is not None:
             answer = task.answer if answer in (None, "") else answer
             info = {**task.info, **info}
             task_id = task.id
-        answer_json = dumps(answer)
+        answer_json = "null" if answer is None else _dumps(answer)
         if task is None:
             task_id = hashlib.sha256(f"{prompt_json}\x00{answer_json}".encode()).hexdigest()[:16]
         imported: dict[str, Any] = {"format": fmt, "where": c.where}
-        for k, v in (("id", c.id), ("group", c.group), ("metadata", c.metadata), ("tools", c.tools)):
-            if v not in (None, {}, []):
-                imported[k] = v
+        if c.id is not None:
+            imported["id"] = c.id
+        if c.group is not None:
+            imported["group"] = c.group
+        if c.metadata:
+            imported["metadata"] = c.metadata
+        if c.tools:
+            imported["tools"] = c.tools
         if c.reward is not None:
             counts[0] += 1
             counts[1] += 1
             counts[2] += c.reward  # type: ignore[call-overload]
-        yield ImportRow(task_id, index, sample, c.reward, prompt_json, answer_json, dumps(info), shape.completion,
-                        msgs, dumps({"import": imported}), shape.turns, c.rewards, c.metrics, model(c), c.prompt_tokens,
+        yield ImportRow(task_id, index, sample, c.reward, prompt_json, answer_json, _dumps(info) if info else "{}",
+                        shape.completion, msgs, _dumps({"import": imported}), shape.turns, c.rewards, c.metrics, model(c), c.prompt_tokens,
                         c.completion_tokens, c.duration_s)
 
 
