@@ -320,12 +320,27 @@ def load_environment():
     return vf.EnvGroup(envs=[a, b], env_names=["a", "b"])
 '''
 
+DECORATED_REWARD = '''
+import verifiers as vf
+from datasets import Dataset
+
+class Decorated(vf.SingleTurnEnv):
+    @vf.reward(weight=1.0)
+    async def exact(self, completion, answer) -> float:
+        return 1.0
+
+def load_environment():
+    return Decorated(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]),
+                     rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+'''
+
 BAD = {
     "missing extra": (None, "vf_single.py", ["needs the verifiers package", "pip install 'rl-workbench[verifiers]'"]),
     "offline dataset, in load_environment": (OFFLINE_EAGER, None, ["'openai/gsm8k'", "a download"]),
     "offline dataset, built lazily": (OFFLINE_LAZY, None, ["'openai/gsm8k'", "a download"]),
     "vf.Environment subclass": (CUSTOM_ENVIRONMENT, None, ["verifiers Mine is not covered"]),
     "EnvGroup": (ENV_GROUP, None, ["verifiers EnvGroup is not covered"]),
+    "a decorator the legacy API never runs": (DECORATED_REWARD, None, ["@vf.reward on Decorated.exact is not covered"]),
 }
 
 

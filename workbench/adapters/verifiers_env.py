@@ -40,6 +40,8 @@ _UNSUPPORTED = {
     "EnvGroup": "routes each task to one of several environments",
     "CliAgentEnv": "runs an agent program through verifiers' own interception server",
 }
+#: verifiers decorators that a legacy Environment or Rubric does not run (its taskset API's hooks).
+_V1_HOOKS = ("reward", "metric", "advantage", "update", "setup")
 #: Keys of a verifiers State that are its machinery, not data a reward or a reader needs.
 _STATE_MACHINERY = frozenset({
     "input", "client", "model", "sampling_args", "tool_defs", "trajectory", "prompt", "completion",
@@ -126,6 +128,12 @@ def _check_supported(vf_env: Any, vf: Any) -> None:
     if getattr(vf_env, "message_type", "chat") != "chat":
         raise EnvLoadError(f"verifiers {cls.__name__}(message_type={vf_env.message_type!r}) is not covered by "
                            "Workbench's verifiers adapter: only chat environments are")
+    for obj in [vf_env, *(owner for owner, _, _ in _flatten(vf_env.rubric))]:
+        for attr, member in inspect.getmembers(type(obj), callable):
+            marks = [m for m in _V1_HOOKS if getattr(member, m, False) is True]
+            if marks:
+                raise EnvLoadError(f"verifiers @vf.{marks[0]} on {type(obj).__name__}.{attr} is not covered by "
+                                   "Workbench's verifiers adapter (the legacy Environment and Rubric never call it)")
     if vf_env.rubric.has_advantages:
         raise EnvLoadError(f"verifiers {type(vf_env.rubric).__name__} computes its own advantages (@vf.advantage), "
                            "which Workbench's verifiers adapter does not cover")
