@@ -11,10 +11,10 @@ in a subprocess (their event loops and patches stay out of the test process).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,7 +182,7 @@ def inspect_log(tmp_path: Path) -> Path:
     pytest.importorskip("inspect_ai")
     script = write_file(tmp_path / "inspect_eval.py", _INSPECT_EVAL)
     proc = subprocess.run([sys.executable, script, tmp_path / "inspect-logs"], capture_output=True, text=True,
-                          timeout=180, env={**__import__("os").environ, "INSPECT_LOG_LEVEL": "warning"})
+                          timeout=180, env={**os.environ, "INSPECT_LOG_LEVEL": "warning"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = Path(proc.stdout.strip().splitlines()[-1])
     assert path.suffix == ".eval" and path.is_file()
@@ -371,5 +371,4 @@ def test_bench_import_runs(tmp_path: Path) -> None:
 def test_help_names_the_formats(cli: Callable[..., Any]) -> None:
     res = cli("import", "--help")
     assert res.rc == 0
-    assert all(f in res.stdout for f in ("openai-jsonl", "verifiers", "inspect", "--env", "--json"))
-    assert textwrap.dedent(res.stdout)
+    assert all(f in res.stdout for f in ("openai-jsonl", "verifiers", "inspect", "--env", "--model", "--json"))
