@@ -138,7 +138,11 @@ def load_launch_config(file: str | Path | None, overrides: dict[str, Any] | None
     if not tables["env"].get("name"):
         raise ConfigError("no environment: give it as `workbench launch ENV` or as env.name in the config")
     cloud = _cloud_config(tables["cloud"])
-    return LaunchConfig(run=validate_tables(tables), cloud=cloud)
+    run = validate_tables(tables)
+    if run.data:  # the trainer reads the chosen rollouts from the run directory, which a cluster lacks
+        raise ConfigError("launch does not take data.runs: SFT on stored runs trains on this machine with "
+                          "`workbench train ENV --algorithm.name sft --data RUN`")
+    return LaunchConfig(run=run, cloud=cloud)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,11 @@ class FastTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` (as :meth:`encode`) and each token's character span in it."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return enc.ids, [tuple(o) for o in enc.offsets]
+
     def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                             add_generation_prompt: bool = False, tokenize: bool = True, **kwargs: Any) -> Any:
         text = self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,

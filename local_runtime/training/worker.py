@@ -34,7 +34,7 @@ from local_runtime.training.losses import build_loss
 from local_runtime.training.trainer import Trainer, TrainerConfig
 from workbench.errors import WorkbenchError
 from workbench.store import Store
-from workbench.training.algorithms import make_algorithm
+from workbench.training.algorithms import group_rollouts, make_algorithm
 from workbench.training.data import complete_groups, split_stale
 from workbench.training.run_config import RunConfig, validate_tables
 
@@ -75,6 +75,27 @@ class TrainLoop:
         if self.main and feed is None:
             raise ValueError("rank 0 needs the store or a feed")
         self.feed = feed
+        self.data: list[Any] | None = None  # SFT on stored rollouts (``--data``): rank 0 cycles through them
+        self.batches: Any = None
+        if cfg.data and self.main:
+            self._load_data()
+
+    def _load_data(self) -> None:
+        """The run's chosen SFT data (``data.json``, written by the orchestrator), conversations
+        rendered with the trained model's chat template."""
+        from local_runtime.training.render import load_tokenizer, render_items
+        from workbench.training import sft_data
+
+        items = sft_data.read(self.dir)
+        tokenizer = None
+        if any(i.branches is None for i in items):
+            tokenizer = load_tokenizer(self.trainer.config.model, allow_download=self.trainer.config.allow_download)
+        self.data = render_items(items, tokenizer)
+        self.batches = sft_data.Batches(len(self.data), self.cfg.loop.groups_per_step, self.cfg.loop.seed)
+        rendered = sum(1 for i in items if i.branches is None)
+        self.record(0, "event", {"rollouts": float(len(items)), "rendered": float(rendered)},
+                    f"SFT data: {len(items)} rollouts of {', '.join(self.cfg.data)} ({rendered} rendered with the "
+                    "chat template)")
 
     def record(self, step: int, kind: str, metrics: dict[str, Any], message: str) -> None:
         if self.main:
@@ -97,6 +118,8 @@ class TrainLoop:
                 if rec["step"] <= step:
                     self.consumed_pk = int(rec["metrics"].get("last_pk", self.consumed_pk))
         self.read_pk = self.consumed_pk
+        if self.batches is not None:
+            self.batches.position = self.consumed_pk  # for SFT data the cursor is the stream position
         if step:
             self._publish(step)  # before the orchestrator hears of it and samples from it
         self.record(step, "event", {}, f"resumed from the checkpoint of step {step}")
@@ -108,6 +131,10 @@ class TrainLoop:
 
     def _read_groups(self) -> tuple[list[list[Any]], float]:
         """Block until ``groups_per_step`` finished groups are there; (groups, seconds waited)."""
+        if self.data is not None:  # SFT data: the next batch of the stream, no waiting
+            batch = [self.data[i] for i in self.batches.next()]
+            self.consumed_pk = self.batches.position
+            return group_rollouts(batch), 0.0
         assert self.feed is not None
         want = self.cfg.loop.groups_per_step
         size = self.cfg.loop.rollouts_per_task

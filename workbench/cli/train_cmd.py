@@ -44,13 +44,18 @@ def step_line(rec: dict[str, Any]) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the resolved config as TOML and exit.")
 @click.option("--resume", default=None, metavar="RUN", help="Continue a training run from its last checkpoint.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads of the server and of the trainer.")
+@click.option("--data", "data_runs", multiple=True, metavar="RUN",
+              help="Train with SFT on this run's stored rollouts instead of sampling (repeatable; data.runs); "
+                   "needs --algorithm.name sft.")
 @db_option
 @json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
 def train_command(ctx: click.Context, env: str | None, env_args: str | None, config_file: str | None, max_steps: int | None, sync: bool,
-                  dry_run: bool, resume: str | None, threads: int | None, db: str | None, as_json: bool) -> None:
+                  dry_run: bool, resume: str | None, threads: int | None, data_runs: tuple[str, ...], db: str | None,
+                  as_json: bool) -> None:
     """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
-    --loop.groups_per_step 4, --algorithm.name rloo."""
+    --loop.groups_per_step 4, --algorithm.name rloo. With --data RUN (and --algorithm.name sft) it
+    trains on stored trajectories (played, imported or sampled) instead of sampling."""
     from workbench.cli.eval_cmd import run_async
     from workbench.training.run_config import parse_overrides, resolve, to_toml
 
@@ -63,6 +68,8 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         overrides["loop.max_steps"] = max_steps
     if sync:
         overrides["loop.sync"] = True
+    if data_runs:
+        overrides["data.runs"] = list(data_runs)
     cfg = None
     if resume:
         extra = sorted(set(overrides) - {"loop.max_steps"})

@@ -83,7 +83,11 @@ class TrainRollout:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok" and self.reward is not None and math.isfinite(self.reward)
+        """Finished without an error and scored; a gold demonstration needs no reward (an imported
+        conversation may have none)."""
+        if self.status != "ok":
+            return False
+        return self.gold if self.reward is None else math.isfinite(self.reward)
 
 
 def _version(v: Any) -> int | None:
@@ -185,7 +189,8 @@ class Algorithm:
                 if a is None:
                     stats["filtered"] += 1
                     continue
-                rewards.append(float(r.reward or 0.0))
+                if r.reward is not None:  # a gold demonstration may have none (an imported conversation)
+                    rewards.append(float(r.reward))
                 advs.append(a)
                 for b in r.branches:
                     samples.append(TrainSample(list(b.token_ids), [1 if m else 0 for m in b.mask],

@@ -66,7 +66,7 @@ def split_tasks(env: Environment, cfg: RunConfig) -> tuple[list[Task], list[Task
         raise ConfigError(f"loop.eval_tasks ({held}) leaves no training tasks: {env.name!r} has {len(tasks)}; "
                           "hold out fewer with --loop.eval_tasks N (0 for none)")
     train, evals = (tasks[:-held], tasks[-held:]) if held else (tasks, [])
-    if cfg.loop.groups_per_step > len(train):
+    if cfg.loop.groups_per_step > len(train) and not cfg.data:  # SFT data: a step's batch is of stored rollouts
         raise ConfigError(f"loop.groups_per_step ({cfg.loop.groups_per_step}) is larger than the task set "
                           f"({len(train)} training tasks{f' after holding out {held}' if held else ''}); "
                           "lower it or pass more tasks (-a / env.args)")
@@ -150,7 +150,9 @@ class Orchestrator:
     async def run(self, engine: RolloutEngine, train_tasks: list[Task], eval_tasks: list[Task]) -> None:
         self.engine = engine
         loop = self.cfg.loop
-        producer = asyncio.create_task(engine.run_groups(task_stream(train_tasks, loop.seed, self.group0)))
+        # SFT on stored rollouts (``--data``) samples nothing: the engine runs the held-out evals only.
+        producer = None if self.cfg.data else asyncio.create_task(
+            engine.run_groups(task_stream(train_tasks, loop.seed, self.group0)))
         evaluated = {e["step"] for e in self.store.train_records(self.run_id, "eval")}  # a resumed run has some
         try:
             while True:
@@ -164,7 +166,7 @@ class Orchestrator:
                 if self.should_stop is not None and (reason := self.should_stop()):
                     self.stopped = reason
                     break
-                if producer.done():
+                if producer is not None and producer.done():
                     producer.result()  # a fatal endpoint error: raise it
                     raise WorkbenchError("the rollout producer stopped")
                 await asyncio.sleep(POLL_S)
@@ -174,9 +176,10 @@ class Orchestrator:
             await asyncio.gather(*self.evals, return_exceptions=True)
             raise
         finally:
-            producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await producer
+            if producer is not None:
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
         await asyncio.gather(*self.evals)
 
     async def evaluate(self, tasks: list[Task], version: int) -> None:
@@ -277,6 +280,8 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         cfg.trainer["temperature"] = env.sampling.temperature  # trainer logprobs must match the sampler's
         (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
     train_tasks, eval_tasks = split_tasks(env, cfg)
+    if cfg.data and not resume:
+        _choose_data(cfg, store, env, rdir, log)
     store.register_env(env.name, env.version, env.source, env.description)
 
     t0 = time.perf_counter()
@@ -325,6 +330,25 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         summary = summarize(store, run_id, time.perf_counter() - t0)
         store.update_run(run_id, status=status, error=error, finished_at=time.time(), summary=summary)
     return TrainOutcome(run_id, status, summary)
+
+
+def _choose_data(cfg: RunConfig, store: Store, env: Environment, rdir: Path,
+                 log: Callable[[str], None] | None) -> None:
+    """SFT on stored rollouts: choose them (one clear error for a missing run, a run with nothing
+    usable, a conversation with no assistant turn) and hand them to the trainer in ``data.json``."""
+    from workbench.training import sft_data
+
+    schemas = getattr(env.harness, "schemas", None)
+
+    def tools_for(env_name: str) -> list[dict[str, Any]] | None:
+        return list(schemas) if env_name == env.name and schemas else None
+
+    min_reward = cfg.algorithm.get("min_reward")
+    items, counts = sft_data.select(store.conn, cfg.data, min_reward=min_reward, tools_for=tools_for)
+    sft_data.write(rdir, items)
+    if log:
+        log("SFT data: " + "; ".join(f"{run} ({c['kind']}): {c['rollouts']} rollouts, {c['rendered']} to render, "
+                                     f"{c['errored']} errored left out" for run, c in counts.items()))
 
 
 async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: RunConfig, run_id: str,

@@ -8,6 +8,7 @@ validation that names the nearest valid key for a typo.
     [algorithm]  name = "grpo" | "rloo" | "sft" | "distill", plus the algorithm's options
     [loss]       name = "pg" | "ce", kl_coef, plus the loss's options
     [trainer]    local_runtime.training.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
+    [data]       runs = ["RUN", ...]: SFT on those runs' stored rollouts instead of sampling (``--data RUN``)
 
 ``--trainer.lr 1e-4`` sets ``[trainer] lr``; values are parsed as TOML (``true``, ``[1, 2]``,
 ``"text"``), falling back to a plain string.
@@ -54,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm": {"name": "grpo"},
     "loss": {"name": "pg", "kl_coef": 0.0},
     "trainer": {},  # filled from the trainer plugin's defaults
+    "data": {"runs": []},  # stored runs to train on (SFT) instead of sampling: workbench.training.sft_data
     "cloud": {},  # where and on what a launched run trains: checked by cloud_runtime.plan, unused by train
 }
 
@@ -86,6 +88,7 @@ class RunConfig:
     loss: dict[str, Any]  # name + kl_coef + options
     trainer: dict[str, Any]
     raw: dict[str, Any] = field(default_factory=dict)  # the resolved tables, as printed by --dry-run
+    data: list[str] = field(default_factory=list)  # runs whose stored rollouts are the SFT data (no sampling)
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.raw)
@@ -243,13 +246,38 @@ def validate_tables(tables: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"unknown algorithm {aname!r}{nearest(aname, list(ALGORITHMS))}; "
                           f"choose one of {', '.join(ALGORITHMS)}")
     make_algorithm(aname, **algo)  # unknown options fail here, naming the nearest
+    data = _check_data(tables, aname)
     loss = dict(tables["loss"])
     lname = loss.pop("name", "pg")
     if trainer_defaults:
         trainer_plugin().check(tables)  # the loss and the trainer options, by the trainer that runs them
     return RunConfig(env=name, env_args=dict(tables["env"]["args"]), loop=loop,
                      algorithm={"name": aname, **algo}, loss={"name": lname, **loss},
-                     trainer=dict(tables["trainer"]), raw=tables)
+                     trainer=dict(tables["trainer"]), raw=tables, data=data)
+
+
+def _check_data(tables: dict[str, Any], algorithm: str) -> list[str]:
+    """The ``[data]`` runs: SFT data needs the sft algorithm and the cross-entropy loss (a stored
+    conversation has no sampler logprobs for a policy gradient); the default loss, pg, becomes ce."""
+    tables.setdefault("data", {"runs": []})
+    _check_keys("data", tables["data"], ["runs"])
+    runs = tables["data"].get("runs") or []
+    if isinstance(runs, str):
+        runs = [runs]
+    if not isinstance(runs, list) or not all(isinstance(r, str) and r for r in runs):
+        raise ConfigError(f"data.runs must be a list of run ids, not {runs!r}")
+    tables["data"]["runs"] = runs = list(dict.fromkeys(runs))
+    if runs:
+        if ALGORITHMS[algorithm].name != "sft":
+            raise ConfigError(f"--data trains on stored rollouts with SFT, not {algorithm}: add --algorithm.name sft "
+                              "(or drop --data to sample)")
+        lname = tables["loss"].get("name", "pg")
+        if lname == DEFAULTS["loss"]["name"]:  # the sampling default: SFT's own loss instead
+            tables["loss"]["name"] = lname = ALGORITHMS[algorithm].default_loss
+        if lname not in ("ce", "cross_entropy"):
+            raise ConfigError(f"--data trains with the ce loss, not {lname!r}: stored conversations have no "
+                              "sampler logprobs for a policy gradient (drop loss.name, or set it to ce)")
+    return runs
 
 
 def to_toml(tables: dict[str, Any]) -> str:
