@@ -22,6 +22,7 @@ ENV_ACTIONS: list[tuple[str, str, str]] = [
     ("launch", "Launch a training run of the selected environment", "The launch dialog with its plan and cost (L)"),
     ("new_env", "New environment from a template", "single-turn, tools, multi-turn or sandboxed (n)"),
     ("debug", "Debug the selected environment", "One rollout turn by turn in the Debugger (d)"),
+    ("play", "Play the selected environment yourself", "You write each assistant turn; stored as human (p)"),
     ("rescore", "Re-score the selected environment's stored rollouts", "Before/after reward distribution (R)"),
     ("validate", "Validate the selected environment", "Load it, check tasks and rubric, score gold answers (v)"),
 ]

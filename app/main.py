@@ -17,6 +17,7 @@ from app.screens.costs import CostsScreen
 from app.screens.debugger import DebuggerScreen
 from app.screens.environments import EnvironmentsScreen
 from app.screens.help import HelpScreen, binding_rows
+from app.screens.play import PlayScreen
 from app.screens.rollout_detail import RolloutDetailScreen
 from app.screens.rollout_diff import RolloutDiffScreen
 from app.screens.runs import RunsScreen
@@ -132,6 +133,11 @@ class WorkbenchApp(App[None]):
             self.screen.take_request()  # already showing: it takes the request now
         else:
             self.switch_mode("debugger")
+
+    def open_play(self, env_spec: str, task_index: int = 0, env_name: str | None = None) -> None:
+        """Play task ``task_index`` of an environment yourself: the Play screen, over the one shown."""
+        if self.require_writable("playing an environment"):
+            self.push_screen(PlayScreen(env_spec, task_index, env_name))
 
     # -- what the screens' workers post for another screen -----------------------------------------
     @on(TracesScreen.RolloutLoaded)

@@ -55,6 +55,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         Binding("r", "run_to_end", "Run to end", id="debug.run"),
         Binding("t", "toggle_tokens", "Tokens", id="debug.tokens"),
         Binding("x", "new_rollout", "New rollout", id="debug.new"),
+        Binding("p", "play", "Play", id="debug.play"),
         Binding("escape", "focus_main", "Transcript", show=False),
     ]
 
@@ -261,6 +262,21 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         self._reset()
         if stored is not None:
             self.notify(f"task {stored.get('task_index')} is ready to run live: n next turn, r run to end", timeout=4)
+
+    def action_play(self) -> None:
+        """Play the chosen environment's task # yourself (the Play screen, over this one)."""
+        select = self.query_one("#dbg-env", Select)
+        if not isinstance(select.value, str):
+            self.notify("pick an environment first", severity="warning")
+            return
+        raw = self.query_one("#dbg-task", Input).value.strip() or "0"
+        try:
+            task = int(raw)
+        except ValueError:
+            self.notify(f"the task index must be a whole number, not {raw!r}", severity="error")
+            return
+        label = next((name for name, spec in self._env_options if spec == select.value), select.value)
+        self.workbench_app.open_play(select.value, task, label)
 
     def _step(self, what: Any) -> None:
         if self.stored is not None:

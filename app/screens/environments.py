@@ -59,6 +59,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         Binding("o", "open_editor", "Edit", id="env.edit"),
         Binding("n", "new_env", "New", id="env.new"),
         Binding("d", "debug", "Debug", id="env.debug"),
+        Binding("p", "play", "Play", id="env.play"),
         Binding("L", "launch", "Launch", id="env.launch"),
         # Both also happen by themselves when a saved file reloads; listed under `?`.
         Binding("r", "reload", "Reload", id="env.reload", show=False),
@@ -491,6 +492,13 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         if st is None:
             return
         self.workbench_app.open_debugger(env_spec=env_spec(st.ref))
+
+    def action_play(self) -> None:
+        """Play the selected environment's first task yourself (the Debugger's p plays any task)."""
+        st = self._selected_loaded()
+        if st is None:
+            return
+        self.workbench_app.open_play(env_spec(st.ref), 0, st.name)
 
     def action_open_editor(self) -> None:
         st = self._selected()
