@@ -136,19 +136,21 @@ def test_sft_on_a_played_run_trains_through_the_real_trainer(played: Played, tin
         "SELECT id FROM rollout WHERE run_id = ?", (played.run_id,))]
 
 
-def _run_without_an_assistant_turn(db: Path) -> str:
+def _imported_run(db: Path, run_id: str, messages: list[dict[str, Any]], state: dict[str, Any] | None = None) -> str:
+    """An imported run of one conversation, with no reward (as ``workbench import`` stores one without)."""
     conn = sqlite3.connect(db)
     conn.execute("INSERT INTO run (id, kind, env_name, env_version, env_source, env_args, model, base_url, harness, "
                  "runtime, n_tasks, rollouts_per_task, concurrency, sampling, config, status, error, created_at, "
-                 "summary) VALUES ('imp-noassist', 'import', 'calc', '', '', '{}', '', '', '', '', 1, 1, 1, '{}', "
-                 "'{}', 'completed', '', ?, '{}')", (time.time(),))
+                 "summary) VALUES (?, 'import', 'imported', '', '', '{}', '', '', '', '', 1, 1, 1, '{}', "
+                 "'{}', 'completed', '', ?, '{}')", (run_id, time.time()))
     conn.execute("INSERT INTO rollout (id, run_id, env_name, model, task_id, task_index, sample_index, status, reward, "
                  "prompt_tokens, completion_tokens, cost_usd, duration_s, turns, created_at, prompt, answer, info, "
-                 "completion, messages, state, source) VALUES ('imp-noassist.0.0', 'imp-noassist', 'calc', '', 't', 0, "
-                 "0, 'ok', NULL, 0, 0, 0, 0, 0, ?, '\"hi\"', 'null', '{}', '', ?, '{}', 'imported')",
-                 (time.time(), json.dumps([{"role": "user", "content": "hi"}])))
+                 "completion, messages, state, source) VALUES (?, ?, 'imported', '', 't', 0, "
+                 "0, 'ok', NULL, 0, 0, 0, 0, 0, ?, '\"hi\"', 'null', '{}', '', ?, ?, 'imported')",
+                 (f"{run_id}.0.0", run_id, time.time(), json.dumps(messages), json.dumps(state or {})))
     conn.commit()
-    return "imp-noassist"
+    conn.close()
+    return run_id
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -161,7 +163,8 @@ def _run_without_an_assistant_turn(db: Path) -> str:
     (("--algorithm.name", "sft", "--data", "{noassist}"), ("imp-noassist.0.0", "no assistant turn")),
 ])
 def test_bad_sft_data_is_one_clear_line(played: Played, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
-    noassist = _run_without_an_assistant_turn(played.db) if "{noassist}" in args else ""
+    noassist = _imported_run(played.db, "imp-noassist", [{"role": "user", "content": "hi"}]) \
+        if "{noassist}" in args else ""
     fill = {"{run}": played.run_id, "{noassist}": noassist}
     res = played.cli("train", str(played.env_file), *(fill.get(a, a) for a in args), "--max-steps", "1")
     assert_user_error(res, *(fill.get(f, f).replace("{run}", played.run_id) for f in fragments))
@@ -199,3 +202,19 @@ def test_a_model_runs_rollouts_keep_their_exact_trace_tokens_and_errors_are_left
     out = make_algorithm("sft").process(group_rollouts(i.rollout() for i in sft_data.read(tmp_path)))
     assert [s.advantages for s in out.samples] == [[0.0, 0.0, 0.0, 1.0, 1.0]] * 2 and out.stats["filtered"] == 0
     store.close()
+
+
+def test_an_imported_conversation_is_chosen_without_a_reward_with_its_own_tools(tmp_path: Path) -> None:
+    from workbench.errors import ConfigError
+    from workbench.store import Store
+
+    Store(tmp_path / "wb.db").close()
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    _imported_run(tmp_path / "wb.db", "imp1", msgs, {"import": {"format": "openai-jsonl", "tools": tools}})
+    conn = sqlite3.connect(tmp_path / "wb.db")
+    [item], _ = sft_data.select(conn, ["imp1"], tools_for=lambda env: None)
+    assert item.reward is None and item.source == "imported" and item.messages == msgs and item.tools == tools
+    assert item.rollout().ok  # a demonstration needs no reward
+    with pytest.raises(ConfigError, match="below algorithm.min_reward"):
+        sft_data.select(conn, ["imp1"], min_reward=0.0)  # unscored: it cannot reach a minimum
