@@ -213,6 +213,7 @@ def serve(path: str) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print must not corrupt the answer
     conn = connect(Path(path))
+    conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: the rollout indexes and the text index stay in memory
     inp = sys.stdin.buffer
     answer: tuple[str, Any]
     try:
