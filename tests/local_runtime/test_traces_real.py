@@ -62,8 +62,8 @@ def _eval(env: str, server: str, db: Path, *args: str) -> dict[str, Any]:
 def test_multi_turn_tokens_extend_and_an_altered_template_is_caught(server: str, tiny_dir: Path,
                                                                       tmp_path: Path) -> None:
     db = tmp_path / "wb.db"
-    # wordle asks for 512 tokens a turn; three turns of it no longer fit the tiny model's 1024-token
-    # context, which the server refuses (as vLLM does) rather than cutting the conversation.
+    # wordle asks for up to 512 tokens a turn: by the third turn the conversation can outgrow the tiny
+    # model's 1024-token context, which the server refuses (as vLLM does) rather than cutting it.
     summary = _eval("wordle", server, db, "-n", "2", "-a", '{"max_turns": 3}', "--max-tokens", "96")
     assert summary["rollouts"] == 2 and summary["errors"] == 0
     # Token continuation: turn N's prompt extends turn N-1's tokens exactly, whatever the model sampled.
