@@ -71,10 +71,10 @@ async def test_step_a_bundled_env_turn_by_turn(make_app: Callable[..., Workbench
 
         await pilot.press("r")
         await wait_until(pilot, lambda: dbg.session.done and not dbg.busy, what="the end of the rollout")
-        await wait_until(pilot, lambda: "total reward" in screen_text(app), what="the scores")
+        names = ("total reward", "solved", "efficiency", "guesses", "invalid_guesses")
+        # The scores panel fills in once the stored result is read back: wait for every line of it.
+        await wait_until(pilot, lambda: all(n in screen_text(app) for n in names), what="the scores")
         text = screen_text(app)
-        for name in ("solved", "efficiency", "guesses", "invalid_guesses"):
-            assert name in text
         assert len(dbg.session.turns) == 6 and server.requests() == 6
         rid = dbg.session.result.rollout_id
         assert f"stored as {rid}" in text and "stored (see Traces)" in _notes(app)
