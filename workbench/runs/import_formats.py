@@ -132,6 +132,21 @@ def _scores(obj: dict[str, Any], where: str) -> tuple[float | None, dict[str, fl
     return total, named, None
 
 
+def _json_lines(path: Path, label: str) -> Iterator[tuple[int, str, Any]]:
+    """(line number, "LABEL N", the line's JSON value or a :class:`Problem` saying why it has none) for
+    each non-blank line of a JSONL file."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            where = f"{label} {n}"
+            try:
+                yield n, where, orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                cut = "" if raw.endswith(b"\n") else " (the line is cut off: a truncated file?)"
+                yield n, where, Problem(where, n, f"not valid JSON{cut}: {str(e).split(':')[0]}")
+
+
 def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not an OpenAI chat JSONL file; give the .jsonl file "
@@ -139,40 +154,33 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
     source = Source("openai-jsonl", path, [path])
 
     def rows() -> Iterator[Conversation | Problem]:
-        with open(path, "rb") as f:
-            for n, raw in enumerate(f, start=1):
-                if not raw.strip():
+        for n, where, obj in _json_lines(path, "line"):
+            if isinstance(obj, Problem):
+                yield obj
+                continue
+            if not isinstance(obj, dict):
+                yield Problem(where, n, "not a JSON object")
+                continue
+            if "messages" not in obj:
+                yield Problem(where, n, "no 'messages' field")
+                continue
+            if type(shape := check_messages(obj["messages"])) is str:
+                yield Problem(where, n, shape)
+                continue
+            reward, rewards = None, _NO_SCORES
+            if "reward" in obj or "rewards" in obj:
+                reward, rewards, why = _scores(obj, where)
+                if why is not None:
+                    yield Problem(where, n, why)
                     continue
-                where = f"line {n}"
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as e:
-                    cut = "" if raw.endswith(b"\n") else " (the line is cut off: a truncated file?)"
-                    yield Problem(where, n, f"not valid JSON{cut}: {str(e).split(':')[0]}")
-                    continue
-                if not isinstance(obj, dict):
-                    yield Problem(where, n, "not a JSON object")
-                    continue
-                if "messages" not in obj:
-                    yield Problem(where, n, "no 'messages' field")
-                    continue
-                if type(shape := check_messages(obj["messages"])) is str:
-                    yield Problem(where, n, shape)
-                    continue
-                reward, rewards = None, _NO_SCORES
-                if "reward" in obj or "rewards" in obj:
-                    reward, rewards, why = _scores(obj, where)
-                    if why is not None:
-                        yield Problem(where, n, why)
-                        continue
-                meta = obj.get("metadata")
-                meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
-                tools = obj.get("tools")
-                rid = obj.get("id")
-                yield Conversation(
-                    obj["messages"], where, shape, tools if type(tools) is list else None, reward, rewards, _NO_SCORES,
-                    None if rid is None else str(rid), meta, obj.get("answer", meta.get("answer")),
-                    meta.get("info") or _NO_INFO, None, obj.get("model") or meta.get("model"))
+            meta = obj.get("metadata")
+            meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
+            tools = obj.get("tools")
+            rid = obj.get("id")
+            yield Conversation(
+                obj["messages"], where, shape, tools if type(tools) is list else None, reward, rewards, _NO_SCORES,
+                None if rid is None else str(rid), meta, obj.get("answer", meta.get("answer")),
+                meta.get("info") or _NO_INFO, None, obj.get("model") or meta.get("model"))
 
     return source, rows()
 
@@ -216,49 +224,42 @@ def read_verifiers(path: Path) -> tuple[Source, Iterator[Conversation | Problem]
                     model=meta.get("model") or None)
 
     def rows() -> Iterator[Conversation | Problem]:
-        with open(results, "rb") as f:
-            for n, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                where = f"results.jsonl line {n}"
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as e:
-                    cut = "" if raw.endswith(b"\n") else " (the line is cut off: a truncated file?)"
-                    yield Problem(where, n, f"not valid JSON{cut}: {str(e).split(':')[0]}")
-                    continue
-                if not isinstance(obj, dict) or "example_id" not in obj:
-                    yield Problem(where, n, "not a verifiers rollout output (no example_id)")
-                    continue
-                prompt, completion = _vf_messages(obj.get("prompt")), _vf_messages(obj.get("completion"))
-                if prompt is None or completion is None:
-                    yield Problem(where, n, "prompt or completion is neither text nor a list of messages")
-                    continue
-                if isinstance(obj.get("completion"), str):
-                    completion = [{"role": "assistant", "content": obj["completion"]}]
-                messages = prompt + completion
-                if type(shape := check_messages(messages)) is str:
-                    yield Problem(where, n, shape)
-                    continue
-                metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
-                named = {str(k): x for k, v in metrics.items() if (x := _number(v)) is not None}
-                timing = obj.get("timing") if isinstance(obj.get("timing"), dict) else {}
-                usage = obj.get("token_usage") if isinstance(obj.get("token_usage"), dict) else {}
-                extra = {k: v for k, v in obj.items() if k not in _VF_FIELDS and k not in metrics}
-                if obj.get("error"):
-                    extra["error"] = obj["error"]
-                info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
-                total_s = _number(timing.get("total"))
-                if total_s is None and (ms := _number(timing.get("total_ms"))) is not None:
-                    total_s = ms / 1000.0
-                # verifiers records each rubric function's value but not its weight: they are kept as
-                # metrics, beside the weighted total it computed (the reward).
-                yield Conversation(
-                    messages, where, shape, tools=obj.get("tool_defs") or None, reward=_number(obj.get("reward")),
-                    metrics=named, metadata=extra, answer=obj.get("answer", ""), info=info,
-                    group=obj["example_id"], prompt_tokens=int(_number(usage.get("input_tokens")) or 0),
-                    completion_tokens=int(_number(usage.get("output_tokens")) or 0),
-                    duration_s=total_s or 0.0)
+        for n, where, obj in _json_lines(results, "results.jsonl line"):
+            if isinstance(obj, Problem):
+                yield obj
+                continue
+            if not isinstance(obj, dict) or "example_id" not in obj:
+                yield Problem(where, n, "not a verifiers rollout output (no example_id)")
+                continue
+            prompt, completion = _vf_messages(obj.get("prompt")), _vf_messages(obj.get("completion"))
+            if prompt is None or completion is None:
+                yield Problem(where, n, "prompt or completion is neither text nor a list of messages")
+                continue
+            if isinstance(obj.get("completion"), str):
+                completion = [{"role": "assistant", "content": obj["completion"]}]
+            messages = prompt + completion
+            if type(shape := check_messages(messages)) is str:
+                yield Problem(where, n, shape)
+                continue
+            metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
+            named = {str(k): x for k, v in metrics.items() if (x := _number(v)) is not None}
+            timing = obj.get("timing") if isinstance(obj.get("timing"), dict) else {}
+            usage = obj.get("token_usage") if isinstance(obj.get("token_usage"), dict) else {}
+            extra = {k: v for k, v in obj.items() if k not in _VF_FIELDS and k not in metrics}
+            if obj.get("error"):
+                extra["error"] = obj["error"]
+            info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
+            total_s = _number(timing.get("total"))
+            if total_s is None and (ms := _number(timing.get("total_ms"))) is not None:
+                total_s = ms / 1000.0
+            # verifiers records each rubric function's value but not its weight: they are kept as
+            # metrics, beside the weighted total it computed (the reward).
+            yield Conversation(
+                messages, where, shape, tools=obj.get("tool_defs") or None, reward=_number(obj.get("reward")),
+                metrics=named, metadata=extra, answer=obj.get("answer", ""), info=info,
+                group=obj["example_id"], prompt_tokens=int(_number(usage.get("input_tokens")) or 0),
+                completion_tokens=int(_number(usage.get("output_tokens")) or 0),
+                duration_s=total_s or 0.0)
 
     return source, rows()
 
