@@ -10,6 +10,7 @@ The public authoring API (see DESIGN.md)::
 from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
 from workbench.authoring.human import Human
+from workbench.authoring.mcp_tools import MCPToolError, MCPTools
 from workbench.authoring.rubric import Rubric
 from workbench.authoring.runtimes import Docker, Local, ModalSandbox, Runtime
 from workbench.authoring.sandbox import ExecResult, Limits, Sandbox, SandboxError
@@ -21,7 +22,8 @@ from workbench.rollouts.rollout import Rollout, RolloutFailed
 __version__ = "0.1.0"
 
 __all__ = [
-    "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Human", "Limits", "Local", "ModalSandbox", "MultiTurn",
+    "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Human", "Limits", "Local", "MCPToolError", "MCPTools", "ModalSandbox",
+    "MultiTurn",
     "Program", "Rollout", "Runtime", "RolloutFailed", "Rubric", "RubricError", "Sampling", "Sandbox", "SandboxError",
     "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError", "__version__",
 ]

@@ -46,6 +46,7 @@ from local_runtime.sandbox.fs import (
     base_env,
     exec_argv,
     owner_alive,
+    parse_bind,
     pool_dir,
     process_start_time,
     rmtree,
@@ -137,7 +138,8 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             volumes={str(self.work.path): {"bind": WORKDIR, "mode": "rw"},
                      str(self.tmp.path): {"bind": "/tmp", "mode": "rw"},
                      str(self.ctl): {"bind": "/.wb", "mode": "rw"},
-                     str(p.bridge_dir): {"bind": BRIDGE_DIR, "mode": "ro"}},
+                     str(p.bridge_dir): {"bind": BRIDGE_DIR, "mode": "ro"},
+                     **{src: {"bind": dst, "mode": "ro"} for src, dst in p.binds}},
             working_dir=WORKDIR, environment=base_env("/tmp"), auto_remove=True, stop_signal="SIGKILL", **kw)
         self.container_id = c.id
 
@@ -336,6 +338,7 @@ class DockerPool(SandboxPool):
         self.env_dir = Path(env_dir) if env_dir else None
         self.limits = runtime.limits()
         self.network = network_policy(runtime.network)
+        self.binds = tuple(parse_bind(b) for b in getattr(runtime, "binds", ()))
         self.network_name = ""
         self.extra_hosts: dict[str, str] = {}
         self.heartbeat_s = heartbeat_s or HEARTBEAT_S
@@ -362,6 +365,9 @@ class DockerPool(SandboxPool):
         self._hb: threading.Thread | None = None
 
     async def start(self) -> DockerPool:
+        for src, _ in self.binds:
+            if not os.path.exists(src):
+                raise SandboxError(f"Docker(binds=...): {src} does not exist")
         self.client = await asyncio.to_thread(connect)
         self.api = EngineAPI(self.client)
         self.image = await asyncio.to_thread(self._resolve_image)

@@ -464,3 +464,10 @@ class WorkdirFiles:
 
     async def close(self) -> None:
         await self.pool.release(self)
+
+
+def parse_bind(spec: str) -> tuple[str, str]:
+    """``HOST`` or ``HOST:SANDBOX`` as (absolute host path, sandbox path; the host path by default)."""
+    src, _, dst = spec.partition(":")
+    src = str(Path(src).resolve())
+    return src, dst or src

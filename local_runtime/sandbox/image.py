@@ -1,10 +1,10 @@
 """Docker images for sandboxes, built with no registry.
 
-The default image (``workbench-sandbox:1``) is a root filesystem assembled from this machine's own
+The default image (``workbench-sandbox:2``) is a root filesystem assembled from this machine's own
 files and loaded with ``docker import``: busybox (``/bin/sh`` and the usual applets; Debian's
 ``busybox-static``) plus the host's ``python3`` with its standard library and the shared libraries
 ``ldd`` says they need. Environments may instead bring a Dockerfile (built with ``pull=False``, so
-``FROM workbench-sandbox:1`` works offline) or name any image already on the machine.
+``FROM workbench-sandbox:2`` works offline) or name any image already on the machine.
 """
 
 from __future__ import annotations
@@ -62,6 +62,26 @@ def _ldd(paths: list[str]) -> set[str]:
             if m:
                 out.add(m.group(1))
     return out
+
+
+#: C and C++ runtime libraries that compiled wheels load (pydantic-core, numpy, ...): with them, a host
+#: virtual environment bound into a sandbox runs there (``wb.Docker(binds=...)``, sandboxed MCP servers).
+_RUNTIME_LIBS = ("libgcc_s.so.1", "libstdc++.so.6", "librt.so.1", "libpthread.so.0", "libdl.so.2", "libm.so.6",
+                 "libutil.so.1")
+
+
+def _runtime_libs() -> set[str]:
+    found: set[str] = set()
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+    if not ldconfig:
+        return found
+    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
+    for name in _RUNTIME_LIBS:
+        m = re.search(rf"^\s*{re.escape(name)} \(libc6,x86-64\) => (\S+)", listing, re.MULTILINE) or \
+            re.search(rf"^\s*{re.escape(name)} \([^)]*\) => (\S+)", listing, re.MULTILINE)
+        if m and os.path.exists(m.group(1)):
+            found.add(m.group(1))
+    return found
 
 
 class _Tar:
@@ -207,7 +227,7 @@ def build_rootfs(out: Any, log: Callable[[str], None] = lambda s: None) -> dict[
     ver = layout["version"]
     for lib in Path(libdir).glob(f"libpython{ver}*.so*") if libdir and os.path.isdir(libdir) else ():
         tar.file(str(lib))
-    for lib in sorted(_ldd(libs)):
+    for lib in sorted(_ldd(libs) | _runtime_libs()):
         tar.file(lib)
     tar.text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/tmp:/bin/sh\n"
              "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")

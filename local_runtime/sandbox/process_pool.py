@@ -54,6 +54,7 @@ from local_runtime.sandbox.fs import (
     WorkdirFiles,
     base_env,
     exec_argv,
+    parse_bind,
     pool_dir,
     rmtree,
     seed,
@@ -359,13 +360,6 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | No
 
 
 # -- the pool --------------------------------------------------------------------------------------
-def _bind(spec: str) -> tuple[str, str]:
-    """``HOST`` or ``HOST:SANDBOX`` as (absolute host path, sandbox path; the host path by default)."""
-    src, _, dst = spec.partition(":")
-    src = str(Path(src).resolve())
-    return src, dst or src
-
-
 class ProcessPool(SandboxPool):
     kind = "local"
 
@@ -376,7 +370,7 @@ class ProcessPool(SandboxPool):
         self.limits = runtime.limits()
         self.network = network_policy(runtime.network)
         assert isinstance(self.network, str)
-        self.binds = tuple(_bind(b) for b in runtime.binds)
+        self.binds = tuple(parse_bind(b) for b in runtime.binds)
         self.stats = PoolStats()
         self.idle: list[ProcessSandbox] = []
         self.held: set[ProcessSandbox] = set()

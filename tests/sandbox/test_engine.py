@@ -234,7 +234,7 @@ def test_cli_sandbox_commands(cli: Callable[..., Any], docker_client: Any) -> No
     res = cli("sandbox", "image", "--json")
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
-    assert out["image"] == "workbench-sandbox:1" and out["built"] is False  # idempotent: built once already
+    assert out["image"] == "workbench-sandbox:2" and out["built"] is False  # idempotent: built once already
     res = cli("sandbox", "status", "--json")
     st = last_json(res.stdout)
     assert st["local"]["isolated"] is True and st["docker"]["running"] is True and st["docker"]["default_image"]

@@ -124,7 +124,7 @@ def test_runtime_declarations() -> None:
 
 
 async def test_dockerfile_image_builds_offline(docker_client: Any, tmp_path: Path) -> None:
-    (tmp_path / "Dockerfile").write_text("FROM workbench-sandbox:1\nCOPY hello.txt /opt/hello.txt\n"
+    (tmp_path / "Dockerfile").write_text("FROM workbench-sandbox:2\nCOPY hello.txt /opt/hello.txt\n"
                                          "RUN echo built-offline > /opt/built.txt\n")
     (tmp_path / "hello.txt").write_text("hello from the env folder\n")
     rt = wb.Docker(dockerfile="Dockerfile")

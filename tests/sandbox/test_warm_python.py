@@ -394,7 +394,7 @@ async def test_commands_start_the_usual_way_beside_a_zygote_with_threads(docker_
     (tmp_path / "wb_threaded_mod.py").write_text(THREADED_MODULE)
     (tmp_path / "wb_quiet_mod.py").write_text(QUIET_MODULE)
     (tmp_path / "Dockerfile").write_text(
-        "FROM workbench-sandbox:1\nCOPY wb_threaded_mod.py wb_quiet_mod.py /opt/wbmods/\n"
+        "FROM workbench-sandbox:2\nCOPY wb_threaded_mod.py wb_quiet_mod.py /opt/wbmods/\n"
         "RUN python3 -I -S -c \"import os, shutil; [shutil.copy('/opt/wbmods/' + n, os.path.dirname(os.__file__)) "
         "for n in os.listdir('/opt/wbmods')]\"\n")
     seen = {}

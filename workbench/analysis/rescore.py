@@ -12,7 +12,7 @@ file gave no reward has no "before" (it counts as changed, and its delta is its 
 
 What cannot be re-scored from messages alone is skipped and counted with its reason: rollouts that
 failed before scoring (they never had a reward), and every rollout of an environment whose reward
-asks for ``sandbox`` — the rollout's sandbox is gone after the run, and replaying the episode to
+asks for ``sandbox`` or ``mcp`` — the rollout's sandbox and MCP servers are gone after the run, and replaying the episode to
 rebuild it would be a new eval (run ``workbench eval`` instead). Metrics that ask for a sandbox, and
 ``token_mismatch`` (a fact of the trace, not a rubric function), keep their stored values.
 
@@ -62,7 +62,8 @@ from workbench.store.rescores import (
 EnvFactory = Callable[[dict[str, Any]], Environment]
 ProgressFn = Callable[[int, int], None]
 
-_SANDBOX_ARGS = frozenset({"sandbox", "sandboxes"})
+#: Arguments only a live rollout has, and what they are called in a skip reason.
+_LIVE_ARGS = {"sandbox": "sandbox", "sandboxes": "sandbox", "mcp": "MCP session"}
 _TRACE_ARGS = frozenset({"trace", "traces"})
 _ENGINE_METRICS = ("token_mismatch",)  # added by the engine from the trace, not by the rubric
 _TOP = 10
@@ -156,12 +157,13 @@ class _Scorer:
 
     @classmethod
     def of(cls, env: Environment) -> _Scorer:
-        bound = [f for f in env.rubric.functions if _SANDBOX_ARGS & set(f.args)]
+        bound = [f for f in env.rubric.functions if _LIVE_ARGS.keys() & set(f.args)]
         blocking = next((f for f in bound if f.kind != "metric"), None)
         skip = None
         if blocking is not None:
             kind = "group reward" if blocking.kind == "group" else "reward"
-            skip = (f"{kind} {blocking.name!r} needs the rollout's live sandbox, which is gone after the run "
+            live = _LIVE_ARGS[min(_LIVE_ARGS.keys() & set(blocking.args))]
+            skip = (f"{kind} {blocking.name!r} needs the rollout's live {live}, which is gone after the run "
                     f"(re-run `workbench eval {env.name}` to score it)")
         rubric = env.rubric
         if bound:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
-from workbench.authoring.tasks import Message
+from workbench.authoring.mcp_tools import MCPTools
+from workbench.authoring.tasks import Message, Task
+from workbench.authoring.toolbox import Toolbox
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError
 from workbench.rollouts.rollout import Rollout
@@ -49,94 +50,50 @@ class SingleTurn(Harness):
 
 
 class ToolLoop(Harness):
-    """The model calls tools (plain Python functions) until it answers without a tool call.
+    """The model calls tools until it answers without a tool call.
 
-    A tool's signature and docstring become its JSON schema. Parameters named ``sandbox``,
-    ``state``, ``task`` or ``info`` are injected and never shown to the model. Parallel tool calls
-    run concurrently; a tool that raises returns the error to the model as the tool message.
-    A tool result longer than ``max_tool_output`` characters is cut to that length (the model is told,
-    and a tool error is recorded with the full size), so one tool cannot flood the context or the store.
+    ``tools`` holds plain (async) Python functions and ``wb.MCPTools`` toolsets. A function's signature
+    and docstring become its JSON schema; parameters named ``sandbox``, ``state``, ``task``, ``info`` or
+    ``mcp`` are injected and never shown to the model. An MCP server's tools keep the server's own
+    schemas. Parallel tool calls run concurrently; a tool that raises (or an MCP tool that returns an
+    error) gives the model the error as the tool message. A tool result longer than ``max_tool_output``
+    characters is cut to that length (the model is told, and a tool error is recorded with the full
+    size), so one tool cannot flood the context or the store.
     """
 
     def __init__(
         self,
-        tools: Sequence[Callable[..., Any] | Tool],
+        tools: Sequence[Callable[..., Any] | Tool | MCPTools],
         max_turns: int = 10,
         system_prompt: str | None = None,
         parallel: bool = True,
         max_tool_output: int = 256_000,
     ) -> None:
-        self.tools = [Tool.from_function(t) for t in tools]
-        if not isinstance(max_tool_output, int) or isinstance(max_tool_output, bool) or max_tool_output < 1:
-            raise EnvLoadError("ToolLoop(max_tool_output=...) must be a whole number of characters, at least 1")
-        self.max_tool_output = max_tool_output
-        names = [t.name for t in self.tools]
-        dupes = {n for n in names if names.count(n) > 1}
-        if dupes:
-            raise EnvLoadError(f"ToolLoop has two tools named {sorted(dupes)[0]!r}")
-        self.by_name = {t.name: t for t in self.tools}
-        self.schemas = [t.schema() for t in self.tools]
+        self.toolbox = Toolbox(tools, "ToolLoop", max_tool_output=max_tool_output, parallel=parallel)
+        self.tools, self.by_name, self.schemas = self.toolbox.tools, self.toolbox.by_name, self.toolbox.schemas
+        self.toolsets = self.toolbox.toolsets
         if max_turns < 1:
             raise EnvLoadError("ToolLoop(max_turns=...) must be at least 1")
         self.max_turns = max_turns
         self.system_prompt = system_prompt
         self.parallel = parallel
+        self.max_tool_output = max_tool_output
+
+    @property
+    def needs_sandbox(self) -> bool:
+        return any(s.in_sandbox for s in self.toolsets)
+
+    def host_mounts(self, kind: str = "local") -> list[str]:
+        return self.toolbox.host_mounts()
 
     async def run(self, rollout: Rollout) -> None:
         self.start(rollout)
-        for _ in range(self.max_turns):
-            msg = await rollout.generate(tools=self.schemas)
-            rollout.messages.append(msg)
-            calls = msg.get("tool_calls") or []
-            if not calls:
-                return
-            if self.parallel:
-                results = await asyncio.gather(*(self._call(rollout, c) for c in calls))
-            else:
-                results = [await self._call(rollout, c) for c in calls]
-            rollout.messages.extend(results)
-        rollout.state["max_turns_reached"] = True
-
-    async def _call(self, rollout: Rollout, call: dict[str, Any]) -> Message:
-        fn = call.get("function") or {}
-        name = fn.get("name", "")
-        call_id = call.get("id", "")
-        tool = self.by_name.get(name)
-        if tool is None:
-            content = f"Error: there is no tool named {name!r}. Available tools: {', '.join(self.by_name)}."
-            rollout.errors.append(_tool_error(name or "?", f"unknown tool {name!r}"))
-            return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
-        raw = fn.get("arguments") or "{}"
-        try:
-            args = orjson.loads(raw) if isinstance(raw, str | bytes) else dict(raw)
-            if not isinstance(args, dict):
-                raise ValueError("arguments must be a JSON object")
-        except Exception as e:
-            rollout.errors.append(_tool_error(name, f"bad arguments: {e}"))
-            return {"role": "tool", "tool_call_id": call_id, "name": name,
-                    "content": f"Error: the arguments are not a valid JSON object ({e})."}
-        try:
-            result = await tool.call(args, {"sandbox": rollout.sandbox, "state": rollout.state,
-                                            "task": rollout.task, "info": rollout.task.info})
-            content = result if isinstance(result, str) else orjson.dumps(result, default=str).decode()
-        except Exception as e:  # goes back to the model, not up the stack
-            rollout.errors.append(_tool_error(name, f"{type(e).__name__}: {e}"))
-            content = f"Error: {type(e).__name__}: {e}"
-        if len(content) > self.max_tool_output:
-            size = len(content)
-            rollout.errors.append(_tool_error(name, f"output of {size:,} characters cut to the {self.max_tool_output:,}"
-                                                    "-character cap (ToolLoop(max_tool_output=...))"))
-            content = content[: self.max_tool_output] + f"\n[output cut: {size:,} characters, over the cap]"
-        return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+        if not await self.toolbox.act(rollout, self.max_turns):
+            rollout.state["max_turns_reached"] = True
 
     def describe(self) -> str:
-        return f"ToolLoop({', '.join(self.by_name)})"
-
-
-def _tool_error(source: str, message: str) -> Any:
-    from workbench.rollouts.rollout import RolloutError
-
-    return RolloutError("tool", source, message)
+        names = [*self.by_name, *(f"mcp:{s.label}" for s in self.toolsets)]
+        return f"ToolLoop({', '.join(names)})"
 
 
 class MultiTurn(Harness):
@@ -158,13 +115,16 @@ class MultiTurn(Harness):
     async def respond(self, messages: list[Message], state: dict[str, Any]) -> list[Message] | None:
         raise NotImplementedError(f"{type(self).__name__} must implement respond(messages, state)")
 
+    async def model_turn(self, rollout: Rollout) -> None:
+        """The model's move: one assistant message appended to the conversation."""
+        rollout.messages.append(await rollout.generate())
+
     async def run(self, rollout: Rollout) -> None:
         self.start(rollout)
         rollout.state.setdefault("task", rollout.task)
         await self.setup(rollout.task, rollout.state)
         for turn in range(self.max_turns):
-            msg = await rollout.generate()
-            rollout.messages.append(msg)
+            await self.model_turn(rollout)
             # The environment always judges the model's move, the last one included.
             reply = await self.respond(rollout.messages, rollout.state)
             if reply is None:
@@ -183,33 +143,63 @@ class MultiTurn(Harness):
 class UserSim(MultiTurn):
     """A simulated user: another model plays a persona and answers the assistant each turn.
 
-    ``model`` names the user model (served by the same endpoint unless ``base_url`` is given).
-    The user model ends the conversation by writing ``stop_token`` (default ``[DONE]``).
+    The task's prompt is the user's first message. ``persona`` is a text, or a function of the task
+    that returns one (a persona per task). ``model`` names the user model (served by the same endpoint
+    unless ``base_url`` is given). The user model ends the conversation by writing ``stop_token``
+    (default ``[DONE]``). With ``tools`` (plain functions and ``wb.MCPTools``, as in ``ToolLoop``) each
+    assistant turn may call tools, up to ``max_tool_calls`` rounds, before it answers the user; the
+    simulated user sees only what the assistant says, never its tool calls.
     """
 
     def __init__(
         self,
-        persona: str,
+        persona: str | Callable[[Task], str],
         model: str | None = None,
         max_turns: int = 6,
         system_prompt: str | None = None,
         base_url: str | None = None,
         stop_token: str = "[DONE]",
+        tools: Sequence[Callable[..., Any] | Tool | MCPTools] = (),
+        max_tool_calls: int = 8,
+        max_tool_output: int = 256_000,
     ) -> None:
         super().__init__(max_turns=max_turns, system_prompt=system_prompt)
+        if not (isinstance(persona, str) or callable(persona)):
+            raise EnvLoadError("wb.UserSim(persona=...) takes a text or a function of the task that returns one")
+        if not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+            raise EnvLoadError("wb.UserSim(max_tool_calls=...) must be at least 1")
         self.persona, self.user_model, self.user_base_url, self.stop_token = persona, model, base_url, stop_token
+        self.toolbox = Toolbox(tools, "UserSim", max_tool_output=max_tool_output) if tools else None
+        self.toolsets = self.toolbox.toolsets if self.toolbox else []
+        self.max_tool_calls = max_tool_calls
+
+    @property
+    def needs_sandbox(self) -> bool:
+        return any(s.in_sandbox for s in self.toolsets)
+
+    def host_mounts(self, kind: str = "local") -> list[str]:
+        return self.toolbox.host_mounts() if self.toolbox else []
+
+    def persona_for(self, task: Task) -> str:
+        return self.persona(task) if callable(self.persona) else self.persona
+
+    async def model_turn(self, rollout: Rollout) -> None:
+        if self.toolbox is None:
+            return await super().model_turn(rollout)
+        if not await self.toolbox.act(rollout, self.max_tool_calls):
+            rollout.state["max_tool_calls_reached"] = True
 
     async def respond(self, messages: list[Message], state: dict[str, Any]) -> list[Message] | None:
         rollout: Rollout = state["_rollout"]
-        # The simulated user sees the conversation with roles flipped.
+        # The simulated user sees what was said, with roles flipped: no tool calls, no tool results.
         flipped: list[Message] = [{"role": "system", "content": (
-            f"You are a user talking to an assistant. Persona: {self.persona}\n"
+            f"You are a user talking to an assistant. Persona: {self.persona_for(rollout.task)}\n"
             f"Reply as the user, briefly. When your need is met, reply with {self.stop_token}.")}]
         for m in messages:
-            if m.get("role") == "system":
+            role = m.get("role")
+            if role in ("system", "tool") or (role == "assistant" and not m.get("content")):
                 continue
-            role = "assistant" if m.get("role") == "user" else "user"
-            flipped.append({"role": role, "content": m.get("content") or ""})
+            flipped.append({"role": "assistant" if role == "user" else "user", "content": m.get("content") or ""})
         resp = await rollout.client.chat(
             base_url=self.user_base_url or rollout.base_url, model=self.user_model or rollout.model,
             messages=flipped, tools=None, params={k: v for k, v in rollout.params.items() if k != "logprobs"},
@@ -225,6 +215,11 @@ class UserSim(MultiTurn):
             await super().run(rollout)
         finally:
             rollout.state.pop("_rollout", None)
+
+    def describe(self) -> str:
+        if not self.toolbox:
+            return "UserSim"
+        return f"UserSim({', '.join([*self.toolbox.by_name, *(f'mcp:{s.label}' for s in self.toolsets)])})"
 
 
 _OUTPUT_CAP = 64 * 1024
@@ -281,11 +276,12 @@ class Program(Harness):
     def describe(self) -> str:
         return f"Program({' '.join(self.argv)[:60]})"
 
-    def host_mounts(self) -> list[str]:
-        """What a local sandbox mounts read-only for the program: ``HOST`` or ``HOST:SANDBOX`` entries."""
+    def host_mounts(self, kind: str = "local") -> list[str]:
+        """What a local sandbox mounts read-only for the program: ``HOST`` or ``HOST:SANDBOX`` entries
+        (on Docker the command line names paths of the image: nothing)."""
         from workbench.rollouts.program_mounts import program_mounts
 
-        return program_mounts(self.argv, self.binds)
+        return program_mounts(self.argv, self.binds) if kind == "local" else []
 
     async def run(self, rollout: Rollout) -> None:
         from workbench.rollouts.conversations import Conversations

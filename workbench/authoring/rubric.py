@@ -13,7 +13,7 @@ from workbench.errors import RubricError
 
 #: Names a per-rollout reward or metric may ask for.
 ROLLOUT_ARGS: frozenset[str] = frozenset(
-    {"prompt", "completion", "messages", "answer", "info", "task", "state", "trace", "sandbox", "usage"}
+    {"prompt", "completion", "messages", "answer", "info", "task", "state", "trace", "sandbox", "usage", "mcp"}
 )
 #: Plural names a group reward may ask for (one entry per rollout of the group), plus the
 #: singular task-level names, which are the same for every rollout of a group.

@@ -166,20 +166,23 @@ class Local(Runtime):
 class Docker(Runtime):
     """Tools and programs run in Docker containers (the docker SDK; a local engine).
 
-    ``image``: a local image name (default: ``workbench-sandbox:1``, built offline by ``workbench sandbox
+    ``image``: a local image name (default: ``workbench-sandbox:2``, built offline by ``workbench sandbox
     image``); or ``dockerfile``: a Dockerfile (relative paths are relative to the environment's folder)
-    built locally with no pull (``FROM workbench-sandbox:1`` works offline). Every container is labelled
+    built locally with no pull (``FROM workbench-sandbox:2`` works offline). Every container is labelled
     with the run id (and renamed after the rollout it serves); commands run as an unprivileged user with no
     capabilities (the container keeps only SETUID and SETGID, for its exec agent), a read-only root, no
     network by default and the given limits.
     ``exec_agent``: commands are forked by one agent process per container (root, with only the right to
     switch to the sandbox user) instead of one ``docker exec`` each; ``False``, or an image without
-    ``python3``, uses ``docker exec`` per command. ``warm_python``: as for :class:`Local`.
+    ``python3``, uses ``docker exec`` per command. ``warm_python``: as for :class:`Local`. ``binds`` adds
+    host paths, read-only, as for :class:`Local` (the default image's Python is this machine's, at the same
+    path, so a host virtual environment bound in runs there: sandboxed MCP servers use this).
     """
 
     kind: ClassVar[str] = "docker"
     image: str | None = None
     dockerfile: str | Path | None = None
+    binds: Sequence[str] = ()
     _: KW_ONLY
     exec_agent: bool = True
     warm_python: bool | Sequence[str] = False

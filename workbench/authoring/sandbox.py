@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: Where the rollout's working directory appears inside an isolated sandbox.
 WORKDIR = "/work"
 #: The image ``workbench sandbox image`` builds locally (no registry) and ``wb.Docker()`` uses by default.
-DEFAULT_IMAGE = "workbench-sandbox:1"
+DEFAULT_IMAGE = "workbench-sandbox:2"
 #: Where every sandbox of a pool sees the pool's bridge folder (read-only): the host end puts there what a
 #: program inside may reach, such as the interception proxy's socket (see ``Program``).
 BRIDGE_DIR = "/run/workbench"

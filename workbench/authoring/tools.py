@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args, get_origin
 from workbench.errors import EnvLoadError
 
 #: Parameters a tool may declare that are injected by the harness and never shown to the model.
-INJECTED = frozenset({"sandbox", "state", "task", "info"})
+INJECTED = frozenset({"sandbox", "state", "task", "info", "mcp"})
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 

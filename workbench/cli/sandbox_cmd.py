@@ -24,7 +24,7 @@ def _docker_client() -> Any:
 @click.option("--rebuild", is_flag=True, help="Build again even if the image exists.")
 @json_option()
 def image_command(rebuild: bool, as_json: bool) -> None:
-    """Build the default Docker sandbox image (workbench-sandbox:1) from this machine's files; no registry."""
+    """Build the default Docker sandbox image (workbench-sandbox:2) from this machine's files; no registry."""
     from local_runtime.sandbox.image import build_default_image
 
     client = _docker_client()

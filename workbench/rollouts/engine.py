@@ -102,6 +102,7 @@ class RolloutEngine:
     _hold_sandboxes: bool = False
     _deadlines: _Deadlines | None = None
     _group_scored: bool = False  # whether the rubric has group rewards
+    _toolsets: Any = None  # the run's MCP toolsets (RunToolsets) when the harness has any
 
     def oldest_in_flight_s(self) -> float:
         """How long the oldest rollout still running has been running (0 when none is)."""
@@ -125,6 +126,9 @@ class RolloutEngine:
         self._hold_sandboxes = any("sandboxes" in f.args for f in group_rewards)
         jobs = self._jobs(groups, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
+        toolsets = getattr(self.env.harness, "toolsets", None)
+        if toolsets:
+            self._toolsets = await _open_toolsets(self.env, toolsets, self.sandboxes, self.concurrency)
         self._deadlines = _Deadlines(self.timeout_s)
         watchdog = asyncio.create_task(self._deadlines.watch())
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
@@ -137,6 +141,9 @@ class RolloutEngine:
             raise
         finally:
             watchdog.cancel()
+            if self._toolsets is not None:
+                await self._toolsets.close()
+                self._toolsets = None
         if self.fatal is not None:
             raise self.fatal
         return self.counters
@@ -190,6 +197,8 @@ class RolloutEngine:
                     rollout.sandbox = await self.sandbox_factory(rollout)
                 elif self.sandboxes is not None and (self._needs_sandbox or group.task.sandbox is not None):
                     rollout.sandbox = await self.sandboxes.acquire(rid, group.task)
+                if self._toolsets is not None:
+                    rollout.mcp = await self._toolsets.for_rollout(rollout)
                 await harness.run(rollout)
                 if me in deadlines.expired:  # the harness swallowed its cancellation: still out of time
                     me.uncancel()
@@ -225,6 +234,9 @@ class RolloutEngine:
                 return rollout, None, None
             ctx = rollout.score_context()
             scores = await self.env.rubric.score_rollout(ctx)
+            if rollout.mcp is not None:  # the rollout's own servers stop once it is scored
+                ctx["mcp"] = None
+                await _stop_servers(rollout)
             if rollout.trace.has_tokens:
                 # Turn N's prompt tokens must extend turn N-1's prompt + completion tokens.
                 scores.metrics["token_mismatch"] = float(len(rollout.trace.mismatches))
@@ -232,6 +244,8 @@ class RolloutEngine:
             held = self._hold_sandboxes and rollout.sandbox is not None
             return rollout, scores, ctx
         finally:
+            if rollout.mcp is not None:
+                await _stop_servers(rollout)
             if not held:
                 await _release(rollout)
 
@@ -276,6 +290,22 @@ class RolloutEngine:
                 c.scored += 1
                 c.reward_sum += sc.total
         self.writer.submit(records)
+
+
+async def _open_toolsets(env: Environment, toolsets: list[Any], sandboxes: SandboxPool | None, concurrency: int) -> Any:
+    from pathlib import Path
+
+    from workbench.rollouts.mcp_sessions import RunToolsets
+
+    src = Path(env.source) if env.source else None
+    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
+    plain = list(getattr(getattr(env.harness, "toolbox", None), "by_name", {}) or {})
+    return await RunToolsets.open(toolsets, plain, sandboxes=sandboxes, env_dir=env_dir, concurrency=concurrency)
+
+
+async def _stop_servers(rollout: Rollout) -> None:
+    sessions, rollout.mcp = rollout.mcp, None
+    await asyncio.shield(sessions.close())
 
 
 async def _release(rollout: Rollout) -> None:

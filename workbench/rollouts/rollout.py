@@ -93,6 +93,7 @@ class Rollout:
     conversations: Conversations | None = None  # set by a harness that rebuilds its conversations from the calls
     policy: Any = None  # a HumanPolicy: a person writes the assistant's turns (wb.Human); None: the model
     source: str = "model"  # who acted: "model", or "human" when a person was the policy
+    mcp: Any = None  # the rollout's MCP sessions (``MCPSessions``) when its harness has MCP toolsets
 
     async def generate(
         self, messages: list[Message] | None = None, *, tools: list[dict[str, Any]] | None = None, **overrides: Any
@@ -193,6 +194,7 @@ class Rollout:
             "trace": self,
             "sandbox": self.sandbox,
             "usage": self.usage,
+            "mcp": self.mcp,
         }
 
 

@@ -309,7 +309,9 @@ async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concur
     runtime = env.runtime
     mounts = getattr(env.harness, "host_mounts", None)
     if mounts is not None and "binds" in {f.name for f in dataclasses.fields(runtime)}:
-        runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *mounts()])  # what the program must see
+        extra = mounts(runtime.kind)  # what the program or the sandboxed MCP servers must see
+        if extra:
+            runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *extra])
     opener = getattr(runtime, "pool", None)
     if opener is None:
         raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "

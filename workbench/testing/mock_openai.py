@@ -6,7 +6,9 @@ Modes (``--mode`` or the ``mode`` argument):
 - ``arithmetic``: solve ``What is A op B`` prompts (answers correctly with probability ``--accuracy``).
 - ``script``: replies come from a JSON list given with ``--script`` (cycled per request), each either a
   string (assistant text), ``{"tool_calls": [...]}``, ``{"status": 500}``, ``{"raw": "not json"}`` or
-  ``{"sleep": seconds, ...}``.
+  ``{"sleep": seconds, ...}``. With ``--by-turn`` the reply is not cycled over all requests but chosen by
+  the conversation's own progress: item K answers a request holding K assistant messages (the last item
+  answers any later turn), so concurrent scripted multi-turn rollouts each follow the script.
 - ``echo``: the assistant repeats the last user message.
 
 Token knobs: ``--tokens`` makes it behave like a token-returning server (vLLM/workbench): it
@@ -89,8 +91,9 @@ class MockOpenAI:
     def __init__(self, mode: str = "instant", reply: str = "42", script: list[Any] | None = None,
                  accuracy: float = 0.7, fail_first: int = 0, fail_status: int = 500, require_key: str | None = None,
                  models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
-                 drift: bool = False) -> None:
+                 drift: bool = False, by_turn: bool = False) -> None:
         self.tokens, self.drift = tokens, drift
+        self.by_turn = list(script) if by_turn and script else None
         self.mode, self.reply, self.accuracy = mode, reply, accuracy
         self.script = itertools.cycle(script) if script else None
         self.fail_first, self.fail_status = fail_first, fail_status
@@ -193,7 +196,11 @@ class MockOpenAI:
             last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
             message["content"] = last
         elif self.mode == "script" and self.script is not None:
-            item = next(self.script)
+            if self.by_turn is not None:
+                k = sum(1 for m in msgs if m.get("role") == "assistant")
+                item = self.by_turn[min(k, len(self.by_turn) - 1)]
+            else:
+                item = next(self.script)
             if isinstance(item, dict):
                 if "sleep" in item:
                     await asyncio.sleep(item["sleep"])
@@ -259,9 +266,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokens", action="store_true", help="return token ids and logprobs like vLLM")
     ap.add_argument("--drift", action="store_true", help="re-render assistant turns differently (mismatch)")
+    ap.add_argument("--by-turn", action="store_true", help="script item K answers the conversation's turn K")
     a = ap.parse_args(argv)
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
-                      a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift)
+                      a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift,
+                      a.by_turn)
     try:
         import uvloop
 

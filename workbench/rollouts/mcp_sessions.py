@@ -1,0 +1,328 @@
+"""MCP toolsets during a run: the servers, their tools for the model, and the ``mcp`` argument.
+
+:class:`RunToolsets` opens when the run starts (before any rollout): it starts each toolset's server
+once (a shared one stays up for the run; a per-rollout one is a probe whose tool list the run uses),
+checks that no tool name is given twice, and keeps warm per-rollout servers ready on the host. Each
+rollout then gets an :class:`MCPSessions`: its servers (fresh ones for per-rollout toolsets), its
+tools for the model, and what rewards receive as ``mcp``. Every call is recorded in the rollout's
+``state["mcp_calls"]``: server, tool, arguments, result, whether it failed, milliseconds, and who called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.authoring.mcp_tools import MCPToolError, MCPTools
+from workbench.errors import EnvLoadError
+from workbench.rollouts.mcp_transport import (
+    ServerHandle,
+    ServerStartError,
+    host_connector,
+    http_connector,
+    install_relay,
+    sandbox_connector,
+)
+from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
+
+#: How much of a result the trace keeps per call (the model's tool message holds all of it).
+TRACE_RESULT_CHARS = 4000
+_DEFAULT_WARM = 8
+
+
+class _Warm:
+    """Per-rollout servers on the host, started ahead: a rollout takes a ready one and a new one starts."""
+
+    def __init__(self, spec: MCPTools, size: int, env_dir: Path | None) -> None:
+        self.spec, self.size, self.env_dir = spec, max(1, size), env_dir
+        self.ready: asyncio.Queue[ServerHandle | BaseException] = asyncio.Queue()
+        self.starting: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    def fill(self) -> None:
+        while not self.closed and self.ready.qsize() + len(self.starting) < self.size:
+            t = asyncio.create_task(self._start_one())
+            self.starting.add(t)
+            t.add_done_callback(self.starting.discard)
+
+    async def _start_one(self) -> None:
+        h = ServerHandle(self.spec)
+        try:
+            await h.start(host_connector(self.spec, h, self.env_dir))
+        except BaseException as e:
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            self.ready.put_nowait(e)
+            return
+        if self.closed:
+            await h.close()
+        else:
+            self.ready.put_nowait(h)
+
+    async def take(self) -> ServerHandle:
+        self.fill()
+        got = await self.ready.get()
+        self.fill()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    async def close(self) -> None:
+        self.closed = True
+        for t in list(self.starting):
+            t.cancel()
+        await asyncio.gather(*self.starting, return_exceptions=True)
+        while not self.ready.empty():
+            h = self.ready.get_nowait()
+            if isinstance(h, ServerHandle):
+                await h.close()
+
+
+class RunToolsets:
+    """The MCP toolsets of one run (see the module docstring)."""
+
+    def __init__(self, specs: Sequence[MCPTools], sandboxes: Any, env_dir: Path | None) -> None:
+        self.specs = list(specs)
+        self.sandboxes = sandboxes
+        self.env_dir = env_dir
+        self.shared: dict[int, ServerHandle] = {}
+        self.warm: dict[int, _Warm] = {}
+        self.tools: dict[int, list[Any]] = {}
+        self.schemas: list[dict[str, Any]] = []
+        self.owner: dict[str, int] = {}  # tool name -> index of its toolset
+
+    @classmethod
+    async def open(cls, specs: Sequence[MCPTools], plain_names: Sequence[str], *, sandboxes: Any,
+                   env_dir: Path | None, concurrency: int) -> RunToolsets:
+        self = cls(specs, sandboxes, env_dir)
+        try:
+            await asyncio.gather(*(self._probe(i, s, concurrency) for i, s in enumerate(self.specs)))
+            self._check_names(plain_names)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _probe(self, i: int, spec: MCPTools, concurrency: int) -> None:
+        if not spec.per_rollout:
+            h = ServerHandle(spec, spec.url or "")
+            connect = http_connector(spec) if spec.url else host_connector(spec, h, self.env_dir)
+            self.shared[i] = await h.start(connect)
+            self.tools[i] = _included(spec, h.tools)
+        elif not spec.sandboxed:
+            size = spec.warm if spec.warm is not None else min(_DEFAULT_WARM, max(1, concurrency))
+            self.warm[i] = w = _Warm(spec, size, self.env_dir)
+            first = await w.take()
+            self.tools[i] = _included(spec, first.tools)
+            w.ready.put_nowait(first)  # unused: the first rollout takes it
+        else:
+            if self.sandboxes is None or getattr(self.sandboxes, "bridge_dir", None) is None:
+                raise EnvLoadError(f"MCP server {spec.label!r} runs in each rollout's sandbox, and the environment's "
+                                   "runtime opens none here; use wb.Local() or wb.Docker(), or "
+                                   "MCPTools(sandboxed=False)")
+            install_relay(self.sandboxes.bridge_dir)
+            sb = await self.sandboxes.acquire(f"mcp-probe-{i}", None)
+            try:
+                h = ServerHandle(spec, "sandbox")
+                await h.start(sandbox_connector(spec, h, sb, self.sandboxes.bridge_dir))
+                self.tools[i] = _included(spec, h.tools)
+                await h.close()
+            finally:
+                await sb.close()
+
+    def _check_names(self, plain_names: Sequence[str]) -> None:
+        plain = set(plain_names)
+        for i, spec in enumerate(self.specs):
+            for t in self.tools[i]:
+                if t.name in plain:
+                    raise EnvLoadError(f"tool {t.name!r} is both a plain tool and a tool of the MCP server "
+                                       f"{spec.label!r}; rename one or pass include=[...] to the MCPTools")
+                if t.name in self.owner:
+                    other = self.specs[self.owner[t.name]].label
+                    raise EnvLoadError(f"tool {t.name!r} is offered by two MCP servers, {other!r} and {spec.label!r}; "
+                                       "pass include=[...] to one of them")
+                self.owner[t.name] = i
+                self.schemas.append({"type": "function", "function": {
+                    "name": t.name, "description": t.description or t.title or t.name,
+                    "parameters": t.inputSchema or {"type": "object", "properties": {}}}})
+        for i, spec in enumerate(self.specs):
+            missing = sorted(set(spec.include or ()) - {t.name for t in self.tools[i]})
+            if missing:
+                raise EnvLoadError(f"MCP server {spec.label!r} has no tool named {missing[0]!r} (include=...)")
+
+    async def for_rollout(self, rollout: Rollout) -> MCPSessions:
+        """The rollout's sessions: the shared servers, and fresh ones for per-rollout toolsets."""
+        sessions = MCPSessions(self, rollout)
+        try:
+            for i, spec in enumerate(self.specs):
+                if i in self.shared:
+                    h = self.shared[i]
+                elif i in self.warm:
+                    h = await self.warm[i].take()
+                    sessions.owned.append(h)
+                else:
+                    if rollout.sandbox is None:
+                        raise RolloutFailed("sandbox", f"mcp:{spec.label}", "this rollout has no sandbox to run its "
+                                                                            "MCP server in")
+                    h = ServerHandle(spec, "sandbox")
+                    sessions.owned.append(h)
+                    await h.start(sandbox_connector(spec, h, rollout.sandbox, self.sandboxes.bridge_dir))
+                sessions.handles[i] = h
+        except ServerStartError as e:
+            await sessions.close()
+            raise RolloutFailed("tool", "mcp", str(e)) from None
+        except BaseException:
+            await sessions.close()
+            raise
+        return sessions
+
+    async def close(self) -> None:
+        for h in self.shared.values():
+            await h.close()
+        for w in self.warm.values():
+            await w.close()
+
+
+def _included(spec: MCPTools, tools: list[Any]) -> list[Any]:
+    return [t for t in tools if spec.include is None or t.name in spec.include]
+
+
+class MCPSessions:
+    """One rollout's MCP servers. Rewards receive it as ``mcp``: ``await mcp.call(tool, {...})``."""
+
+    def __init__(self, run: RunToolsets, rollout: Rollout) -> None:
+        self.run = run
+        self.rollout = rollout
+        self.handles: dict[int, ServerHandle] = {}
+        self.owned: list[ServerHandle] = []  # per-rollout servers: stopped with the rollout
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.run.schemas
+
+    def owns(self, tool: str) -> bool:
+        return tool in self.run.owner
+
+    def __getitem__(self, name: str) -> Any:
+        """The SDK's ``ClientSession`` of the toolset named ``name`` (for resources, prompts, raw calls)."""
+        for i, spec in enumerate(self.run.specs):
+            if spec.label == name:
+                return self.handles[i].session
+        raise KeyError(f"no MCP toolset named {name!r}; toolsets: {', '.join(s.label for s in self.run.specs)}")
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Call ``tool`` as a reward does: its structured content (a tool's ``{"result": x}`` wrapping
+        unwrapped), else its text parsed as JSON, else its text. A tool error raises :class:`MCPToolError`."""
+        args = {**(arguments or {}), **kwargs}
+        res, text = await self._call(tool, args, by="reward")
+        if res.isError:
+            raise MCPToolError(f"MCP tool {tool!r} failed: {text[:500]}")
+        if res.structuredContent is not None:
+            sc = res.structuredContent
+            return sc["result"] if isinstance(sc, dict) and set(sc) == {"result"} else sc
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+
+    async def call_for_model(self, tool: str, arguments: dict[str, Any]) -> str:
+        """A model's tool call: the tool message's text. A tool error (the server's own, a schema
+        failure, a call past ``call_timeout``) goes back to the model; a server that has gone fails the rollout."""
+        try:
+            res, text = await self._call(tool, arguments, by="model")
+        except _CallTimedOut as e:
+            self.rollout.errors.append(RolloutError("tool", tool, str(e)))
+            return f"Error: {e}"
+        if res.isError:
+            self.rollout.errors.append(RolloutError("tool", tool, f"the MCP tool returned an error: {text[:300]}"))
+            return f"Error: {text}" if not text.startswith("Error") else text
+        return text
+
+    async def _call(self, tool: str, args: dict[str, Any], by: str) -> tuple[Any, str]:
+        from mcp.shared.exceptions import McpError
+
+        i = self.run.owner.get(tool)
+        if i is None:
+            raise MCPToolError(f"no MCP toolset offers a tool named {tool!r}")
+        h = self.handles[i]
+        spec = h.spec
+        t0 = time.perf_counter()
+        entry: dict[str, Any] = {"server": h.label, "tool": tool, "arguments": args, "by": by}
+        self.rollout.state.setdefault("mcp_calls", []).append(entry)
+        try:
+            if not h.alive:
+                raise _Gone(h.gone())
+            res = await h.session.call_tool(tool, args, read_timeout_seconds=timedelta(seconds=spec.call_timeout))
+        except McpError as e:
+            entry.update(error=True, ms=_ms(t0), result=str(e))
+            code = getattr(e.error, "code", None)
+            if code == 408 and h.alive:
+                raise _CallTimedOut(f"the MCP tool {tool!r} did not answer within {spec.call_timeout:g}s") from None
+            if not h.alive or code == -32000:
+                raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(_text_of_error(e))) from None
+            from mcp import types
+
+            res = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+            return res, str(e)
+        except _Gone as e:
+            entry.update(error=True, ms=_ms(t0), result=str(e))
+            raise RolloutFailed("tool", f"mcp:{h.label}", str(e)) from None
+        except (OSError, EOFError) as e:  # a transport that broke under the call
+            entry.update(error=True, ms=_ms(t0), result=str(e))
+            raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(f"{type(e).__name__}: {e}")) from None
+        except Exception as e:
+            if type(e).__module__.startswith(("anyio", "httpx", "httpcore")):
+                entry.update(error=True, ms=_ms(t0), result=str(e))
+                raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(f"{type(e).__name__}: {e}")) from None
+            raise
+        text = result_text(res)
+        entry.update(error=bool(res.isError), ms=_ms(t0), result=text[:TRACE_RESULT_CHARS])
+        return res, text
+
+    async def close(self) -> None:
+        owned, self.owned = self.owned, []
+        await asyncio.gather(*(h.close() for h in owned), return_exceptions=True)
+
+
+class _Gone(Exception):
+    pass
+
+
+class _CallTimedOut(Exception):
+    pass
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _text_of_error(e: Any) -> str:
+    return str(getattr(getattr(e, "error", None), "message", "") or e)
+
+
+def result_text(res: Any) -> str:
+    """A ``CallToolResult`` as the text of a tool message: its text parts (images and binary resources
+    named), or its structured content as JSON when it has no text."""
+    parts: list[str] = []
+    for c in res.content or []:
+        kind = getattr(c, "type", "")
+        if kind == "text":
+            parts.append(c.text)
+        elif kind == "image":
+            parts.append(f"[image {c.mimeType}, {len(c.data) * 3 // 4:,} bytes]")
+        elif kind == "audio":
+            parts.append(f"[audio {c.mimeType}]")
+        elif kind == "resource":
+            r = c.resource
+            parts.append(getattr(r, "text", None) or f"[resource {r.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {c.uri}]")
+    if not parts and res.structuredContent is not None:
+        return orjson.dumps(res.structuredContent, default=str).decode()
+    return "\n".join(parts)

@@ -1,0 +1,329 @@
+"""Running MCP servers: one :class:`ServerHandle` per server, connected with the official ``mcp`` SDK.
+
+Three ways to reach a server: a stdio process on the host (the SDK's ``stdio_client``), a streamable
+HTTP URL (the SDK's ``streamablehttp_client``), and a stdio server inside a rollout's sandbox, whose
+stdin and stdout are a unix socket in the sandbox pool's bridge folder (``mcp_relay.py`` runs there).
+
+The SDK's transports are anyio task groups that must be closed by the task that opened them, so each
+handle is owned by a keeper task: it opens the transport and the ``ClientSession``, lists the tools,
+hands the session out, and closes everything when the handle is closed. Any task may call tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.authoring.mcp_tools import MCPTools
+from workbench.errors import EnvLoadError
+
+#: What ``host_open`` and friends return: the read and write streams a ``ClientSession`` takes.
+Streams = tuple[Any, Any]
+Connector = Callable[[contextlib.AsyncExitStack], Awaitable[Streams]]
+
+_RELAY = Path(__file__).with_name("mcp_relay.py")
+_LINE_LIMIT = 64 << 20  # the longest JSON-RPC line a sandboxed server may send
+
+
+class ServerStartError(EnvLoadError):
+    """An MCP server could not be started or did not answer ``initialize``."""
+
+
+class ServerHandle:
+    """One running MCP server: its session, its tools, and why it stopped if it did."""
+
+    def __init__(self, spec: MCPTools, where: str = "") -> None:
+        self.spec = spec
+        self.label = spec.label
+        self.where = where  # "" (host), "sandbox" or the URL
+        self.session: Any = None
+        self.tools: list[Any] = []
+        self.exit_reason: str | None = None  # set once the server is known to have gone
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
+        self._stderr: Any = None  # a host server's stderr (a temp file)
+        self.program: asyncio.Task[Any] | None = None  # a sandboxed server's exec (its result has the stderr)
+        self.started_s = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self, connect: Connector) -> ServerHandle:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        self._keeper = asyncio.create_task(self._keep(connect), name=f"mcp:{self.label}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), self.spec.startup_timeout)
+        except TimeoutError:
+            await self.close()
+            raise ServerStartError(f"MCP server {self.label!r} did not answer initialize within "
+                                   f"{self.spec.startup_timeout:g}s{self._stderr_tail()}") from None
+        except asyncio.CancelledError:
+            await self.close()
+            raise
+        except BaseException as e:
+            if self.program is not None:  # let a sandboxed server's exit (and its stderr) arrive
+                await asyncio.wait({self.program}, timeout=2.0)
+            await self.close()
+            raise self._start_error(e) from None
+        self.started_s = loop.time() - t0
+        return self
+
+    async def _keep(self, connect: Connector) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await connect(stack)
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                self.tools = await _list_tools(session)
+                self.session = session
+                self._ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as e:
+            if not self._ready.done():
+                self._ready.set_exception(e)
+            elif self.exit_reason is None:
+                self.exit_reason = f"{type(e).__name__}: {e}"
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        finally:
+            if self.exit_reason is None:
+                self.exit_reason = "closed"
+
+    def _start_error(self, e: BaseException) -> BaseException:
+        if isinstance(e, ServerStartError | asyncio.CancelledError):
+            return e
+        first = _first_leaf(e)
+        if isinstance(first, FileNotFoundError) and self.spec.command:
+            return ServerStartError(f"MCP server {self.label!r}: the command {self.spec.command[0]!r} does not exist")
+        if isinstance(first, PermissionError) and self.spec.command:
+            return ServerStartError(f"MCP server {self.label!r}: the command {self.spec.command[0]!r} is not "
+                                    "executable")
+        reason = _describe(first)
+        if self.spec.url:
+            return ServerStartError(f"MCP server {self.label!r} at {self.spec.url} did not start a session "
+                                    f"({reason})")
+        return ServerStartError(f"MCP server {self.label!r} exited before answering initialize ({reason})"
+                                f"{self._stderr_tail()}")
+
+    def _stderr_tail(self) -> str:
+        p = self.program
+        if p is not None and p.done() and not p.cancelled() and p.exception() is None:
+            lines = [ln.strip() for ln in p.result().stderr.splitlines() if ln.strip()]
+            return f"; its stderr ends: {lines[-1][:300]}" if lines else ""
+        f = self._stderr
+        if f is None:
+            return ""
+        try:
+            f.flush()
+            f.seek(0)
+            lines = [ln.strip() for ln in f.read()[-4000:].splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f"; its stderr ends: {lines[-1][:300]}" if lines else ""
+
+    async def close(self) -> None:
+        self._stop.set()
+        k = self._keeper
+        if k is not None and not k.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(k), 5.0)
+            except (TimeoutError, Exception):
+                k.cancel()
+                with contextlib.suppress(BaseException):
+                    await k
+        if self._stderr is not None:
+            with contextlib.suppress(OSError):
+                self._stderr.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.session is not None and self._keeper is not None and not self._keeper.done() and \
+            self.exit_reason is None
+
+    def gone(self, detail: str = "") -> str:
+        """Why calls to this server fail now, as one line."""
+        tail = self._stderr_tail()
+        why = self.exit_reason if self.exit_reason not in (None, "closed") else detail
+        where = f" at {self.spec.url}" if self.spec.url else (" in the rollout's sandbox" if self.where == "sandbox"
+                                                               else "")
+        return f"the MCP server {self.label!r}{where} went away during the rollout" + (f" ({why})" if why else "") + tail
+
+
+async def _list_tools(session: Any) -> list[Any]:
+    tools: list[Any] = []
+    cursor = None
+    while True:
+        page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+        tools += page.tools
+        cursor = page.nextCursor
+        if not cursor:
+            return tools
+
+
+def _first_leaf(e: BaseException) -> BaseException:
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip()
+    if type(e).__name__ == "McpError" and "Connection closed" in text:
+        return "the connection closed"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+# -- connectors ---------------------------------------------------------------------------------
+def host_connector(spec: MCPTools, handle: ServerHandle, env_dir: Path | None) -> Connector:
+    """A stdio server started on the host (its stderr kept in a temp file for error messages)."""
+    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+
+    assert spec.command is not None
+    argv = list(spec.command)
+    cwd = spec.cwd
+    if cwd is not None and not os.path.isabs(cwd) and env_dir is not None:
+        cwd = str(env_dir / cwd)
+    if os.sep not in argv[0] and shutil.which(argv[0]) is None:
+        raise ServerStartError(f"MCP server {spec.label!r}: the command {argv[0]!r} is not on PATH")
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env={**get_default_environment(), **(spec.env or {})},
+                                   cwd=cwd)
+    handle._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
+
+    async def connect(stack: contextlib.AsyncExitStack) -> Streams:
+        read, write = await stack.enter_async_context(stdio_client(params, errlog=handle._stderr))
+        return read, write
+
+    return connect
+
+
+def http_connector(spec: MCPTools) -> Connector:
+    from mcp.client.streamable_http import streamablehttp_client
+
+    assert spec.url is not None
+
+    async def connect(stack: contextlib.AsyncExitStack) -> Streams:
+        read, write, _ = await stack.enter_async_context(
+            streamablehttp_client(spec.url, headers=dict(spec.headers or {}), timeout=spec.startup_timeout,
+                                  sse_read_timeout=max(spec.call_timeout, 60.0)))
+        return read, write
+
+    return connect
+
+
+def install_relay(bridge_dir: Path) -> None:
+    """Put the relay where every sandbox of the pool sees it (once per pool)."""
+    dest = bridge_dir / _RELAY.name
+    if not dest.exists():
+        shutil.copyfile(_RELAY, dest)
+        dest.chmod(0o644)
+
+
+def sandbox_connector(spec: MCPTools, handle: ServerHandle, sandbox: Any, bridge_dir: Path,
+                      python: str = "python3") -> Connector:
+    """A stdio server inside ``sandbox``: the relay connects to a socket in the bridge folder and
+    becomes the server, so its stdio is that socket. The server's exit ends the session."""
+    from workbench.rollouts.program_mounts import sandbox_argv
+
+    assert spec.command is not None
+    name = f"mcp-{uuid.uuid4().hex[:12]}.sock"
+    host_sock, inner_sock = bridge_dir / name, f"{sandbox.bridge_path}/{name}"
+    argv = [python, f"{sandbox.bridge_path}/{_RELAY.name}", inner_sock, "--",
+            *sandbox_argv(list(spec.command), "local" if sandbox.isolated else "")]
+    handle.where = "sandbox"
+
+    async def connect(stack: contextlib.AsyncExitStack) -> Streams:
+        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+            asyncio.get_running_loop().create_future()
+
+        def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            if not accepted.done():
+                accepted.set_result((r, w))
+            else:
+                w.close()
+
+        server = await asyncio.start_unix_server(on_connect, path=str(host_sock), limit=_LINE_LIMIT)
+        os.chmod(host_sock, 0o777)  # the sandbox user may differ from ours (Docker)
+        try:
+            program = handle.program = asyncio.create_task(
+                sandbox.exec(argv, timeout=86_400.0, cwd=spec.cwd, env=dict(spec.env or {})))
+            done, _ = await asyncio.wait({accepted, program}, return_when=asyncio.FIRST_COMPLETED)
+            if accepted not in done:
+                r = program.result()
+                tail = (r.stderr.strip().splitlines() or [""])[-1][:300]
+                raise ServerStartError(f"MCP server {spec.label!r} exited in the sandbox before answering "
+                                       f"initialize (exit code {r.exit_code}){': ' + tail if tail else ''}")
+        finally:
+            server.close()
+            with contextlib.suppress(OSError):
+                host_sock.unlink()
+        reader, writer = accepted.result()
+
+        async def stop_program() -> None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(program), 2.0)
+            if not program.done():
+                program.cancel()  # the sandbox's release kills what is left
+            with contextlib.suppress(BaseException):
+                r = await program
+                if handle.exit_reason is None and r.exit_code not in (0, -15, 143, 137):
+                    handle.exit_reason = f"exit code {r.exit_code}"
+
+        def watch(p: asyncio.Task[Any]) -> None:
+            if p.cancelled() or p.exception() is not None or handle._stop.is_set():
+                return
+            r = p.result()
+            if handle.exit_reason is None:
+                tail = (r.stderr.strip().splitlines() or [""])[-1][:300]
+                handle.exit_reason = f"exit code {r.exit_code}" + (f": {tail}" if tail else "")
+
+        program.add_done_callback(watch)
+        stack.push_async_callback(stop_program)
+        return await stack.enter_async_context(_stream_transport(reader, writer))
+
+    return connect
+
+
+@contextlib.asynccontextmanager
+async def _stream_transport(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> AsyncIterator[Streams]:
+    """JSON-RPC lines over a byte stream, as the SDK's stdio transport frames them."""
+    import anyio
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    read_send, read_recv = anyio.create_memory_object_stream[Any](0)
+    write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+
+    async def pump_in() -> None:
+        async with read_send:
+            while line := await reader.readline():
+                try:
+                    msg = types.JSONRPCMessage.model_validate_json(line)
+                except Exception as e:
+                    await read_send.send(e)
+                    continue
+                await read_send.send(SessionMessage(msg))
+
+    async def pump_out() -> None:
+        async with write_recv:
+            async for sm in write_recv:
+                writer.write(sm.message.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
+                await writer.drain()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump_in)
+        tg.start_soon(pump_out)
+        try:
+            yield read_recv, write_send
+        finally:
+            writer.close()
+            tg.cancel_scope.cancel()
