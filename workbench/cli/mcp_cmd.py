@@ -1,0 +1,85 @@
+"""``workbench mcp``: Workbench as an MCP server for coding agents (stdio, or streamable HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from workbench.cli.common import console_err, db_option
+from workbench.errors import ConfigError
+
+
+def _protocol_stdout() -> Any:
+    """The stdio transport's own handle on stdout. File descriptor 1 then points at stderr, so anything
+    else that prints (an environment's code, a subprocess, a progress bar) cannot corrupt the protocol."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return open(fd, "w", encoding="utf-8", newline="\n", closefd=True)  # noqa: SIM115 - the server's lifetime
+
+
+def _check_port(port: int) -> None:
+    import socket
+
+    if not 0 < port < 65536:
+        raise ConfigError(f"--http needs a port from 1 to 65535, not {port}")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise ConfigError(f"cannot serve on 127.0.0.1:{port} ({e.strerror}); pick another --http PORT") from None
+
+
+@click.command("mcp")
+@click.option("--http", "http_port", type=int, default=None, metavar="PORT",
+              help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.")
+@click.option("--max-rollouts", type=int, default=64, show_default=True,
+              help="The most rollouts (n × r) one run_eval call may run.")
+@db_option
+@click.pass_context
+def mcp_command(ctx: click.Context, http_port: int | None, max_rollouts: int, db: str | None) -> None:
+    """Serve Workbench to a coding agent over MCP (stdio by default).
+
+    Tools: list_environments, validate_environment, run_eval (small evals, at most --max-rollouts),
+    list_runs, show_rollout, search_rollouts, diff_rollouts, rescore, plan_launch (plans only: it never
+    launches). Resources: env://NAME/README.md and env://NAME/files/PATH. For example
+    `claude mcp add workbench -- workbench mcp`.
+    """
+    try:
+        import anyio
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError("workbench mcp needs the MCP SDK: pip install 'mcp>=1.10'") from None
+    from workbench.cli.common import open_store
+    from workbench.cli.mcp_server import build_server
+    from workbench.config.paths import default_db
+
+    if max_rollouts < 1:
+        raise ConfigError("--max-rollouts must be at least 1")
+    path = str(db or (ctx.find_root().obj or {}).get("db") or default_db())
+    open_store(ctx, path, read_only_ok=True).close()  # a store that cannot be opened fails now, not at the first call
+    server = build_server(lambda read_only_ok: open_store(ctx, path, read_only_ok=read_only_ok),
+                          max_rollouts=max_rollouts, port=http_port or 8000)
+    if http_port is not None:
+        _check_port(http_port)
+        console_err.print(f"workbench mcp: streamable HTTP on http://127.0.0.1:{http_port}/mcp (store {path})",
+                          markup=False, highlight=False)
+        anyio.run(server.run_streamable_http_async)
+        return
+    out = _protocol_stdout()
+
+    async def serve() -> None:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server(stdout=anyio.wrap_file(out)) as (read, write):
+            # What FastMCP.run_stdio_async does, on the saved stdout.
+            await server._mcp_server.run(read, write, server._mcp_server.create_initialization_options())
+
+    anyio.run(serve)
+
+
+COMMANDS = [mcp_command]
