@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
 
 from tests.helpers import ADDER_ENV, REPO, MockServer, workbench_argv, write_file
-
-mcp = pytest.importorskip("mcp")
-
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-from mcp.shared.exceptions import McpError  # noqa: E402
 
 TOOLS = {"list_environments", "validate_environment", "run_eval", "list_runs", "show_rollout", "search_rollouts",
          "diff_rollouts", "rescore", "plan_launch"}

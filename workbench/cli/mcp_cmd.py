@@ -49,11 +49,8 @@ def mcp_command(ctx: click.Context, http_port: int | None, max_rollouts: int, db
     launches). Resources: env://NAME/README.md and env://NAME/files/PATH. For example
     `claude mcp add workbench -- workbench mcp`.
     """
-    try:
-        import anyio
-        import mcp  # noqa: F401
-    except ImportError:
-        raise ConfigError("workbench mcp needs the MCP SDK: pip install 'mcp>=1.10'") from None
+    import anyio
+
     from workbench.cli.common import open_store
     from workbench.cli.mcp_server import build_server
     from workbench.config.paths import default_db

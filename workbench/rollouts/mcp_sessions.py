@@ -11,6 +11,7 @@ tools for the model, and what rewards receive as ``mcp``. Every call is recorded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -93,9 +94,11 @@ class RunToolsets:
         self.env_dir = env_dir
         self.shared: dict[int, ServerHandle] = {}
         self.warm: dict[int, _Warm] = {}
-        self.tools: dict[int, list[Any]] = {}
+        self.listed: dict[int, list[Any]] = {}  # every tool each server lists
+        self.tools: dict[int, list[Any]] = {}  # the ones the model is offered (``include``)
         self.schemas: list[dict[str, Any]] = []
-        self.owner: dict[str, int] = {}  # tool name -> index of its toolset
+        self.owner: dict[str, int] = {}  # tool name -> index of its toolset (the model's tools)
+        self.any_owner: dict[str, int] = {}  # the same for every listed tool (rewards may call any)
 
     @classmethod
     async def open(cls, specs: Sequence[MCPTools], plain_names: Sequence[str], *, sandboxes: Any,
@@ -114,12 +117,12 @@ class RunToolsets:
             h = ServerHandle(spec, spec.url or "")
             connect = http_connector(spec) if spec.url else host_connector(spec, h, self.env_dir)
             self.shared[i] = await h.start(connect)
-            self.tools[i] = _included(spec, h.tools)
+            self.listed[i] = h.tools
         elif not spec.sandboxed:
             size = spec.warm if spec.warm is not None else min(_DEFAULT_WARM, max(1, concurrency))
             self.warm[i] = w = _Warm(spec, size, self.env_dir)
             first = await w.take()
-            self.tools[i] = _included(spec, first.tools)
+            self.listed[i] = first.tools
             w.ready.put_nowait(first)  # unused: the first rollout takes it
         else:
             if self.sandboxes is None or getattr(self.sandboxes, "bridge_dir", None) is None:
@@ -131,13 +134,17 @@ class RunToolsets:
             try:
                 h = ServerHandle(spec, "sandbox")
                 await h.start(sandbox_connector(spec, h, sb, self.sandboxes.bridge_dir))
-                self.tools[i] = _included(spec, h.tools)
+                self.listed[i] = h.tools
                 await h.close()
             finally:
                 await sb.close()
 
     def _check_names(self, plain_names: Sequence[str]) -> None:
         plain = set(plain_names)
+        for i, spec in enumerate(self.specs):
+            self.tools[i] = _included(spec, self.listed[i])
+            for t in self.listed[i]:
+                self.any_owner.setdefault(t.name, i)
         for i, spec in enumerate(self.specs):
             for t in self.tools[i]:
                 if t.name in plain:
@@ -152,7 +159,7 @@ class RunToolsets:
                     "name": t.name, "description": t.description or t.title or t.name,
                     "parameters": t.inputSchema or {"type": "object", "properties": {}}}})
         for i, spec in enumerate(self.specs):
-            missing = sorted(set(spec.include or ()) - {t.name for t in self.tools[i]})
+            missing = sorted(set(spec.include or ()) - {t.name for t in self.listed[i]})
             if missing:
                 raise EnvLoadError(f"MCP server {spec.label!r} has no tool named {missing[0]!r} (include=...)")
 
@@ -194,7 +201,8 @@ def _included(spec: MCPTools, tools: list[Any]) -> list[Any]:
 
 
 class MCPSessions:
-    """One rollout's MCP servers. Rewards receive it as ``mcp``: ``await mcp.call(tool, {...})``."""
+    """One rollout's MCP servers. Rewards receive it as ``mcp``: ``await mcp.call(tool, {...})`` (any tool
+    the servers list, also those ``include`` keeps from the model)."""
 
     def __init__(self, run: RunToolsets, rollout: Rollout) -> None:
         self.run = run
@@ -220,7 +228,10 @@ class MCPSessions:
         """Call ``tool`` as a reward does: its structured content (a tool's ``{"result": x}`` wrapping
         unwrapped), else its text parsed as JSON, else its text. A tool error raises :class:`MCPToolError`."""
         args = {**(arguments or {}), **kwargs}
-        res, text = await self._call(tool, args, by="reward")
+        try:
+            res, text = await self._call(tool, args, by="reward")
+        except (_Gone, _CallTimedOut) as e:
+            raise MCPToolError(str(e)) from None
         if res.isError:
             raise MCPToolError(f"MCP tool {tool!r} failed: {text[:500]}")
         if res.structuredContent is not None:
@@ -239,6 +250,8 @@ class MCPSessions:
         except _CallTimedOut as e:
             self.rollout.errors.append(RolloutError("tool", tool, str(e)))
             return f"Error: {e}"
+        except _Gone as e:
+            raise RolloutFailed("tool", f"mcp:{e.label}", str(e)) from None
         if res.isError:
             self.rollout.errors.append(RolloutError("tool", tool, f"the MCP tool returned an error: {text[:300]}"))
             return f"Error: {text}" if not text.startswith("Error") else text
@@ -247,7 +260,7 @@ class MCPSessions:
     async def _call(self, tool: str, args: dict[str, Any], by: str) -> tuple[Any, str]:
         from mcp.shared.exceptions import McpError
 
-        i = self.run.owner.get(tool)
+        i = self.run.owner.get(tool) if by == "model" else self.run.owner.get(tool, self.run.any_owner.get(tool))
         if i is None:
             raise MCPToolError(f"no MCP toolset offers a tool named {tool!r}")
         h = self.handles[i]
@@ -257,29 +270,27 @@ class MCPSessions:
         self.rollout.state.setdefault("mcp_calls", []).append(entry)
         try:
             if not h.alive:
-                raise _Gone(h.gone())
-            res = await h.session.call_tool(tool, args, read_timeout_seconds=timedelta(seconds=spec.call_timeout))
+                raise _Gone(h, h.gone())
+            res = await _watched(h, h.session.call_tool(tool, args,
+                                                        read_timeout_seconds=timedelta(seconds=spec.call_timeout)))
         except McpError as e:
             entry.update(error=True, ms=_ms(t0), result=str(e))
             code = getattr(e.error, "code", None)
             if code == 408 and h.alive:
                 raise _CallTimedOut(f"the MCP tool {tool!r} did not answer within {spec.call_timeout:g}s") from None
             if not h.alive or code == -32000:
-                raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(_text_of_error(e))) from None
+                raise _Gone(h, h.gone(_text_of_error(e))) from None
             from mcp import types
 
             res = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
             return res, str(e)
         except _Gone as e:
             entry.update(error=True, ms=_ms(t0), result=str(e))
-            raise RolloutFailed("tool", f"mcp:{h.label}", str(e)) from None
-        except (OSError, EOFError) as e:  # a transport that broke under the call
-            entry.update(error=True, ms=_ms(t0), result=str(e))
-            raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(f"{type(e).__name__}: {e}")) from None
+            raise
         except Exception as e:
-            if type(e).__module__.startswith(("anyio", "httpx", "httpcore")):
-                entry.update(error=True, ms=_ms(t0), result=str(e))
-                raise RolloutFailed("tool", f"mcp:{h.label}", h.gone(f"{type(e).__name__}: {e}")) from None
+            if isinstance(e, OSError | EOFError) or type(e).__module__.startswith(("anyio", "httpx", "httpcore")):
+                entry.update(error=True, ms=_ms(t0), result=str(e))  # a transport that broke under the call
+                raise _Gone(h, h.gone(f"{type(e).__name__}: {e}")) from None
             raise
         text = result_text(res)
         entry.update(error=bool(res.isError), ms=_ms(t0), result=text[:TRACE_RESULT_CHARS])
@@ -291,7 +302,33 @@ class MCPSessions:
 
 
 class _Gone(Exception):
-    pass
+    def __init__(self, handle: ServerHandle, message: str) -> None:
+        super().__init__(message)
+        self.label = handle.label
+
+
+#: How often a pending call checks that its server is still there.
+_WATCH_S = 0.5
+
+
+async def _watched(h: ServerHandle, call: Any) -> Any:
+    """``call``, unless the server goes first: its keeper ends (a stdio server's exit), or an HTTP
+    server stops accepting connections (the SDK would wait out the whole timeout for the answer)."""
+    task = asyncio.ensure_future(call)
+    keeper = h._keeper
+    try:
+        while True:
+            waiting = {task} if keeper is None else {task, keeper}
+            done, _ = await asyncio.wait(waiting, timeout=_WATCH_S)
+            if task in done:
+                return task.result()
+            if (keeper is not None and keeper.done()) or not await h.reachable():
+                raise _Gone(h, h.gone("it stopped accepting connections" if h.spec.url else ""))
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 class _CallTimedOut(Exception):

@@ -47,6 +47,7 @@ class ServerHandle:
         self.tools: list[Any] = []
         self.exit_reason: str | None = None  # set once the server is known to have gone
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when nobody waits
         self._stop = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._stderr: Any = None  # a host server's stderr (a temp file)
@@ -61,17 +62,19 @@ class ServerHandle:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), self.spec.startup_timeout)
         except TimeoutError:
+            error = ServerStartError(f"MCP server {self.label!r} did not answer initialize within "
+                                     f"{self.spec.startup_timeout:g}s{self._stderr_tail()}")
             await self.close()
-            raise ServerStartError(f"MCP server {self.label!r} did not answer initialize within "
-                                   f"{self.spec.startup_timeout:g}s{self._stderr_tail()}") from None
+            raise error from None
         except asyncio.CancelledError:
             await self.close()
             raise
         except BaseException as e:
             if self.program is not None:  # let a sandboxed server's exit (and its stderr) arrive
                 await asyncio.wait({self.program}, timeout=2.0)
+            error = self._start_error(e)
             await self.close()
-            raise self._start_error(e) from None
+            raise error from None
         self.started_s = loop.time() - t0
         return self
 
@@ -89,9 +92,12 @@ class ServerHandle:
                 await self._stop.wait()
         except BaseException as e:
             if not self._ready.done():
-                self._ready.set_exception(e)
+                if isinstance(e, asyncio.CancelledError):
+                    self._ready.cancel()
+                else:
+                    self._ready.set_exception(e)
             elif self.exit_reason is None:
-                self.exit_reason = f"{type(e).__name__}: {e}"
+                self.exit_reason = _describe(_first_leaf(e))
             if isinstance(e, asyncio.CancelledError):
                 raise
         finally:
@@ -148,6 +154,21 @@ class ServerHandle:
     def alive(self) -> bool:
         return self.session is not None and self._keeper is not None and not self._keeper.done() and \
             self.exit_reason is None
+
+    async def reachable(self) -> bool:
+        """For an HTTP server: whether it still accepts a connection (others: True)."""
+        if not self.spec.url:
+            return True
+        from urllib.parse import urlsplit
+
+        u = urlsplit(self.spec.url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            _, w = await asyncio.wait_for(asyncio.open_connection(u.hostname, port), 2.0)
+        except (OSError, TimeoutError):
+            return False
+        w.close()
+        return True
 
     def gone(self, detail: str = "") -> str:
         """Why calls to this server fail now, as one line."""
