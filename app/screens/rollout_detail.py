@@ -18,6 +18,7 @@ from app.format import ROLE_COLORS, fcost, fnum, ftime
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
 from app.widgets.token_view import TokenView
+from workbench.analysis.mcp_calls import mcp_calls_table
 from workbench.rollouts.rollout import content_text
 
 
@@ -133,6 +134,11 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
             if calls:
                 box = Static(calls_table(calls), id="rollout-calls", classes="section")
                 box.border_title = "model calls"
+                yield box
+            mcp = mcp_calls_table(r.get("state"))
+            if mcp is not None:
+                box = Static(mcp, id="rollout-mcp-calls", classes="section")
+                box.border_title = "MCP tool calls"
                 yield box
         tokens = TokenView(id="rollout-tokens")
         tokens.display = False

@@ -301,3 +301,30 @@ async def test_detail_says_which_api_each_call_came_through(make_app: Callable[.
         await app.push_screen(RolloutDetailScreen({**screen.rollout, "calls": calls}))
         await pilot.pause()
         assert app.screen.query_one("#rollout-calls") is not None
+
+
+async def test_detail_lists_the_mcp_tool_calls(make_app: Callable[..., WorkbenchApp]) -> None:
+    """A rollout whose tools came from MCP servers shows each call: who called, server, tool, arguments,
+    result (failed ones in red) and time; a rollout without MCP calls has no such section."""
+    app = make_app(mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        await _settled(pilot, app, 24)
+        await pilot.press("enter")
+        screen = await wait_until(pilot, lambda: isinstance(app.screen, RolloutDetailScreen) and app.screen,
+                                  what="the detail screen")
+        await pilot.pause()
+        assert not screen.query("#rollout-mcp-calls")
+        state = {"mcp_calls": [
+            {"server": "crm", "tool": "issue_refund", "arguments": {"order_id": "A1"}, "by": "model",
+             "error": False, "ms": 3.25, "result": "refund R-17 issued"},
+            {"server": "crm", "tool": "get_order", "arguments": {"order_id": "A1"}, "by": "reward",
+             "error": True, "ms": 1.0, "result": "no order A1"}]}
+        await app.push_screen(RolloutDetailScreen({**screen.rollout, "state": state}))
+        await pilot.pause()
+        box = app.screen.query_one("#rollout-mcp-calls", Static)
+        app.screen.query_one("#rollout-body").scroll_end(animate=False)
+        await pilot.pause()
+        text = screen_text(app)
+        for word in ("MCP tool calls", "issue_refund", "refund R-17 issued", "reward", "get_order", "3.2"):
+            assert word in text, (word, text)
+        assert box.border_title == "MCP tool calls"

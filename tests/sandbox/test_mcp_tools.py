@@ -102,6 +102,9 @@ def test_each_rollout_gets_a_fresh_server_at_concurrency(cli, counter_env, mock_
     body = mock.bodies()[0]
     schema = next(t for t in body["tools"] if t["function"]["name"] == "increment")
     assert schema["function"]["parameters"]["properties"]["by"]["type"] == "integer", "the server's own schema"
+    shown = cli("show", rows[0]["id"])
+    assert shown.rc == 0 and "MCP tool calls" in shown.stdout, shown.stderr
+    assert "increment" in shown.stdout and "get_count" in shown.stdout and "reward" in shown.stdout
 
 
 def test_a_shared_server_keeps_its_state_across_the_run(cli, counter_env, mock_server, store_path) -> None:

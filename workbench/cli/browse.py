@@ -130,6 +130,12 @@ def print_transcript(r: dict[str, Any]) -> None:
         console.print(f"  metric {name} = {v:.3f}")
     for e in r.get("errors") or []:
         console.print(f"  [red]{e['kind']}[/] in {e['source']}: {e['message']}", markup=True, highlight=False)
+    from workbench.analysis.mcp_calls import mcp_calls_table
+
+    mcp = mcp_calls_table(r.get("state"))
+    if mcp is not None:
+        console.print("[bold]MCP tool calls[/]")
+        console.print(mcp)
 
 
 def print_tokens(store: Any, rollout: dict[str, Any], tokenizer_name: str | None) -> dict[str, Any]:
