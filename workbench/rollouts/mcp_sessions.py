@@ -25,6 +25,7 @@ from workbench.errors import EnvLoadError
 from workbench.rollouts.mcp_transport import (
     ServerHandle,
     ServerStartError,
+    forked_connector,
     host_connector,
     http_connector,
     install_relay,
@@ -45,6 +46,19 @@ class _Warm:
         self.ready: asyncio.Queue[ServerHandle | BaseException] = asyncio.Queue()
         self.starting: set[asyncio.Task[None]] = set()
         self.closed = False
+        self.zygote: Any = None  # forks Python servers from a preloaded interpreter (mcp_zygote)
+        self._zygote_lock = asyncio.Lock()
+
+    async def _connector(self, h: ServerHandle) -> Any:
+        from workbench.rollouts.mcp_zygote import Zygote, forkable
+
+        assert self.spec.command is not None
+        if not forkable(list(self.spec.command)):
+            return host_connector(self.spec, h, self.env_dir)
+        async with self._zygote_lock:
+            if self.zygote is None:
+                self.zygote = await Zygote(stderr=None).start()
+        return forked_connector(self.spec, h, self.zygote, self.env_dir)
 
     def fill(self) -> None:
         while not self.closed and self.ready.qsize() + len(self.starting) < self.size:
@@ -55,7 +69,7 @@ class _Warm:
     async def _start_one(self) -> None:
         h = ServerHandle(self.spec)
         try:
-            await h.start(host_connector(self.spec, h, self.env_dir))
+            await h.start(await self._connector(h))
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
                 raise
@@ -83,6 +97,8 @@ class _Warm:
             h = self.ready.get_nowait()
             if isinstance(h, ServerHandle):
                 await h.close()
+        if self.zygote is not None:
+            await self.zygote.close()
 
 
 class RunToolsets:

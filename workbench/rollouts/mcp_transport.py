@@ -226,6 +226,46 @@ def host_connector(spec: MCPTools, handle: ServerHandle, env_dir: Path | None) -
     return connect
 
 
+def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir: Path | None) -> Connector:
+    """A stdio server forked from a preloaded interpreter (``mcp_zygote``): stdio is a unix socket."""
+    from mcp.client.stdio import get_default_environment
+
+    from workbench.rollouts.mcp_zygote import kill
+
+    assert spec.command is not None
+    cwd = spec.cwd
+    if cwd is not None and not os.path.isabs(cwd) and env_dir is not None:
+        cwd = str(env_dir / cwd)
+    env = {**get_default_environment(), **(spec.env or {})}
+    err_path = zygote.new_path(".err")
+    handle._stderr = open(err_path, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
+
+    async def connect(stack: contextlib.AsyncExitStack) -> Streams:
+        sock = zygote.new_path(".sock")
+        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+            asyncio.get_running_loop().create_future()
+
+        def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            if not accepted.done():
+                accepted.set_result((r, w))
+            else:
+                w.close()
+
+        server = await asyncio.start_unix_server(on_connect, path=sock, limit=_LINE_LIMIT)
+        try:
+            pid = await zygote.fork(list(spec.command), env, cwd, sock, err_path)
+            stack.callback(kill, pid)
+            reader, writer = await accepted
+        finally:
+            server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(sock)
+        stack.callback(lambda: os.path.exists(err_path) and os.unlink(err_path))
+        return await stack.enter_async_context(_stream_transport(reader, writer))
+
+    return connect
+
+
 def http_connector(spec: MCPTools) -> Connector:
     from mcp.client.streamable_http import streamablehttp_client
 
