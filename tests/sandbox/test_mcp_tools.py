@@ -234,3 +234,12 @@ def test_bad_servers_stop_the_run_with_one_line(cli, counter_env, mock_server, s
               json.dumps({**args, "per_rollout": False, "n": 2}), timeout=120)
     assert_user_error(res, *fragments)
     assert mock.requests() == 0, "nothing was sent to the model"
+
+
+def test_validate_scores_with_fresh_servers_and_reports_a_clash(cli, counter_env) -> None:
+    ok = cli("validate", counter_env, "-a", '{"sandboxed": true, "n": 3}', timeout=180)
+    assert ok.rc == 0 and "count 0.000" in ok.stdout and "problem" not in ok.stdout, ok.stdout + ok.stderr
+    bad = cli("validate", counter_env, "-a", '{"prefix2": "", "per_rollout": false}', timeout=180)
+    assert bad.rc != 0
+    out = bad.stdout + bad.stderr
+    assert "the MCP toolsets cannot start" in out and "'counter' and 'other'" in out, out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workbench.authoring.harness import Harness
@@ -69,3 +70,12 @@ class Environment:
             raise EnvLoadError(f"Environment {self.name!r}: rubric must be a wb.Rubric")
         if not isinstance(self.sampling, Sampling):
             raise EnvLoadError(f"Environment {self.name!r}: sampling must be a wb.Sampling")
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder the environment's files live in (its package, or its module's folder); None when
+        it was not loaded from a path that exists."""
+        src = Path(self.source) if self.source else None
+        if src is None or not src.exists():
+            return None
+        return src if src.is_dir() else src.parent

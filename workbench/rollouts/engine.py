@@ -126,9 +126,10 @@ class RolloutEngine:
         self._hold_sandboxes = any("sandboxes" in f.args for f in group_rewards)
         jobs = self._jobs(groups, skip)
         params = {**self.env.sampling.to_params(), **self.extra_params}
-        toolsets = getattr(self.env.harness, "toolsets", None)
-        if toolsets:
-            self._toolsets = await _open_toolsets(self.env, toolsets, self.sandboxes, self.concurrency)
+        if getattr(self.env.harness, "toolsets", None):
+            from workbench.rollouts.mcp_sessions import RunToolsets
+
+            self._toolsets = await RunToolsets.for_env(self.env, self.sandboxes, self.concurrency)
         self._deadlines = _Deadlines(self.timeout_s)
         watchdog = asyncio.create_task(self._deadlines.watch())
         workers = [asyncio.create_task(self._worker(jobs, params)) for _ in range(max(1, self.concurrency))]
@@ -290,17 +291,6 @@ class RolloutEngine:
                 c.scored += 1
                 c.reward_sum += sc.total
         self.writer.submit(records)
-
-
-async def _open_toolsets(env: Environment, toolsets: list[Any], sandboxes: SandboxPool | None, concurrency: int) -> Any:
-    from pathlib import Path
-
-    from workbench.rollouts.mcp_sessions import RunToolsets
-
-    src = Path(env.source) if env.source else None
-    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
-    plain = list(getattr(getattr(env.harness, "toolbox", None), "by_name", {}) or {})
-    return await RunToolsets.open(toolsets, plain, sandboxes=sandboxes, env_dir=env_dir, concurrency=concurrency)
 
 
 async def _stop_servers(rollout: Rollout) -> None:

@@ -117,6 +117,13 @@ class RunToolsets:
         self.any_owner: dict[str, int] = {}  # the same for every listed tool (rewards may call any)
 
     @classmethod
+    async def for_env(cls, env: Any, sandboxes: Any, concurrency: int) -> RunToolsets:
+        """The toolsets of ``env``'s harness, opened for a run of ``concurrency`` rollouts at once."""
+        plain = list(getattr(getattr(env.harness, "toolbox", None), "by_name", {}) or {})
+        return await cls.open(env.harness.toolsets, plain, sandboxes=sandboxes, env_dir=env.folder,
+                              concurrency=concurrency)
+
+    @classmethod
     async def open(cls, specs: Sequence[MCPTools], plain_names: Sequence[str], *, sandboxes: Any,
                    env_dir: Path | None, concurrency: int) -> RunToolsets:
         self = cls(specs, sandboxes, env_dir)

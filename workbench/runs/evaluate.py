@@ -297,29 +297,33 @@ def _record_end(store: Store, run_id: str, status: str, error: str, expected: in
     return status, error
 
 
+def run_runtime(env: Environment) -> Any:
+    """The environment's runtime as a run opens it: with the host paths its harness must see mounted
+    (an agent program's interpreter and files, the commands of sandboxed MCP servers)."""
+    runtime = env.runtime
+    mounts = getattr(env.harness, "host_mounts", None)
+    if mounts is not None and dataclasses.is_dataclass(runtime) and "binds" in {
+            f.name for f in dataclasses.fields(runtime)}:
+        extra = mounts(runtime.kind)
+        if extra:
+            runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *extra])
+    return runtime
+
+
 async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concurrency: int,
                          rollouts_per_task: int) -> Any:
     """The run's sandbox pool, when a tool or reward of the environment (or a task) needs a sandbox."""
-    from pathlib import Path
 
     from workbench.authoring.sandbox import needs_sandbox
 
     if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
         return None
-    runtime = env.runtime
-    mounts = getattr(env.harness, "host_mounts", None)
-    if mounts is not None and "binds" in {f.name for f in dataclasses.fields(runtime)}:
-        extra = mounts(runtime.kind)  # what the program or the sandboxed MCP servers must see
-        if extra:
-            runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *extra])
-    opener = getattr(runtime, "pool", None)
+    opener = getattr(run_runtime(env), "pool", None)
     if opener is None:
         raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "
                           "or wb.Docker(...)")
-    src = Path(env.source) if env.source else None
-    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
     size = max(1, min(concurrency, len(tasks) * rollouts_per_task))
-    return await opener(run_id=run_id, size=size, env_dir=env_dir).start()
+    return await opener(run_id=run_id, size=size, env_dir=env.folder).start()
 
 
 async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:

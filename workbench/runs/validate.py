@@ -11,7 +11,7 @@ from workbench.authoring.environment import Environment
 from workbench.authoring.rubric import Scores
 from workbench.authoring.tasks import Task
 from workbench.errors import WorkbenchError
-from workbench.rollouts.rollout import Usage
+from workbench.rollouts.rollout import Rollout, RolloutFailed, Usage
 
 
 @dataclass(slots=True)
@@ -39,7 +39,8 @@ class ValidationReport:
 def _ctx(task: Task, completion: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     msgs = [*messages, {"role": "assistant", "content": completion}]
     return {"prompt": task.prompt, "completion": completion, "messages": msgs, "answer": task.answer,
-            "info": task.info, "task": task, "state": {}, "trace": None, "sandbox": None, "usage": Usage()}
+            "info": task.info, "task": task, "state": {}, "trace": None, "sandbox": None, "usage": Usage(),
+            "mcp": None}
 
 
 async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample: int = 20) -> ValidationReport:
@@ -82,6 +83,7 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
     empty_scores: list[Scores] = []
     errors: Counter[str] = Counter()
     pool = await _sandboxes(env, tasks, rep)
+    toolsets = await _toolsets(env, pool, rep)
     try:
         for t in tasks:
             msgs = t.messages(getattr(env.harness, "system_prompt", None))
@@ -94,13 +96,20 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
                 for c in ctxs:
                     if pool is not None:  # each scoring gets a fresh sandbox seeded from the task, as in a run
                         c["sandbox"] = await pool.acquire(f"validate.{t.id}", t)
+                    if toolsets is not None:  # and its own MCP servers (the shared ones are the run's)
+                        c["mcp"] = await toolsets.for_rollout(_scoring_rollout(t, c))
                     pair.append(await rubric.score_rollout(c))
                 await rubric.score_group(ctxs, pair)
             except WorkbenchError as e:
                 rep.problems.append(f"task {t.id}: its sandbox could not be prepared: {e}")
                 break
+            except RolloutFailed as e:
+                rep.problems.append(f"task {t.id}: its MCP servers could not start: {e.message}")
+                break
             finally:
                 for c in ctxs:
+                    if c["mcp"] is not None:
+                        await c["mcp"].close()
                     if c["sandbox"] is not None:
                         await c["sandbox"].close()
             if t.answer is not None:
@@ -110,6 +119,8 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
                 for name, msg in sc.errors:
                     errors[f"{name}: {msg}"] += 1
     finally:
+        if toolsets is not None:
+            await toolsets.close()
         if pool is not None:
             await pool.close()
     for msg, count in errors.most_common(5):
@@ -135,18 +146,37 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
     return rep
 
 
+async def _toolsets(env: Environment, pool: Any, rep: ValidationReport) -> Any:
+    """The harness's MCP toolsets, started as a run starts them (None when it has none, or they fail:
+    then a problem says why)."""
+    specs = getattr(env.harness, "toolsets", None)
+    if not specs:
+        return None
+    from workbench.rollouts.mcp_sessions import RunToolsets
+
+    try:
+        return await RunToolsets.for_env(env, pool, concurrency=1)
+    except WorkbenchError as e:
+        rep.problems.append(f"the MCP toolsets cannot start: {e}")
+        return None
+
+
+def _scoring_rollout(task: Task, ctx: dict[str, Any]) -> Rollout:
+    """A rollout that only scores (no model): what an MCP session records its calls on."""
+    return Rollout(id=f"validate.{task.id}", task=task, sample_index=0, client=None, base_url="", model="",  # type: ignore[arg-type]
+                   params={}, state=ctx["state"], sandbox=ctx["sandbox"])
+
+
 async def _sandboxes(env: Environment, tasks: list[Task], rep: ValidationReport) -> Any:
     """The environment's sandbox pool when its rubric or tasks need sandboxes (None otherwise, or on failure)."""
-    from pathlib import Path
-
     from workbench.authoring.sandbox import needs_sandbox
 
     if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
         return None
-    src = Path(env.source) if env.source else None
-    env_dir = (src if src.is_dir() else src.parent) if src is not None and src.exists() else None
+    from workbench.runs.evaluate import run_runtime
+
     try:
-        return await env.runtime.pool(run_id="validate", size=2, env_dir=env_dir).start()
+        return await run_runtime(env).pool(run_id="validate", size=2, env_dir=env.folder).start()
     except WorkbenchError as e:
         rep.problems.append(f"the environment's sandboxes cannot start: {e}")
     except AttributeError:
