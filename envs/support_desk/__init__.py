@@ -21,7 +21,7 @@ SERVER = HERE / "crm_server.py"
 DEFAULT_TASKS = HERE / "tasks.jsonl"
 EXPECTED = ("refund", "store_credit", "deny", "policy_answer")
 #: The tools the model is offered. The server's ``get_order`` is left out to save context (the model
-#: sees the same facts through ``list_orders``); the rubric reads it through the raw session.
+#: sees the same facts through ``list_orders``); the rubric still calls it through ``mcp``.
 MODEL_TOOLS = ("find_customer", "list_orders", "search_policy", "issue_refund", "issue_store_credit")
 
 # Every token counts: the embedded model's context (1024 tokens) holds this, the tool schemas and the
@@ -79,17 +79,11 @@ def _str(x: Any) -> str:
 
 
 async def get_order(mcp: Any, order_id: str) -> dict[str, Any] | None:
-    """The CRM's ``get_order`` (structured content), or None for an unknown order. It goes through the
-    toolset's own SDK session, because ``get_order`` is not among the tools offered to the model."""
-    res = await mcp["crm"].call_tool("get_order", {"order_id": order_id})
-    if res.isError:
-        return None
-    if isinstance(res.structuredContent, dict):
-        return res.structuredContent
-    text = "".join(getattr(c, "text", "") for c in res.content)
+    """The CRM's ``get_order`` (its structured content), or None for an unknown order. Rewards may call
+    it although it is not among the tools offered to the model."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = await mcp.call("get_order", {"order_id": order_id})
+    except wb.MCPToolError:
         return None
     return data if isinstance(data, dict) else None
 

@@ -33,7 +33,8 @@ async def crm_session() -> AsyncIterator[ClientSession]:
 
 
 class Sessions:
-    """What a reward receives as ``mcp``, over a real server: ``call`` and ``["crm"]``, as the engine's."""
+    """What a reward receives as ``mcp``, over a real server: ``call`` (any tool the server lists) and
+    ``["crm"]``, as the engine's."""
 
     def __init__(self, session: ClientSession) -> None:
         self.session = session
@@ -43,7 +44,6 @@ class Sessions:
         return self.session
 
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> Any:
-        assert tool in sd.MODEL_TOOLS, f"the rubric may only mcp.call offered tools, not {tool!r}"
         res = await self.session.call_tool(tool, arguments or {})
         if res.isError:
             raise wb.MCPToolError(res.content[0].text)
