@@ -165,11 +165,12 @@ def _persona(task: wb.Task) -> str:
 
 def load_environment(tasks: str | None = None, max_turns: int = 4, max_tool_calls: int = 6,
                      max_tokens: int = 128, command: list[str] | None = None, url: str | None = None,
-                     user_model: str | None = None) -> wb.Environment:
+                     user_model: str | None = None, sandboxed: bool = True) -> wb.Environment:
     """Customer support over an MCP CRM with a simulated customer.
 
     ``command`` / ``url`` point the tools at another CRM MCP server (see README.md for the tools and
     fields the rubric expects); ``user_model`` names a different model for the simulated customer.
+    ``sandboxed``: each rollout's server runs in the rollout's sandbox (False: on the host, started ahead).
     """
     tpath = Path(tasks).expanduser() if tasks else DEFAULT_TASKS
     taskset = wb.TaskSet.from_jsonl(tpath, name="support_desk")
@@ -186,7 +187,7 @@ def load_environment(tasks: str | None = None, max_turns: int = 4, max_tool_call
         crm = wb.MCPTools(url=url, name="crm", include=MODEL_TOOLS)
     else:
         crm = wb.MCPTools(command=command or [sys.executable, str(SERVER)], per_rollout=True, name="crm",
-                          include=MODEL_TOOLS)
+                          include=MODEL_TOOLS, sandboxed=sandboxed)
 
     rubric = wb.Rubric()
 

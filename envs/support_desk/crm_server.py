@@ -56,7 +56,11 @@ class CRM:
         atexit.register(shutil.rmtree, self.folder, True)
         self.db = sqlite3.connect(self.folder / "crm.db", isolation_level=None)
         self.db.row_factory = sqlite3.Row
+        # A throwaway database: no fsync, the journal in memory (seeding it took 40 ms of disk syncs).
+        self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute("PRAGMA journal_mode=MEMORY")
         self.db.executescript(SCHEMA)
+        self.db.execute("BEGIN")
         with self.db:
             self.db.executemany("INSERT INTO customers VALUES (:id, :email, :name, :tier)",
                                 [{k: c[k] for k in ("id", "email", "name", "tier")} for c in data["customers"]])

@@ -194,12 +194,15 @@ class RolloutEngine:
             deadlines.active[me] = rollout.started + self.timeout_s
             try:
                 # The rollout's sandbox is live from before the harness until after scoring.
+                ready = None
                 if self.sandbox_factory is not None:
                     rollout.sandbox = await self.sandbox_factory(rollout)
+                elif self._toolsets is not None and self._toolsets.prepares(group.task):
+                    rollout.sandbox, ready = await self._toolsets.prepared.take()
                 elif self.sandboxes is not None and (self._needs_sandbox or group.task.sandbox is not None):
                     rollout.sandbox = await self.sandboxes.acquire(rid, group.task)
                 if self._toolsets is not None:
-                    rollout.mcp = await self._toolsets.for_rollout(rollout)
+                    rollout.mcp = await self._toolsets.for_rollout(rollout, ready)
                 await harness.run(rollout)
                 if me in deadlines.expired:  # the harness swallowed its cancellation: still out of time
                     me.uncancel()

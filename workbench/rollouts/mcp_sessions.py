@@ -22,10 +22,10 @@ import orjson
 
 from workbench.authoring.mcp_tools import MCPToolError, MCPTools
 from workbench.errors import EnvLoadError
+from workbench.rollouts.mcp_pools import PreparedSandboxes, WarmServers
 from workbench.rollouts.mcp_transport import (
     ServerHandle,
     ServerStartError,
-    forked_connector,
     host_connector,
     http_connector,
     install_relay,
@@ -38,69 +38,6 @@ TRACE_RESULT_CHARS = 4000
 _DEFAULT_WARM = 8
 
 
-class _Warm:
-    """Per-rollout servers on the host, started ahead: a rollout takes a ready one and a new one starts."""
-
-    def __init__(self, spec: MCPTools, size: int, env_dir: Path | None) -> None:
-        self.spec, self.size, self.env_dir = spec, max(1, size), env_dir
-        self.ready: asyncio.Queue[ServerHandle | BaseException] = asyncio.Queue()
-        self.starting: set[asyncio.Task[None]] = set()
-        self.closed = False
-        self.zygote: Any = None  # forks Python servers from a preloaded interpreter (mcp_zygote)
-        self._zygote_lock = asyncio.Lock()
-
-    async def _connector(self, h: ServerHandle) -> Any:
-        from workbench.rollouts.mcp_zygote import Zygote, forkable
-
-        assert self.spec.command is not None
-        if not forkable(list(self.spec.command)):
-            return host_connector(self.spec, h, self.env_dir)
-        async with self._zygote_lock:
-            if self.zygote is None:
-                self.zygote = await Zygote(stderr=None).start()
-        return forked_connector(self.spec, h, self.zygote, self.env_dir)
-
-    def fill(self) -> None:
-        while not self.closed and self.ready.qsize() + len(self.starting) < self.size:
-            t = asyncio.create_task(self._start_one())
-            self.starting.add(t)
-            t.add_done_callback(self.starting.discard)
-
-    async def _start_one(self) -> None:
-        h = ServerHandle(self.spec)
-        try:
-            await h.start(await self._connector(h))
-        except BaseException as e:
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            self.ready.put_nowait(e)
-            return
-        if self.closed:
-            await h.close()
-        else:
-            self.ready.put_nowait(h)
-
-    async def take(self) -> ServerHandle:
-        self.fill()
-        got = await self.ready.get()
-        self.fill()
-        if isinstance(got, BaseException):
-            raise got
-        return got
-
-    async def close(self) -> None:
-        self.closed = True
-        for t in list(self.starting):
-            t.cancel()
-        await asyncio.gather(*self.starting, return_exceptions=True)
-        while not self.ready.empty():
-            h = self.ready.get_nowait()
-            if isinstance(h, ServerHandle):
-                await h.close()
-        if self.zygote is not None:
-            await self.zygote.close()
-
-
 class RunToolsets:
     """The MCP toolsets of one run (see the module docstring)."""
 
@@ -109,27 +46,35 @@ class RunToolsets:
         self.sandboxes = sandboxes
         self.env_dir = env_dir
         self.shared: dict[int, ServerHandle] = {}
-        self.warm: dict[int, _Warm] = {}
+        self.warm: dict[int, WarmServers] = {}
         self.listed: dict[int, list[Any]] = {}  # every tool each server lists
         self.tools: dict[int, list[Any]] = {}  # the ones the model is offered (``include``)
         self.schemas: list[dict[str, Any]] = []
         self.owner: dict[str, int] = {}  # tool name -> index of its toolset (the model's tools)
         self.any_owner: dict[str, int] = {}  # the same for every listed tool (rewards may call any)
+        self.prepared: PreparedSandboxes | None = None  # sandboxes with their servers already running
 
     @classmethod
-    async def for_env(cls, env: Any, sandboxes: Any, concurrency: int) -> RunToolsets:
-        """The toolsets of ``env``'s harness, opened for a run of ``concurrency`` rollouts at once."""
+    async def for_env(cls, env: Any, sandboxes: Any, concurrency: int, prepare: bool = True) -> RunToolsets:
+        """The toolsets of ``env``'s harness, opened for a run of ``concurrency`` rollouts at once
+        (``prepare``: keep sandboxes with their servers running ahead of the rollouts)."""
         plain = list(getattr(getattr(env.harness, "toolbox", None), "by_name", {}) or {})
         return await cls.open(env.harness.toolsets, plain, sandboxes=sandboxes, env_dir=env.folder,
-                              concurrency=concurrency)
+                              concurrency=concurrency, prepare=prepare)
 
     @classmethod
     async def open(cls, specs: Sequence[MCPTools], plain_names: Sequence[str], *, sandboxes: Any,
-                   env_dir: Path | None, concurrency: int) -> RunToolsets:
+                   env_dir: Path | None, concurrency: int, prepare: bool = True) -> RunToolsets:
         self = cls(specs, sandboxes, env_dir)
         try:
             await asyncio.gather(*(self._probe(i, s, concurrency) for i, s in enumerate(self.specs)))
             self._check_names(plain_names)
+            boxed = {i: s for i, s in enumerate(self.specs) if s.in_sandbox}
+            size = min((s.warm if s.warm is not None else min(_DEFAULT_WARM, max(1, concurrency)))
+                       for s in boxed.values()) if boxed else 0
+            if size > 0 and prepare:
+                self.prepared = PreparedSandboxes(boxed, self.sandboxes, size)
+                self.prepared.fill()
         except BaseException:
             await self.close()
             raise
@@ -143,7 +88,7 @@ class RunToolsets:
             self.listed[i] = h.tools
         elif not spec.sandboxed:
             size = spec.warm if spec.warm is not None else min(_DEFAULT_WARM, max(1, concurrency))
-            self.warm[i] = w = _Warm(spec, size, self.env_dir)
+            self.warm[i] = w = WarmServers(spec, size, self.env_dir)
             first = await w.take()
             self.listed[i] = first.tools
             w.ready.put_nowait(first)  # unused: the first rollout takes it
@@ -186,13 +131,22 @@ class RunToolsets:
             if missing:
                 raise EnvLoadError(f"MCP server {spec.label!r} has no tool named {missing[0]!r} (include=...)")
 
-    async def for_rollout(self, rollout: Rollout) -> MCPSessions:
-        """The rollout's sessions: the shared servers, and fresh ones for per-rollout toolsets."""
+    def prepares(self, task: Any) -> bool:
+        """Whether a rollout of ``task`` takes a prepared sandbox (its servers running) instead of its own."""
+        return self.prepared is not None and task.sandbox is None
+
+    async def for_rollout(self, rollout: Rollout, ready: dict[int, ServerHandle] | None = None) -> MCPSessions:
+        """The rollout's sessions: the shared servers, and fresh ones for per-rollout toolsets (``ready``: the
+        in-sandbox ones already running in the rollout's prepared sandbox)."""
         sessions = MCPSessions(self, rollout)
+        if ready:
+            sessions.owned += ready.values()
         try:
             for i, spec in enumerate(self.specs):
                 if i in self.shared:
                     h = self.shared[i]
+                elif ready and i in ready:
+                    h = ready[i]
                 elif i in self.warm:
                     h = await self.warm[i].take()
                     sessions.owned.append(h)
@@ -213,6 +167,8 @@ class RunToolsets:
         return sessions
 
     async def close(self) -> None:
+        if self.prepared is not None:
+            await self.prepared.close()
         for h in self.shared.values():
             await h.close()
         for w in self.warm.values():

@@ -230,7 +230,7 @@ def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir:
     """A stdio server forked from a preloaded interpreter (``mcp_zygote``): stdio is a unix socket."""
     from mcp.client.stdio import get_default_environment
 
-    from workbench.rollouts.mcp_zygote import kill
+    from workbench.rollouts.mcp_zygote import stop
 
     assert spec.command is not None
     cwd = spec.cwd
@@ -254,7 +254,7 @@ def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir:
         server = await asyncio.start_unix_server(on_connect, path=sock, limit=_LINE_LIMIT)
         try:
             pid = await zygote.fork(list(spec.command), env, cwd, sock, err_path)
-            stack.callback(kill, pid)
+            stack.push_async_callback(stop, pid)
             reader, writer = await accepted
         finally:
             server.close()

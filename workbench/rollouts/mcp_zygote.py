@@ -28,7 +28,7 @@ import orjson
 
 #: The zygote's program (run with ``python -c``); standard library plus what it preloads.
 _ZYGOTE = r"""
-import json, os, runpy, signal, socket, sys
+import atexit, json, os, runpy, signal, socket, sys
 for name in sys.argv[2:]:
     __import__(name)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
@@ -60,12 +60,14 @@ for line in iter(ctl.readline, b""):
             sys.argv = req["argv"][1:]
             sys.path[0] = os.path.dirname(os.path.abspath(req["argv"][1]))
             runpy.run_path(req["argv"][1], run_name="__main__")
+            code = 0
         except SystemExit as e:
-            os._exit(e.code if isinstance(e.code, int) else 0)
+            code = e.code if isinstance(e.code, int) else 0
         except BaseException as e:
             sys.stderr.write(f"{type(e).__name__}: {e}\n")
-            os._exit(1)
-        os._exit(0)
+            code = 1
+        atexit._run_exitfuncs()  # what the server registered (its temp files) runs as at a normal exit
+        os._exit(code)
     ctl.write(json.dumps({"pid": pid}).encode() + b"\n")
 """
 
@@ -135,6 +137,15 @@ class Zygote:
             self.dir.rmdir()
 
 
-def kill(pid: int) -> None:
+async def stop(pid: int, grace_s: float = 2.0) -> None:
+    """Let a server whose stdin has closed exit by itself (its exit handlers run), then kill what is left."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.02)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)

@@ -155,7 +155,7 @@ async def _toolsets(env: Environment, pool: Any, rep: ValidationReport) -> Any:
     from workbench.rollouts.mcp_sessions import RunToolsets
 
     try:
-        return await RunToolsets.for_env(env, pool, concurrency=1)
+        return await RunToolsets.for_env(env, pool, concurrency=1, prepare=False)
     except WorkbenchError as e:
         rep.problems.append(f"the MCP toolsets cannot start: {e}")
         return None
