@@ -291,14 +291,17 @@ _WATCH_S = 0.5
 
 
 async def _watched(h: ServerHandle, call: Any) -> Any:
-    """``call``, unless the server goes first: its keeper ends (a stdio server's exit), or an HTTP
-    server stops accepting connections (the SDK would wait out the whole timeout for the answer)."""
+    """``call``, unless an HTTP server goes first: its session ends, or it stops accepting connections (the
+    SDK would wait out the whole timeout for an answer that cannot come). A stdio server's exit closes
+    its stream, which fails the call at once."""
+    if not h.spec.url:
+        return await call
     task = asyncio.ensure_future(call)
     keeper = h._keeper
     try:
         while True:
             waiting = {task} if keeper is None else {task, keeper}
-            done, _ = await asyncio.wait(waiting, timeout=_WATCH_S)
+            done, _ = await asyncio.wait(waiting, timeout=_WATCH_S, return_when=asyncio.FIRST_COMPLETED)
             if task in done:
                 return task.result()
             if (keeper is not None and keeper.done()) or not await h.reachable():
