@@ -232,9 +232,9 @@ def start_mock(*args: str) -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def run_eval(base_url: str, n: int, c: int, db: Path) -> dict[str, Any]:
+def run_eval(base_url: str, n: int, c: int, db: Path, env_args: str = "{}") -> dict[str, Any]:
     cmd = [sys.executable, "-m", "workbench.cli", "eval", "support_desk", "--base-url", base_url, "-m", "mock-model",
-           "-n", str(n), "-c", str(c), "--json"]
+           "-n", str(n), "-c", str(c), "-a", env_args, "--json"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "WORKBENCH_DB": str(db)})
@@ -253,13 +253,16 @@ def eval_rounds(repeat: int, n: int, c: int) -> dict[str, list[float]]:
         "name": "find_customer", "arguments": '{"email": "ana@example.com"}'}}]}, "Thanks, that is sorted."]
     mocks = {"instant": start_mock("--mode", "instant"),
              "one_call": start_mock("--mode", "script", "--by-turn", "--script", orjson.dumps(script).decode())}
-    res: dict[str, list[float]] = {k: [] for k in mocks}
-    res.update({k + "_with_startup": [] for k in mocks})
+    # (mock, env args): the env as shipped (a server per rollout in its sandbox), and on the host (zygote)
+    cases = {"instant": ("instant", "{}"), "one_call": ("one_call", "{}"),
+             "one_call_host": ("one_call", '{"sandboxed": false}')}
+    res: dict[str, list[float]] = {k: [] for k in cases}
+    res.update({k + "_with_startup": [] for k in cases})
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(repeat):
-                for key, (_, url) in mocks.items():
-                    s = run_eval(url, n, c, Path(tmp) / f"{key}{i}.db")
+                for key, (mock, env_args) in cases.items():
+                    s = run_eval(mocks[mock][1], n, c, Path(tmp) / f"{key}{i}.db", env_args)
                     res[key].append(s["rollouts_per_s"])
                     res[key + "_with_startup"].append(n / s["wall_s_with_startup"])
     finally:
@@ -359,7 +362,9 @@ def part_eval(a: argparse.Namespace) -> dict[str, Any]:
     print(f"3. workbench eval support_desk -n {a.eval_n} -c {a.eval_c}, rollouts/s (median of {a.repeat}; "
           "in brackets: including the process start)")
     print(f"   instant mock (no tool calls)    {e['instant']:7.2f}  ({e['instant_with_startup']:.2f})")
-    print(f"   scripted: one find_customer     {e['one_call']:7.2f}  ({e['one_call_with_startup']:.2f})", flush=True)
+    print(f"   scripted: one find_customer     {e['one_call']:7.2f}  ({e['one_call_with_startup']:.2f})")
+    print(f"   the same, servers on the host   {e['one_call_host']:7.2f}  ({e['one_call_host_with_startup']:.2f})"
+          "  (sandboxed=false: forked from the zygote)", flush=True)
     return {"eval": e}
 
 
