@@ -241,25 +241,10 @@ def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir:
     handle._stderr = open(err_path, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
-        sock = zygote.new_path(".sock")
-        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
-            asyncio.get_running_loop().create_future()
-
-        def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            if not accepted.done():
-                accepted.set_result((r, w))
-            else:
-                w.close()
-
-        server = await asyncio.start_unix_server(on_connect, path=sock, limit=_LINE_LIMIT)
-        try:
-            pid = await zygote.fork(list(spec.command), env, cwd, sock, err_path)
+        async with _Listener(zygote.new_path(".sock")) as listener:
+            pid = await zygote.fork(list(spec.command), env, cwd, listener.path, err_path)
             stack.push_async_callback(stop, pid)
-            reader, writer = await accepted
-        finally:
-            server.close()
-            with contextlib.suppress(OSError):
-                os.unlink(sock)
+            reader, writer = await listener.accepted
         stack.callback(lambda: os.path.exists(err_path) and os.unlink(err_path))
         return await stack.enter_async_context(_stream_transport(reader, writer))
 
@@ -302,18 +287,8 @@ def sandbox_connector(spec: MCPTools, handle: ServerHandle, sandbox: Any, bridge
     handle.where = "sandbox"
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
-        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
-            asyncio.get_running_loop().create_future()
-
-        def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            if not accepted.done():
-                accepted.set_result((r, w))
-            else:
-                w.close()
-
-        server = await asyncio.start_unix_server(on_connect, path=str(host_sock), limit=_LINE_LIMIT)
-        os.chmod(host_sock, 0o777)  # the sandbox user may differ from ours (Docker)
-        try:
+        async with _Listener(str(host_sock)) as listener:
+            accepted = listener.accepted
             program = handle.program = asyncio.create_task(
                 sandbox.exec(argv, timeout=86_400.0, cwd=spec.cwd, env=dict(spec.env or {})))
             done, _ = await asyncio.wait({accepted, program}, return_when=asyncio.FIRST_COMPLETED)
@@ -322,10 +297,6 @@ def sandbox_connector(spec: MCPTools, handle: ServerHandle, sandbox: Any, bridge
                 tail = (r.stderr.strip().splitlines() or [""])[-1][:300]
                 raise ServerStartError(f"MCP server {spec.label!r} exited in the sandbox before answering "
                                        f"initialize (exit code {r.exit_code}){': ' + tail if tail else ''}")
-        finally:
-            server.close()
-            with contextlib.suppress(OSError):
-                host_sock.unlink()
         reader, writer = accepted.result()
 
         async def stop_program() -> None:
@@ -352,6 +323,33 @@ def sandbox_connector(spec: MCPTools, handle: ServerHandle, sandbox: Any, bridge
         return await stack.enter_async_context(_stream_transport(reader, writer))
 
     return connect
+
+
+class _Listener:
+    """A unix socket at ``path`` that takes one connection (a server's stdio), removed on leaving."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+            asyncio.get_running_loop().create_future()
+        self._server: asyncio.AbstractServer | None = None
+
+    def _on_connect(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        if not self.accepted.done():
+            self.accepted.set_result((r, w))
+        else:
+            w.close()
+
+    async def __aenter__(self) -> _Listener:
+        self._server = await asyncio.start_unix_server(self._on_connect, path=self.path, limit=_LINE_LIMIT)
+        os.chmod(self.path, 0o777)  # a sandbox's user may differ from ours (Docker)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
 
 
 @contextlib.asynccontextmanager
