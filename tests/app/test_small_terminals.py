@@ -47,7 +47,9 @@ async def test_the_footer_keeps_help_and_quit(make_app: Callable[..., WorkbenchA
     app = make_app(mode=mode)
     async with app.run_test(size=size) as pilot:
         await pilot.pause(0.5)
-        footer = await wait_until(pilot, lambda: "? Help" in _footer(app) and _footer(app), what="the footer")
+        # The screen's own keys paint after the app's (help, quit): wait for both sides of the footer.
+        footer = await wait_until(pilot, lambda: "? Help" in _footer(app) and _footer(app).split("▏")[0].strip()
+                                  and _footer(app), what="the footer with the screen's keys")
         assert "? Help" in footer and "q Quit" in footer, footer
         # Keys that do not fit are left out whole: every key shown has its whole description.
         descriptions = {a.binding.description for a in app.screen.active_bindings.values()}
