@@ -202,8 +202,9 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
 
         self.policy = AppPolicy(person_name(), self)
         self._loop = LoopThread("workbench-play")
+        cfg = self.workbench_app.config  # a simulated user's model: the quick-eval endpoint (else embedded)
         self._future = self._loop.submit(_play(self.env_spec, self.task_index, self.workbench_app.store,
-                                               self.policy))
+                                               self.policy, cfg.base_url, cfg.model))
         self._await_play(self._future)
 
     def on_unmount(self) -> None:
@@ -406,8 +407,9 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-async def _play(env_spec: str, task_index: int, store: StoreHandle, policy: AppPolicy) -> Any:
+async def _play(env_spec: str, task_index: int, store: StoreHandle, policy: AppPolicy, base_url: str | None,
+                model: str | None) -> Any:
     """On the session's loop thread: its own store connection (the handle gives each thread one)."""
     from workbench.runs.play_session import play
 
-    return await play(env_spec, task_index, store.get(), policy)
+    return await play(env_spec, task_index, store.get(), policy, base_url=base_url, model=model)

@@ -111,6 +111,23 @@ def test_a_person_plays_a_multi_turn_game_against_its_own_respond(
     assert [m["content"] for m in msgs] == ["Guess my number (1-10).", "3", "higher", "9", "lower", "7"]
 
 
+def test_a_person_plays_against_a_simulated_user_and_mcp_tools(
+        play: Callable[..., CliResult], store_path: Path, mock_server: Callable[..., Any]) -> None:
+    """support_desk as the agent: the person calls the CRM's MCP tools and answers; the simulated customer is
+    the model given with --base-url/-m (here a scripted mock that is satisfied at once)."""
+    mock = mock_server("script", script=["Great, thanks. [DONE]"])
+    res = play("support_desk", '/call find_customer {"email": "ana@example.com"}\nI will look into it.\n',
+               "--task", "0", "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["status"] == "ok" and out["errors"] == [] and out["metrics"] == {"tool_calls": 1.0}
+    msgs = json.loads(sqlite3.connect(store_path).execute("SELECT messages FROM rollout").fetchone()[0])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant"]
+    assert "Ana" in msgs[3]["content"], "the person's call reached the env's own MCP server"
+    body = mock.bodies()[0]
+    assert body["model"] == "mock-model" and "I will look into it." in json.dumps(body["messages"])
+
+
 @pytest.mark.parametrize("replies, args, fragments", [
     ('/call add {"a": "x", "b": 3}\n', (), ("line 1", "add", "'a'", "integer", "nothing was stored")),
     ('/call add {"a": 1}\n', (), ("line 1", "'b'", "required")),

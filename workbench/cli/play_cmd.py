@@ -68,14 +68,17 @@ class TerminalPolicy:
 @click.argument("env")
 @click.option("--task", "task", type=int, default=0, show_default=True, help="Index of the task to play.")
 @click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@click.option("--base-url", default=None, help="Where a simulated user's model is served (default: the embedded model).")
+@click.option("-m", "--model", default=None, help="The simulated user's model (with --base-url).")
 @db_option
 @json_option()
 @click.pass_context
-def play_command(ctx: click.Context, env: str, task: int, env_args: str | None, db: str | None,
-                 as_json: bool) -> None:
+def play_command(ctx: click.Context, env: str, task: int, env_args: str | None, base_url: str | None,
+                 model: str | None, db: str | None, as_json: bool) -> None:
     """Play task N of ENV yourself: you write each assistant turn (a tool call as `/call NAME {json}`), the
     environment's tools, sandbox and rubric run as they do for a model, and the rollout is stored with
-    source `human` and your name (the `user_name` setting, else your login). From a pipe, one reply per line."""
+    source `human` and your name (the `user_name` setting, else your login). From a pipe, one reply per line.
+    A simulated user (wb.UserSim) answers you with --base-url/-m, else the embedded model."""
     from workbench.authoring.discovery import parse_env_args
     from workbench.cli.eval_cmd import run_async
     from workbench.errors import ConfigError
@@ -87,7 +90,7 @@ def play_command(ctx: click.Context, env: str, task: int, env_args: str | None, 
         console.print(f"[dim]{HELP_LINE} Ctrl-D stops without storing.[/]")
     store = open_store(ctx, db)
     try:
-        result = run_async(play(env, task, store, policy, parse_env_args(env_args)))
+        result = run_async(play(env, task, store, policy, parse_env_args(env_args), base_url=base_url, model=model))
     except PlayStopped as e:
         raise ConfigError(str(e)) from None
     finally:

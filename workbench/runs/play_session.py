@@ -53,11 +53,21 @@ def person_name() -> str:
         return "unknown"
 
 
+def _user_sim(harness: Any) -> Any:
+    """The simulated user a (human-wrapped) harness holds, if any."""
+    from workbench.authoring.harness import UserSim
+
+    inner = getattr(harness, "harness", harness)
+    return inner if isinstance(inner, UserSim) else None
+
+
 async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy,
-               env_args: dict[str, Any] | None = None) -> PlayResult:
+               env_args: dict[str, Any] | None = None, base_url: str | None = None,
+               model: str | None = None) -> PlayResult:
     """Run task ``task_index`` of ``env_spec`` with ``policy`` writing the assistant's turns; the stored result.
     When the policy raises :class:`PlayStopped` (the person stopped, their input ended) nothing is stored
-    and it propagates."""
+    and it propagates. A simulated user (``wb.UserSim``) still needs a model: ``base_url``/``model`` (else the
+    embedded model, started on demand)."""
     env = discovery.load(env_spec, env_args or {})
     n = len(env.tasks)
     if not 0 <= task_index < n:
@@ -76,7 +86,16 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
                      rollouts_per_task=1, concurrency=1, sampling=asdict(env.sampling),
                      config={"env": env_spec, "env_args": env_args or {}, "task_index": task_index, "human": name})
     writer = store.writer()
-    client = ChatClient(None)  # never called: the person answers every turn
+    user_sim = _user_sim(env.harness)
+    if user_sim is not None and not user_sim.user_base_url:
+        from workbench.rollouts.client import resolve_api_key
+        from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+
+        url, sim_model = resolve_endpoint(EvalOptions(env=env_spec, base_url=base_url, model=model))
+        user_sim.user_base_url, user_sim.user_model = url, user_sim.user_model or sim_model
+        client = ChatClient(resolve_api_key(None, url))  # the simulated user's; the person answers every turn
+    else:
+        client = ChatClient(None)  # never called: the person answers every turn
     failure: BaseException | None = None
 
     def prepare(rollout: Any) -> None:
