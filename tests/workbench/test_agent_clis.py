@@ -2,15 +2,18 @@
 ``wb.Program`` harnesses against a scripted upstream: Claude Code on the Anthropic Messages API, Codex on
 the Responses API, both through the interception proxy. Each is scripted to run one shell command with its
 own tool and then answer; the command really runs inside the rollout's sandbox, and every call is in the
-store."""
+store. Claude Code also uses `workbench mcp` as its MCP server, as a coding agent beside Workbench would."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +109,59 @@ def test_codex_runs_headless_on_the_responses_api(agent_clis: Path, cli: Callabl
     tool = [m for m in second if m["role"] == "tool"]
     assert tool and "made-by-codex" in tool[0]["content"], second[-2:]
     assert second[-2]["tool_calls"][0]["function"]["name"] == "exec_command"
+
+
+def test_claude_code_uses_workbench_mcp(agent_clis: Path, cli: Callable[..., CliResult], cli_env: dict[str, str],
+                                        mock_server: Callable[..., MockServer], store_path: Path,
+                                        write_env: Callable[..., Path], tmp_path: Path) -> None:
+    """A coding agent pointed at `workbench mcp`: the real Claude Code, configured with the server's URL
+    (`--mcp-config`), calls its `list_environments` tool and gets Workbench's answer."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "workbench.cli", "mcp", "--http", str(port)],
+                              env={**cli_env, "WORKBENCH_DB": str(tmp_path / "mcp-store.db")},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        tool = "mcp__workbench__list_environments"
+        call = {"id": "toolu_1", "type": "function", "function": {"name": tool, "arguments": "{}"}}
+        mock = mock_server("script", "--tokens", script=[{"tool_calls": [call]}, "all done"])
+        claude = str(agent_clis / "node_modules" / ".bin" / "claude")
+        config = json.dumps({"mcpServers": {"workbench": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}}})
+        home = {"HOME": "/tmp/home", "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1"}
+        env = write_env(f'''
+            import workbench as wb
+            def load_environment():
+                rubric = wb.Rubric()
+                @rubric.reward
+                def answered(state: dict) -> float:
+                    return float("all done" in state.get("stdout", ""))
+                return wb.Environment(
+                    name="cli-agent-mcp", tasks=wb.TaskSet.from_records([{{"prompt": "which environments are there?"}}]),
+                    harness=wb.Program({[claude, "-p", "{prompt}", "--output-format", "json", "--allowedTools", tool,
+                                         "--mcp-config", config, "--strict-mcp-config"]!r},
+                                       env={home!r}, binds=[{str(agent_clis)!r}], timeout=240),
+                    rubric=rubric, runtime=wb.Local(timeout=300, network=True))
+            ''')
+        res = cli("eval", env, "--base-url", mock.base_url, "-m", "mock-model", "--json", timeout=400)
+        assert res.rc == 0, res.stderr[-3000:]
+        s = last_json(res.stdout)
+        assert s["errors"] == 0 and s["rewards"]["answered"] == 1.0, s
+        first, second = mock.bodies()[:2]
+        # Claude Code offers MCP tools through its ToolSearch (deferred), and runs a call to one by name.
+        assert "ToolSearch" in [t["function"]["name"] for t in first["tools"]]
+        result = next(m for m in second["messages"] if m["role"] == "tool")
+        envs = {e["name"]: e for e in json.loads(result["content"])["envs"]}
+        assert {"arithmetic", "support_desk"} <= set(envs), result
+        assert envs["support_desk"]["readme"] == "env://support_desk/README.md"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
