@@ -41,6 +41,7 @@ def _register() -> None:
         launch_cmd,
         login_cmd,
         mcp_cmd,
+        models_cmd,
         new_cmd,
         package_cmd,
         play_cmd,
@@ -53,7 +54,7 @@ def _register() -> None:
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd,
-                play_cmd, mcp_cmd):
+                play_cmd, mcp_cmd, models_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

@@ -52,6 +52,8 @@ class EvalOptions:
     stall_timeout_s: float = DEFAULT_STALL_S  # a model response that sends nothing this long is a timeout
     max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / (1 << 20)  # a larger response is a bad_response
     resume: str | None = None
+    provider: str = "openai"  # the API the endpoint speaks (a registered model's; see workbench models)
+    price: Any = None  # a registered model's own price (cost.pricing.Price), over the store's table
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
 
@@ -123,6 +125,9 @@ def resolve_endpoint(opts: EvalOptions, on_status: StatusCallback | None = None)
         if not model:
             raise ConfigError("--base-url needs a model name too: pass -m MODEL")
         return opts.base_url.rstrip("/"), model
+    named = _registered(opts)
+    if named is not None:
+        return named
     from workbench import plugins
 
     try:
@@ -131,6 +136,32 @@ def resolve_endpoint(opts: EvalOptions, on_status: StatusCallback | None = None)
         raise EndpointError(f"no --base-url given and the embedded model server cannot start here ({e}); "
                             "or pass --base-url URL -m MODEL") from None
     return endpoint.ensure(opts.model, progress=on_status)
+
+
+def _registered(opts: EvalOptions) -> tuple[str, str] | None:
+    """``-m NAME`` of a registered model (``workbench models add``): its endpoint, id, API, key and price
+    go into ``opts``. A name that is no registered model but close to one is a typo: refused with the
+    nearest names (anything else is the embedded server's to resolve: a model id or a path)."""
+    import difflib
+
+    from workbench.config.models import load_models, unknown_model_message
+    from workbench.cost.pricing import Price
+
+    if not opts.model:
+        return None
+    models = load_models()
+    m = models.get(opts.model)
+    if m is None:
+        if difflib.get_close_matches(opts.model, list(models), n=1, cutoff=0.8) and not os.path.exists(opts.model):
+            raise ConfigError(unknown_model_message(opts.model, models))
+        return None
+    if m.api_key_env and not m.api_key() and opts.api_key is None:
+        raise ConfigError(f"model {m.name!r} takes its key from ${m.api_key_env}, which is not set")
+    opts.api_key = opts.api_key or m.api_key()
+    opts.provider = m.provider
+    if m.input_price is not None and m.output_price is not None:
+        opts.price = Price(m.model_id, m.provider, m.input_price, m.output_price, source=f"models add {m.name}")
+    return m.base_url, m.model_id
 
 
 async def evaluate(
@@ -173,7 +204,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
         base_url, model = resolve_endpoint(opts, on_status)
         store.register_env(env.name, env.version, env.source, env.description)
         prices = store.prices()
-        price = match_price(model, prices)
+        price = opts.price or match_price(model, prices)
         api_key = resolve_api_key(opts.api_key, base_url)
 
         if run is None:

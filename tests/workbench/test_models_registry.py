@@ -1,0 +1,87 @@
+"""Models as named endpoints: `workbench models add|list|remove`, then `-m NAME` resolves to the endpoint,
+its model id, its key (from the named variable, never stored) and its price. Real CLI processes, a real
+mock endpoint, the registry file on disk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import CliResult, assert_user_error, last_json
+
+
+def _registry(cli_env: dict[str, str]) -> Path:
+    return Path(cli_env["XDG_CONFIG_HOME"]) / "workbench" / "models.json"
+
+
+def test_add_list_remove_and_no_key_is_ever_written(cli: Callable[..., CliResult], cli_env: dict[str, str]) -> None:
+    res = cli("models", "add", "gpt-small", "--base-url", "https://api.openai.com/v1/", "--model-id", "gpt-4o-mini",
+              "--api-key-env", "OPENAI_API_KEY", "--input-price", "0.15", "--output-price", "0.6", "--json",
+              env={"OPENAI_API_KEY": "sk-test-never-stored"})
+    assert res.rc == 0, res.stderr
+    assert last_json(res.stdout)["model"] == {
+        "name": "gpt-small", "base_url": "https://api.openai.com/v1", "model_id": "gpt-4o-mini", "provider": "openai",
+        "api_key_env": "OPENAI_API_KEY", "input_price": 0.15, "output_price": 0.6}
+    assert cli("models", "add", "claude", "--base-url", "https://api.anthropic.com/v1", "--provider", "anthropic",
+               "--model-id", "claude-sonnet-4-5").rc == 0
+    listed = last_json(cli("models", "list", "--json").stdout)
+    assert [m["name"] for m in listed["models"]] == ["claude", "gpt-small"]
+    text = _registry(cli_env).read_text()
+    assert "sk-test-never-stored" not in text and "OPENAI_API_KEY" in text
+    table = cli("models", "list").stdout
+    assert "gpt-4o-mini" in table and "$OPENAI_API_KEY" in table and "keyring" in table
+    assert last_json(cli("models", "remove", "claude", "--json").stdout) == {"removed": "claude"}
+    assert [m["name"] for m in last_json(cli("models", "list", "--json").stdout)["models"]] == ["gpt-small"]
+
+
+def test_eval_with_a_registered_name_uses_its_endpoint_id_key_and_price(
+        cli: Callable[..., CliResult], mock_server: Callable[..., Any]) -> None:
+    mock = mock_server("arithmetic", "--require-key", "secret-123", "--models", "served-id")
+    assert cli("models", "add", "house", "--base-url", mock.base_url, "--model-id", "served-id", "--api-key-env",
+               "HOUSE_KEY", "--input-price", "1.0", "--output-price", "2.0").rc == 0
+    res = cli("eval", "arithmetic", "-m", "house", "-n", "4", "--json", env={"HOUSE_KEY": "secret-123"})
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["model"] == "served-id" and out["rollouts"] == 4 and out["errors"] == 0
+    tokens = out["prompt_tokens"] * 1.0 + out["completion_tokens"] * 2.0
+    assert out["cost_usd"] == pytest.approx(tokens / 1e6), "the registered price costs the run"
+    body = mock.bodies()[0]
+    assert body["model"] == "served-id"
+    missing = cli("eval", "arithmetic", "-m", "house", "-n", "1")
+    assert_user_error(missing, "'house'", "$HOUSE_KEY", "not set")
+
+
+BAD = [
+    (["models", "add", "x", "--base-url", "ftp://host"], ["base_url", "http"]),
+    (["models", "add", "x", "--base-url", "http://h/v1", "--provider", "gemini"], ["--provider", "openai", "anthropic"]),
+    (["models", "add", "x", "--base-url", "http://h/v1", "--input-price", "1"], ["--input-price", "--output-price"]),
+    (["models", "add", "x", "--base-url", "http://h/v1", "--input-price", "-1", "--output-price", "1"],
+     ["input_price", "non-negative"]),
+    (["models", "add", "x", "--base-url", "http://h/v1", "--api-key-env", "sk-abc"], ["api_key_env", "variable"]),
+    (["models", "add", "bad name", "--base-url", "http://h/v1"], ["name", "letters"]),
+    (["models", "add", "house", "--base-url", "http://other/v1"], ["'house'", "registered already", "--replace"]),
+    (["models", "remove", "hose"], ["'hose'", "did you mean", "'house'"]),
+    (["eval", "arithmetic", "-m", "housse", "-n", "1"], ["'housse'", "did you mean", "'house'"]),
+]
+
+
+@pytest.mark.parametrize(("args", "fragments"), BAD, ids=[" ".join(a[:3]) + f" {i}" for i, (a, _) in enumerate(BAD)])
+def test_bad_input_is_one_line_and_the_registry_is_kept(cli: Callable[..., CliResult], cli_env: dict[str, str],
+                                                        args: list[str], fragments: list[str]) -> None:
+    assert cli("models", "add", "house", "--base-url", "http://127.0.0.1:9/v1", "--model-id", "m").rc == 0
+    before = _registry(cli_env).read_text()
+    assert_user_error(cli(*args), *fragments)
+    assert _registry(cli_env).read_text() == before
+
+
+def test_a_broken_registry_is_one_line(cli: Callable[..., CliResult], cli_env: dict[str, str]) -> None:
+    path = _registry(cli_env)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"house": {"base_url": "http://h/v1"}}))
+    assert_user_error(cli("models", "list"), "models.json", "'house'", "model_id")
+    path.write_text("{not json")
+    assert_user_error(cli("eval", "arithmetic", "-m", "house"), "models.json", "cannot be read")
