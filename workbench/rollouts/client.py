@@ -188,6 +188,8 @@ class ChatClient:
     (honouring ``Retry-After``); other errors are raised at once as :class:`ModelError`.
     ``request_timeout=None``: no timer per request (only connecting is bounded), for callers whose
     every call runs under a deadline of their own, as the engine's rollouts do.
+    ``provider="anthropic"``: :meth:`chat` speaks the Anthropic Messages API (``POST /messages``, the
+    ``x-api-key`` and ``anthropic-version`` headers) instead; see workbench/wire/anthropic_client.py.
     """
 
     def __init__(
@@ -201,7 +203,11 @@ class ChatClient:
         backoff_max: float = 20.0,
         stall_timeout: float | None = DEFAULT_STALL_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        provider: str = "openai",
     ) -> None:
+        if provider not in ("openai", "anthropic"):
+            raise ConfigError(f"provider {provider!r} is not 'openai' or 'anthropic'")
+        self.provider = provider
         self.api_key = api_key
         register_secret(api_key)
         self.stall_timeout = stall_timeout
@@ -214,7 +220,13 @@ class ChatClient:
         self._session: Any = None
         self.retries = 0
         self._headers = {"Content-Type": "application/json"}
-        if api_key:
+        if provider == "anthropic":  # the Messages API's own headers (workbench/wire/anthropic_client.py)
+            from workbench.wire.anthropic_client import ANTHROPIC_VERSION
+
+            self._headers["anthropic-version"] = ANTHROPIC_VERSION
+            if api_key:
+                self._headers["x-api-key"] = api_key
+        elif api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
 
     async def __aenter__(self) -> ChatClient:
@@ -254,12 +266,12 @@ class ChatClient:
             await self._session.close()
             self._session = None
 
-    async def _post_once(self, url: str, payload: bytes, model: str) -> bytes:
+    async def _post_once(self, url: str, payload: bytes, model: str, classify: Any = None) -> bytes:
         try:
             async with self._session.post(url, data=payload) as resp:
                 body = await self._read_capped(resp, url)
                 if resp.status >= 400:
-                    err = classify_status(resp.status, body, model)
+                    err = (classify or classify_status)(resp.status, body, model)
                     ra = resp.headers.get("Retry-After")
                     if ra:
                         try:
@@ -306,14 +318,16 @@ class ChatClient:
             parts.append(chunk)
         return b"".join(parts)
 
-    async def post_json(self, url: str, payload: dict[str, Any], model: str = "") -> bytes:
+    async def post_json(self, url: str, payload: dict[str, Any], model: str = "", classify: Any = None) -> bytes:
+        """POST ``payload``, retrying what is retryable; ``classify(status, body, model)`` names an HTTP error's
+        :class:`ModelError` (:func:`classify_status`, OpenAI's errors, unless given)."""
         if self._session is None:
             await self.open()
         data = orjson.dumps(payload)
         attempt = 0
         while True:
             try:
-                return await self._post_once(url, data, model)
+                return await self._post_once(url, data, model, classify)
             except ModelError as e:
                 if not e.retryable or attempt >= self.max_retries:
                     raise
@@ -335,7 +349,10 @@ class ChatClient:
         prompt_ids: list[int] | None = None,
     ) -> ChatResponse:
         """One chat completion. With ``prompt_ids`` the prompt is sent as those exact token ids
-        (``/chat/completions/tokens``; see workbench/rollouts/continuation.py) instead of being rendered."""
+        (``/chat/completions/tokens``; see workbench/rollouts/continuation.py) instead of being rendered.
+        With ``provider="anthropic"`` the request goes to ``/messages`` as a Messages request."""
+        if self.provider == "anthropic":
+            return await self._chat_anthropic(base_url, model, messages, tools, params, prompt_ids)
         payload: dict[str, Any] = {"model": model, "messages": messages}
         if params:
             payload.update(params)
@@ -347,6 +364,22 @@ class ChatClient:
             route += "/tokens"
         body = await self.post_json(base_url.rstrip("/") + route, payload, model)
         return parse_chat_body(body)
+
+    async def _chat_anthropic(self, base_url: str, model: str, messages: list[Message],
+                              tools: list[dict[str, Any]] | None, params: dict[str, Any] | None,
+                              prompt_ids: list[int] | None) -> ChatResponse:
+        from workbench.wire.anthropic_client import (
+            classify_anthropic_status,
+            from_messages_response,
+            to_messages_request,
+        )
+
+        if prompt_ids is not None:
+            raise ModelError("bad_request", "the Anthropic Messages API takes no prompt token ids (prompt_ids); "
+                                            "token continuation needs an OpenAI-compatible token server")
+        payload = to_messages_request(model, list(messages), tools, params)
+        body = await self.post_json(base_url.rstrip("/") + "/messages", payload, model, classify_anthropic_status)
+        return from_messages_response(body)
 
     async def list_models(self, base_url: str) -> list[dict[str, Any]] | None:
         """The model entries the endpoint lists, or None when it does not support ``/models``."""
