@@ -48,10 +48,17 @@ def json_option(help: str = JSON_HELP) -> Callable[[Callable[..., Any]], Callabl
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
-def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The hot-swap flags every command that runs rollouts takes."""
+def model_options(f: Callable[..., Any] | None = None, *, several: bool = False) -> Any:
+    """The hot-swap flags every command that runs rollouts takes (``several``: ``-m`` may repeat)."""
+    if f is None:
+        return lambda g: model_options(g, several=several)
+    model = click.option("-m", "--model", multiple=True, help="Model name or a registered model (`workbench "
+                         "models`); repeat it to run the same tasks on several models (default: the embedded "
+                         "model).") if several else \
+        click.option("-m", "--model", default=None, help="Model name or a registered model (`workbench models`) "
+                     "(default: the embedded model).")
     opts = [
-        click.option("-m", "--model", default=None, help="Model name (default: the embedded model)."),
+        model,
         click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL",
                      help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: embedded server)."),
         click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, then OPENAI_API_KEY, or for api.anthropic.com "

@@ -80,7 +80,7 @@ def print_summary(s: dict[str, Any]) -> None:
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Number of tasks (the first n).")
 @click.option("-r", "--rollouts", "r", type=int, default=1, show_default=True, help="Rollouts per task (one group).")
 @click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")
-@model_options
+@model_options(several=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-rollout timeout in seconds.")
 @click.option("--max-retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/connection errors.")
 @click.option("-t", "--temperature", type=float, default=None, help="Override the environment's temperature.")
@@ -99,7 +99,7 @@ def print_summary(s: dict[str, Any]) -> None:
 @json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
 def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
-                 model: str | None, base_url: str | None, api_key: str | None, harness: str | None,
+                 model: tuple[str, ...], base_url: str | None, api_key: str | None, harness: str | None,
                  runtime: str | None, timeout: float, max_retries: int, temperature: float | None,
                  max_tokens: int | None, stall_timeout: float, max_response_mb: float, pass_threshold: float,
                  render_prompts: bool, resume: str | None,
@@ -112,10 +112,12 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     if not env and not resume:
         raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")
     opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=r, concurrency=c,
-                       model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
+                       model=model[0] if len(model) == 1 else None, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
                        harness=harness, runtime=runtime, temperature=temperature, max_tokens=max_tokens,
                        pass_threshold=pass_threshold, render_prompts=render_prompts, resume=resume,
                        stall_timeout_s=stall_timeout, max_response_mb=max_response_mb)
+    if len(model) > 1:
+        return _eval_models(ctx, opts, list(model), db, as_json)
     store = open_store(ctx, db)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -164,6 +166,34 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
         why = f"{top.get('kind')}: {' '.join(str(top.get('message', '')).split())[:300]}" if top else "see the run"
         raise EndpointError(f"every rollout of run {s['run_id']} failed ({why}); `workbench show {s['run_id']}` "
                             "has the details")
+
+
+def _eval_models(ctx: click.Context, opts: Any, models: list[str], db: str | None, as_json: bool) -> None:
+    """``eval -m A -m B ...``: one run per model, concurrently, grouped as a comparison."""
+    from workbench.runs.multi_eval import evaluate_models
+
+    store = open_store(ctx, db)  # checks the store opens (and is writable) before anything runs
+    path = store.path
+    store.close()
+    import contextlib
+
+    with console_err.status(f"evaluating {len(models)} models", spinner="dots") if console_err.is_terminal else \
+            contextlib.nullcontext():
+        comparison = run_async(evaluate_models(opts, models, path))
+    s = comparison.summary()
+    if as_json:
+        emit_json(s)
+        return
+    from rich.table import Table
+
+    t = Table(box=None, show_edge=False, title=f"comparison {s['comparison_id']}: {s['env']} ({s['env_version']})")
+    for col in ("model", "run", "mean reward", "± stderr", "pass@1", "errors", "cost", "rollouts/s"):
+        t.add_column(col, justify="left" if col in ("model", "run") else "right")
+    for r in s["runs"]:
+        t.add_row(r["name"], r["run_id"], fnum(r["mean_reward"]), fnum(r["stderr"]),
+                  fnum((r["pass_at_k"] or {}).get("pass@1")), str(r["errors"]),
+                  "unpriced" if r.get("unpriced") else f"${r['cost_usd']:.4f}", f"{r['rollouts_per_s']:.1f}")
+    console.print(t)
 
 
 COMMANDS = [eval_command]

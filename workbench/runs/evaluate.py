@@ -54,6 +54,7 @@ class EvalOptions:
     resume: str | None = None
     provider: str = "openai"  # the API the endpoint speaks (a registered model's; see workbench models)
     price: Any = None  # a registered model's own price (cost.pricing.Price), over the store's table
+    comparison_id: str | None = None  # set for each run of `eval -m A -m B` (workbench/runs/multi_eval.py)
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
 
@@ -212,6 +213,8 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
                       "rollouts_per_task": opts.rollouts_per_task, "model": model, "base_url": base_url,
                       "harness": opts.harness, "runtime": opts.runtime, "temperature": opts.temperature,
                       "max_tokens": opts.max_tokens}
+            if opts.comparison_id:
+                config["comparison_id"] = opts.comparison_id
             skip: set[tuple[int, int]] = set()
         else:
             if run["env_version"] != env.version:
