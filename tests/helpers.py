@@ -107,14 +107,15 @@ def _readline(stream: Any, timeout: float) -> str:
 
 
 class MockServer:
-    """``python -m workbench.testing.mock_openai`` as a subprocess on a free port of 127.0.0.1."""
+    """``python -m workbench.testing.mock_openai`` (or another mock ``module``, e.g. ``mock_anthropic``) as a
+    subprocess on a free port of 127.0.0.1."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, module: str = "workbench.testing.mock_openai") -> None:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workbench.testing.mock_openai", "--port", "0", *args],
+            [sys.executable, "-m", module, "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=REPO)
         line = _readline(self.proc.stdout, MOCK_START_TIMEOUT)
         if not line.startswith("READY"):

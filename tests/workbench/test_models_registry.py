@@ -5,13 +5,14 @@ mock endpoint, the registry file on disk."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, assert_user_error, last_json
+from tests.helpers import CliResult, MockServer, assert_user_error, last_json
 
 
 def _registry(cli_env: dict[str, str]) -> Path:
@@ -85,3 +86,51 @@ def test_a_broken_registry_is_one_line(cli: Callable[..., CliResult], cli_env: d
     assert_user_error(cli("models", "list"), "models.json", "'house'", "model_id")
     path.write_text("{not json")
     assert_user_error(cli("eval", "arithmetic", "-m", "house"), "models.json", "cannot be read")
+
+
+ADD_ENV = """
+import workbench as wb
+
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+def load_environment():
+    rubric = wb.Rubric()
+
+    @rubric.reward
+    def correct(completion: str) -> float:
+        return float(completion.strip().endswith("5"))
+
+    return wb.Environment(name="adder", tasks=wb.TaskSet.from_records([{"prompt": "What is 2 + 3?"}]),
+                          harness=wb.ToolLoop(tools=[add], system_prompt="Use the tool."), rubric=rubric)
+"""
+
+
+def test_a_registered_anthropic_model_speaks_the_messages_api_with_tools(
+        cli: Callable[..., CliResult], write_env: Callable[..., Path], tmp_path: Path, store_path: Path) -> None:
+    """provider anthropic: the Messages API natively (system prompt, tool_use, tool_result, stop reasons),
+    against a mock that checks requests as the published API does; cache reads priced at their rate."""
+    script = [{"tool_use": {"name": "add", "input": {"a": 2, "b": 3}}}, "The answer is 5"]
+    mock = MockServer(["--script", json.dumps(script), "--require-key", "sk-ant-test", "--cache-read", "100",
+                       "--models", "claude-mock"], tmp_path / "anthropic.log", module="workbench.testing.mock_anthropic")
+    try:
+        assert cli("models", "add", "claude", "--base-url", mock.base_url, "--provider", "anthropic", "--model-id",
+                   "claude-mock", "--api-key-env", "ANTH_KEY", "--input-price", "3", "--output-price", "15").rc == 0
+        res = cli("eval", write_env(ADD_ENV, "adder.py"), "-m", "claude", "--json", env={"ANTH_KEY": "sk-ant-test"})
+        assert res.rc == 0, res.stderr
+        out = last_json(res.stdout)
+        assert out["errors"] == 0 and out["rewards"]["correct"] == 1.0 and out["model"] == "claude-mock"
+        first, second = mock.bodies()[:2]
+        assert first["system"] == "Use the tool." and first["tools"][0]["name"] == "add"
+        assert first["tools"][0]["input_schema"]["properties"]["a"]["type"] == "integer"
+        result = second["messages"][-1]["content"][0]
+        assert result["type"] == "tool_result" and str(result["content"]) == "5"
+        p, c = out["prompt_tokens"], out["completion_tokens"]
+        assert out["cost_usd"] == pytest.approx(((p - 200) * 3 + 200 * 3 * 0.1 + c * 15) / 1e6), \
+            "two calls, 100 cache-read tokens each, at a tenth of the input price"
+        calls = sqlite3.connect(store_path).execute("SELECT finish_reason, extra FROM model_call ORDER BY idx").fetchall()
+        assert [f for f, _ in calls] == ["tool_calls", "stop"]
+        assert json.loads(calls[0][1])["api"] == "anthropic"
+    finally:
+        mock.stop()

@@ -29,6 +29,11 @@ DEFAULT_PRICES: dict[str, tuple[str, float, float]] = {
 }
 
 
+#: What a cached prompt token costs, as a share of the input price: a cache read, a (5-minute) cache write.
+CACHE_READ_RATE = 0.1
+CACHE_WRITE_RATE = 1.25
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
     model: str
@@ -37,8 +42,14 @@ class Price:
     output_usd_per_mtok: float
     source: str = ""
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok) / 1e6
+    def cost(self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0,
+             cache_write_tokens: int = 0) -> float:
+        """USD for the tokens. ``prompt_tokens`` includes the cached ones: a cache read costs
+        :data:`CACHE_READ_RATE` of the input price, a cache write :data:`CACHE_WRITE_RATE` (Anthropic's
+        published rates for prompt caching)."""
+        plain = max(0, prompt_tokens - cache_read_tokens - cache_write_tokens)
+        prompt = plain + cache_read_tokens * CACHE_READ_RATE + cache_write_tokens * CACHE_WRITE_RATE
+        return (prompt * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok) / 1e6
 
 
 def match_price(model: str, table: dict[str, Price]) -> Price | None:

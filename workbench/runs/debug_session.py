@@ -147,7 +147,7 @@ class DebugSession:
         opts, store = self.opts, self.store
         store.register_env(env.name, env.version, env.source, env.description)
         self.price = opts.price or match_price(self.model, store.prices())
-        self._client = ChatClient(resolve_api_key(opts.api_key, self.base_url), max_connections=4,
+        self._client = ChatClient(resolve_api_key(opts.api_key, self.base_url), provider=opts.provider, max_connections=4,
                                   request_timeout=opts.timeout_s + 5.0, max_retries=opts.max_retries)
         await self._client.open()
         info = await preflight(self._client, self.base_url, self.model)

@@ -224,7 +224,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
             skip = store.done_slots(run_id)
 
         # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
-        client = ChatClient(api_key, max_connections=opts.concurrency, request_timeout=None,
+        client = ChatClient(api_key, provider=opts.provider, max_connections=opts.concurrency, request_timeout=None,
                             max_retries=opts.max_retries, stall_timeout=opts.stall_timeout_s,
                             max_response_bytes=int(opts.max_response_mb * (1 << 20)))
         await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time
