@@ -32,6 +32,7 @@ def cli(ctx: click.Context, db: str | None) -> None:
 def _register() -> None:
     from workbench.cli import (
         browse,
+        compare_cmd,
         costs_cmd,
         debug_cmd,
         diff_cmd,
@@ -54,7 +55,7 @@ def _register() -> None:
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd,
-                play_cmd, mcp_cmd, models_cmd):
+                play_cmd, mcp_cmd, models_cmd, compare_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

@@ -1,0 +1,195 @@
+"""``workbench compare``: runs of one environment side by side, and each against a baseline, task by task.
+
+Per run: the mean reward with a 95% confidence interval, pass@k, errors, tokens, cost (in total, per
+rollout and per solved task), rollout latency p50/p95. Against the baseline: the paired per-task
+difference (each task's mean reward in the run minus in the baseline, over the tasks both ran) with a
+95% CI from a paired bootstrap over tasks (seeded, so the same runs give the same interval; past
+:data:`BOOTSTRAP_MAX_TASKS` tasks the normal approximation, which is as good there and says so),
+whether it is significant (the CI excludes 0), and the tasks that regressed (worst first) and improved.
+
+A rollout that failed (no reward) counts as 0 here: a model that errors is worse, not absent. Runs of
+different environments or versions, or over different tasks, are refused with the reason;
+``allow_mismatch`` compares the tasks they share (across versions too) and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.analysis.report import pass_at_k
+from workbench.errors import ConfigError, NotFoundError
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MAX_TASKS = 5000
+_Z95 = 1.959963984540054
+
+
+@dataclass(slots=True)
+class RunStats:
+    run_id: str
+    model: str
+    env: str
+    env_version: str
+    rollouts: int
+    errors: int
+    task_means: dict[str, float]  # task id -> mean reward (failed rollouts count 0)
+    passed: dict[str, tuple[int, int]]  # task id -> (rollouts, passing rollouts)
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    rewards: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' rewards
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' durations
+
+    def as_dict(self, tasks: set[str], pass_threshold: float) -> dict[str, Any]:
+        rewards = [x for t in tasks for x in self.rewards.get(t, ())]
+        n = len(rewards)
+        mean = sum(rewards) / n if n else None
+        half = _Z95 * statistics.stdev(rewards) / math.sqrt(n) if n > 1 else None
+        solved = sum(1 for t in tasks if self.passed.get(t, (0, 0))[1] > 0)
+        lat = sorted(x for t in tasks for x in self.latencies.get(t, ()))
+        return {
+            "run_id": self.run_id, "model": self.model, "rollouts": self.rollouts, "errors": self.errors,
+            "tasks": len(tasks), "mean_reward": mean,
+            "ci95": [mean - half, mean + half] if mean is not None and half is not None else None,
+            "pass_at_k": _pass_at_k(self.passed, tasks),
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "cost_usd": self.cost_usd, "cost_per_rollout": self.cost_usd / self.rollouts if self.rollouts else None,
+            "solved_tasks": solved, "cost_per_solved_task": self.cost_usd / solved if solved else None,
+            "latency_p50_s": _quantile(lat, 0.5), "latency_p95_s": _quantile(lat, 0.95),
+        }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[i]
+
+
+def _pass_at_k(passed: dict[str, tuple[int, int]], tasks: set[str]) -> dict[str, float]:
+    rows = [passed[t] for t in tasks if t in passed]
+    out: dict[str, float] = {}
+    k = 1
+    while rows and k <= max(n for n, _ in rows):
+        vals = [pass_at_k(n, c, k) for n, c in rows if n >= k]
+        if vals:
+            out[f"pass@{k}"] = sum(vals) / len(vals)
+        k *= 2
+    return out
+
+
+def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
+    """Run ids for the targets: run ids, or comparison ids (``cmp-...``: every run of that comparison)."""
+    out: list[str] = []
+    for t in targets:
+        if t.startswith("cmp-"):
+            ids = [r for (r,) in conn.execute(
+                "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? ORDER BY created_at", (t,))]
+            if not ids:
+                raise NotFoundError(f"no runs belong to comparison {t}")
+            out += ids
+        else:
+            row = conn.execute("SELECT id FROM run WHERE id = ?", (t,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no run {t} in the store")
+            out.append(row[0])
+    return list(dict.fromkeys(out))
+
+
+def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
+    run = conn.execute("SELECT model, env_name, env_version FROM run WHERE id = ?", (run_id,)).fetchone()
+    rewards: dict[str, list[float]] = defaultdict(list)
+    lat: dict[str, list[float]] = defaultdict(list)
+    passes: dict[str, int] = defaultdict(int)
+    stats = RunStats(run_id, run[0], run[1], run[2], 0, 0, {}, {}, 0, 0, 0.0)
+    for task_id, reward, ptok, ctok, cost, dur in conn.execute(
+            "SELECT task_id, reward, prompt_tokens, completion_tokens, cost_usd, duration_s FROM rollout "
+            "WHERE run_id = ?", (run_id,)):
+        rewards[task_id].append(reward if reward is not None else 0.0)
+        if reward is not None and reward >= pass_threshold:
+            passes[task_id] += 1
+        lat[task_id].append(dur)
+        stats.prompt_tokens += ptok
+        stats.completion_tokens += ctok
+        stats.cost_usd += cost
+    stats.rewards, stats.latencies = dict(rewards), dict(lat)
+    stats.rollouts = sum(len(v) for v in rewards.values())
+    stats.errors = conn.execute(
+        "SELECT COUNT(*) FROM rollout WHERE run_id = ? AND (status = 'error' OR pk IN "
+        "(SELECT rollout_pk FROM rollout_error WHERE run_id = ?))", (run_id, run_id)).fetchone()[0]
+    stats.task_means = {t: sum(v) / len(v) for t, v in rewards.items()}
+    stats.passed = {t: (len(v), passes[t]) for t, v in rewards.items()}
+    return stats
+
+
+def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> dict[str, Any]:
+    """``other`` against ``base`` over ``tasks``: mean difference, 95% CI, significance, regressions."""
+    d = [other.task_means[t] - base.task_means[t] for t in tasks]
+    n = len(d)
+    delta = sum(d) / n if n else 0.0
+    if n < 2:
+        ci, method = None, "none"
+    elif n > BOOTSTRAP_MAX_TASKS:
+        half = _Z95 * statistics.stdev(d) / math.sqrt(n)
+        ci, method = [delta - half, delta + half], "normal"
+    else:
+        rng = random.Random(seed)
+        means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+        ci = [means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]]
+        method = "paired bootstrap"
+    order = sorted(range(n), key=lambda i: (d[i], tasks[i]))
+    return {
+        "run_id": other.run_id, "model": other.model, "baseline": base.run_id, "tasks": n, "delta": delta,
+        "ci95": ci, "ci_method": method,
+        "significant": bool(ci is not None and (ci[0] > 0 or ci[1] < 0)),
+        "regressions": [tasks[i] for i in order if d[i] < 0],
+        "improvements": [tasks[i] for i in reversed(order) if d[i] > 0],
+        "regression_deltas": {tasks[i]: d[i] for i in order if d[i] < 0},
+    }
+
+
+def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_threshold: float = 1.0,
+            allow_mismatch: bool = False) -> dict[str, Any]:
+    """The comparison ``workbench compare`` prints (see the module docstring)."""
+    ids = resolve_runs(conn, targets)
+    if baseline is not None:
+        [baseline] = resolve_runs(conn, [baseline])
+        ids = [baseline, *[i for i in ids if i != baseline]]
+    if len(ids) < 2:
+        raise ConfigError("compare needs at least two runs (or a comparison id whose runs they are)")
+    runs = [load_run(conn, i, pass_threshold) for i in ids]
+    base = runs[0]
+    notes: list[str] = []
+    for r in runs[1:]:
+        if r.env != base.env:
+            raise ConfigError(f"run {r.run_id} is of {r.env!r} and run {base.run_id} of {base.env!r}: "
+                              "runs of different environments cannot be compared")
+        if r.env_version != base.env_version:
+            if not allow_mismatch:
+                raise ConfigError(f"run {r.run_id} is of {r.env} version {r.env_version} and run {base.run_id} of "
+                                  f"version {base.env_version}; pass --allow-mismatch to compare the tasks they share")
+            notes.append(f"run {r.run_id} is of env version {r.env_version}, the baseline of {base.env_version}")
+    common = set(base.task_means)
+    for r in runs[1:]:
+        common &= set(r.task_means)
+    differs = [r.run_id for r in runs if set(r.task_means) != common]
+    if differs:
+        if not allow_mismatch:
+            raise ConfigError(f"the runs did not run the same tasks ({len(common)} in common; run {differs[0]} has "
+                              f"{len(runs[[r.run_id for r in runs].index(differs[0])].task_means)}); pass "
+                              "--allow-mismatch to compare the tasks they share")
+        notes.append(f"only the {len(common)} tasks every run has are compared")
+    if not common:
+        raise ConfigError("the runs share no task")
+    tasks = sorted(common)
+    return {
+        "env": base.env, "env_version": base.env_version, "baseline": base.run_id, "tasks": len(tasks),
+        "notes": notes,
+        "models": [r.as_dict(common, pass_threshold) for r in runs],
+        "against_baseline": [paired(base, r, tasks) for r in runs[1:]],
+    }
