@@ -85,7 +85,7 @@ def main() -> None:
             if out.returncode != 0:
                 raise SystemExit(out.stderr)
         assert result is not None
-        p = result["against_baseline"][0]
+        p = result["models"][1]
         print(f"compare in process: {statistics.median(inproc):.2f} s (median of {a.repeat}); the command, process "
               f"start included: {statistics.median(cli):.2f} s")
         print(f"  delta {p['delta']:+.3f}, 95% CI {p['ci95'][0]:+.3f} to {p['ci95'][1]:+.3f} ({p['ci_method']}), "

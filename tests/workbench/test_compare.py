@@ -34,11 +34,12 @@ def test_a_worse_model_regresses_on_every_task(cli: Callable[..., CliResult], mo
     assert out["baseline"] == base["run_id"] and out["tasks"] == 8 and out["notes"] == []
     models = {m["run_id"]: m for m in out["models"]}
     assert models[base["run_id"]]["mean_reward"] == pytest.approx(1.2)
-    assert models[base["run_id"]]["ci95"] == pytest.approx([1.2, 1.2]), "no spread: the CI is the mean"
+    assert models[base["run_id"]]["mean_ci95"] == pytest.approx([1.2, 1.2]), "no spread: the CI is the mean"
     assert models[worse["run_id"]]["mean_reward"] == 0.0 and models[worse["run_id"]]["solved_tasks"] == 0
     assert models[worse["run_id"]]["cost_per_solved_task"] is None
     assert models[base["run_id"]]["pass_at_k"] == {"pass@1": 1.0}
-    vs_worse, vs_same = out["against_baseline"]
+    assert models[base["run_id"]]["baseline"] is True and "delta" not in models[base["run_id"]]
+    vs_worse, vs_same = models[worse["run_id"]], models[same["run_id"]]
     assert vs_worse["delta"] == pytest.approx(-1.2) and vs_worse["ci95"] == pytest.approx([-1.2, -1.2])
     assert vs_worse["significant"] is True and vs_worse["ci_method"] == "paired bootstrap"
     assert len(vs_worse["regressions"]) == 8 and vs_worse["improvements"] == []
@@ -54,11 +55,11 @@ def test_a_comparison_id_names_its_runs(cli: Callable[..., CliResult], mocks: di
     cmp = last_json(cli("eval", "arithmetic", "-m", "right", "-m", "wrong", "-n", "6", "--json").stdout)
     out = last_json(cli("compare", cmp["comparison_id"], "--json").stdout)
     assert [m["run_id"] for m in out["models"]] == [r["run_id"] for r in cmp["runs"]]
-    [p] = out["against_baseline"]
+    p = out["models"][1]
     assert p["delta"] == pytest.approx(-1.2) and p["significant"] and len(p["regressions"]) == 6
     flipped = last_json(cli("compare", cmp["comparison_id"], "--baseline", cmp["runs"][1]["run_id"], "--json").stdout)
-    assert flipped["against_baseline"][0]["delta"] == pytest.approx(1.2)
-    assert len(flipped["against_baseline"][0]["improvements"]) == 6
+    assert flipped["models"][1]["delta"] == pytest.approx(1.2)
+    assert len(flipped["models"][1]["improvements"]) == 6
 
 
 def test_runs_over_different_tasks_are_refused_or_cut_to_the_common_ones(

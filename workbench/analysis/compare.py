@@ -2,7 +2,7 @@
 
 Per run: the mean reward with a 95% confidence interval, pass@k, errors, tokens, cost (in total, per
 rollout and per solved task), rollout latency p50/p95. Against the baseline: the paired per-task
-difference (each task's mean reward in the run minus in the baseline, over the tasks both ran) with a
+difference (each task's mean reward in the run minus in the baseline, over the tasks both ran: ``delta``) with a
 95% CI from a paired bootstrap over tasks (seeded, so the same runs give the same interval; past
 :data:`BOOTSTRAP_MAX_TASKS` tasks the normal approximation, which is as good there and says so),
 whether it is significant (the CI excludes 0), and the tasks that regressed (worst first) and improved.
@@ -55,7 +55,7 @@ class RunStats:
         return {
             "run_id": self.run_id, "model": self.model, "rollouts": self.rollouts, "errors": self.errors,
             "tasks": len(tasks), "mean_reward": mean,
-            "ci95": [mean - half, mean + half] if mean is not None and half is not None else None,
+            "mean_ci95": [mean - half, mean + half] if mean is not None and half is not None else None,
             "pass_at_k": _pass_at_k(self.passed, tasks),
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "cost_usd": self.cost_usd, "cost_per_rollout": self.cost_usd / self.rollouts if self.rollouts else None,
@@ -144,8 +144,7 @@ def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> 
         method = "paired bootstrap"
     order = sorted(range(n), key=lambda i: (d[i], tasks[i]))
     return {
-        "run_id": other.run_id, "model": other.model, "baseline": base.run_id, "tasks": n, "delta": delta,
-        "ci95": ci, "ci_method": method,
+        "delta": delta, "ci95": ci, "ci_method": method,
         "significant": bool(ci is not None and (ci[0] > 0 or ci[1] < 0)),
         "regressions": [tasks[i] for i in order if d[i] < 0],
         "improvements": [tasks[i] for i in reversed(order) if d[i] > 0],
@@ -187,9 +186,7 @@ def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_thr
     if not common:
         raise ConfigError("the runs share no task")
     tasks = sorted(common)
-    return {
-        "env": base.env, "env_version": base.env_version, "baseline": base.run_id, "tasks": len(tasks),
-        "notes": notes,
-        "models": [r.as_dict(common, pass_threshold) for r in runs],
-        "against_baseline": [paired(base, r, tasks) for r in runs[1:]],
-    }
+    models = [{**runs[0].as_dict(common, pass_threshold), "baseline": True}]
+    models += [{**r.as_dict(common, pass_threshold), "baseline": False, **paired(base, r, tasks)} for r in runs[1:]]
+    return {"env": base.env, "env_version": base.env_version, "baseline": base.run_id, "tasks": len(tasks),
+            "notes": notes, "models": models}

@@ -52,13 +52,13 @@ def _print(r: dict[str, Any]) -> None:
     for col in ("model", "run", "reward", "95% CI", "pass@1", "errors", "cost", "$/solved", "p50 s", "p95 s"):
         t.add_column(col, justify="left" if col in ("model", "run", "95% CI") else "right")
     for m in sorted(r["models"], key=lambda m: -(m["mean_reward"] or 0)):
-        ci = m["ci95"]
+        ci = m["mean_ci95"]
         t.add_row(m["model"], m["run_id"], fnum(m["mean_reward"]),
                   f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "-", fnum(m["pass_at_k"].get("pass@1")), str(m["errors"]),
                   _money(m["cost_usd"]), _money(m["cost_per_solved_task"]), fnum(m["latency_p50_s"]),
                   fnum(m["latency_p95_s"]))
     console.print(t)
-    for p in r["against_baseline"]:
+    for p in (m for m in r["models"] if not m["baseline"]):
         ci = p["ci95"]
         verdict = "[green]better[/]" if p["significant"] and p["delta"] > 0 else \
             "[red]worse[/]" if p["significant"] else "no significant difference"
