@@ -82,11 +82,14 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
         Binding("t", "traces", "Traces of run", id="runs.traces"),
         Binding("S", "stop", "Stop launched run", id="runs.stop"),
+        Binding("m", "mark", "Mark", id="runs.mark"),
+        Binding("c", "compare", "Compare", id="runs.compare"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[dict[str, Any]] = []
+        self.marked: list[str] = []  # runs marked for Compare, in the order marked
         self._train_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
@@ -142,6 +145,47 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             self.query_one("#run-summary", Static).update("no runs yet: press 1, pick an environment and press e")
         else:
             self._load_summary(self._selected_id() or runs[0]["id"])
+
+    def action_mark(self) -> None:
+        run_id = self._selected_id()
+        if run_id is None:
+            return
+        if run_id in self.marked:
+            self.marked.remove(run_id)
+        else:
+            self.marked.append(run_id)
+        self.notify(f"{len(self.marked)} runs marked for Compare (c)" if self.marked else "no run marked")
+
+    def action_compare(self) -> None:
+        """Compare the marked runs, or the highlighted run's comparison (``eval -m A -m B``)."""
+        run_id = self._selected_id()
+        if len(self.marked) >= 2:
+            self._compare(list(self.marked), None)
+        elif run_id is not None:
+            self._compare(None, run_id)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="runs-compare")
+    def _compare(self, runs: list[str] | None, of_run: str | None) -> None:
+        from app.screens.compare import CompareScreen, load_comparison
+
+        conn = self.workbench_app.store.get().conn
+        if runs is None:
+            row = conn.execute("SELECT json_extract(config, '$.comparison_id') FROM run WHERE id = ?",
+                               (of_run,)).fetchone()
+            if not row or not row[0]:
+                call_ui(self.app, self.notify, "mark two runs or more with m, or pick a run of a comparison "
+                        "(`workbench eval ENV -m A -m B`)", severity="warning")
+                return
+            runs = [row[0]]
+        try:
+            result, means = load_comparison(conn, runs)
+        except WorkbenchError as e:
+            call_ui(self.app, self.notify, str(e), severity="error")
+            return
+        except Exception as e:
+            call_ui(self.app, self.notify, f"comparing failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.app.push_screen, CompareScreen(result, means))
 
     def _selected_id(self) -> str | None:
         table = self.query_one(DataTable)

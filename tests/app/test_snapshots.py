@@ -215,3 +215,24 @@ def test_export_dialog_80x24_snapshot(snap_compare: Any, make_app: Callable[...,
     app.config.export_dir = Path("exports")
     assert snap_compare(app, terminal_size=SMALL,
                         run_before=_settle(_traces_ready, "x", then=lambda app: isinstance(app.screen, ExportScreen)))
+
+
+def test_compare_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
+    """Compare at 80x24: the leaderboard and the plot above the task-by-model matrix."""
+    from app.screens.compare import CompareScreen
+    from tests.app.test_compare import BAD, _add_comparison
+
+    _add_comparison(store_file)
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await wait_until(pilot, lambda: len(getattr(app.screen, "runs", ())) == 4, what="the runs")
+        table = app.screen.query_one("#runs-table")
+        table.move_cursor(row=table.get_row_index(BAD))
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the Compare screen")
+        await pilot.pause(0.3)
+        app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(mode="runs"), terminal_size=SMALL, run_before=run_before)

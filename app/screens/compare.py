@@ -1,0 +1,168 @@
+"""Compare: runs of one environment side by side (``workbench compare`` in the app).
+
+Pushed over Runs (``m`` marks runs, ``c`` compares the marked ones, or the highlighted run's comparison
+from ``eval -m A -m B``). The leaderboard (reward with its 95% CI, pass@1, cost per solved task, the
+paired difference against the baseline), a cost-versus-reward plot with the Pareto front marked (no
+other run is both cheaper and better), and the task-by-model matrix, worst regression first; Enter on
+a cell opens that task's rollout next to the baseline's (the rollout diff).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Header, Static
+from textual_plotext import PlotextPlot
+
+from app.format import fnum
+from app.store_access import call_ui
+from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
+from app.widgets.tables import RowTable
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point dominates (cheaper or as cheap, and better or as good)."""
+    front = []
+    for i, (c, r) in enumerate(points):
+        if not any((c2 <= c and r2 >= r) and (c2, r2) != (c, r) for c2, r2 in points):
+            front.append(i)
+    return front
+
+
+def leaderboard(result: dict[str, Any]) -> Table:
+    """One row per run, best first: reward ± the 95% CI's half width, pass@1, cost per solved task, and the
+    paired difference against the baseline (``*``: significant; green better, red worse)."""
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=True)
+    for col in ("model", "reward ±95%", "pass@1", "$/solved", "Δ base"):
+        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True,
+                     overflow="ellipsis", ratio=2 if col == "model" else None)
+    for m in sorted(result["models"], key=lambda m: -(m["mean_reward"] or 0)):
+        ci = m["mean_ci95"]
+        delta = "base" if m["baseline"] else f"{m['delta']:+.2f}" + ("*" if m["significant"] else "")
+        style = "" if m["baseline"] or not m["significant"] else ("green" if m["delta"] > 0 else "red")
+        cost = m["cost_per_solved_task"]
+        reward = "-" if m["mean_reward"] is None else f"{m['mean_reward']:.2f}" + (
+            f"±{(ci[1] - ci[0]) / 2:.2f}" if ci else "")
+        t.add_row(m["model"], reward, fnum(m["pass_at_k"].get("pass@1")),
+                  "-" if cost is None else f"${cost:.4f}", Text(delta, style=style))
+    return t
+
+
+class CompareScreen(WorkbenchAppMixin, Screen[None]):
+    TITLE = "Compare"
+    DEFAULT_CSS = """
+    #compare-top { height: 10; }
+    #compare-board { width: 3fr; height: 100%; padding: 0 1; }
+    #compare-plot { width: 2fr; min-width: 24; height: 100%; }
+    #compare-matrix { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,backspace", "app.pop_screen", "Back", id="compare.back"),
+        Binding("enter", "open_cell", "Diff with baseline", id="compare.diff"),
+    ]
+
+    def __init__(self, result: dict[str, Any], task_means: dict[str, dict[str, float]]) -> None:
+        super().__init__()
+        self.result = result
+        self.task_means = task_means  # run id -> task id -> mean reward
+        self.runs = [m["run_id"] for m in result["models"]]
+        base = self.task_means[self.runs[0]]
+        worst = {t: min(self.task_means[r].get(t, 0.0) - base.get(t, 0.0) for r in self.runs[1:]) for t in base}
+        self.tasks = sorted(base, key=lambda t: (worst[t], t))  # the worst regression first
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical():
+            with Horizontal(id="compare-top"):
+                board = Static(leaderboard(self.result), id="compare-board", classes="section")
+                board.border_title = f"{self.result['env']}: {self.result['tasks']} tasks"
+                yield board
+                yield PlotextPlot(id="compare-plot")
+            yield RowTable(id="compare-matrix", cursor_type="cell", zebra_stripes=True)
+        yield WorkbenchFooter()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"baseline {self.result['baseline']}"
+        for note in self.result["notes"]:
+            self.notify(note, severity="warning")
+        models = self.result["models"]
+        points = [(m["cost_usd"], m["mean_reward"] or 0.0) for m in models]
+        front = set(pareto(points))
+        plot = self.query_one(PlotextPlot)
+        plot.border_title = "cost ($) vs reward; ◆ Pareto front"
+        plt = plot.plt
+        plt.clear_figure()
+        others = [i for i in range(len(points)) if i not in front]
+        if others:
+            plt.scatter([points[i][0] for i in others], [points[i][1] for i in others], marker="○")
+        plt.scatter([points[i][0] for i in sorted(front)], [points[i][1] for i in sorted(front)], marker="◆")
+        costs = sorted({c for c, _ in points})
+        plt.xticks([costs[0], costs[-1]], [f"${costs[0]:.4f}", f"${costs[-1]:.4f}"])
+        table = self.query_one(DataTable)
+        table.add_column("task", key="task")
+        for m in models:
+            table.add_column(m["model"] + (" (base)" if m["baseline"] else ""), key=m["run_id"])
+        base = self.task_means[self.runs[0]]
+        for t in self.tasks:
+            cells: list[Any] = [t[:16]]
+            for run in self.runs:
+                v = self.task_means[run].get(t)
+                d = None if v is None or run == self.runs[0] else v - base.get(t, 0.0)
+                style = "" if not d else ("green" if d > 0 else "red")
+                cells.append(Text("-" if v is None else f"{v:.2f}", style=style))
+            table.add_row(*cells, key=t)
+        if len(self.runs) > 1:
+            table.move_cursor(row=0, column=2)
+
+    @on(DataTable.CellSelected, "#compare-matrix")
+    def _on_cell(self, event: DataTable.CellSelected) -> None:
+        self.action_open_cell()
+
+    def action_open_cell(self) -> None:
+        table = self.query_one(DataTable)
+        row, col = table.cursor_coordinate
+        if not self.tasks or col < 1:
+            return
+        run = self.runs[col - 1]
+        if run == self.runs[0]:
+            self.notify("that is the baseline: pick another model's column", severity="information")
+            return
+        self._open_diff(self.runs[0], run, self.tasks[row])
+
+    @work(thread=True, exit_on_error=False, group="compare-diff", exclusive=True)
+    def _open_diff(self, base_run: str, run: str, task_id: str) -> None:
+        from app.screens.rollout_diff import RolloutDiffScreen
+        from workbench.analysis.diff import load_diff
+
+        conn = self.workbench_app.store.get().conn
+        ids = []
+        for r in (base_run, run):
+            row = conn.execute("SELECT id FROM rollout WHERE run_id = ? AND task_id = ? ORDER BY sample_index LIMIT 1",
+                               (r, task_id)).fetchone()
+            if row is None:
+                call_ui(self.app, self.notify, f"run {r} has no rollout of task {task_id}", severity="warning")
+                return
+            ids.append(row[0])
+        try:
+            diff = load_diff(conn, ids[0], ids[1])
+        except Exception as e:
+            call_ui(self.app, self.notify, f"comparing the rollouts failed: {e}", severity="error")
+            return
+        call_ui(self.app, self.app.push_screen, RolloutDiffScreen(diff))
+
+
+def load_comparison(conn: Any, runs: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    """What the screen shows: ``workbench compare``'s result and each run's per-task means."""
+    from workbench.analysis.compare import compare, load_run
+
+    result = compare(conn, runs, allow_mismatch=True)
+    means = {m["run_id"]: load_run(conn, m["run_id"], 1.0).task_means for m in result["models"]}
+    return result, means
