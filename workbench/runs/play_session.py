@@ -91,9 +91,11 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
         from workbench.rollouts.client import resolve_api_key
         from workbench.runs.evaluate import EvalOptions, resolve_endpoint
 
-        url, sim_model = resolve_endpoint(EvalOptions(env=env_spec, base_url=base_url, model=model))
+        sim = EvalOptions(env=env_spec, base_url=base_url, model=model)
+        url, sim_model = resolve_endpoint(sim)  # a registered name gives its endpoint, key and API too
         user_sim.user_base_url, user_sim.user_model = url, user_sim.user_model or sim_model
-        client = ChatClient(resolve_api_key(None, url))  # the simulated user's; the person answers every turn
+        # the simulated user's client; the person answers every turn
+        client = ChatClient(resolve_api_key(sim.api_key, url), provider=sim.provider)
     else:
         client = ChatClient(None)  # never called: the person answers every turn
     failure: BaseException | None = None
