@@ -198,8 +198,10 @@ def test_traces_80x24_snapshot(snap_compare: Any, make_app: Callable[..., Workbe
 
 
 def test_runs_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
+    # The run column laid out whole (the id shown in the table and in the summary), not mid-layout.
     assert snap_compare(make_app(mode="runs"), terminal_size=SMALL,
-                        run_before=_settle(lambda app: "pass@1" in screen_text(app)))
+                        run_before=_settle(lambda app: "pass@1" in screen_text(app)
+                                           and screen_text(app).count("1114-bbbbbb") >= 2))
 
 
 def test_export_dialog_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp],
@@ -231,6 +233,8 @@ def test_compare_80x24_snapshot(snap_compare: Any, make_app: Callable[..., Workb
         table.move_cursor(row=table.get_row_index(BAD))
         await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the Compare screen")
+        await wait_until(pilot, lambda: "◆" in screen_text(app) and "m-bad" in screen_text(app),
+                         what="the plot and the matrix drawn")
         await pilot.pause(0.3)
         app.clear_notifications()
         await pilot.pause()
