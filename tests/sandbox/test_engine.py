@@ -280,3 +280,16 @@ def test_ctrl_c_mid_rollout_leaves_no_sandbox_behind(kind: str, request: pytest.
     if kind == "docker":
         left = client.containers.list(all=True, filters={"label": ["workbench.sandbox=1", f"workbench.pid={proc.pid}"]})
         assert not left, [c.name for c in left]
+
+
+def test_a_sandbox_tool_asks_for_a_sandbox_in_every_tool_harness() -> None:
+    """A plain tool that declares ``sandbox`` gets one whether a ToolLoop or a UserSim offers it."""
+
+    async def run(cmd: str, sandbox: wb.Sandbox) -> str:
+        """Run a command."""
+        return (await sandbox.exec(cmd)).output()
+
+    tasks = wb.TaskSet.from_records([{"prompt": "x"}])
+    for harness in (wb.ToolLoop(tools=[run]), wb.UserSim(persona="a user", tools=[run])):
+        assert needs_sandbox(wb.Environment(name="t", tasks=tasks, harness=harness)), harness.describe()
+    assert not needs_sandbox(wb.Environment(name="t", tasks=tasks, harness=wb.UserSim(persona="a user")))

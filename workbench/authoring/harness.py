@@ -70,18 +70,28 @@ class ToolLoop(Harness):
         max_tool_output: int = 256_000,
     ) -> None:
         self.toolbox = Toolbox(tools, "ToolLoop", max_tool_output=max_tool_output, parallel=parallel)
-        self.tools, self.by_name, self.schemas = self.toolbox.tools, self.toolbox.by_name, self.toolbox.schemas
         self.toolsets = self.toolbox.toolsets
         if max_turns < 1:
             raise EnvLoadError("ToolLoop(max_turns=...) must be at least 1")
         self.max_turns = max_turns
         self.system_prompt = system_prompt
-        self.parallel = parallel
-        self.max_tool_output = max_tool_output
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The plain tools (MCP toolsets are in ``toolsets``)."""
+        return self.toolbox.tools
+
+    @property
+    def by_name(self) -> dict[str, Tool]:
+        return self.toolbox.by_name
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.toolbox.schemas
 
     @property
     def needs_sandbox(self) -> bool:
-        return any(s.in_sandbox for s in self.toolsets)
+        return self.toolbox.needs_sandbox
 
     def host_mounts(self, kind: str = "local") -> list[str]:
         return self.toolbox.host_mounts()
@@ -92,8 +102,7 @@ class ToolLoop(Harness):
             rollout.state["max_turns_reached"] = True
 
     def describe(self) -> str:
-        names = [*self.by_name, *(f"mcp:{s.label}" for s in self.toolsets)]
-        return f"ToolLoop({', '.join(names)})"
+        return f"ToolLoop({self.toolbox.describe()})"
 
 
 class MultiTurn(Harness):
@@ -175,7 +184,7 @@ class UserSim(MultiTurn):
 
     @property
     def needs_sandbox(self) -> bool:
-        return any(s.in_sandbox for s in self.toolsets)
+        return self.toolbox is not None and self.toolbox.needs_sandbox
 
     def host_mounts(self, kind: str = "local") -> list[str]:
         return self.toolbox.host_mounts() if self.toolbox else []
@@ -217,9 +226,7 @@ class UserSim(MultiTurn):
             rollout.state.pop("_rollout", None)
 
     def describe(self) -> str:
-        if not self.toolbox:
-            return "UserSim"
-        return f"UserSim({', '.join([*self.toolbox.by_name, *(f'mcp:{s.label}' for s in self.toolsets)])})"
+        return f"UserSim({self.toolbox.describe()})" if self.toolbox else "UserSim"
 
 
 _OUTPUT_CAP = 64 * 1024

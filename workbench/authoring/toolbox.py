@@ -46,6 +46,15 @@ class Toolbox:
     def names(self) -> list[str]:
         return list(self.by_name)
 
+    @property
+    def needs_sandbox(self) -> bool:
+        """A plain tool declares ``sandbox``, or an MCP server runs in each rollout's sandbox."""
+        return any("sandbox" in t.injected for t in self.tools) or any(s.in_sandbox for s in self.toolsets)
+
+    def describe(self) -> str:
+        """The tools by name, each MCP toolset as ``mcp:LABEL``."""
+        return ", ".join([*self.by_name, *(f"mcp:{s.label}" for s in self.toolsets)])
+
     def schemas_for(self, rollout: Rollout) -> list[dict[str, Any]]:
         if not self.toolsets:
             return self.schemas
