@@ -161,8 +161,7 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
 
 def load_comparison(conn: Any, runs: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
     """What the screen shows: ``workbench compare``'s result and each run's per-task means."""
-    from workbench.analysis.compare import compare, load_run
+    from workbench.analysis.compare import compare_runs, load_runs
 
-    result = compare(conn, runs, allow_mismatch=True)
-    means = {m["run_id"]: load_run(conn, m["run_id"], 1.0).task_means for m in result["models"]}
-    return result, means
+    loaded = load_runs(conn, runs)
+    return compare_runs(loaded, allow_mismatch=True), {r.run_id: r.task_means for r in loaded}

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.analysis.report import pass_at_k
+from workbench.analysis.report import pass_at_ks
 from workbench.errors import ConfigError, NotFoundError
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -73,14 +73,7 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
 
 def _pass_at_k(passed: dict[str, tuple[int, int]], tasks: set[str]) -> dict[str, float]:
     rows = [passed[t] for t in tasks if t in passed]
-    out: dict[str, float] = {}
-    k = 1
-    while rows and k <= max(n for n, _ in rows):
-        vals = [pass_at_k(n, c, k) for n, c in rows if n >= k]
-        if vals:
-            out[f"pass@{k}"] = sum(vals) / len(vals)
-        k *= 2
-    return out
+    return pass_at_ks(rows, max((n for n, _ in rows), default=0))
 
 
 def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
@@ -152,16 +145,26 @@ def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> 
     }
 
 
-def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_threshold: float = 1.0,
-            allow_mismatch: bool = False) -> dict[str, Any]:
-    """The comparison ``workbench compare`` prints (see the module docstring)."""
+def load_runs(conn: Any, targets: list[str], baseline: str | None = None,
+              pass_threshold: float = 1.0) -> list[RunStats]:
+    """The runs the targets name, the baseline (default: the first) first."""
     ids = resolve_runs(conn, targets)
     if baseline is not None:
         [baseline] = resolve_runs(conn, [baseline])
         ids = [baseline, *[i for i in ids if i != baseline]]
     if len(ids) < 2:
         raise ConfigError("compare needs at least two runs (or a comparison id whose runs they are)")
-    runs = [load_run(conn, i, pass_threshold) for i in ids]
+    return [load_run(conn, i, pass_threshold) for i in ids]
+
+
+def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_threshold: float = 1.0,
+            allow_mismatch: bool = False) -> dict[str, Any]:
+    """The comparison ``workbench compare`` prints (see the module docstring)."""
+    return compare_runs(load_runs(conn, targets, baseline, pass_threshold), pass_threshold, allow_mismatch)
+
+
+def compare_runs(runs: list[RunStats], pass_threshold: float = 1.0, allow_mismatch: bool = False) -> dict[str, Any]:
+    """:func:`compare` of runs already loaded, the first the baseline."""
     base = runs[0]
     notes: list[str] = []
     for r in runs[1:]:
@@ -176,12 +179,12 @@ def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_thr
     common = set(base.task_means)
     for r in runs[1:]:
         common &= set(r.task_means)
-    differs = [r.run_id for r in runs if set(r.task_means) != common]
+    differs = [r for r in runs if set(r.task_means) != common]
     if differs:
         if not allow_mismatch:
-            raise ConfigError(f"the runs did not run the same tasks ({len(common)} in common; run {differs[0]} has "
-                              f"{len(runs[[r.run_id for r in runs].index(differs[0])].task_means)}); pass "
-                              "--allow-mismatch to compare the tasks they share")
+            raise ConfigError(f"the runs did not run the same tasks ({len(common)} in common; run {differs[0].run_id} "
+                              f"has {len(differs[0].task_means)}); pass --allow-mismatch to compare the tasks they "
+                              "share")
         notes.append(f"only the {len(common)} tasks every run has are compared")
     if not common:
         raise ConfigError("the runs share no task")

@@ -16,6 +16,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def pass_at_ks(rows: list[tuple[int, int]], max_k: int) -> dict[str, float]:
+    """pass@1, pass@2, pass@4, ... up to ``max_k`` over tasks given as (rollouts, passing rollouts); each
+    pass@k averages the tasks with at least k rollouts."""
+    out: dict[str, float] = {}
+    k = 1
+    while rows and k <= max_k:
+        vals = [pass_at_k(n, c, k) for n, c in rows if n >= k]
+        if vals:
+            out[f"pass@{k}"] = sum(vals) / len(vals)
+        k *= 2
+    return out
+
+
 def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[str, Any]:
     conn = store.conn
     run = store.get_run(run_id)
@@ -52,15 +65,7 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
         per_task[ti][0] += 1
         if reward is not None and reward >= pass_threshold:
             per_task[ti][1] += 1
-    r = run["rollouts_per_task"] or 1
-    passk: dict[str, float] = {}
-    if per_task:
-        k = 1
-        while k <= r:
-            vals = [pass_at_k(tot, good, k) for tot, good in per_task.values() if tot >= k]
-            if vals:
-                passk[f"pass@{k}"] = sum(vals) / len(vals)
-            k *= 2
+    passk = pass_at_ks([(tot, good) for tot, good in per_task.values()], run["rollouts_per_task"] or 1)
     return {
         "run_id": rid,
         "env": run["env_name"],
