@@ -204,19 +204,27 @@ def _describe(e: BaseException) -> str:
 
 
 # -- connectors ---------------------------------------------------------------------------------
-def host_connector(spec: MCPTools, handle: ServerHandle, env_dir: Path | None) -> Connector:
-    """A stdio server started on the host (its stderr kept in a temp file for error messages)."""
-    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+def _on_host(spec: MCPTools, env_dir: Path | None) -> tuple[str | None, dict[str, str]]:
+    """Where a host server runs (``cwd`` relative to the environment's folder) and its environment (the
+    SDK's safe inherited variables, then ``env``)."""
+    from mcp.client.stdio import get_default_environment
 
-    assert spec.command is not None
-    argv = list(spec.command)
     cwd = spec.cwd
     if cwd is not None and not os.path.isabs(cwd) and env_dir is not None:
         cwd = str(env_dir / cwd)
+    return cwd, {**get_default_environment(), **(spec.env or {})}
+
+
+def host_connector(spec: MCPTools, handle: ServerHandle, env_dir: Path | None) -> Connector:
+    """A stdio server started on the host (its stderr kept in a temp file for error messages)."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    assert spec.command is not None
+    argv = list(spec.command)
     if os.sep not in argv[0] and shutil.which(argv[0]) is None:
         raise ServerStartError(f"MCP server {spec.label!r}: the command {argv[0]!r} is not on PATH")
-    params = StdioServerParameters(command=argv[0], args=argv[1:], env={**get_default_environment(), **(spec.env or {})},
-                                   cwd=cwd)
+    cwd, env = _on_host(spec, env_dir)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)
     handle._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
@@ -228,15 +236,10 @@ def host_connector(spec: MCPTools, handle: ServerHandle, env_dir: Path | None) -
 
 def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir: Path | None) -> Connector:
     """A stdio server forked from a preloaded interpreter (``mcp_zygote``): stdio is a unix socket."""
-    from mcp.client.stdio import get_default_environment
-
     from workbench.rollouts.mcp_zygote import stop
 
     assert spec.command is not None
-    cwd = spec.cwd
-    if cwd is not None and not os.path.isabs(cwd) and env_dir is not None:
-        cwd = str(env_dir / cwd)
-    env = {**get_default_environment(), **(spec.env or {})}
+    cwd, env = _on_host(spec, env_dir)
     err_path = zygote.new_path(".err")
     handle._stderr = open(err_path, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
 
