@@ -42,7 +42,7 @@ def new_comparison_id() -> str:
     return "cmp-" + secrets.token_hex(4)
 
 
-def model_options(base: EvalOptions, models: list[str], comparison_id: str) -> list[EvalOptions]:
+def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) -> list[EvalOptions]:
     """One option set per model, each endpoint resolved now: two names for the same endpoint and model id
     are refused before anything runs."""
     if base.resume:
@@ -70,7 +70,7 @@ async def evaluate_models(base: EvalOptions, models: list[str], store_path: str 
         dup = next(m for m in models if models.count(m) > 1)
         raise ConfigError(f"-m {dup} is given twice")
     cid = new_comparison_id()
-    runs = model_options(base, models, cid)
+    runs = options_per_model(base, models, cid)
     stores = [Store(store_path) for _ in runs]
     try:
         results = await asyncio.gather(*(evaluate(o, s) for o, s in zip(runs, stores, strict=True)),
