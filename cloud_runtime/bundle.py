@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 
 from cloud_runtime.secrets_scan import check_files
+from workbench.authoring import overrides
 from workbench.authoring.discovery import EnvRef, resolve
 from workbench.authoring.env_files import LOCK_NAME, content_hash, read_env_files
 from workbench.errors import ConfigError, WorkbenchError
@@ -90,6 +91,20 @@ def env_files(ref: EnvRef) -> list[tuple[str, bytes]]:
         raise BundleError(f"cannot package {ref.name!r}: it is installed module {ref.module!r} without source files "
                           "here; package it from its source directory (workbench package PATH)")
     return read_env_files(ref.path)
+
+
+def with_override(ref: EnvRef, kind: str, files: list[tuple[str, bytes]],
+                  override: overrides.Override) -> tuple[list[tuple[str, bytes]], str]:
+    """The files with this machine's override of ``ref`` shipped in the package, and the version the
+    loader gives the unpacked environment (its own files' hash marked by the override)."""
+    if kind != "package":
+        raise BundleError(f"an override applies to {ref.name!r} ({override.origin or 'a chosen system prompt'}), but a "
+                          "single-file environment cannot carry it: move the environment into a package directory, or "
+                          f"remove the override with `workbench optimize {ref.name} --unapply`")
+    own = [(rel, data) for rel, data in files if rel != overrides.BUNDLED_FILE]
+    marked = hashlib.sha256(f"{content_hash(own)[:12]}+{override.digest()}".encode()).hexdigest()[:12]
+    shipped = sorted([*own, (overrides.BUNDLED_FILE, override.to_json().encode())], key=lambda x: tuple(x[0].split("/")))
+    return shipped, marked
 
 
 # -- requirements and the lock ---------------------------------------------------------------------
@@ -245,8 +260,12 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
     reqs = declared_requirements(ref, files)
     lock = lock_requirements(reqs, ref.name)
     lock_text = "".join(f"{pin}\n" for pin in lock)
-    digest = content_hash(files, lock_text)
     kind = "module" if ref.path is not None and ref.path.is_file() else "package"
+    env_version = content_hash(files)[:12]
+    override = overrides.load(ref.name)
+    if override is not None:
+        files, env_version = with_override(ref, kind, files, override)
+    digest = content_hash(files, lock_text)
     wheel_name, entries = wheel_entries(ref.name, kind, files, lock, digest)
     wheel = zip_bytes(entries)
     _, mod, _ = names(ref.name, digest)
@@ -256,7 +275,7 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
         "kind": kind,
         "import_name": mod,
         "hash": digest,
-        "env_version": content_hash(files)[:12],
+        "env_version": env_version,
         "files": [{"path": rel, "sha256": _sha(data), "size": len(data)} for rel, data in files],
         "requirements": reqs,
         "lock": lock,

@@ -77,20 +77,21 @@ def _pass_at_k(passed: dict[str, tuple[int, int]], tasks: set[str]) -> dict[str,
 
 
 def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
-    """Run ids for the targets: run ids, or comparison ids (``cmp-...``: every run of that comparison)."""
+    """Run ids for the targets: run ids, or comparison ids (``cmp-...`` of ``eval -m A -m B``, or the id of an
+    ``optimize``/``distill`` pipeline: every run of that comparison)."""
     out: list[str] = []
     for t in targets:
-        if t.startswith("cmp-"):
-            ids = [r for (r,) in conn.execute(
-                "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? ORDER BY created_at", (t,))]
-            if not ids:
-                raise NotFoundError(f"no runs belong to comparison {t}")
+        ids = [r for (r,) in conn.execute(
+            "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? ORDER BY created_at", (t,))]
+        if ids:
             out += ids
-        else:
-            row = conn.execute("SELECT id FROM run WHERE id = ?", (t,)).fetchone()
-            if row is None:
-                raise NotFoundError(f"no run {t} in the store")
-            out.append(row[0])
+            continue
+        if t.startswith("cmp-"):
+            raise NotFoundError(f"no runs belong to comparison {t}")
+        row = conn.execute("SELECT id FROM run WHERE id = ?", (t,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no run {t} in the store")
+        out.append(row[0])
     return list(dict.fromkeys(out))
 
 

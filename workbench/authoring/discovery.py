@@ -134,7 +134,10 @@ def env_version(ref: EnvRef, data_files: tuple[Path, ...] = ()) -> str:
     from outside its own folder (``TaskSet.data_files``), 12 hex digits."""
     outside = _outside(ref, data_files)
     if ref.path is not None:
-        return content_hash(read_env_files(ref.path) + outside)[:12]
+        from workbench.authoring.overrides import BUNDLED_FILE
+
+        own = [(rel, data) for rel, data in read_env_files(ref.path) if rel != BUNDLED_FILE]  # apply() marks it
+        return content_hash(own + outside)[:12]
     h = hashlib.sha256(content_hash(outside).encode() if outside else b"")
     if ref.module:
         try:
@@ -275,6 +278,10 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
                            "(or a verifiers Environment)")
     env.source = str(ref.path) if ref.path else (ref.module or ref.name)
     env.version = env_version(ref, getattr(env.tasks, "data_files", ()))
+    from workbench.authoring import overrides
+
+    package_dir = Path(module.__file__).parent if getattr(module, "__path__", None) and module.__file__ else None
+    overrides.apply(env, overrides.find(ref.name, package_dir))
     return env
 
 

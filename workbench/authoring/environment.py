@@ -56,6 +56,8 @@ class Environment:
     version: str = ""
     #: filled in by the loader for an environment of another framework, e.g. ``"verifiers 0.3.1"``
     adapter: str = ""
+    #: filled in by the loader: the override in effect (``workbench.authoring.overrides.Override``), or None
+    override: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -36,6 +36,7 @@ def _register() -> None:
         costs_cmd,
         debug_cmd,
         diff_cmd,
+        distill_cmd,
         envs_cmd,
         eval_cmd,
         import_cmd,
@@ -44,6 +45,7 @@ def _register() -> None:
         mcp_cmd,
         models_cmd,
         new_cmd,
+        optimize_cmd,
         package_cmd,
         play_cmd,
         prices_cmd,
@@ -55,7 +57,7 @@ def _register() -> None:
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd,
-                play_cmd, mcp_cmd, models_cmd, compare_cmd):
+                play_cmd, mcp_cmd, models_cmd, compare_cmd, optimize_cmd, distill_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

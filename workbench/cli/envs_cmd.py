@@ -22,11 +22,13 @@ def envs_command(as_json: bool) -> None:
 
     rows = []
     for ref in discover():
-        version, error, adapter = _version(ref)
+        version, error, adapter, override = _version(ref)
         row = {"name": ref.name, "origin": ref.origin, "version": version,
                "path": str(ref.path) if ref.path else ref.module}
         if adapter:  # written for another framework, e.g. "verifiers 0.3.1"
             row["framework"] = adapter
+        if override is not None:  # a system prompt kept by `optimize --apply`
+            row["override"] = {"system_prompt": override.system_prompt, "origin": override.origin}
         if error is not None:
             row["error"] = error
         rows.append(row)
@@ -42,14 +44,16 @@ def envs_command(as_json: bool) -> None:
     for r in rows:
         note = [f"files only: did not load ({r['error']})"] if "error" in r else [""]
         origin = f"{r['origin']} ({r['framework']})" if "framework" in r else r["origin"]
-        t.add_row(r["name"], origin, r["version"], r["path"] or "", *note[: len(cols) - 4])
+        version = f"{r['version']} (prompt from {r['override']['origin'] or 'an override'})" if "override" in r \
+            else r["version"]
+        t.add_row(r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
 
 
-def _version(ref: Any) -> tuple[str, str | None, str]:
+def _version(ref: Any) -> tuple[str, str | None, str, Any]:
     """The version a run of ``ref`` with its default arguments stores, or, where it does not load, the
-    hash of its files and why it did not load; and the framework it was written for ("" for Workbench's
-    own). What loading prints goes to stderr, never into --json."""
+    hash of its files and why it did not load; the framework it was written for ("" for Workbench's
+    own); and the override in effect (or None). What loading prints goes to stderr, never into --json."""
     import contextlib
     import sys
 
@@ -58,13 +62,13 @@ def _version(ref: Any) -> tuple[str, str | None, str]:
     try:
         with contextlib.redirect_stdout(sys.stderr):
             env = load_ref(ref)
-        return env.version, None, env.adapter
+        return env.version, None, env.adapter, env.override
     except (Exception, SystemExit) as e:  # a broken environment is a row of the listing, not its end
         error = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
     try:
-        return ref.version(), error, ""
+        return ref.version(), error, "", None
     except OSError as e:
-        return f"unreadable ({e.strerror})", error, ""
+        return f"unreadable ({e.strerror})", error, "", None
 
 
 @click.command("validate")

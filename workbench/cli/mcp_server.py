@@ -129,7 +129,7 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
 
             rows = []
             for ref in discover():
-                version, error, adapter = _version(ref)
+                version, error, adapter, _ = _version(ref)
                 row = {"name": ref.name, "origin": ref.origin, "version": version,
                        "path": str(ref.path) if ref.path else ref.module}
                 if adapter:

@@ -57,6 +57,9 @@ class EvalOptions:
     comparison_id: str | None = None  # set for each run of `eval -m A -m B` (workbench/runs/multi_eval.py)
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
+    task_indices: list[int] | None = None  # only these tasks (by index in the task set), instead of the first -n
+    system_prompt: str | None = None  # the harness's system prompt for this run (a candidate of `optimize`)
+    pipeline: dict[str, Any] | None = None  # {"id", "kind", "stage"}: the run is one stage of optimize/distill
 
     def validate(self) -> None:
         """Every option in its range, and an endpoint that can work, before anything starts."""
@@ -78,6 +81,8 @@ class EvalOptions:
             raise ConfigError(f"--stall-timeout must be a positive number of seconds, not {self.stall_timeout_s}")
         if not (math.isfinite(self.max_response_mb) and self.max_response_mb > 0):
             raise ConfigError(f"--max-response-mb must be a positive number, not {self.max_response_mb}")
+        if self.task_indices is not None and (not self.task_indices or min(self.task_indices) < 0):
+            raise ConfigError("task_indices must name at least one task, each 0 or more")
         if not math.isfinite(self.pass_threshold):
             raise ConfigError(f"--pass-threshold must be a finite number, not {self.pass_threshold}")
         if self.base_url:
@@ -111,6 +116,21 @@ def apply_hot_swaps(env: Environment, opts: EvalOptions) -> None:
         env.sampling.temperature = opts.temperature
     if opts.max_tokens is not None:
         env.sampling.max_tokens = opts.max_tokens
+    if opts.system_prompt is not None:
+        if not hasattr(env.harness, "system_prompt"):
+            raise ConfigError(f"the harness of {env.name!r} ({env.harness.describe()}) has no system prompt to set")
+        env.harness.system_prompt = opts.system_prompt
+
+
+def select_tasks(env: Environment, opts: EvalOptions) -> list[tuple[int, Any]]:
+    """(index, task) of the run: ``opts.task_indices`` where given, else the first ``-n``."""
+    if opts.task_indices is None:
+        return list(enumerate(env.tasks.take(opts.n)))
+    tasks = list(env.tasks)
+    bad = [i for i in opts.task_indices if i >= len(tasks)]
+    if bad:
+        raise ConfigError(f"task index {bad[0]} is out of range: {env.name!r} has {len(tasks)} tasks")
+    return [(i, tasks[i]) for i in opts.task_indices]
 
 
 #: ``on_status(what, done, total)``: what a run waits for before its rollouts start (the embedded
@@ -193,9 +213,14 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
             opts.temperature = cfg.get("temperature")
         if opts.max_tokens is None:
             opts.max_tokens = cfg.get("max_tokens")
+        if opts.task_indices is None:
+            opts.task_indices = cfg.get("task_indices")
+        if opts.system_prompt is None:
+            opts.system_prompt = cfg.get("system_prompt")
     env = discovery.load(opts.env, opts.env_args)
     apply_hot_swaps(env, opts)
-    tasks = list(env.tasks.take(opts.n))
+    groups = select_tasks(env, opts)
+    tasks = [t for _, t in groups]
     if not tasks:
         raise ConfigError(f"environment {env.name!r} has no tasks (with -a {opts.env_args or '{}'})")
     # The writer process starts now, while the endpoint, the preflight and the sandboxes are set up:
@@ -215,6 +240,12 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
                       "max_tokens": opts.max_tokens}
             if opts.comparison_id:
                 config["comparison_id"] = opts.comparison_id
+            if opts.task_indices is not None:
+                config["task_indices"] = opts.task_indices
+            if opts.system_prompt is not None:
+                config["system_prompt"] = opts.system_prompt
+            if opts.pipeline:
+                config["pipeline"] = opts.pipeline
             skip: set[tuple[int, int]] = set()
         else:
             if run["env_version"] != env.version:
@@ -271,7 +302,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
             # ends it (a fatal error, Ctrl-C, the writer process dying) leaves it failed or interrupted.
             status, error = "failed", ""
             try:
-                await engine.run(tasks, skip)
+                await engine.run_groups(groups, skip)
                 status = "completed"
             except FatalRunError as e:
                 error = e.error.message

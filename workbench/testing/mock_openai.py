@@ -4,6 +4,10 @@ Modes (``--mode`` or the ``mode`` argument):
 
 - ``instant``: answer every chat request at once with a fixed text (``--reply``).
 - ``arithmetic``: solve ``What is A op B`` prompts (answers correctly with probability ``--accuracy``).
+  With ``--instruction-accuracy '{"phrase": 0.9, ...}'`` the accuracy depends on the system prompt: the
+  highest accuracy among the phrases it contains (case-insensitive), else ``--accuracy``; then whether a
+  question is answered right is a fixed function of the question (a hash below the accuracy), so the
+  same prompt always scores the same and a more accurate one solves a superset.
 - ``script``: replies come from a JSON list given with ``--script`` (cycled per request), each either a
   string (assistant text), ``{"tool_calls": [...]}``, ``{"status": 500}``, ``{"raw": "not json"}`` or
   ``{"sleep": seconds, ...}``. With ``--by-turn`` the reply is not cycled over all requests but chosen by
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import itertools
 import random
 import re
@@ -55,6 +60,19 @@ def _arith(text: str, accuracy: float, rng: random.Random) -> str:
     if rng.random() >= accuracy:
         val += rng.choice([-2, -1, 1, 3, 10])
     return str(val) if rng.random() < 0.5 else f"The answer is {val}"
+
+
+def _arith_fixed(text: str, accuracy: float) -> str:
+    """``_arith`` with the error decided by the question itself: right when its hash is below ``accuracy``."""
+    matches = list(_NUM.finditer(text))
+    if not matches:
+        return "I don't know."
+    m = matches[-1]
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    val = a + b if op == "+" else a - b if op == "-" else a * b
+    if int(hashlib.sha256(m.group(0).encode()).hexdigest()[:8], 16) / 2**32 >= accuracy:
+        val += 1
+    return str(val)
 
 
 _ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
@@ -91,8 +109,10 @@ class MockOpenAI:
     def __init__(self, mode: str = "instant", reply: str = "42", script: list[Any] | None = None,
                  accuracy: float = 0.7, fail_first: int = 0, fail_status: int = 500, require_key: str | None = None,
                  models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
-                 drift: bool = False, by_turn: bool = False) -> None:
+                 drift: bool = False, by_turn: bool = False,
+                 instruction_accuracy: dict[str, float] | None = None) -> None:
         self.tokens, self.drift = tokens, drift
+        self.instruction_accuracy = {k.lower(): float(v) for k, v in (instruction_accuracy or {}).items()}
         self.by_turn = list(script) if by_turn and script else None
         self.mode, self.reply, self.accuracy = mode, reply, accuracy
         self.script = itertools.cycle(script) if script else None
@@ -191,7 +211,12 @@ class MockOpenAI:
         message: dict[str, Any] = {"role": "assistant", "content": self.reply}
         if self.mode == "arithmetic":
             last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
-            message["content"] = _arith(str(last), self.accuracy, self.rng)
+            if self.instruction_accuracy:
+                system = " ".join(str(m.get("content") or "") for m in msgs if m.get("role") == "system").lower()
+                found = [a for phrase, a in self.instruction_accuracy.items() if phrase in system]
+                message["content"] = _arith_fixed(str(last), max(found, default=self.accuracy))
+            else:
+                message["content"] = _arith(str(last), self.accuracy, self.rng)
         elif self.mode == "echo":
             last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
             message["content"] = last
@@ -267,10 +292,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", action="store_true", help="return token ids and logprobs like vLLM")
     ap.add_argument("--drift", action="store_true", help="re-render assistant turns differently (mismatch)")
     ap.add_argument("--by-turn", action="store_true", help="script item K answers the conversation's turn K")
+    ap.add_argument("--instruction-accuracy", default=None,
+                    help='JSON {"phrase": accuracy}: arithmetic accuracy by what the system prompt says')
     a = ap.parse_args(argv)
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
                       a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift,
-                      a.by_turn)
+                      a.by_turn, orjson.loads(a.instruction_accuracy) if a.instruction_accuracy else None)
     try:
         import uvloop
 
