@@ -22,6 +22,7 @@ from app.format import fcost, fnum, ftime
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
+from app.widgets.pipeline_view import optimize_renderable, pipeline_line
 from app.widgets.tables import RowTable
 from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
@@ -47,6 +48,9 @@ def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
     if run.get("error"):
         status.append(f" — {run['error']}", style="red")
     t.add_row("run", f"{s['run_id']}  ({run.get('kind', 'eval')})")
+    stage = pipeline_line(run)
+    if stage:
+        t.add_row("pipeline", stage)
     t.add_row("env", f"{s['env']} @ {s.get('env_version') or '-'}")
     t.add_row("model", s.get("model") or "-")
     t.add_row("status", status)
@@ -172,6 +176,9 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         if runs is None:
             row = conn.execute("SELECT json_extract(config, '$.comparison_id') FROM run WHERE id = ?",
                                (of_run,)).fetchone()
+            if (not row or not row[0]) and conn.execute(  # a pipeline's own run: the comparison it made
+                    "SELECT 1 FROM run WHERE json_extract(config, '$.comparison_id') = ? LIMIT 1", (of_run,)).fetchone():
+                row = (of_run,)
             if not row or not row[0]:
                 call_ui(self.app, self.notify, "mark two runs or more with m, or pick a run of a comparison "
                         "(`workbench eval ENV -m A -m B`)", severity="warning")
@@ -223,12 +230,20 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
                       records: list[dict[str, Any]] | None, rollouts: list[Any]) -> None:
         if self._selected_id() != run["id"]:
             return
-        self.query_one("#run-summary", Static).update(summary_renderable(run, summary))
+        optimizing = run["kind"] == "optimize"
+        self.query_one("#run-summary", Static).update(
+            optimize_renderable(run) if optimizing else summary_renderable(run, summary))
+        if optimizing and run["status"] == "running":  # the search updates its summary as it goes
+            self.set_timer(TRAIN_POLL_S, lambda: self._reload_if_selected(run["id"]))
         view = self.query_one(TrainView)
         view.display = records is not None
         if records is not None:
             view.show(run["id"], records, rollouts)
         self._watch_train(run["id"] if records is not None and run["status"] == "running" else None)
+
+    def _reload_if_selected(self, run_id: str) -> None:
+        if self.is_mounted and self._selected_id() == run_id:
+            self._load_summary(run_id)
 
     def _watch_train(self, run_id: str | None) -> None:
         """Poll the training run ``run_id`` for new records (``None``: stop polling)."""
