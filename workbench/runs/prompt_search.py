@@ -79,12 +79,13 @@ class SearchState:
     reflection_usd: float = 0.0
     reflection_calls: int = 0
     evals: int = 0  # rollouts run by the search (GEPA's metric calls)
+    reflected_on: int | None = None  # the candidate last evaluated with traces: the parent of the next proposal
 
     def candidate(self, prompt: str) -> Candidate:
         for c in self.candidates:
             if c.prompt == prompt:
                 return c
-        c = Candidate(len(self.candidates), prompt)
+        c = Candidate(len(self.candidates), prompt, parent=self.reflected_on)
         self.candidates.append(c)
         return c
 
@@ -105,6 +106,8 @@ class RunAdapter:
 
     async def _evaluate(self, batch: list[int], prompt: str, capture_traces: bool) -> EvaluationBatch:
         cand = self.state.candidate(prompt)
+        if capture_traces:  # GEPA reflects on this candidate's rollouts next, and proposes a child of it
+            self.state.reflected_on = cand.index
         unique = list(dict.fromkeys(batch))
         pipeline = {**(self.base.pipeline or {}), "stage": f"candidate {cand.index}"}
         opts = dataclasses.replace(self.base, task_indices=unique, system_prompt=prompt or None, rollouts_per_task=1,
