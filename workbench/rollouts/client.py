@@ -460,6 +460,8 @@ async def preflight(client: ChatClient, base_url: str, model: str) -> EndpointIn
     """Fail fast, with one clear sentence, when the endpoint cannot serve this run at all."""
     entries = await client.list_models(base_url)
     models = [str(m["id"]) for m in entries] if entries is not None else None
+    if models and model not in models and f"models/{model}" in models:
+        model = f"models/{model}"  # Gemini's compatibility layer lists its models as models/<id> and serves <id>
     owned = next((str(m.get("owned_by", "")) for m in entries or () if m["id"] == model), "")
     if not owned and entries:
         owned = str(entries[0].get("owned_by", ""))

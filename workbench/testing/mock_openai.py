@@ -20,6 +20,12 @@ honours ``return_token_ids`` and ``logprobs`` with a toy word-level tokenizer an
 and lists its models as ``owned_by: vllm``; ``--drift`` re-renders earlier assistant turns
 without their last word, as a template that strips content would (a multi-turn token mismatch).
 
+Provider knobs: ``--prefix /v1beta/openai`` serves the API under another path (Gemini's OpenAI-compatible
+endpoint; ``/api/v1`` is OpenRouter's); ``--flavor gemini`` lists models as Gemini's compatibility layer
+does (``models/<id>``, owned by google); ``--flavor openrouter`` adds the fields OpenRouter's responses
+carry beyond OpenAI's (``provider``, each choice's ``native_finish_reason``, ``usage.cost`` and
+``prompt_tokens_details``) and lists models with their ``pricing`` and ``context_length``.
+
 Failure knobs: ``--fail-first K --fail-status S`` (the first K requests fail with S, then succeed),
 ``--require-key KEY`` (401 without it), ``--models a,b`` (404 for other models).
 
@@ -110,8 +116,10 @@ class MockOpenAI:
                  accuracy: float = 0.7, fail_first: int = 0, fail_status: int = 500, require_key: str | None = None,
                  models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
                  drift: bool = False, by_turn: bool = False,
-                 instruction_accuracy: dict[str, float] | None = None) -> None:
+                 instruction_accuracy: dict[str, float] | None = None, prefix: str = "/v1",
+                 flavor: str = "openai") -> None:
         self.tokens, self.drift = tokens, drift
+        self.prefix, self.flavor = "/" + prefix.strip("/"), flavor
         self.instruction_accuracy = {k.lower(): float(v) for k, v in (instruction_accuracy or {}).items()}
         self.by_turn = list(script) if by_turn and script else None
         self.mode, self.reply, self.accuracy = mode, reply, accuracy
@@ -126,8 +134,8 @@ class MockOpenAI:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_post(f"{self.prefix}/chat/completions", self.chat)
+        app.router.add_get(f"{self.prefix}/models", self.list_models)
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/requests", self.received)
         return app
@@ -143,8 +151,14 @@ class MockOpenAI:
         if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
             return web.json_response({"error": {"message": "invalid api key"}}, status=401)
         owner = "vllm" if self.tokens else "mock"
-        return web.json_response({"object": "list",
-                                  "data": [{"id": m, "object": "model", "owned_by": owner} for m in self.models]})
+        if self.flavor == "gemini":
+            data = [{"id": f"models/{m}", "object": "model", "owned_by": "google"} for m in self.models]
+        elif self.flavor == "openrouter":
+            data = [{"id": m, "name": m, "created": 1700000000, "context_length": 128000,
+                     "pricing": {"prompt": "0.00000015", "completion": "0.0000006"}} for m in self.models]
+        else:
+            data = [{"id": m, "object": "model", "owned_by": owner} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
 
     async def _stream(self, request: web.Request, body: dict[str, Any], resp: dict[str, Any]) -> web.StreamResponse:
         """Send ``resp`` as OpenAI SSE chunks: one per word (plus tool calls), then usage, then [DONE]."""
@@ -262,6 +276,10 @@ class MockOpenAI:
                     for i, w in enumerate([*words, "<end>"])]}
             resp["policy_version"] = 0
         resp["usage"] = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
+        if self.flavor == "openrouter":
+            resp["provider"] = "OpenAI"
+            choice["native_finish_reason"] = choice["finish_reason"]
+            resp["usage"].update(cost=(ptoks * 0.15 + ctoks * 0.6) / 1e6, prompt_tokens_details={"cached_tokens": 0})
         if body.get("stream"):
             return await self._stream(request, body, resp)
         return web.Response(body=orjson.dumps(resp), content_type="application/json")
@@ -292,12 +310,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", action="store_true", help="return token ids and logprobs like vLLM")
     ap.add_argument("--drift", action="store_true", help="re-render assistant turns differently (mismatch)")
     ap.add_argument("--by-turn", action="store_true", help="script item K answers the conversation's turn K")
+    ap.add_argument("--prefix", default="/v1", help="the API's path (e.g. /v1beta/openai, /api/v1)")
+    ap.add_argument("--flavor", default="openai", choices=["openai", "gemini", "openrouter"])
     ap.add_argument("--instruction-accuracy", default=None,
                     help='JSON {"phrase": accuracy}: arithmetic accuracy by what the system prompt says')
     a = ap.parse_args(argv)
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
                       a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift,
-                      a.by_turn, orjson.loads(a.instruction_accuracy) if a.instruction_accuracy else None)
+                      a.by_turn, orjson.loads(a.instruction_accuracy) if a.instruction_accuracy else None, a.prefix,
+                      a.flavor)
     try:
         import uvloop
 
