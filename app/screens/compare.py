@@ -51,7 +51,7 @@ def leaderboard(result: dict[str, Any]) -> Table:
         cost = m["cost_per_solved_task"]
         reward = "-" if m["mean_reward"] is None else f"{m['mean_reward']:.2f}" + (
             f"±{(ci[1] - ci[0]) / 2:.2f}" if ci else "")
-        t.add_row(m["model"], reward, fnum(m["pass_at_k"].get("pass@1")),
+        t.add_row(m["label"], reward, fnum(m["pass_at_k"].get("pass@1")),
                   "-" if cost is None else f"${cost:.4f}", Text(delta, style=style))
     return t
 
@@ -109,7 +109,7 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
         table = self.query_one(DataTable)
         table.add_column("task", key="task")
         for m in models:
-            table.add_column(m["model"] + (" (base)" if m["baseline"] else ""), key=m["run_id"])
+            table.add_column(m["label"] + (" (base)" if m["baseline"] else ""), key=m["run_id"])
         base = self.task_means[self.runs[0]]
         for t in self.tasks:
             cells: list[Any] = [t[:16]]

@@ -39,6 +39,7 @@ def test_a_worse_model_regresses_on_every_task(cli: Callable[..., CliResult], mo
     assert models[worse["run_id"]]["cost_per_solved_task"] is None
     assert models[base["run_id"]]["pass_at_k"] == {"pass@1": 1.0}
     assert models[base["run_id"]]["baseline"] is True and "delta" not in models[base["run_id"]]
+    assert models[base["run_id"]]["label"] == "mock-model", "no registered name: the model id"
     vs_worse, vs_same = models[worse["run_id"]], models[same["run_id"]]
     assert vs_worse["delta"] == pytest.approx(-1.2) and vs_worse["ci95"] == pytest.approx([-1.2, -1.2])
     assert vs_worse["significant"] is True and vs_worse["ci_method"] == "paired bootstrap"
@@ -55,6 +56,8 @@ def test_a_comparison_id_names_its_runs(cli: Callable[..., CliResult], mocks: di
     cmp = last_json(cli("eval", "arithmetic", "-m", "right", "-m", "wrong", "-n", "6", "--json").stdout)
     out = last_json(cli("compare", cmp["comparison_id"], "--json").stdout)
     assert [m["run_id"] for m in out["models"]] == [r["run_id"] for r in cmp["runs"]]
+    assert [m["label"] for m in out["models"]] == ["right", "wrong"], "the registered names, both serving mock-model"
+    assert {m["model"] for m in out["models"]} == {"mock-model"}
     p = out["models"][1]
     assert p["delta"] == pytest.approx(-1.2) and p["significant"] and len(p["regressions"]) == 6
     flipped = last_json(cli("compare", cmp["comparison_id"], "--baseline", cmp["runs"][1]["run_id"], "--json").stdout)

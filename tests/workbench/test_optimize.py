@@ -85,6 +85,7 @@ def test_the_search_finds_the_better_prompt_and_the_heldout_score_rises(
     assert cmp.rc == 0, cmp.stderr
     pair = last_json(cmp.stdout)["models"]
     assert [m["run_id"] for m in pair] == [before["run_id"], after["run_id"]]
+    assert [m["label"] for m in pair] == ["task (heldout-before)", "task (heldout-after)"]
 
 
 def test_apply_keeps_the_prompt_as_an_override_that_eval_and_package_load(

@@ -44,6 +44,7 @@ class RunStats:
     cost_usd: float
     rewards: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' rewards
     latencies: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' durations
+    label: str = ""  # what a reader calls the run: the registered model name, and its pipeline stage
 
     def as_dict(self, tasks: set[str], pass_threshold: float) -> dict[str, Any]:
         rewards = [x for t in tasks for x in self.rewards.get(t, ())]
@@ -53,7 +54,7 @@ class RunStats:
         solved = sum(1 for t in tasks if self.passed.get(t, (0, 0))[1] > 0)
         lat = sorted(x for t in tasks for x in self.latencies.get(t, ()))
         return {
-            "run_id": self.run_id, "model": self.model, "rollouts": self.rollouts, "errors": self.errors,
+            "run_id": self.run_id, "model": self.model, "label": self.label or self.model, "rollouts": self.rollouts, "errors": self.errors,
             "tasks": len(tasks), "mean_reward": mean,
             "mean_ci95": [mean - half, mean + half] if mean is not None and half is not None else None,
             "pass_at_k": _pass_at_k(self.passed, tasks),
@@ -96,11 +97,13 @@ def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
 
 
 def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
-    run = conn.execute("SELECT model, env_name, env_version FROM run WHERE id = ?", (run_id,)).fetchone()
+    run = conn.execute("SELECT model, env_name, env_version, json_extract(config, '$.model_name'), "
+                       "json_extract(config, '$.pipeline.stage') FROM run WHERE id = ?", (run_id,)).fetchone()
     rewards: dict[str, list[float]] = defaultdict(list)
     lat: dict[str, list[float]] = defaultdict(list)
     passes: dict[str, int] = defaultdict(int)
     stats = RunStats(run_id, run[0], run[1], run[2], 0, 0, {}, {}, 0, 0, 0.0)
+    stats.label = (run[3] or run[0]) + (f" ({run[4]})" if run[4] else "")
     for task_id, reward, ptok, ctok, cost, dur in conn.execute(
             "SELECT task_id, reward, prompt_tokens, completion_tokens, cost_usd, duration_s FROM rollout "
             "WHERE run_id = ?", (run_id,)):

@@ -53,7 +53,7 @@ def _print(r: dict[str, Any]) -> None:
         t.add_column(col, justify="left" if col in ("model", "run", "95% CI") else "right")
     for m in sorted(r["models"], key=lambda m: -(m["mean_reward"] or 0)):
         ci = m["mean_ci95"]
-        t.add_row(m["model"], m["run_id"], fnum(m["mean_reward"]),
+        t.add_row(m["label"], m["run_id"], fnum(m["mean_reward"]),
                   f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "-", fnum(m["pass_at_k"].get("pass@1")), str(m["errors"]),
                   _money(m["cost_usd"]), _money(m["cost_per_solved_task"]), fnum(m["latency_p50_s"]),
                   fnum(m["latency_p95_s"]))
@@ -63,7 +63,7 @@ def _print(r: dict[str, Any]) -> None:
         verdict = "[green]better[/]" if p["significant"] and p["delta"] > 0 else \
             "[red]worse[/]" if p["significant"] else "no significant difference"
         ci_text = f"95% CI {ci[0]:+.3f} to {ci[1]:+.3f} ({p['ci_method']})" if ci else "no CI (one task)"
-        console.print(f"{p['model']} ({p['run_id']}) vs baseline: Δ {p['delta']:+.3f}, {ci_text}: {verdict}",
+        console.print(f"{p['label']} ({p['run_id']}) vs baseline: Δ {p['delta']:+.3f}, {ci_text}: {verdict}",
                       highlight=False)
         if p["regressions"]:
             worst = ", ".join(f"{t} ({p['regression_deltas'][t]:+.2f})" for t in p["regressions"][:_SHOWN])

@@ -60,6 +60,7 @@ class EvalOptions:
     task_indices: list[int] | None = None  # only these tasks (by index in the task set), instead of the first -n
     system_prompt: str | None = None  # the harness's system prompt for this run (a candidate of `optimize`)
     pipeline: dict[str, Any] | None = None  # {"id", "kind", "stage"}: the run is one stage of optimize/distill
+    model_name: str | None = None  # what the user called the model (a registered name), when -m was resolved early
 
     def validate(self) -> None:
         """Every option in its range, and an endpoint that can work, before anything starts."""
@@ -240,6 +241,9 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
                       "max_tokens": opts.max_tokens}
             if opts.comparison_id:
                 config["comparison_id"] = opts.comparison_id
+            name = opts.model_name or opts.model  # a registered name (or the spec the embedded server resolved)
+            if name and name != model:
+                config["model_name"] = name
             if opts.task_indices is not None:
                 config["task_indices"] = opts.task_indices
             if opts.system_prompt is not None:

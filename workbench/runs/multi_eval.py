@@ -58,6 +58,7 @@ def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) 
                               "compare different models")
         seen[key] = name
         opts.base_url, opts.model = url, model_id  # resolved once: each run uses exactly this endpoint
+        opts.model_name = name
         out.append(opts)
     return out
 
