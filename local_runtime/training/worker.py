@@ -202,11 +202,14 @@ class TrainLoop:
         if not fresh:
             self.record(version, "event", common, f"dropped a whole batch of {dropped} stale rollouts")
             return "event"
+        teacher_s = self._score_with_teacher(fresh)
         out = self.algorithm.process(fresh)
         t_train = time.perf_counter()
         res = self.trainer.step(out.samples)
         metrics = {**{k: float(v) for k, v in out.stats.items()}, **res.metrics, **common,
                    "train_s": time.perf_counter() - t_train}
+        if teacher_s is not None:
+            metrics["teacher_s"] = teacher_s
         if res.skipped:  # a NaN loss or gradient: the weights did not change, the run is marked
             self.record(version, "skipped", metrics, res.reason or "skipped")
             return "skipped"
@@ -215,6 +218,17 @@ class TrainLoop:
         if loop.checkpoint_every and (res.step % loop.checkpoint_every == 0 or res.step == loop.max_steps):
             self._checkpoint(res.step)
         return "step"
+
+    def _score_with_teacher(self, groups: list[list[Any]]) -> float | None:
+        """On-policy distillation: the teacher's logprob of every sampled token (seconds it took), else None."""
+        teacher_url = getattr(self.algorithm, "teacher_base_url", "")
+        if self.algorithm.name != "distill" or not teacher_url:
+            return None
+        from workbench.training.teacher import fill_teacher_logprobs
+
+        t0 = time.perf_counter()
+        fill_teacher_logprobs(groups, teacher_url, self.algorithm.teacher_model)
+        return time.perf_counter() - t0
 
     def _checkpoint(self, step: int) -> None:
         try:

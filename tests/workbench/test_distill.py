@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,9 @@ def test_the_students_held_out_score_on_the_teachers_answers_rises(
     (["--heldout", str(TASKS)], [f"--heldout {TASKS}", "leaves no training tasks", f"{TASKS} tasks"]),
     (["--min-reward", "nan"], ["--min-reward", "finite"]),
     (["--min-reward", "inf"], ["--min-reward", "finite"]),
-    (["--method", "on-policy"], ["--method on-policy", "prompt_logprobs", "--method sft"]),
+    (["--method", "on-policy"], ["on-policy distillation needs a teacher that tokenizes like the student",
+                                 "does not answer /tokenize"]),
+    (["--method", "on-policy", "-n", "3"], ["-n limits the teacher's rollouts of --method sft"]),
     (["--student", "mock-teacher"], ["--student mock-teacher", "registered endpoint", "cannot be trained"]),
 ])
 def test_bad_input_is_one_clear_line(cli: Callable[..., CliResult], store_path: Path, codeword: Path,
@@ -193,3 +196,73 @@ def test_bad_input_is_one_clear_line(cli: Callable[..., CliResult], store_path: 
     else:
         # Refused before anything ran.
         assert runs == {} and teacher.requests() == requests
+
+
+#: On-policy distillation needs a student that sometimes samples what the teacher says: the base tiny model
+#: answers these prompts with exactly "1" now and then (a few percent), never with "42".
+ONE_ENV = CODEWORD_ENV.replace('"answer": "42"', '"answer": "1"').replace('name="codeword"', 'name="codeword1"')
+
+
+@pytest.fixture
+def one_teacher(cli: Callable[..., CliResult], write_env: Callable[..., Path], mock_server: Callable[..., Any],
+                cli_env: dict[str, str], tiny_dir: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+                ) -> Iterator[tuple[Path, str]]:
+    """A real teacher served by Workbench's own server: the tiny model SFT-distilled from a mock that says "1",
+    its adapter loaded into the embedded server as ``teacher-1`` and registered as the model ``teacher1``."""
+    write_env(CODEWORD_TRAIN_TOML, "codeword1.train.toml")
+    env = write_env(ONE_ENV, "codeword1.py")
+    says_one = mock_server("instant", "--reply", "1")
+    assert cli("models", "add", "says-one", "--base-url", says_one.base_url, "--model-id", "mock-model").rc == 0
+    res = cli("distill", env, "--teacher", "says-one", "--student", tiny_dir, "--heldout", 4, "-n", 6, "-r", 2,
+              "--steps", 30, "--lr", 3e-3, "--threads", 1, "--json", timeout=400)
+    assert res.rc == 0, res.stderr[-3000:]
+    sft = last_json(res.stdout)
+    assert sft["heldout"]["student_after"] == 1.0
+    for k, v in cli_env.items():
+        if k.startswith("XDG_"):
+            monkeypatch.setenv(k, v)
+    from local_runtime.server.embedded import ensure_server, stop_server
+    from workbench.config.paths import data_dir
+
+    base_url, _ = ensure_server(str(tiny_dir))
+    adapter = data_dir() / "runs" / sft["train_run"] / "checkpoint" / "adapter"
+    req = urllib.request.Request(base_url + "/load_lora_adapter", method="POST", headers={
+        "Content-Type": "application/json"}, data=json.dumps({"lora_name": "teacher-1", "lora_path": str(adapter)}).encode())
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200
+    assert cli("models", "add", "teacher1", "--base-url", base_url, "--model-id", "teacher-1").rc == 0
+    yield env, sft["pipeline_id"]
+    stop_server(str(tiny_dir))
+
+
+def test_on_policy_distillation_scores_the_students_tokens_with_the_teacher(
+        cli: Callable[..., CliResult], store_path: Path, tiny_dir: Path, one_teacher: tuple[Path, str]) -> None:
+    env, sft_pipeline = one_teacher
+    res = cli("distill", env, "--teacher", "teacher1", "--student", tiny_dir, "--method", "on-policy",
+              "--heldout", 4, "--steps", 30, "--lr", 3e-3, "--threads", 1, "--json", timeout=400)
+    assert res.rc == 0, res.stderr[-3000:]
+    out = last_json(res.stdout)
+    assert out["teacher_run"] is None and out["kept"] == 0, "no teacher data: the student samples"
+    runs = {(r["config"].get("pipeline") or {}).get("stage"): r for r in _runs_of(store_path, out["pipeline_id"])}
+    assert set(runs) == {"train", "student-before", "student-after", "teacher"}
+    algo = runs["train"]["config"]["algorithm"]
+    assert algo["name"] == "distill" and algo["teacher_model"] == "teacher-1"
+    assert runs["train"]["config"]["loss"]["name"] == "pg" and not runs["train"]["config"]["data"]["runs"]
+
+    conn = sqlite3.connect(store_path)
+    steps = [json.loads(m) for (m,) in conn.execute(
+        "SELECT metrics FROM train_metric WHERE run_id = ? AND kind = 'step' ORDER BY step", (out["train_run"],))]
+    assert len(steps) == 30 and all(s["teacher_s"] > 0 for s in steps), "the teacher scored every batch"
+    first, last = (sum(s["reverse_kl"] for s in part) / 5 for part in (steps[:5], steps[-5:]))
+    assert last < first / 2, (first, last)
+    said = {s: [float(c.strip() == "1") for _, _, c in _rollouts(store_path, runs[s]["id"])]
+            for s in ("student-before", "student-after", "teacher")}
+    assert sum(said["teacher"]) == 4
+    assert sum(said["student-after"]) - sum(said["student-before"]) >= 2, said
+
+
+def _runs_of(db: Path, pipeline_id: str) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT id, kind, status, model, config FROM run "
+                        "WHERE json_extract(config, '$.pipeline.id') = ?", (pipeline_id,)).fetchall()
+    return [{"id": r[0], "kind": r[1], "status": r[2], "model": r[3], "config": json.loads(r[4])} for r in rows]

@@ -34,14 +34,14 @@ def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | N
     if as_json:
         emit_json(result)
         return
-    _print(result)
+    print_comparison(result)
 
 
 def _money(v: Any) -> str:
     return "-" if v is None else f"${v:.4f}"
 
 
-def _print(r: dict[str, Any]) -> None:
+def print_comparison(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     console.print(f"[bold]{r['env']}[/] ({r['env_version']}), {r['tasks']} tasks; baseline {r['baseline']}",

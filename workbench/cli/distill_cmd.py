@@ -26,7 +26,9 @@ from workbench.cli.common import console, console_err, db_option, emit_json, jso
 @click.option("--steps", type=int, default=20, show_default=True, help="The student's optimizer steps.")
 @click.option("--lr", type=float, default=None, help="The student's learning rate (default: the trainer's).")
 @click.option("--method", type=click.Choice(["sft", "on-policy"]), default="sft", show_default=True,
-              help="sft: fine-tune on the teacher's filtered rollouts; on-policy: on-policy distillation.")
+              help="sft: fine-tune on the teacher's filtered rollouts; on-policy: the student samples and the "
+                   "teacher scores each of its tokens (reverse KL; a teacher that shares the student's tokenizer "
+                   "and serves prompt_logprobs, e.g. `workbench serve` or vLLM).")
 @click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
 @click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads of the training run's server and trainer.")
@@ -41,7 +43,7 @@ def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url
     --min-reward become SFT data for the student; then the student before and after, and the teacher, are
     evaluated on the held-out tasks and compared. Every stage is a run (`workbench runs`)."""
     from workbench.authoring.discovery import parse_env_args
-    from workbench.cli.compare_cmd import _print as print_comparison
+    from workbench.cli.compare_cmd import print_comparison
     from workbench.cli.eval_cmd import run_async
     from workbench.runs.distill import DistillOptions, distill
 
@@ -63,8 +65,9 @@ def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url
         return
     console.print()
     print_comparison(outcome.comparison)
-    console.print(f"pipeline [cyan]{outcome.pipeline_id}[/]: teacher run {outcome.teacher_run} ({outcome.kept} of "
-                  f"{outcome.teacher_rollouts} rollouts kept), training run {outcome.train_run}", highlight=False)
+    data = f"teacher run {outcome.teacher_run} ({outcome.kept} of {outcome.teacher_rollouts} rollouts kept)" \
+        if outcome.teacher_run else "on-policy (no teacher data)"
+    console.print(f"pipeline [cyan]{outcome.pipeline_id}[/]: {data}, training run {outcome.train_run}", highlight=False)
 
 
 COMMANDS = [distill_command]

@@ -16,6 +16,10 @@ The pipeline, each stage a run in the store whose config holds ``pipeline`` = ``
    pipeline id, so ``workbench compare dst-...`` shows them again (the outcome carries the same comparison,
    student-before its baseline).
 
+With ``method="on-policy"`` stages 1 and 2 do not run: the training run samples the student on the training
+split and the teacher scores every sampled token (``prompt_logprobs``; the on-policy distillation algorithm,
+``workbench.training.teacher``), so the teacher must share the student's tokenizer (checked up front).
+
 Everything that can be checked is checked before the first stage runs.
 """
 
@@ -45,6 +49,8 @@ class PipelineInterrupted(WorkbenchError):
     """Ctrl-C during a stage: the runs so far are kept, the pipeline stops there."""
 
     exit_code = 130
+
+
 HELDOUT_STAGES = ("student_before", "student_after", "teacher")
 
 
@@ -68,10 +74,9 @@ class DistillOptions:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {self.method!r}")
-        if self.method == "on-policy":
-            raise ConfigError("--method on-policy needs the training loop to ask the teacher for the logprobs of "
-                              "the student's tokens (prompt_logprobs from a vLLM teacher that shares the student's "
-                              "tokenizer), which it does not do yet; use --method sft")
+        if self.method == "on-policy" and self.n is not None:
+            raise ConfigError("-n limits the teacher's rollouts of --method sft; on-policy distillation samples the "
+                              "student on every training task (hold out more with --heldout, or pass -a)")
         if not math.isfinite(self.min_reward):
             raise ConfigError(f"--min-reward must be a finite number, not {self.min_reward}")
         if self.heldout is not None and self.heldout < 1:
@@ -101,7 +106,7 @@ class DistillOutcome:
     train_summary: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline_id": self.pipeline_id, "teacher_run": self.teacher_run, "train_run": self.train_run,
+        return {"pipeline_id": self.pipeline_id, "teacher_run": self.teacher_run or None, "train_run": self.train_run,
                 "kept": self.kept, "teacher_rollouts": self.teacher_rollouts, "runs": self.runs,
                 "heldout": self.heldout, "comparison": self.comparison}
 
@@ -148,9 +153,14 @@ def plan(opts: DistillOptions) -> Plan:
     except ConfigError as e:
         raise ConfigError(f"--teacher {opts.teacher}: {e}") from None
     _check_student(opts.student)
-    overrides: dict[str, Any] = {
-        "env.args": dict(opts.env_args), "algorithm.name": "sft", "algorithm.min_reward": opts.min_reward,
-        "loss.name": "ce", "loop.max_steps": opts.steps, "loop.eval_tasks": heldout, "trainer.model": opts.student}
+    overrides: dict[str, Any] = {"env.args": dict(opts.env_args), "loop.max_steps": opts.steps,
+                                 "loop.eval_tasks": heldout, "trainer.model": opts.student}
+    if opts.method == "on-policy":
+        _check_teacher_tokenizer(teacher, opts)
+        overrides.update({"algorithm.name": "distill", "algorithm.teacher_base_url": teacher.base_url,
+                          "algorithm.teacher_model": teacher.model, "loss.name": "pg"})
+    else:
+        overrides.update({"algorithm.name": "sft", "algorithm.min_reward": opts.min_reward, "loss.name": "ce"})
     if opts.lr is not None:
         overrides["trainer.lr"] = opts.lr
     cfg = resolve(None, overrides, opts.env)  # checked now; resolved again with the teacher run as its data
@@ -158,6 +168,15 @@ def plan(opts: DistillOptions) -> Plan:
         raise ConfigError("distill evaluates the student with its trained LoRA adapter; full fine-tuning "
                           "(trainer.lora = false in the environment's train.toml) is not supported here")
     return Plan(new_pipeline_id(), list(range(n_train)), list(range(total - heldout, total)), teacher, overrides)
+
+
+def _check_teacher_tokenizer(teacher: EvalOptions, opts: DistillOptions) -> None:
+    """On-policy: the teacher scores the student's own token ids, so it must read them as the student does."""
+    from workbench.training.teacher import check_same_tokenizer
+
+    assert teacher.base_url and teacher.model
+    check_same_tokenizer(teacher.base_url, teacher.model, lambda: resolve_endpoint(EvalOptions(env=opts.env,
+                                                                                               model=opts.student)))
 
 
 def _check_student(student: str) -> None:
@@ -240,26 +259,12 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
     say = log or (lambda _msg: None)
     p = plan(opts)
 
-    # 1. the teacher on the training split, without token ids: the student learns its conversations, rendered
-    # with the student's own chat template (the teacher's tokens would be another tokenizer's)
-    teacher_train = dataclasses.replace(p.teacher, task_indices=p.train_indices,
-                                        rollouts_per_task=opts.rollouts_per_task, tokens=False,
-                                        pipeline=p.stage("teacher-train"))
-    t = _finished(await evaluate(teacher_train, store), "teacher-train")
-    teacher_run = t.run_id
-    kept, total, best = _kept(store, teacher_run, opts.min_reward)
-    say(f"teacher-train: run {teacher_run}, {total} rollouts on {len(p.train_indices)} training tasks, "
-        f"{kept} reached --min-reward {opts.min_reward:g}")
-
-    # 2. the filter
-    if not kept:
-        seen = "none of them finished without an error" if best is None else f"the best reward was {best:g}"
-        raise ConfigError(f"no rollout of the teacher run {teacher_run} reached --min-reward {opts.min_reward:g} "
-                          f"({total} rollouts; {seen}); lower --min-reward, sample more with -r, or use a stronger "
-                          f"teacher (the run is kept: `workbench show {teacher_run}`)")
-
-    # 3. SFT of the student on the teacher's kept rollouts
-    cfg = resolve(None, {**p.train_overrides, "data.runs": [teacher_run]}, opts.env)
+    if opts.method == "on-policy":  # the student samples, the teacher scores its tokens: no teacher data
+        teacher_run, kept, total = "", 0, 0
+        cfg = resolve(None, p.train_overrides, opts.env)
+    else:
+        teacher_run, kept, total = await _teacher_data(p, opts, store, say)
+        cfg = resolve(None, {**p.train_overrides, "data.runs": [teacher_run]}, opts.env)
     cfg.raw["pipeline"] = p.stage("train")  # the training run's config is its resolved tables
     trained = await train(cfg, store, threads=opts.threads, log=lambda m: say(f"train: {m}"))
     train_run = trained.run_id
@@ -267,8 +272,10 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
         raise WorkbenchError(f"the student's training run {train_run} ended {trained.status}: "
                              f"{store.get_run(train_run).get('error') or 'see `workbench runs ' + train_run + '`'}")
     s = trained.summary
-    say(f"train: run {train_run}, {s['steps']} SFT steps of {opts.student} on {kept} teacher rollouts; its own "
-        f"held-out evals {_fmt(s.get('eval_first'))} -> {_fmt(s.get('eval_last'))}")
+    what = f"SFT steps of {opts.student} on {kept} teacher rollouts" if opts.method == "sft" else \
+        f"on-policy distillation steps of {opts.student} scored by {p.teacher.model}"
+    say(f"train: run {train_run}, {s['steps']} {what}; its own held-out evals {_fmt(s.get('eval_first'))} -> "
+        f"{_fmt(s.get('eval_last'))}")
     adapter = run_dir(train_run) / "checkpoint" / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise WorkbenchError(f"the training run {train_run} left no LoRA adapter at {adapter}")
@@ -302,6 +309,26 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
         say(f"{k.replace('_', '-')}: run {ids[k]}, held-out reward {_fmt(means[ids[k]])}")
     return DistillOutcome(p.pipeline_id, teacher_run, train_run, kept, total, ids,
                           {k: means[ids[k]] for k in HELDOUT_STAGES}, comparison, s)
+
+
+async def _teacher_data(p: Plan, opts: DistillOptions, store: Store,
+                        say: Callable[[str], None]) -> tuple[str, int, int]:
+    """Stages 1 and 2: the teacher's rollouts on the training split and how many pass the filter. They run
+    without token ids: the student learns the conversations, rendered with its own chat template (the
+    teacher's tokens would be another tokenizer's)."""
+    teacher_train = dataclasses.replace(p.teacher, task_indices=p.train_indices,
+                                        rollouts_per_task=opts.rollouts_per_task, tokens=False,
+                                        pipeline=p.stage("teacher-train"))
+    t = _finished(await evaluate(teacher_train, store), "teacher-train")
+    kept, total, best = _kept(store, t.run_id, opts.min_reward)
+    say(f"teacher-train: run {t.run_id}, {total} rollouts on {len(p.train_indices)} training tasks, "
+        f"{kept} reached --min-reward {opts.min_reward:g}")
+    if not kept:
+        seen = "none of them finished without an error" if best is None else f"the best reward was {best:g}"
+        raise ConfigError(f"no rollout of the teacher run {t.run_id} reached --min-reward {opts.min_reward:g} "
+                          f"({total} rollouts; {seen}); lower --min-reward, sample more with -r, or use a stronger "
+                          f"teacher (the run is kept: `workbench show {t.run_id}`)")
+    return t.run_id, kept, total
 
 
 def _fmt(v: float | None) -> str:

@@ -280,17 +280,28 @@ class OnPolicyDistillation(Algorithm):
     :func:`parse_prompt_logprobs`) and are set on each ``Branch.teacher_logprobs`` (one per token of
     the branch) before :meth:`process`. ``reward_weight`` adds a GRPO advantage of the rollout's
     reward (0.0 = pure distillation); ``clip`` bounds each token's advantage to ``[-clip, clip]``.
-    A branch without teacher logprobs is an error (``ValueError``), never a silent zero."""
+    ``stats["reverse_kl"]`` is the batch's mean reverse KL per sampled token (pure distillation, unclipped).
+    A branch without teacher logprobs is an error (``ValueError``), never a silent zero. In a training run
+    the trainer fills them from ``teacher_base_url``/``teacher_model`` (:mod:`workbench.training.teacher`)."""
 
     name = "distill"
     coef: float = 1.0
     reward_weight: float = 0.0
     clip: float | None = None
+    teacher_base_url: str = ""  # the teacher's OpenAI-compatible endpoint (.../v1): vLLM or `workbench serve`
+    teacher_model: str = ""  # the name it serves the teacher under (a model, or a LoRA adapter)
 
     def group_advantages(self, group: list[TrainRollout], stats: dict[str, float]) -> list[float | None]:
         if self.reward_weight == 0.0:
             return [0.0] * len(group)
         return [a if a is None else self.reward_weight * a for a in GRPO().group_advantages(group, stats)]
+
+    def process(self, groups: Iterable[Sequence[TrainRollout]]) -> AlgorithmOutput:
+        out = super().process(groups)
+        values = [a for smp in out.samples for a, m in zip(smp.advantages, smp.loss_mask, strict=True) if m]
+        if values and self.coef and not self.reward_weight and self.clip is None:
+            out.stats["reverse_kl"] = -sum(values) / len(values) / self.coef
+        return out
 
     def token_advantages(self, rollout: TrainRollout, branch: Branch, advantage: float) -> list[float]:
         teacher = branch.teacher_logprobs

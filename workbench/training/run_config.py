@@ -245,7 +245,11 @@ def validate_tables(tables: dict[str, Any]) -> RunConfig:
     if aname not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {aname!r}{nearest(aname, list(ALGORITHMS))}; "
                           f"choose one of {', '.join(ALGORITHMS)}")
-    make_algorithm(aname, **algo)  # unknown options fail here, naming the nearest
+    algorithm = make_algorithm(aname, **algo)  # unknown options fail here, naming the nearest
+    if algorithm.name == "distill" and not (getattr(algorithm, "teacher_base_url", "")
+                                            and getattr(algorithm, "teacher_model", "")):
+        raise ConfigError("on-policy distillation needs its teacher: --algorithm.teacher_base_url URL (vLLM or "
+                          "`workbench serve`, sharing the student's tokenizer) and --algorithm.teacher_model NAME")
     data = _check_data(tables, aname)
     loss = dict(tables["loss"])
     lname = loss.pop("name", "pg")
