@@ -143,3 +143,25 @@ def test_a_budget_needs_a_price_and_a_reflection_model_is_required(
     assert_user_error(cli("optimize", "arithmetic", *ENV_ARGS, "-m", "unpriced", "--reflection-model", "reflector",
                           "--budget", "1"), "--budget needs a price for mock-model", "models add")
     assert_user_error(cli("optimize", "arithmetic", *ENV_ARGS, "-m", "task"), "needs a reflection model")
+
+
+def test_the_reflection_model_may_speak_anthropics_messages_api(
+        cli: Callable[..., CliResult], tmp_path: Path, models: tuple[Any, Any]) -> None:
+    from tests.helpers import MockServer
+
+    claude = MockServer(["--script", json.dumps([REFLECTION]), "--require-key", "sk-ant-test", "--models",
+                         "claude-mock"], tmp_path / "anthropic.log", module="workbench.testing.mock_anthropic")
+    try:
+        assert cli("models", "add", "claude", "--base-url", claude.base_url, "--model-id", "claude-mock",
+                   "--provider", "anthropic", "--api-key-env", "ANTHROPIC_TEST_KEY", "--input-price", "3",
+                   "--output-price", "15").rc == 0
+        res = cli("optimize", "arithmetic", *ENV_ARGS, "-m", "task", "--reflection-model", "claude",
+                  "--max-evals", "60", "--heldout", "8", "--json", env={"ANTHROPIC_TEST_KEY": "sk-ant-test"})
+        assert res.rc == 0, res.stderr
+        out = last_json(res.stdout)
+        assert out["best_prompt"] == BETTER and out["reflection_cost_usd"] > 0
+        bodies = claude.bodies()
+        assert bodies and all(b["model"] == "claude-mock" and b["max_tokens"] > 0 for b in bodies)
+        assert "expected answer" in bodies[0]["messages"][0]["content"]
+    finally:
+        claude.stop()
