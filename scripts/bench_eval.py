@@ -32,8 +32,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_mock(mode: str = "arithmetic") -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", mode, "--port", "0"],
+def start_mock(mode: str = "arithmetic", *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The mock OpenAI server in ``mode`` (with more ``flags``) on a free port: (its process, its base URL)."""
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", mode, "--port", "0",
+                             *flags],
                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     line = proc.stdout.readline()

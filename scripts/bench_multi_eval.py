@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_eval import start_mock  # noqa: E402
 
 
-def _cli(args: list[str], env: dict[str, str]) -> dict:
+def cli_json(args: list[str], env: dict[str, str]) -> dict:
+    """Run ``workbench ARGS`` and return the JSON object its last stdout line holds (exit on failure)."""
     out = subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, cwd=ROOT,
                          env=env)
     if out.returncode != 0:
@@ -51,16 +52,16 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(Path(tmp) / "config")}
             names = ["model-a", "model-b", "model-c"]
             for name, (_, url) in zip(names, mocks, strict=True):
-                _cli(["models", "add", name, "--base-url", url, "--model-id", "mock-model", "--json"], env)
+                cli_json(["models", "add", name, "--base-url", url, "--model-id", "mock-model", "--json"], env)
             n = str(a.rollouts)
             common = ["eval", "arithmetic", "-a", orjson.dumps({"n": a.rollouts}).decode(), "-n", n, "-c", str(a.c),
                       "--json"]
             single, multi, wall = [], [], []
             for i in range(a.repeat):
-                s = _cli([*common, "-m", names[0], "--db", str(Path(tmp) / f"single{i}.db")], env)
+                s = cli_json([*common, "-m", names[0], "--db", str(Path(tmp) / f"single{i}.db")], env)
                 single.append(s["rollouts_per_s"])
                 t0 = time.perf_counter()
-                m = _cli([*common, *[x for nm in names for x in ("-m", nm)], "--db", str(Path(tmp) / f"multi{i}.db")],
+                m = cli_json([*common, *[x for nm in names for x in ("-m", nm)], "--db", str(Path(tmp) / f"multi{i}.db")],
                          env)
                 wall.append(time.perf_counter() - t0)
                 multi.append(statistics.median(r["rollouts_per_s"] for r in m["runs"]))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,32 +26,17 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_eval import start_mock  # noqa: E402
+from bench_multi_eval import cli_json  # noqa: E402
+
 ACCURACY = {"in words": 0.1, "carefully": 0.6, "step by step": 0.9}
 PROPOSALS = [
     "Write the answer in words, never in digits.",
     "Read the problem carefully and answer with a number.",
     "Answer with a number. Work it out step by step, then give only the final integer.",
 ]
-
-
-def start_mock(*args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--port", "0", *args],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"mock server failed to start: {line!r}")
-    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
-
-
-def _cli(args: list[str], env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                         env=env)
-    if out.returncode != 0:
-        raise SystemExit(f"workbench {' '.join(args[:3])} failed ({out.returncode}): {out.stderr[-2000:]}")
-    lines = out.stdout.strip().splitlines()
-    return orjson.loads(lines[-1]) if lines else {}
 
 
 def main() -> None:
@@ -63,17 +47,17 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     replies = [f"Here is a revised instruction:\n```\n{p}\n```" for p in PROPOSALS]
-    task = start_mock("--mode", "arithmetic", "--accuracy", "0.3", "--instruction-accuracy", orjson.dumps(ACCURACY).decode())
-    reflector = start_mock("--mode", "script", "--script", orjson.dumps(replies).decode())
+    task = start_mock("arithmetic", "--accuracy", "0.3", "--instruction-accuracy", orjson.dumps(ACCURACY).decode())
+    reflector = start_mock("script", "--script", orjson.dumps(replies).decode())
     try:
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(Path(tmp) / "config"),
                    "XDG_DATA_HOME": str(Path(tmp) / "data"), "WORKBENCH_DB": str(Path(tmp) / "bench.db")}
             for name, url, (pin, pout) in (("task", task[1], ("0.15", "0.6")), ("reflector", reflector[1], ("3", "15"))):
-                _cli(["models", "add", name, "--base-url", url, "--model-id", "mock-model", "--input-price", pin,
+                cli_json(["models", "add", name, "--base-url", url, "--model-id", "mock-model", "--input-price", pin,
                       "--output-price", pout, "--json"], env)
             t0 = time.perf_counter()
-            out = _cli(["optimize", "arithmetic", "-a", orjson.dumps({"n": a.tasks}).decode(), "-m", "task",
+            out = cli_json(["optimize", "arithmetic", "-a", orjson.dumps({"n": a.tasks}).decode(), "-m", "task",
                         "--reflection-model", "reflector", "--max-evals", str(a.max_evals), "--heldout",
                         str(a.heldout), "--json"], env)
             wall = time.perf_counter() - t0

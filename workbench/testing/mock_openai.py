@@ -56,29 +56,33 @@ from aiohttp import web
 _NUM = re.compile(r"(-?\d+)\s*([-+*x×])\s*(-?\d+)")
 
 
-def _arith(text: str, accuracy: float, rng: random.Random) -> str:
+def _problem(text: str) -> tuple[str, int] | None:
+    """The last ``A op B`` written in ``text`` and its value, or None."""
     matches = list(_NUM.finditer(text))
     if not matches:
-        return "I don't know."
+        return None
     m = matches[-1]
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    val = a + b if op == "+" else a - b if op == "-" else a * b
+    return m.group(0), a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _arith(text: str, accuracy: float, rng: random.Random) -> str:
+    found = _problem(text)
+    if found is None:
+        return "I don't know."
+    val = found[1]
     if rng.random() >= accuracy:
         val += rng.choice([-2, -1, 1, 3, 10])
     return str(val) if rng.random() < 0.5 else f"The answer is {val}"
 
 
 def _arith_fixed(text: str, accuracy: float) -> str:
-    """``_arith`` with the error decided by the question itself: right when its hash is below ``accuracy``."""
-    matches = list(_NUM.finditer(text))
-    if not matches:
+    """``_arith`` with the error decided by the problem itself: right when its hash is below ``accuracy``."""
+    found = _problem(text)
+    if found is None:
         return "I don't know."
-    m = matches[-1]
-    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    val = a + b if op == "+" else a - b if op == "-" else a * b
-    if int(hashlib.sha256(m.group(0).encode()).hexdigest()[:8], 16) / 2**32 >= accuracy:
-        val += 1
-    return str(val)
+    problem, val = found
+    return str(val if int(hashlib.sha256(problem.encode()).hexdigest()[:8], 16) / 2**32 < accuracy else val + 1)
 
 
 _ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
