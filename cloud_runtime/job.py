@@ -100,9 +100,9 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
     inference server and trainer (default: local processes, ``cloud_runtime.roles.HandoffRoles``);
     ``should_stop`` is asked between steps too (the 24 h hand-over); ``resume`` continues the run
     in ``workdir``'s store from its checkpoint."""
-    from cloud_runtime.bundle import bundle_env_ref, verify_bundle
     from cloud_runtime.handoff import HandoffBridge, open_handoff
     from cloud_runtime.roles import HandoffRoles
+    from workbench.bundles.verify import bundle_env_ref, verify_bundle
     from workbench.store import Store
     from workbench.training.loop import run_dir, train
     from workbench.training.run_config import validate_tables

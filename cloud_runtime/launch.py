@@ -1,6 +1,6 @@
 """The laptop side of ``workbench launch``: package, start the remote job, follow its stream.
 
-Both backends run the same pipeline: :func:`cloud_runtime.bundle.build_bundle` (refuses secrets,
+Both backends run the same pipeline: :func:`workbench.bundles.bundle.build_bundle` (refuses secrets,
 gives the content hash), a run row in the local store that names the bundle hash and where the
 run's event log lives, the remote job (:mod:`cloud_runtime.job`: hash check before any work,
 orchestrator + trainer + inference server, cost ledger, exporter), and :func:`follow` ingesting
@@ -49,7 +49,7 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
                  on_event: Callable[[Event], None] | None = None, on_start: Callable[[str], None] | None = None,
                  timeout_s: float | None = None) -> Launched:
     """Run ``run`` (a resolved RunConfig) through the whole launch pipeline with local processes."""
-    from cloud_runtime.bundle import build_bundle
+    from workbench.bundles.bundle import build_bundle
     from workbench.cost.budgets import spent_usd
     from workbench.runs.evaluate import new_run_id
 

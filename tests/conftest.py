@@ -142,3 +142,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "skipped"
             report.longrepr = (str(path), (lineno or 0) + 1, f"Skipped: {reason}")
             return
+
+
+@pytest.fixture
+def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """A factory: ``package_index(private=True)`` starts a real pypiserver (tests/package_index.py) with
+    authentication on 127.0.0.1; every index started through it is stopped when the test ends."""
+    from tests.package_index import start_index
+
+    started: list[Any] = []
+
+    def start(private: bool = True) -> Any:
+        index = start_index(tmp_path_factory.mktemp("index"), private=private)
+        started.append(index)
+        return index
+
+    yield start
+    for index in started:
+        index.stop()

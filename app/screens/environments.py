@@ -61,6 +61,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         Binding("d", "debug", "Debug", id="env.debug"),
         Binding("p", "play", "Play", id="env.play"),
         Binding("L", "launch", "Launch", id="env.launch"),
+        Binding("H", "hub", "Hub", id="env.hub"),
         # Both also happen by themselves when a saved file reloads; listed under `?`.
         Binding("r", "reload", "Reload", id="env.reload", show=False),
         Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
@@ -520,6 +521,13 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._scan({st.name})
 
     # -- launch ---------------------------------------------------------------------------------
+    def action_hub(self) -> None:
+        """The Hub scope: the environments on a package index; back here, the list is scanned again (a pull
+        or a fork adds one)."""
+        from app.screens.hub import HubScreen
+
+        self.app.push_screen(HubScreen(), lambda _: self._scan(set()))
+
     def action_launch(self) -> None:
         st = self._selected_loaded()
         if st is None or not self.workbench_app.require_writable("a launch"):

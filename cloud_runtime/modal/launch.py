@@ -98,8 +98,8 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
     """Launch ``launch`` (a LaunchConfig, planned as ``plan``) on Modal and follow it to its end.
     ``spawn(spec, job)`` starts the orchestrator and returns its call id (default: build the app and
     :func:`cloud_runtime.modal.app.launch` it, with the Modal token in the environment)."""
-    from cloud_runtime.bundle import build_bundle
     from cloud_runtime.modal.orchestrator import default_cost
+    from workbench.bundles.bundle import build_bundle
     from workbench.config.credentials import require_token
     from workbench.cost.budgets import spent_usd
     from workbench.runs.evaluate import new_run_id

@@ -10,22 +10,18 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cloud_runtime.bundle import (
-    LOCK,
-    MANIFEST,
-    BundleError,
-    BundleMismatchError,
-    build_bundle,
-    bundle_env_ref,
-    verify_bundle,
-)
 from tests.helpers import BUNDLED_DIR, write_file
+from tests.package_index import make_wheel
 from workbench.authoring import discovery
+from workbench.bundles.bundle import LOCK, MANIFEST, BundleError, BundleMismatchError, build_bundle
+from workbench.bundles.verify import bundle_env_ref, verify_bundle
 from workbench.errors import ConfigError
 
 
@@ -231,12 +227,25 @@ def _env_with_deps(root: Path, pyproject_deps: str, requirements: str = "") -> P
     return env
 
 
-def test_declared_requirements_are_pinned_to_the_installed_versions(tmp_path: Path) -> None:
-    env = _env_with_deps(tmp_path, '["Click>=8", "orjson", "nothing-here; python_version < \'3\'"]',
-                         "# comment\nrich  # inline comment\n")
+@pytest.fixture
+def dep_index(package_index: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """A real package index holding three small packages, the settings' default one (dependencies are
+    resolved against it): ``wbdep-a`` 1.0 and 1.1, ``wbdep-b`` 2.0 (needs ``wbdep-a>=1``), ``wbdep-c`` 0.5."""
+    index = package_index(private=False)
+    for name, version, requires in (("wbdep-a", "1.0", ()), ("wbdep-a", "1.1", ()), ("wbdep-b", "2.0", ("wbdep-a>=1",)),
+                                    ("wbdep-c", "0.5", ())):
+        make_wheel(index.packages, name, version, requires)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    write_file(tmp_path / "config" / "workbench" / "tui.toml",
+               f'[hub]\ndefault = "deps"\n[hub.indexes.deps]\nurl = "{index.simple}"\n')
+    return index
+
+
+def test_declared_requirements_are_resolved_by_uv_with_their_dependencies(tmp_path: Path, dep_index: Any) -> None:
+    env = _env_with_deps(tmp_path, '["wbdep-b", "nothing-here; python_version < \'3\'"]',
+                         "# comment\nwbdep-c  # inline comment\n")
     b = build(env, tmp_path / "out")
-    want = sorted([f"click=={metadata.version('click')}", f"orjson=={metadata.version('orjson')}",
-                   f"rich=={metadata.version('rich')}"])
+    want = ["wbdep-a==1.1", "wbdep-b==2.0", "wbdep-c==0.5"]  # wbdep-a: wbdep-b's own dependency, its newest
     assert b.lock == want
     assert b.lock_file.read_text() == "".join(f"{pin}\n" for pin in want)
     assert b.hash[:12] != discovery.resolve(str(env)).version()  # the lock extends the files' hash
@@ -245,13 +254,15 @@ def test_declared_requirements_are_pinned_to_the_installed_versions(tmp_path: Pa
         meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert [ln.split(": ", 1)[1] for ln in meta.splitlines() if ln.startswith("Requires-Dist")] == want
     verify_bundle(b.path, b.hash)
+    pinned = build(_env_with_deps(tmp_path / "old", '["wbdep-a<1.1"]'), tmp_path / "out")
+    assert pinned.lock == ["wbdep-a==1.0"]
 
 
-def test_a_requirement_that_is_not_installed_or_does_not_match_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="not installed here"):
-        build(_env_with_deps(tmp_path / "a", '["surely-not-installed-pkg-xyz>=1"]'), tmp_path / "out")
-    with pytest.raises(ConfigError, match="is installed here"):
-        build(_env_with_deps(tmp_path / "b", '["click<1"]'), tmp_path / "out")
+def test_a_requirement_the_index_cannot_satisfy_is_refused(tmp_path: Path, dep_index: Any) -> None:
+    with pytest.raises(ConfigError, match="depenv.*surely-not-published-xyz"):
+        build(_env_with_deps(tmp_path / "a", '["surely-not-published-xyz>=1"]'), tmp_path / "out")
+    with pytest.raises(ConfigError, match="wbdep-a"):
+        build(_env_with_deps(tmp_path / "b", '["wbdep-a>5"]'), tmp_path / "out")
 
 
 # -- running a bundle ------------------------------------------------------------------------------
@@ -263,10 +274,10 @@ def test_an_unpacked_bundle_loads_with_the_same_name_and_version(tmp_path: Path)
     assert list(env.tasks.take(2))
 
 
-def test_a_single_file_environment_with_inline_script_metadata(tmp_path: Path) -> None:
+def test_a_single_file_environment_with_inline_script_metadata(tmp_path: Path, dep_index: Any) -> None:
     src = write_file(tmp_path / "src" / "tiny.py", '''
         # /// script
-        # dependencies = ["orjson"]
+        # dependencies = ["wbdep-c"]
         # ///
         import workbench as wb
 
@@ -282,7 +293,7 @@ def test_a_single_file_environment_with_inline_script_metadata(tmp_path: Path) -
                                   harness=wb.SingleTurn(), rubric=rubric)
         ''')
     b = build(src, tmp_path / "out")
-    assert b.lock == [f"orjson=={metadata.version('orjson')}"]
+    assert b.lock == ["wbdep-c==0.5"]
     with zipfile.ZipFile(b.wheel) as zf:
         assert zf.read(f"{b.import_name}.py") == src.read_bytes()
     v = verify_bundle(b.path, b.hash)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cloud_runtime.bundle import verify_bundle
 from tests.helpers import REPO, CliResult, assert_user_error, cli_environment, last_json, write_file
+from workbench.bundles.verify import verify_bundle
 
 KEYRING = "tests.cloud.keyring_backend.FileKeyring"
 TOKEN_VARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "ANTHROPIC_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",

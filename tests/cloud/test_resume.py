@@ -175,10 +175,10 @@ def test_modal_roles_use_the_inference_url_and_spawn_the_handoff_trainer(tmp_pat
 def test_a_handed_over_run_continues_from_its_checkpoint(tiny_dir: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from cloud_runtime.bundle import build_bundle
     from cloud_runtime.job import run_remote
     from cloud_runtime.resume import read_records
     from cloud_runtime.stream import DirLog, follow
+    from workbench.bundles.bundle import build_bundle
     from workbench.training.run_config import resolve
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the run folder: the "volume"

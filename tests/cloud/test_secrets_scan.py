@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cloud_runtime.bundle import build_bundle
-from cloud_runtime.secrets_scan import SecretInBundleError, is_env_file, scan_bytes, scan_files, scan_text
 from tests.helpers import REPO, write_file
+from workbench.bundles.bundle import build_bundle
+from workbench.bundles.secrets_scan import SecretInBundleError, is_env_file, scan_bytes, scan_files, scan_text
 
 # Secret-shaped strings are assembled at run time so this file itself holds none.
 R = "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"

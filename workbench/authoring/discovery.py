@@ -37,7 +37,7 @@ class EnvRef:
     """Where an environment lives, before it is loaded."""
 
     name: str
-    origin: str  # bundled | user | installed | path
+    origin: str  # bundled | user | hub | installed | path
     path: Path | None  # file or package directory
     module: str | None = None  # importable name, for installed modules
 
@@ -77,11 +77,11 @@ def _scan_dir(d: Path, origin: str) -> list[EnvRef]:
 
 
 def discover() -> list[EnvRef]:
-    """Every environment Workbench can name: bundled, user directories, installed entry points."""
+    """Every environment Workbench can name: bundled, user directories, pulled from a hub, installed entry points."""
     refs = _scan_dir(bundled_dir(), "bundled")
     seen = {r.name for r in refs}
-    for d in paths.user_env_dirs():
-        for r in _scan_dir(d, "user"):
+    for d, origin in [*((d, "user") for d in paths.user_env_dirs()), (paths.hub_dir() / "envs", "hub")]:
+        for r in _scan_dir(d, origin):
             if r.name not in seen:
                 refs.append(r)
                 seen.add(r.name)
@@ -184,6 +184,10 @@ def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
             _forget(modname)
         return _import_module(modname, ref)
     assert ref.path is not None
+    if ref.origin == "hub":  # a pulled environment's dependencies are in its own folder, never the user's venv
+        deps = paths.hub_dir() / "deps" / ref.name
+        if deps.is_dir() and str(deps) not in sys.path:
+            sys.path.insert(0, str(deps))
     digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
     modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"
     if ref.path.is_dir():

@@ -29,6 +29,7 @@ def envs_command(as_json: bool) -> None:
             row["framework"] = adapter
         if override is not None:  # a system prompt kept by `optimize --apply`
             row["override"] = {"system_prompt": override.system_prompt, "origin": override.origin}
+        row.update(_hub_origin(ref))
         if error is not None:
             row["error"] = error
         rows.append(row)
@@ -44,10 +45,29 @@ def envs_command(as_json: bool) -> None:
     for r in rows:
         note = [f"files only: did not load ({r['error']})"] if "error" in r else [""]
         origin = f"{r['origin']} ({r['framework']})" if "framework" in r else r["origin"]
+        if "hub" in r:
+            origin = f"hub: {r['hub']['index']} {r['hub']['version']}"
+        if "forked_from" in r:
+            origin += f" (fork of {r['forked_from'].get('name')} {r['forked_from'].get('version')})"
         version = f"{r['version']} (prompt from {r['override']['origin'] or 'an override'})" if "override" in r \
             else r["version"]
         t.add_row(r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
+
+
+def _hub_origin(ref: Any) -> dict[str, Any]:
+    """Where a pulled environment came from (``hub``), or what a fork was forked from (``forked_from``)."""
+    from workbench.hub.publish import forked_from
+    from workbench.hub.pull import record
+
+    out: dict[str, Any] = {}
+    if ref.origin == "hub":
+        rec = record(ref.name) or {}
+        out["hub"] = {k: rec.get(k) for k in ("version", "index", "hash", "error")}
+    fork = forked_from(ref)
+    if fork:
+        out["forked_from"] = fork
+    return out
 
 
 def _version(ref: Any) -> tuple[str, str | None, str, Any]:

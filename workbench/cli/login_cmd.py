@@ -8,7 +8,21 @@ import click
 
 from workbench.cli.common import console
 
-PROVIDER_NAMES = ["modal", "openai", "anthropic", "hf"]
+PROVIDER_NAMES = ["modal", "openai", "anthropic", "hf", "index"]
+
+
+def _provider_key(provider_name: str, index_name: str | None) -> str:
+    """The credentials' key: the provider's name, or ``index:NAME`` for a package index named in the settings."""
+    if provider_name != "index":
+        if index_name is not None:
+            raise click.UsageError(f"`workbench login {provider_name}` takes no NAME (only `login index NAME` does)")
+        return provider_name
+    if not index_name:
+        raise click.UsageError("`workbench login index NAME` needs the index's name from the settings ([hub.indexes.NAME])")
+    from workbench.hub.indexes import resolve_index
+
+    resolve_index(index_name)  # an unknown name is refused, with the configured ones
+    return f"index:{index_name}"
 
 
 def _read_token(name: str, token: str | None, from_stdin: bool) -> str:
@@ -29,11 +43,14 @@ def _read_token(name: str, token: str | None, from_stdin: bool) -> str:
 
 @click.command("login")
 @click.argument("provider_name", metavar="PROVIDER", type=click.Choice(PROVIDER_NAMES))
+@click.argument("index_name", metavar="[NAME]", required=False)
 @click.option("--token", default=None,
-              help="The token (Modal: TOKEN_ID:TOKEN_SECRET). Visible in shell history: prefer the prompt or --stdin.")
+              help="The token (Modal: TOKEN_ID:TOKEN_SECRET; an index: USERNAME:PASSWORD). Visible in shell history: "
+                   "prefer the prompt or --stdin.")
 @click.option("--stdin", "from_stdin", is_flag=True, help="Read the token from standard input.")
-def login_command(provider_name: str, token: str | None, from_stdin: bool) -> None:
-    """Store a PROVIDER token (modal, openai, anthropic, hf) in the OS keyring.
+def login_command(provider_name: str, index_name: str | None, token: str | None, from_stdin: bool) -> None:
+    """Store a PROVIDER token (modal, openai, anthropic, hf) or a package index's credentials (`login index
+    NAME`: username and password) in the OS keyring.
 
     With no --token it is asked for without echo (or read from stdin when piped). Reading a token
     tries keyring first, then MODAL_TOKEN_ID/MODAL_TOKEN_SECRET, OPENAI_API_KEY, ANTHROPIC_API_KEY
@@ -41,21 +58,24 @@ def login_command(provider_name: str, token: str | None, from_stdin: bool) -> No
     """
     from workbench.config.credentials import provider, store_token
 
-    p = provider(provider_name)
-    backend = store_token(provider_name, _read_token(provider_name, token, from_stdin))
-    console.print(f"stored the {p.label} token in keyring ({backend})")
+    key = _provider_key(provider_name, index_name)
+    p = provider(key)
+    backend = store_token(key, _read_token(key, token, from_stdin))
+    console.print(f"stored the {p.label} {'credentials' if provider_name == 'index' else 'token'} in keyring ({backend})")
 
 
 @click.command("logout")
 @click.argument("provider_name", metavar="PROVIDER", type=click.Choice(PROVIDER_NAMES))
-def logout_command(provider_name: str) -> None:
-    """Remove a PROVIDER token from the OS keyring."""
+@click.argument("index_name", metavar="[NAME]", required=False)
+def logout_command(provider_name: str, index_name: str | None) -> None:
+    """Remove a PROVIDER token (or `logout index NAME`: an index's credentials) from the OS keyring."""
     import os
 
     from workbench.config.credentials import delete_token, provider
 
-    p = provider(provider_name)
-    removed = delete_token(provider_name)
+    key = _provider_key(provider_name, index_name)
+    p = provider(key)
+    removed = delete_token(key)
     console.print(f"removed the {p.label} token from keyring" if removed
                   else f"no {p.label} token was stored in keyring")
     still = [v for v in p.env if os.environ.get(v)]

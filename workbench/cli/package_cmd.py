@@ -21,7 +21,7 @@ def package_command(env: str, out_dir: str, as_json: bool) -> None:
     hash differs from the one launched. Anything shaped like a secret (API keys, tokens, private
     keys, .env files) is refused with its file and line.
     """
-    from cloud_runtime.bundle import build_bundle
+    from workbench.bundles.bundle import build_bundle
 
     b = build_bundle(env, out_dir)
     summary = {

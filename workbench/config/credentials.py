@@ -4,7 +4,7 @@ One keyring entry per provider, under the service ``workbench`` and the provider
 (``modal`` stores ``TOKEN_ID:TOKEN_SECRET`` in its one entry). Reading tries, in order: keyring,
 the provider's environment variables, and for Modal its own ``~/.modal.toml`` (written by
 ``modal token new``). A token is never written anywhere else: not to the store, not to logs (its
-``repr`` is redacted), and ``cloud_runtime.secrets_scan`` refuses any bundle that contains one.
+``repr`` is redacted), and ``workbench.bundles.secrets_scan`` refuses any bundle that contains one.
 
 Keyring is imported lazily; a machine without a keyring backend (``NoKeyringError``) can still use
 the env vars, and ``login`` says so in one sentence instead of failing with a traceback.
@@ -72,18 +72,29 @@ class Token:
     @property
     def parts(self) -> tuple[str, ...]:
         """``(token_id, token_secret)`` for Modal, ``(token,)`` otherwise."""
-        if PROVIDERS[self.provider].parts == 2:
+        if provider(self.provider).parts == 2:
             tid, _, secret = self.value.partition(":")
             return (tid, secret)
         return (self.value,)
 
     def env(self) -> dict[str, str]:
         """The environment variables the provider's own clients read (for a ``modal.Secret``, a subprocess)."""
-        p = PROVIDERS[self.provider]
+        p = provider(self.provider)
         return dict(zip(p.env, self.parts, strict=False))
 
 
+#: A package index's credentials (``workbench login index NAME``): one keyring entry ``index:NAME`` holding
+#: ``USERNAME:PASSWORD``; the environment fallback serves every index.
+INDEX_ENV = ("WORKBENCH_INDEX_USERNAME", "WORKBENCH_INDEX_PASSWORD")
+
+
+def index_provider(index: str) -> Provider:
+    return Provider(f"index:{index}", f"index {index!r}", INDEX_ENV, ("username", "password"))
+
+
 def provider(name: str) -> Provider:
+    if name.startswith("index:") and len(name) > len("index:"):
+        return index_provider(name[len("index:"):])
     try:
         return PROVIDERS[name]
     except KeyError:
@@ -175,12 +186,16 @@ def normalize(p: Provider, value: str) -> str:
         tid, sep, secret = value.partition(":")
         tid, secret = tid.strip(), secret.strip()
         if not sep or not tid or not secret:
-            raise CredentialError("a Modal token is a token id and a token secret; give them as ID:SECRET "
-                                  "(e.g. --token ak-...:as-...), or run `workbench login modal` to be asked for both")
+            if p.name == "modal":
+                raise CredentialError("a Modal token is a token id and a token secret; give them as ID:SECRET "
+                                      "(e.g. --token ak-...:as-...), or run `workbench login modal` to be asked for both")
+            raise CredentialError(f"the {p.label} credentials are a {p.prompts[0]} and a {p.prompts[1]}; give them "
+                                  f"as {p.prompts[0].upper()}:{p.prompts[1].upper()}, or run `workbench login "
+                                  f"{p.name.replace(':', ' ')}` to be asked for both")
         value = f"{tid}:{secret}"
     if not value:
         raise CredentialError(f"the {p.label} token is empty; nothing was stored")
-    if any(c.isspace() for c in value):
+    if any(c.isspace() for c in value) and not p.name.startswith("index:"):  # a password may hold a space
         raise CredentialError(f"the {p.label} token contains whitespace; paste the token alone")
     return value
 
@@ -254,10 +269,12 @@ def missing_message(name: str) -> str:
     p = provider(name)
     _, has_backend = _read_keyring(p)
     env = " and ".join(p.env[: p.parts])
+    what = "credentials" if p.name.startswith("index:") else "token"
+    login = f"workbench login {p.name.replace(':', ' ', 1)}"
     if has_backend:
-        return f"no {p.label} token: run `workbench login {p.name}` (or set {env})"
-    return (f"no {p.label} token, and this machine has no keyring backend for `workbench login {p.name}`: "
-            f"set {env}, or install a backend (e.g. `pip install keyrings.alt`) and run `workbench login {p.name}`")
+        return f"no {p.label} {what}: run `{login}` (or set {env})"
+    return (f"no {p.label} {what}, and this machine has no keyring backend for `{login}`: "
+            f"set {env}, or install a backend (e.g. `pip install keyrings.alt`) and run `{login}`")
 
 
 def require_token(name: str) -> Token:
@@ -268,11 +285,21 @@ def require_token(name: str) -> Token:
     return tok
 
 
+def _index_names() -> list[str]:
+    """The package indexes the settings name (their credentials are secrets a bundle must not hold)."""
+    try:
+        from workbench.config.settings import load_settings
+
+        return [*load_settings().hub.indexes, "*"]
+    except Exception:  # unreadable settings: the environment's index credentials are still scanned for
+        return ["*"]
+
+
 def known_tokens() -> list[tuple[str, str]]:
     """(label, value) of every token this machine holds, from every source, for the bundle's secret
     scan. Never raises (a keyring that cannot be read contributes nothing)."""
     out: list[tuple[str, str]] = []
-    for p in PROVIDERS.values():
+    for p in [*PROVIDERS.values(), *(index_provider(name) for name in _index_names())]:
         try:
             tokens = list(_sources(p))
         except Exception:

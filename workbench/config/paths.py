@@ -33,3 +33,9 @@ def user_env_dirs() -> list[Path]:
     if extra:
         dirs = [Path(p) for p in extra.split(os.pathsep) if p] + dirs
     return dirs
+
+
+def hub_dir() -> Path:
+    """Where pulled environments live (``workbench hub pull``): ``envs/`` their files, ``deps/<name>/`` their
+    dependencies, ``records/<name>.json`` where each came from. Never the user's project environment."""
+    return data_dir() / "hub"

@@ -16,6 +16,13 @@ The file is ``<XDG config>/workbench/tui.toml`` (optional; the app and the CLI r
     [budget]                        # monthly spend limit: launches are refused past it
     monthly_usd = 50.0
 
+    [hub]                           # package indexes environments are shared through (`workbench hub`)
+    default = "company"
+    [hub.indexes.company]
+    url = "https://pypi.company.example/simple/"   # its simple index; credentials: `workbench login index company`
+    [hub.indexes.public]
+    url = "https://pypi.org/simple/"
+
 Environment variables win over the file: ``WORKBENCH_BASE_URL``, ``WORKBENCH_MODEL``,
 ``WORKBENCH_GPU_PRICES``, ``WORKBENCH_EXPORT_DIR``. Where files live (the store, the user env folders)
 is :mod:`workbench.config.paths`.
@@ -53,6 +60,31 @@ class Budget(BaseModel):
         return float(v) if v is not None else v
 
 
+class HubIndex(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    upload_url: str | None = None  # where uploads go when it is not the simple index's root
+
+    @field_validator("url", "upload_url", mode="before")
+    @classmethod
+    def _http(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, str) or not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        if "@" in v.split("//", 1)[1].split("/", 1)[0]:
+            raise ValueError("must not hold credentials (use `workbench login index NAME`)")
+        return v
+
+
+class Hub(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default: str | None = None
+    indexes: dict[str, HubIndex] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WORKBENCH_", extra="ignore", validate_default=False)
 
@@ -66,6 +98,7 @@ class Settings(BaseSettings):
     gpu_prices: Path | None = None
     keymap: dict[str, str] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
+    hub: Hub = Field(default_factory=Hub)
     problems: list[str] = Field(default_factory=list, exclude=True)
 
     @field_validator("quick_eval_n", mode="before")
@@ -162,4 +195,4 @@ def load_settings(path: Path | None = None, *, strict: bool = False) -> Settings
     return settings
 
 
-__all__ = ["SETTINGS_FILE", "Budget", "Settings", "load_settings", "settings_path"]
+__all__ = ["SETTINGS_FILE", "Budget", "Hub", "HubIndex", "Settings", "load_settings", "settings_path"]

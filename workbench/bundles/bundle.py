@@ -9,8 +9,9 @@
   stored uncompressed, every timestamp 1980-01-01 and mode 0644, so the same files give the same bytes
   on any machine.
 - ``requirements.lock``: the environment's declared requirements (``pyproject.toml`` ``[project]
-  dependencies``, ``requirements.txt``, or a single file's PEP 723 ``# /// script`` block) pinned to
-  the versions installed here, one ``name==version`` line each, sorted; empty when it declares none.
+  dependencies``, ``requirements.txt``, or a single file's PEP 723 ``# /// script`` block) resolved by uv
+  (their dependencies too) against the package index, one ``name==version`` line each, sorted; empty when it
+  declares none.
 - ``bundle.json``: the manifest (env name, hash, every file with its sha256, requirements, lock).
 
 **The hash** (sha256, 64 hex) is computed exactly like ``workbench.authoring.discovery.env_version``: for each
@@ -20,7 +21,7 @@ a NUL. So for an environment without dependencies ``hash[:12] == env_version`` (
 and every run record), and with dependencies the hash extends it with the lock (DESIGN.md: "an
 environment version is the content hash of its files plus its lock of dependencies").
 
-:func:`verify_bundle` is what the cloud side runs before any GPU work: it re-hashes the files inside the
+:func:`workbench.bundles.verify.verify_bundle` is what the cloud side runs before any GPU work: it re-hashes the files inside the
 wheel plus the lock, compares with the hash the user launched, checks every other wheel entry and the
 manifest's sha256s, and rescans for secrets. Any difference raises :class:`BundleMismatchError`.
 """
@@ -36,15 +37,15 @@ import tomllib
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from cloud_runtime.secrets_scan import check_files
 from workbench.authoring import overrides
 from workbench.authoring.discovery import EnvRef, resolve
 from workbench.authoring.env_files import LOCK_NAME, content_hash, read_env_files
+from workbench.bundles.secrets_scan import check_files
 from workbench.errors import ConfigError, WorkbenchError
 
 FORMAT = 1
@@ -146,14 +147,15 @@ def _toml_list(text: str, where: str, table: tuple[str, ...]) -> list[str]:
     return value
 
 
-def lock_requirements(reqs: list[str], env: str) -> list[str]:
-    """Pin each requirement (whose marker applies here) to the version installed here: ``name==version``."""
+def lock_requirements(reqs: list[str], env: str, index: Any = None) -> list[str]:
+    """The requirements (those whose marker applies here) resolved by uv, their own dependencies included,
+    into ``name==version`` pins, sorted: against ``index`` (a :class:`workbench.hub.indexes.Index`), else the
+    settings' default package index, else uv's own configuration (PyPI unless it says otherwise)."""
     if not reqs:
         return []
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
 
-    pins: dict[str, tuple[set[str], str]] = {}
+    applicable = []
     for text in reqs:
         try:
             req = Requirement(text)
@@ -164,18 +166,15 @@ def lock_requirements(reqs: list[str], env: str) -> list[str]:
         if req.url:
             raise ConfigError(f"environment {env!r} requires {text!r} from a URL; a bundle pins versions, so "
                               "publish it or vendor the code into the environment")
-        name = canonicalize_name(req.name)
-        try:
-            version = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            raise ConfigError(f"environment {env!r} requires {text!r}, which is not installed here; "
-                              f"`pip install '{text}'`, check the environment runs, then package it") from None
-        if req.specifier and not req.specifier.contains(version, prereleases=True):
-            raise ConfigError(f"environment {env!r} requires {text!r} but {req.name} {version} is installed here; "
-                              "install a matching version so the lock pins what you tested")
-        extras = pins.get(name, (set(), version))[0] | set(req.extras)
-        pins[name] = (extras, version)
-    return [f"{n}[{','.join(sorted(x))}]=={v}" if x else f"{n}=={v}" for n, (x, v) in sorted(pins.items())]
+        applicable.append(text)
+    from workbench.errors import EndpointError
+    from workbench.hub.indexes import lock_index
+    from workbench.hub.uv import compile_lock
+
+    try:
+        return compile_lock(applicable, index if index is not None else lock_index())
+    except EndpointError as e:
+        raise ConfigError(f"environment {env!r}: {e}") from None
 
 
 # -- the wheel ---------------------------------------------------------------------------------------
@@ -189,10 +188,14 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def wheel_entries(env: str, kind: str, files: list[tuple[str, bytes]], lock: list[str],
-                  hash_: str) -> tuple[str, dict[str, bytes]]:
-    """The wheel's file name and its entries (name -> bytes), in the order they are written."""
-    dist, mod, version = names(env, hash_)
+def wheel_entries(env: str, kind: str, files: list[tuple[str, bytes]], lock: list[str], hash_: str, *,
+                  version: str | None = None, description: str = "",
+                  dist_info: dict[str, bytes] | None = None) -> tuple[str, dict[str, bytes]]:
+    """The wheel's file name and its entries (name -> bytes), in the order they are written. A published
+    version (``workbench hub push``) gives its ``version``, a Markdown ``description`` and more
+    ``dist_info`` files (the eval card); a bundle's version is ``0.0.0+<hash12>``."""
+    dist, mod, local_version = names(env, hash_)
+    version = version or local_version
     entries: dict[str, bytes] = {}
     if kind == "module":
         entries[f"{mod}.py"] = files[0][1]
@@ -205,7 +208,11 @@ def wheel_entries(env: str, kind: str, files: list[tuple[str, bytes]], lock: lis
         f"Summary: Workbench environment {env} (bundle sha256 {hash_})",
         *(f"Requires-Dist: {pin}" for pin in lock),
     ]
-    entries[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    if description:
+        meta.append("Description-Content-Type: text/markdown")
+    entries[f"{info}/METADATA"] = ("\n".join(meta) + "\n" + (f"\n{description}" if description else "")).encode()
+    for name, data in (dist_info or {}).items():
+        entries[f"{info}/{name}"] = data
     entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: workbench package\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     entries[f"{info}/entry_points.txt"] = f"[workbench.environments]\n{env} = {mod}\n".encode()
     buf = io.StringIO()
@@ -242,13 +249,24 @@ def _workbench_version() -> str:
         return "unknown"
 
 
-def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
-                 known_tokens: list[tuple[str, str]] | None = None) -> Bundle:
-    """Package ``env`` (a name, path or EnvRef) into ``out_dir/<env>-<hash12>/`` and return the bundle.
+@dataclass(frozen=True, slots=True)
+class Contents:
+    """What a bundle of an environment holds, before it is written anywhere."""
 
-    Refuses (:class:`SecretInBundleError`) when a file holds something shaped like a secret or the
-    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`.
-    """
+    ref: EnvRef
+    kind: str  # "package" | "module"
+    files: list[tuple[str, bytes]]  # (POSIX relative path, bytes), canonical order
+    requirements: list[str]
+    lock: list[str]
+    hash: str  # sha256 hex of the files plus the lock
+    env_version: str
+
+
+def bundle_contents(env: str | EnvRef, *, known_tokens: list[tuple[str, str]] | None = None,
+                    index: Any = None) -> Contents:
+    """The files (this machine's override included), lock and hash of ``env``; refuses a secret
+    (:class:`SecretInBundleError`); ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`;
+    the lock is resolved against ``index`` (see :func:`lock_requirements`)."""
     ref = resolve(env) if isinstance(env, str) else env
     files = env_files(ref)
     root = ref.path if ref.path is not None and ref.path.is_dir() else (ref.path.parent if ref.path else Path("."))
@@ -258,14 +276,29 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
         known_tokens = _known()
     check_files(((str(root / rel), data) for rel, data in files), f"package {ref.name!r}", known_tokens)
     reqs = declared_requirements(ref, files)
-    lock = lock_requirements(reqs, ref.name)
-    lock_text = "".join(f"{pin}\n" for pin in lock)
+    lock = lock_requirements(reqs, ref.name, index)
     kind = "module" if ref.path is not None and ref.path.is_file() else "package"
     env_version = content_hash(files)[:12]
     override = overrides.load(ref.name)
     if override is not None:
         files, env_version = with_override(ref, kind, files, override)
-    digest = content_hash(files, lock_text)
+    return Contents(ref, kind, files, reqs, lock, content_hash(files, lock_text(lock)), env_version)
+
+
+def lock_text(lock: list[str]) -> str:
+    return "".join(f"{pin}\n" for pin in lock)
+
+
+def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
+                 known_tokens: list[tuple[str, str]] | None = None) -> Bundle:
+    """Package ``env`` (a name, path or EnvRef) into ``out_dir/<env>-<hash12>/`` and return the bundle.
+
+    Refuses (:class:`SecretInBundleError`) when a file holds something shaped like a secret or the
+    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`.
+    """
+    c = bundle_contents(env, known_tokens=known_tokens)
+    ref, files, lock, digest, kind = c.ref, c.files, c.lock, c.hash, c.kind
+    text = lock_text(lock)
     wheel_name, entries = wheel_entries(ref.name, kind, files, lock, digest)
     wheel = zip_bytes(entries)
     _, mod, _ = names(ref.name, digest)
@@ -275,155 +308,26 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
         "kind": kind,
         "import_name": mod,
         "hash": digest,
-        "env_version": env_version,
+        "env_version": c.env_version,
         "files": [{"path": rel, "sha256": _sha(data), "size": len(data)} for rel, data in files],
-        "requirements": reqs,
+        "requirements": c.requirements,
         "lock": lock,
         "wheel": {"file": wheel_name, "sha256": _sha(wheel), "size": len(wheel)},
-        "lock_file": {"file": LOCK, "sha256": _sha(lock_text.encode()), "size": len(lock_text.encode())},
+        "lock_file": {"file": LOCK, "sha256": _sha(text.encode()), "size": len(text.encode())},
         "workbench_version": _workbench_version(),
     }
     dest = Path(out_dir) / f"{ref.name}-{digest[:12]}"
     try:
         dest.mkdir(parents=True, exist_ok=True)
         _write(dest / wheel_name, wheel)
-        _write(dest / LOCK, lock_text.encode())
+        _write(dest / LOCK, text.encode())
         _write(dest / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     except OSError as e:
         raise BundleError(f"cannot write the bundle to {dest} ({e.strerror or e}); choose another -o DIR") from None
-    return Bundle(dest, ref.name, digest, manifest["env_version"], mod, dest / wheel_name, lock, manifest["files"])
+    return Bundle(dest, ref.name, digest, c.env_version, mod, dest / wheel_name, lock, manifest["files"])
 
 
 def _write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
-
-
-# -- verify ----------------------------------------------------------------------------------------
-def _expected(expected_hash: str) -> str:
-    value = expected_hash.strip().lower().removeprefix("sha256:")
-    if not re.fullmatch(r"[0-9a-f]{12,64}", value):
-        raise ConfigError(f"{expected_hash!r} is not a bundle hash; give the sha256 hex (at least 12 digits) "
-                          "that `workbench package` printed")
-    return value
-
-
-def _plain_name(manifest: dict[str, Any], key: str, where: Path) -> str:
-    entry = manifest.get(key)
-    name = entry.get("file") if isinstance(entry, dict) else None
-    if not isinstance(name, str) or not name or PurePosixPath(name).name != name or name in {".", ".."}:
-        raise BundleError(f"{where} is not a valid bundle manifest: {key}.file is missing or not a plain file name")
-    return name
-
-
-def verify_bundle(path: str | Path, expected_hash: str) -> Bundle:
-    """Check the bundle at ``path`` (its directory or ``bundle.json``) against the hash the run was
-    launched with, before any GPU work. Returns the bundle; raises :class:`BundleMismatchError` when
-    anything differs, :class:`BundleError` when ``path`` is not a bundle, and ``SecretInBundleError``
-    when it holds a secret."""
-    want = _expected(expected_hash)
-    p = Path(path)
-    d = p.parent if p.name == MANIFEST else p
-    try:
-        manifest = orjson.loads((d / MANIFEST).read_bytes())
-    except FileNotFoundError:
-        raise BundleError(f"{d} is not a bundle: it has no {MANIFEST}; build one with `workbench package ENV`") from None
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise BundleError(f"cannot read {d / MANIFEST} ({e}); rebuild the bundle with `workbench package ENV`") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BundleError(f"{d / MANIFEST} is not a format-{FORMAT} workbench bundle manifest; rebuild it")
-    env, kind = str(manifest.get("env", "")), manifest.get("kind")
-    files_meta = manifest.get("files")
-    if not env or kind not in {"package", "module"} or not isinstance(files_meta, list) or not files_meta:
-        raise BundleError(f"{d / MANIFEST} is missing env, kind or files; rebuild the bundle")
-
-    def refuse(why: str) -> BundleMismatchError:
-        return BundleMismatchError(f"refusing to run bundle {d} ({env}): {why}; the environment is not the one "
-                                   f"launched (expected hash {want[:12]}), so package and launch it again")
-
-    wheel_path = d / _plain_name(manifest, "wheel", d / MANIFEST)
-    lock_path = d / _plain_name(manifest, "lock_file", d / MANIFEST)
-    try:
-        wheel_bytes, lock_bytes = wheel_path.read_bytes(), lock_path.read_bytes()
-    except OSError as e:
-        raise refuse(f"{Path(e.filename or '').name or 'a file'} is missing or unreadable") from None
-    _, mod, _ = names(env, "0" * 12)
-    try:
-        with zipfile.ZipFile(io.BytesIO(wheel_bytes)) as zf:
-            actual = {zi.filename: zf.read(zi) for zi in zf.infolist()}
-    except Exception as e:  # anything a damaged zip raises (BadZipFile, bad CRC, odd compression, bad offsets)
-        raise refuse(f"{wheel_path.name} is not a valid wheel ({type(e).__name__}: {e})") from None
-    rels = [str(f.get("path")) for f in files_meta if isinstance(f, dict)]
-    if kind == "module":
-        payload = [(rels[0], actual.get(f"{mod}.py", b""))] if len(rels) == 1 else []
-    else:
-        prefix = f"{mod}/"
-        payload = sorted(((n[len(prefix):], b) for n, b in actual.items() if n.startswith(prefix)),
-                         key=lambda x: tuple(x[0].split("/")))
-    lock_text = lock_bytes.decode("utf-8", "replace")
-    got = content_hash(payload, lock_text)
-    if not got.startswith(want):
-        raise refuse(f"its files and lock hash to {got[:12]}")
-    if got != manifest.get("hash"):
-        raise refuse(f"{MANIFEST} records hash {str(manifest.get('hash'))[:12]} but the contents hash to {got[:12]}")
-    lock = [ln for ln in lock_text.splitlines() if ln]
-    _, expected_entries = wheel_entries(env, kind, payload, lock, got)
-    if actual != expected_entries:
-        odd = sorted(set(actual) ^ set(expected_entries)) or [n for n in actual if actual[n] != expected_entries.get(n)]
-        raise refuse(f"the wheel differs from what `workbench package` builds ({odd[0]})")
-    if wheel_bytes != zip_bytes(expected_entries):  # the same entries, but other zip headers or attributes
-        raise refuse(f"{wheel_path.name} has the right files but is not the zip `workbench package` writes")
-    listed = [(f.get("path"), f.get("sha256")) for f in files_meta if isinstance(f, dict)]
-    if listed != [(r, _sha(b)) for r, b in payload] or manifest.get("lock") != lock:
-        raise refuse(f"{MANIFEST} does not list the wheel's files and lock")
-    for label, data in (("wheel", wheel_bytes), ("lock_file", lock_bytes)):
-        if _sha(data) != manifest[label].get("sha256"):
-            raise refuse(f"{manifest[label]['file']} does not match the sha256 in {MANIFEST}")
-    from workbench.config.credentials import known_tokens
-
-    inside = (lambda r: f"{mod}.py") if kind == "module" else (lambda r: f"{mod}/{r}")
-    check_files(((f"{wheel_path.name}!{inside(r)}", b) for r, b in payload), f"run bundle {d}", known_tokens())
-    return Bundle(d, env, got, content_hash(payload)[:12], mod, wheel_path, lock, files_meta)
-
-
-# -- run ---------------------------------------------------------------------------------------------
-def bundle_env_ref(path: str | Path, dest: str | Path | None = None) -> str:
-    """Unpack a (verified) bundle's environment files and return what ``discovery.resolve`` loads.
-
-    The files land in ``dest/<env>/`` (a package environment) or ``dest/<env>.py`` (a single file), so
-    the loaded environment keeps its name and discovery's ``env_version`` of it equals the bundle's
-    (``hash[:12]`` without dependencies). ``dest`` defaults to a fresh temporary directory. Call
-    :func:`verify_bundle` first: this re-checks the unpacked files against the manifest's hash only.
-    """
-    import tempfile
-
-    p = Path(path)
-    d = p.parent if p.name == MANIFEST else p
-    try:
-        manifest = orjson.loads((d / MANIFEST).read_bytes())
-        lock_text = (d / _plain_name(manifest, "lock_file", d / MANIFEST)).read_text()
-        with zipfile.ZipFile(d / _plain_name(manifest, "wheel", d / MANIFEST)) as zf:
-            env, kind = str(manifest["env"]), manifest["kind"]
-            _, mod, _ = names(env, "0" * 12)
-            if kind == "module":
-                files = [(str(manifest["files"][0]["path"]), zf.read(f"{mod}.py"))]
-            else:
-                files = sorted(((n[len(mod) + 1:], zf.read(n)) for n in zf.namelist() if n.startswith(f"{mod}/")),
-                               key=lambda x: tuple(x[0].split("/")))
-    except (OSError, KeyError, IndexError, TypeError, orjson.JSONDecodeError, zipfile.BadZipFile) as e:
-        raise BundleError(f"cannot unpack bundle {d} ({type(e).__name__}: {e}); rebuild it with `workbench package ENV`") from None
-    digest = content_hash(files, lock_text)
-    if digest != manifest.get("hash"):
-        raise BundleMismatchError(f"refusing to run bundle {d} ({env}): its files hash to {digest[:12]}, not "
-                                  f"{str(manifest.get('hash'))[:12]}; package and launch it again")
-    base = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix=f"workbench-bundle-{digest[:12]}-"))
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
-    for rel, data in files:
-        parts = PurePosixPath(rel).parts
-        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-            raise BundleMismatchError(f"refusing to run bundle {d} ({env}): it holds an unsafe path {rel!r}")
-        target = base / rel if kind == "module" else base.joinpath(name, *parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    return str(base / files[0][0]) if kind == "module" else str(base / name)

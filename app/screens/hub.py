@@ -1,0 +1,276 @@
+"""The Environments screen's Hub scope: the environments on a package index (``workbench hub``).
+
+``H`` on Environments opens it (escape or ``H`` goes back to the Local scope). It lists the index's
+environments (``/`` searches, ``i`` switches between the configured indexes), shows the highlighted one's
+eval card, and pulls (``P``), forks (``F``, asking for the new name) or updates (``U``) it: an update is
+offered, never made, when a newer version than the pulled one exists. Every index call runs in a worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Header, Input, Static
+
+from app.format import fnum
+from app.store_access import call_ui
+from app.typed import WorkbenchAppMixin
+from app.widgets.footer import WorkbenchFooter
+from app.widgets.tables import RowTable
+from workbench.errors import WorkbenchError
+
+
+def card_renderable(card: dict[str, Any]) -> Group:
+    head = Text.assemble((f"{card['env']} {card['version']}", "bold"), f"  on {card.get('index', '-')}\n",
+                         f"hash {str(card['hash'])[:12]}, env version {card['env_version']}, "
+                         f"{card.get('tasks', '-')} tasks, {card.get('harness', '-')}")
+    parts: list[Any] = [head]
+    if card.get("forked_from"):
+        f = card["forked_from"]
+        parts.append(Text(f"forked from {f.get('name')} {f.get('version')}", style="italic"))
+    if card.get("description"):
+        parts.append(Text(card["description"]))
+    rewards = Table(title="reward design", box=None, show_edge=False, header_style="bold", title_justify="left")
+    for col in ("function", "kind", "weight", "what"):
+        rewards.add_column(col)
+    for r in card.get("rewards", []):
+        rewards.add_row(r["name"], r["kind"], f"{r['weight']:g}", r["doc"])
+    parts.append(rewards)
+    results = Table(title="results", box=None, show_edge=False, header_style="bold", title_justify="left")
+    for col in ("model", "reward", "n", "env version", "date"):
+        results.add_column(col)
+    for r in card.get("results", []):
+        se = f"±{r['stderr']:.3f}" if r.get("stderr") is not None else ""
+        results.add_row(r["model"], fnum(r.get("mean_reward")) + se, str(r.get("rollouts")), str(r.get("env_version")),
+                        str(r.get("date")))
+    parts.append(results if card.get("results") else Text("no results were published with this version", style="dim"))
+    if card.get("readme"):
+        parts.append(Text(card["readme"].strip(), style="dim"))
+    return Group(*parts)
+
+
+class ForkNameScreen(ModalScreen["str | None"]):
+    """The new name of a fork; enter confirms, escape cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="fork.cancel")]
+    DEFAULT_CSS = """
+    ForkNameScreen { align: center middle; }
+    #fork-box { width: 60; max-width: 95%; height: auto; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="fork-box"):
+            yield Static(f"[b]Fork {self.source}[/b] into your env folder as:")
+            yield Input(f"my_{self.source}", id="fork-name")
+
+    @on(Input.Submitted, "#fork-name")
+    def _submit(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class HubScreen(WorkbenchAppMixin, Screen[None]):
+    TITLE = "Environments — Hub"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,H", "local", "Local scope", id="hub.local"),
+        Binding("slash", "search", "Search", id="hub.search"),
+        Binding("i", "next_index", "Index", id="hub.index"),
+        Binding("P", "pull", "Pull", id="hub.pull"),
+        Binding("F", "fork", "Fork", id="hub.fork"),
+        Binding("U", "update", "Update", id="hub.update"),
+        Binding("r", "refresh", "Refresh", id="hub.refresh", show=False),
+    ]
+    DEFAULT_CSS = """
+    #hub-bar { height: 3; }
+    #hub-scope { width: auto; padding: 1 1; }
+    #hub-query { width: 1fr; }
+    #hub-body { height: 1fr; }
+    #hub-table { width: 1fr; }
+    #hub-card-box { width: 1fr; border-left: solid $primary; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, Any]] = []
+        self.index: str | None = None
+        self.indexes: list[str] = []
+        self.query_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="hub-bar"):
+            yield Static("", id="hub-scope")
+            yield Input(placeholder="search the index (enter)", id="hub-query")
+        with Horizontal(id="hub-body"):
+            yield RowTable(id="hub-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="hub-card-box"):
+                yield Static("reading the index…", id="hub-card")
+        yield WorkbenchFooter()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for col in ("name", "latest", "versions", "here", "summary"):
+            table.add_column(col, key=col)
+        table.focus()
+        self._load()
+
+    def _scope(self) -> None:
+        names = "  ".join(f"[reverse]{n}[/]" if n == self.index else n for n in self.indexes) or "no index configured"
+        self.query_one("#hub-scope", Static).update(f"Local | [b]Hub[/b]: {names}")
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="hub-list")
+    def _load(self) -> None:
+        from workbench.hub.browse import search
+        from workbench.hub.indexes import configured
+        from workbench.hub.pull import record
+
+        try:
+            indexes, default = configured()
+            index = self.index or default or (next(iter(indexes)) if indexes else None)
+            out = search(self.query_text or None, index)
+            for row in out["environments"]:
+                rec = record(row["name"])
+                row["here"] = rec.get("version") if rec and rec.get("index") == out["index"] else None
+        except WorkbenchError as e:
+            call_ui(self.app, self._failed, str(e))
+            return
+        call_ui(self.app, self._show, list(indexes), out["index"], out["environments"])
+
+    def _failed(self, message: str) -> None:
+        self.query_one("#hub-card", Static).update(Text(message, style="red"))
+        self.notify(message, severity="error", title="hub")
+
+    def _show(self, indexes: list[str], index: str, rows: list[dict[str, Any]]) -> None:
+        self.indexes, self.index, self.rows = indexes or [index], index, rows
+        self._scope()
+        table = self.query_one(DataTable)
+        table.clear()
+        from workbench.hub.publish import sorted_versions
+
+        for r in rows:
+            here = r["here"] or "-"
+            if r["here"] and sorted_versions([r["here"], r["latest"]])[-1] != r["here"]:
+                here = Text(f"{r['here']} (U: {r['latest']})", style="yellow")
+            table.add_row(r["name"], r["latest"], str(r["versions"]), here, r["summary"], key=r["name"])
+        if not rows:
+            self.query_one("#hub-card", Static).update(f"no environment on index {index}"
+                                                        + (f" matching {self.query_text!r}" if self.query_text else ""))
+        else:
+            self._card(self._selected() or rows[0]["name"])
+
+    def _selected(self) -> str | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:
+            return None
+
+    def _row(self, name: str | None) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["name"] == name), None)
+
+    @on(DataTable.RowHighlighted, "#hub-table")
+    def _highlight(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._card(str(event.row_key.value))
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="hub-card")
+    def _card(self, name: str) -> None:
+        from workbench.hub.browse import show
+
+        try:
+            card = show(name, self.index)
+        except WorkbenchError as e:
+            call_ui(self.app, self._failed, str(e))
+            return
+        call_ui(self.app, self._show_card, name, card)
+
+    def _show_card(self, name: str, card: dict[str, Any]) -> None:
+        if self._selected() in (None, name):
+            self.query_one("#hub-card", Static).update(card_renderable(card))
+
+    # -- actions ------------------------------------------------------------------------------------
+    def action_local(self) -> None:
+        self.dismiss(None)
+
+    def action_search(self) -> None:
+        self.query_one("#hub-query", Input).focus()
+
+    @on(Input.Submitted, "#hub-query")
+    def _query(self, event: Input.Submitted) -> None:
+        self.query_text = event.value.strip()
+        self.query_one(DataTable).focus()
+        self._load()
+
+    def action_refresh(self) -> None:
+        self._load()
+
+    def action_next_index(self) -> None:
+        if len(self.indexes) > 1 and self.index in self.indexes:
+            self.index = self.indexes[(self.indexes.index(self.index) + 1) % len(self.indexes)]
+            self._load()
+
+    def action_pull(self) -> None:
+        name = self._selected()
+        if name is not None and self.workbench_app.require_writable("a pull"):
+            self._pull(name, "pull")
+
+    def action_update(self) -> None:
+        row = self._row(self._selected())
+        if row is None:
+            return
+        if not row["here"]:
+            self.notify(f"{row['name']} is not pulled here: P pulls it", severity="warning", title="hub")
+        elif row["here"] == row["latest"]:
+            self.notify(f"{row['name']} {row['here']} is the newest version", title="hub")
+        else:
+            self._pull(row["name"], "update")
+
+    @work(thread=True, exit_on_error=False, group="hub-pull")
+    def _pull(self, name: str, what: str) -> None:
+        from workbench.hub.pull import pull
+
+        try:
+            rec = pull(name, self.index)
+        except WorkbenchError as e:
+            call_ui(self.app, self._failed, str(e))
+            return
+        note = f"; it does not load here: {rec['error']}" if rec["error"] else ""
+        call_ui(self.app, self.notify, f"{what}ed {rec['name']} {rec['version']} from {rec['index']}{note}",
+                title="hub", severity="warning" if rec["error"] else "information")
+        call_ui(self.app, self._load)
+
+    def action_fork(self) -> None:
+        name = self._selected()
+        if name is not None and self.workbench_app.require_writable("a fork"):
+            self.app.push_screen(ForkNameScreen(name), lambda new: self._fork(name, new) if new else None)
+
+    @work(thread=True, exit_on_error=False, group="hub-fork")
+    def _fork(self, name: str, new: str) -> None:
+        from workbench.hub.pull import fork
+
+        try:
+            out = fork(name, new, self.index)
+        except WorkbenchError as e:
+            call_ui(self.app, self._failed, str(e))
+            return
+        call_ui(self.app, self.notify, f"forked {name} {out['forked_from']['version']} as {new} into {out['path']}",
+                title="hub")
+
+
+__all__ = ["ForkNameScreen", "HubScreen", "card_renderable"]

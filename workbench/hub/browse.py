@@ -1,0 +1,89 @@
+"""``workbench hub search``, ``versions`` and ``show``: what an index holds, read through its simple API.
+
+A version's eval card is read from its wheel, downloaded once and kept in ``<cache>/hub/`` under its sha256
+(a published file never changes), so browsing an index costs one download per version ever seen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.config import paths
+from workbench.errors import EndpointError, NotFoundError
+from workbench.hub.indexes import resolve_index
+from workbench.hub.publish import read_card, sorted_versions
+from workbench.hub.pull import env_projects, parse_spec, versions_of
+from workbench.hub.simple_api import IndexClient, IndexFile
+
+
+def _cache(f: IndexFile) -> Path | None:
+    return paths.cache_dir() / "hub" / f"{f.sha256}.whl" if f.sha256 else None
+
+
+def card_of(client: IndexClient, f: IndexFile) -> dict[str, Any]:
+    """The eval card of one published file (from the cache when this file was seen before)."""
+    cached = _cache(f)
+    if cached is not None and cached.is_file():
+        return read_card(cached.read_bytes())
+    data = client.download(f)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(cached)
+    return read_card(data)
+
+
+def _summary(card: dict[str, Any]) -> str:
+    text = (card.get("description") or card.get("readme") or "").strip().splitlines()
+    return text[0][:120] if text else ""
+
+
+def search(text: str | None = None, index: str | None = None) -> dict[str, Any]:
+    idx = resolve_index(index)
+    client = IndexClient(idx)
+    needle = (text or "").lower().replace("-", "_")
+    rows = []
+    for name in env_projects(client):
+        env = name.replace("-", "_")
+        found = versions_of(client, env)
+        latest = sorted_versions(list(found))[-1]
+        try:
+            card = card_of(client, found[latest])
+        except EndpointError:
+            card = {}
+        haystack = f"{env} {card.get('description', '')} {card.get('readme', '')}".lower()
+        if needle and needle not in haystack and needle.replace("_", " ") not in haystack:
+            continue
+        rows.append({"name": str(card.get("env") or env), "latest": latest, "versions": len(found),
+                     "summary": _summary(card), "hash": card.get("hash"), "results": len(card.get("results") or [])})
+    return {"index": idx.name, "url": idx.url, "query": text or "", "environments": rows}
+
+
+def versions(name: str, index: str | None = None) -> dict[str, Any]:
+    idx = resolve_index(index)
+    client = IndexClient(idx)
+    found = versions_of(client, name)
+    rows = []
+    for v in sorted_versions(list(found)):
+        card = card_of(client, found[v])
+        rows.append({"version": v, "hash": card.get("hash"), "env_version": card.get("env_version"),
+                     "file": found[v].filename, "sha256": found[v].sha256, "results": len(card.get("results") or [])})
+    return {"index": idx.name, "name": name, "versions": rows}
+
+
+def show(spec: str, index: str | None = None) -> dict[str, Any]:
+    name, version = parse_spec(spec)
+    idx = resolve_index(index)
+    client = IndexClient(idx)
+    found = versions_of(client, name)
+    if version is None:
+        version = sorted_versions(list(found))[-1]
+    elif version not in found:
+        raise NotFoundError(f"{name} has no version {version} on index {idx.name}; it has "
+                            f"{', '.join(sorted_versions(list(found)))}")
+    return {"index": idx.name, **card_of(client, found[version])}
+
+
+__all__ = ["card_of", "search", "show", "versions"]
