@@ -232,3 +232,55 @@ def test_the_store_keeps_no_index_credentials(tmp_path: Path, adder: Path, packa
     for path in [*(tmp_path / "me").rglob("*")]:
         if path.is_file() and path.suffix in (".json", ".toml", ".db", ".whl", ".py"):
             assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+DEP_ENV = '''
+    """An environment with a dependency of its own: the answer comes from wbdep_b."""
+    import wbdep_b
+
+    import workbench as wb
+
+
+    def load_environment() -> wb.Environment:
+        rubric = wb.Rubric()
+
+        @rubric.reward
+        def exact(completion: str, answer: str) -> float:
+            return float(completion.strip() == answer)
+
+        return wb.Environment(name="depended", tasks=wb.TaskSet.from_records([{"prompt": "v?", "answer": wbdep_b.VERSION}]),
+                              harness=wb.SingleTurn(), rubric=rubric)
+'''
+
+
+def test_dependencies_are_resolved_by_uv_and_installed_beside_the_pulled_env(
+        tmp_path: Path, package_index: Callable[..., Any], mock_server: Callable[..., Any]) -> None:
+    import importlib.util
+
+    from tests.package_index import make_wheel
+
+    index = package_index(private=True)
+    for name, version, requires in (("wbdep-a", "1.0", ()), ("wbdep-a", "1.1", ()), ("wbdep-b", "2.0", ("wbdep-a>=1",))):
+        make_wheel(index.packages, name, version, requires)
+    assert importlib.util.find_spec("wbdep_b") is None, "not in the environment running the tests"
+    src = tmp_path / "src" / "depended"
+    write_file(src / "__init__.py", DEP_ENV)
+    write_file(src / "pyproject.toml", '[project]\nname = "depended"\nversion = "0.1"\ndependencies = ["wbdep-b"]\n')
+    me = Home(tmp_path / "me", index)
+    me.env["PYTHONPATH"] = str(tmp_path / "site")  # the publisher has the dependency where they work
+    write_file(tmp_path / "site" / "wbdep_b.py", "VERSION = '2.0'\n")
+    pushed = me.json("hub", "push", src)
+    card = me.json("hub", "show", "depended")
+    assert card["hash"] == pushed["hash"]
+
+    you = Home(tmp_path / "you", index)
+    pulled = you.json("hub", "pull", "depended")
+    assert pulled["lock"] == ["wbdep-a==1.1", "wbdep-b==2.0"], "resolved by uv, the dependency's own dependency too"
+    deps = Path(pulled["deps"])
+    assert deps == tmp_path / "you" / "xdg-data" / "workbench" / "hub" / "deps" / "depended"
+    assert (deps / "wbdep_a.py").is_file() and (deps / "wbdep_b.py").read_text() == "VERSION = '2.0'\n"
+    assert pulled["error"] is None
+    mock = mock_server("instant", "--reply", "2.0")
+    ran = you.json("eval", "depended", "--base-url", mock.base_url, "-m", "mock-model")
+    assert ran["mean_reward"] == 1.0 and ran["env_version"] == card["env_version"] != pushed["hash"][:12]
+    assert importlib.util.find_spec("wbdep_b") is None, "never installed into the user's own environment"
