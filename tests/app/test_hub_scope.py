@@ -91,3 +91,29 @@ async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..
 
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, HubScreen), what="the Local scope")
+
+
+def test_hub_scope_snapshot_80x24(snap_compare: Any, make_app: Callable[..., WorkbenchApp], tmp_path: Path,
+                                  package_index: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    index = package_index(private=True)
+    src = write_file(tmp_path / "src" / "letters" / "__init__.py", ENV).parent
+    publisher = cli_environment(tmp_path / "publisher", tmp_path / "publisher.db", WORKBENCH_INDEX_USERNAME=USER,
+                                WORKBENCH_INDEX_PASSWORD=PASSWORD)
+    _settings(tmp_path / "publisher" / "xdg-config", index.simple)
+    assert run_workbench(["hub", "push", src], publisher).rc == 0
+    _settings(tmp_path / "xdg-config", index.simple)
+    monkeypatch.setenv("WORKBENCH_INDEX_USERNAME", USER)
+    monkeypatch.setenv("WORKBENCH_INDEX_PASSWORD", PASSWORD)
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.screen.query("#env-table"), what="the Environments screen")
+        await pilot.press("H")
+        await wait_until(pilot, lambda: isinstance(app.screen, HubScreen) and "reward design" in screen_text(app),
+                         what="the eval card")
+        await pilot.pause(0.2)
+        app.clear_notifications()
+        await pilot.pause()
+
+    monkeypatch.chdir(tmp_path)  # the header shows the store's path relative to here
+    assert snap_compare(make_app(mode="environments"), terminal_size=(80, 24), run_before=run_before)
