@@ -65,6 +65,17 @@ async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..
         assert "Local | Hub: team" in text and "letters" in text and "Letter counts of short words." in text
         assert "1 for the right count." in text
 
+        await pilot.press("slash")
+        hub.query_one("#hub-query", Input).value = "giraffes"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "no environment on index team matching 'giraffes'" in screen_text(app),
+                         what="an empty search")
+        await pilot.press("slash")
+        hub.query_one("#hub-query", Input).value = "letter counts"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: hub.query_one(DataTable).row_count == 1 and "reward design" in screen_text(app),
+                         what="the search")
+
         await pilot.press("P")
         records = tmp_path / "xdg-data" / "workbench" / "hub" / "records" / "letters.json"
         await wait_until(pilot, records.is_file, what="the pull")
