@@ -173,13 +173,7 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
             self._card(self._selected() or rows[0]["name"])
 
     def _selected(self) -> str | None:
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
-            return None
+        return self.query_one(RowTable).selected_key()
 
     def _row(self, name: str | None) -> dict[str, Any] | None:
         return next((r for r in self.rows if r["name"] == name), None)

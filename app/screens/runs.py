@@ -195,13 +195,7 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         call_ui(self.app, self.app.push_screen, CompareScreen(result, means))
 
     def _selected_id(self) -> str | None:
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
-            return None
+        return self.query_one(RowTable).selected_key()
 
     @on(DataTable.RowHighlighted, "#runs-table")
     def _on_highlight(self, event: DataTable.RowHighlighted) -> None:

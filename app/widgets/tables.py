@@ -14,3 +14,13 @@ class RowTable(DataTable[Any]):
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),
     ]
+
+    def selected_key(self) -> str | None:
+        """The key of the row under the cursor, or None (an empty table)."""
+        if self.row_count == 0:
+            return None
+        try:
+            value = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # the cursor is past the rows while the table is refilled
+            return None
+        return None if value is None else str(value)

@@ -43,9 +43,10 @@ def _settings(config_home: Path, url: str) -> None:
     write_file(config_home / "workbench" / "tui.toml", f'[hub]\ndefault = "team"\n[hub.indexes.team]\nurl = "{url}"\n')
 
 
-async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..., WorkbenchApp], tmp_path: Path,
-                                                         package_index: Callable[..., Any],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def _published(tmp_path: Path, package_index: Callable[..., Any],
+               monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
+    """``letters`` 0.1.0 pushed by another user to a fresh private index, which this app's settings name
+    (its credentials in the environment): (the env's folder, the publisher's CLI environment)."""
     index = package_index(private=True)
     src = write_file(tmp_path / "src" / "letters" / "__init__.py", ENV).parent
     publisher = cli_environment(tmp_path / "publisher", tmp_path / "publisher.db", WORKBENCH_INDEX_USERNAME=USER,
@@ -55,6 +56,13 @@ async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..
     _settings(tmp_path / "xdg-config", index.simple)
     monkeypatch.setenv("WORKBENCH_INDEX_USERNAME", USER)
     monkeypatch.setenv("WORKBENCH_INDEX_PASSWORD", PASSWORD)
+    return src, publisher
+
+
+async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..., WorkbenchApp], tmp_path: Path,
+                                                         package_index: Callable[..., Any],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    src, publisher = _published(tmp_path, package_index, monkeypatch)
 
     app = make_app(mode="environments")
     async with app.run_test(size=(140, 40)) as pilot:
@@ -106,15 +114,7 @@ async def test_the_hub_scope_lists_pulls_updates_and_forks(make_app: Callable[..
 
 def test_hub_scope_snapshot_80x24(snap_compare: Any, make_app: Callable[..., WorkbenchApp], tmp_path: Path,
                                   package_index: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    index = package_index(private=True)
-    src = write_file(tmp_path / "src" / "letters" / "__init__.py", ENV).parent
-    publisher = cli_environment(tmp_path / "publisher", tmp_path / "publisher.db", WORKBENCH_INDEX_USERNAME=USER,
-                                WORKBENCH_INDEX_PASSWORD=PASSWORD)
-    _settings(tmp_path / "publisher" / "xdg-config", index.simple)
-    assert run_workbench(["hub", "push", src], publisher).rc == 0
-    _settings(tmp_path / "xdg-config", index.simple)
-    monkeypatch.setenv("WORKBENCH_INDEX_USERNAME", USER)
-    monkeypatch.setenv("WORKBENCH_INDEX_PASSWORD", PASSWORD)
+    _published(tmp_path, package_index, monkeypatch)
 
     async def run_before(pilot: Any) -> None:
         app = pilot.app

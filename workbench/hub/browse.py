@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import paths
-from workbench.errors import EndpointError, NotFoundError
+from workbench.errors import EndpointError
 from workbench.hub.indexes import resolve_index
 from workbench.hub.publish import read_card, sorted_versions
-from workbench.hub.pull import env_projects, parse_spec, versions_of
+from workbench.hub.pull import env_projects, parse_spec, pick_version, versions_of
 from workbench.hub.simple_api import IndexClient, IndexFile
 
 
@@ -77,13 +77,8 @@ def show(spec: str, index: str | None = None) -> dict[str, Any]:
     name, version = parse_spec(spec)
     idx = resolve_index(index)
     client = IndexClient(idx)
-    found = versions_of(client, name)
-    if version is None:
-        version = sorted_versions(list(found))[-1]
-    elif version not in found:
-        raise NotFoundError(f"{name} has no version {version} on index {idx.name}; it has "
-                            f"{', '.join(sorted_versions(list(found)))}")
-    return {"index": idx.name, **card_of(client, found[version])}
+    _, f = pick_version(versions_of(client, name), name, version, idx.name)
+    return {"index": idx.name, **card_of(client, f)}
 
 
 __all__ = ["card_of", "search", "show", "versions"]

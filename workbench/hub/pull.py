@@ -93,6 +93,16 @@ def versions_of(client: IndexClient, name: str) -> dict[str, IndexFile]:
     return found
 
 
+def pick_version(found: dict[str, IndexFile], name: str, version: str | None, index: str) -> tuple[str, IndexFile]:
+    """``version`` of ``found`` (the newest without one); NotFoundError naming the versions there are."""
+    ordered = sorted_versions(list(found))
+    if version is None:
+        version = ordered[-1]
+    elif version not in found:
+        raise NotFoundError(f"{name} has no version {version} on index {index}; it has {', '.join(ordered)}")
+    return version, found[version]
+
+
 def _unpack(name: str, wheel: bytes) -> tuple[str, list[tuple[str, bytes]], list[str], str]:
     """(kind, the environment's files, the lock, the hash the summary names) of a published wheel."""
     _, mod, _ = names(name, "0" * 12)
@@ -117,13 +127,7 @@ def fetch(spec: str, index: str | None = None) -> Fetched:
     name, version = parse_spec(spec)
     idx = resolve_index(index)
     client = IndexClient(idx)
-    found = versions_of(client, name)
-    if version is None:
-        version = sorted_versions(list(found))[-1]
-    elif version not in found:
-        raise NotFoundError(f"{name} has no version {version} on index {idx.name}; it has "
-                            f"{', '.join(sorted_versions(list(found)))}")
-    f = found[version]
+    version, f = pick_version(versions_of(client, name), name, version, idx.name)
     wheel = client.download(f)
     card = read_card(wheel)
     env_name = str(card.get("env") or name)
@@ -248,5 +252,6 @@ def remove(name: str) -> dict[str, Any]:
     return {"name": name, "removed": True, "version": rec.get("version"), "index": rec.get("index")}
 
 
-__all__ = ["Fetched", "HashMismatchError", "env_projects", "fetch", "fork", "parse_spec", "pull", "record",
+__all__ = ["Fetched", "HashMismatchError", "env_projects", "fetch", "fork", "parse_spec", "pick_version", "pull",
+           "record",
            "records_dir", "remove", "versions_of"]
