@@ -11,6 +11,7 @@ from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import Harness, MultiTurn, Program, SingleTurn, ToolLoop, UserSim
 from workbench.authoring.human import Human
 from workbench.authoring.mcp_tools import MCPToolError, MCPTools
+from workbench.authoring.probes import Probe, ProbeTurn
 from workbench.authoring.rubric import Rubric
 from workbench.authoring.runtimes import Docker, Local, ModalSandbox, Runtime
 from workbench.authoring.sandbox import ExecResult, Limits, Sandbox, SandboxError
@@ -22,8 +23,8 @@ from workbench.rollouts.rollout import Rollout, RolloutFailed
 __version__ = "0.1.0"
 
 __all__ = [
-    "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Human", "Limits", "Local", "MCPToolError", "MCPTools", "ModalSandbox",
-    "MultiTurn",
+    "Docker", "Environment", "EnvLoadError", "ExecResult", "Harness", "Human", "Limits", "Local", "MCPToolError", "MCPTools",
+    "ModalSandbox", "MultiTurn", "Probe", "ProbeTurn",
     "Program", "Rollout", "Runtime", "RolloutFailed", "Rubric", "RubricError", "Sampling", "Sandbox", "SandboxError",
     "SingleTurn", "Task", "TaskSet", "Tool", "ToolLoop", "UserSim", "WorkbenchError", "__version__",
 ]

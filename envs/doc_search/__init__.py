@@ -118,10 +118,22 @@ def final_answer(completion: str | None) -> str:
     return text[found[-1].end():] if found else text
 
 
-def answer_matches(prediction: str | None, gold: Any) -> bool:
-    """True when the normalized gold answer appears, as whole words, in the normalized prediction."""
+#: Words a final answer may have beyond the gold answer's own ("founded in 2011"): a longer one that holds the
+#: gold answer among many candidates (every number of the corpus, every name) earns nothing.
+SPARE_WORDS = 6
+
+
+def mentions(text: str | None, gold: Any) -> bool:
+    """True when the normalized gold answer appears, as whole words, in the normalized text."""
     g = normalize(str(gold)) if gold is not None else ""
-    return bool(g) and f" {g} " in f" {normalize(prediction)} "
+    return bool(g) and f" {g} " in f" {normalize(text)} "
+
+
+def answer_matches(prediction: str | None, gold: Any) -> bool:
+    """True when the prediction mentions the gold answer and is an answer, not a list of candidates: at most
+    ``SPARE_WORDS`` words more than the gold answer (``workbench probe``'s every-answer policy checks it)."""
+    g = normalize(str(gold)) if gold is not None else ""
+    return mentions(prediction, gold) and len(normalize(prediction).split()) <= len(g.split()) + SPARE_WORDS
 
 
 def tool_calls_of(messages: list[dict[str, Any]] | None) -> list[tuple[str, dict[str, Any]]]:

@@ -11,7 +11,7 @@ from workbench.authoring.harness import Harness
 from workbench.errors import ConfigError
 
 
-def _load_attr(spec: str) -> Any:
+def load_attr(spec: str) -> Any:
     if ":" not in spec:
         raise ConfigError(f"--harness {spec!r} must look like module:Name or path/to/file.py:Name")
     where, _, attr = spec.rpartition(":")
@@ -41,7 +41,7 @@ def load_harness(spec: str) -> Harness:
         from workbench.authoring.harness import SingleTurn
 
         return SingleTurn()
-    obj = _load_attr(spec)
+    obj = load_attr(spec)
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Harness)):
         try:
             obj = obj()

@@ -50,6 +50,7 @@ def _register() -> None:
         package_cmd,
         play_cmd,
         prices_cmd,
+        probe_cmd,
         rescore_cmd,
         sandbox_cmd,
         serve_cmd,
@@ -58,7 +59,7 @@ def _register() -> None:
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd,
-                play_cmd, mcp_cmd, models_cmd, compare_cmd, optimize_cmd, distill_cmd, hub_cmd):
+                play_cmd, mcp_cmd, models_cmd, compare_cmd, optimize_cmd, distill_cmd, hub_cmd, probe_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

@@ -101,13 +101,16 @@ def _version(ref: Any) -> tuple[str, str | None, str, Any]:
 @click.option("--api-key", default=None, help="API key for --base-url.")
 @click.option("--rollouts", type=int, default=3, show_default=True, help="Rollouts to run with --model.")
 @click.option("--tokenizer", default=None, help="Tokenizer (model path or id) to re-render traces with.")
+@click.option("--no-probe", "no_probe", is_flag=True, help="Skip the model-free adversarial probe.")
 @db_option
 @json_option()
 @click.pass_context
 def validate_command(ctx: click.Context, env: str, env_args: str | None, sample: int, model: str | None,
                      base_url: str | None, api_key: str | None, rollouts: int, tokenizer: str | None,
-                     db: str | None, as_json: bool) -> None:
-    """Load ENV, check its tasks and rubric, score gold answers and an empty completion.
+                     no_probe: bool, db: str | None, as_json: bool) -> None:
+    """Load ENV, check its tasks and rubric, score gold answers and an empty completion, and run the
+    model-free part of `workbench probe` (the adversarial policies that need no model; --no-probe skips it):
+    an exploitable policy is a problem.
 
     With --model (or --base-url), also run a few rollouts and fail loudly when a later turn's
     prompt tokens do not extend the earlier turn's tokens (a re-tokenization mismatch).
@@ -125,14 +128,32 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
 
         with open_store(ctx, db) as store:
             run_async(check_token_consistency(rep, store, env, args, model, base_url, api_key, rollouts, tokenizer))
+    probe = None
+    if rep.ok and not no_probe:
+        from workbench.cli.common import open_store
+        from workbench.cli.eval_cmd import run_async
+        from workbench.runs.probe import probe_env
+
+        with open_store(ctx, db) as store:
+            probe = run_async(probe_env(env, store, env_args=args, n=min(sample, 8), model_free_only=True))
+        for pol in probe["policies"]:
+            if pol["exploitable"]:
+                rep.problems.append(f"probe: the {pol['name']} policy ({pol['summary']}) earns {pol['mean_reward']:.3f}, "
+                                    f"at least {probe['threshold']:g} of the {probe['basis'].replace('_', ' ')} reward "
+                                    f"{probe['basis_reward']:.3f} (rollout {pol['example_rollout']}); see `workbench probe`")
     if as_json:
-        emit_json(rep.as_dict())
+        emit_json({**rep.as_dict(), **({"probe": probe} if probe is not None else {})})
     else:
         total = f" of {rep.total_tasks}" if rep.total_tasks is not None else ""
         console.print(f"[bold]{rep.env}[/] ({rep.version}): {rep.tasks_checked}{total} tasks checked")
         if rep.gold:
             console.print("gold answer scores:  " + ", ".join(f"{k} {v:.3f}" for k, v in rep.gold.items()))
         console.print("empty answer scores: " + ", ".join(f"{k} {v:.3f}" for k, v in rep.empty.items()))
+        if probe is not None:
+            ran = [p for p in probe["policies"] if p["run_id"]]
+            console.print(f"probe (model-free): {len(ran)} policies, {probe['exploitable']} exploitable"
+                          + (f"; skipped: {probe['skipped']}" if probe.get("skipped") else "")
+                          + " (`workbench probe` runs the whole battery)")
         for w in rep.warnings:
             console_err.print(f"[yellow]warning:[/] {w}")
         for p in rep.problems:

@@ -14,6 +14,8 @@ Modes (``--mode`` or the ``mode`` argument):
   the conversation's own progress: item K answers a request holding K assistant messages (the last item
   answers any later turn), so concurrent scripted multi-turn rollouts each follow the script.
 - ``echo``: the assistant repeats the last user message.
+- ``rules``: ``--rules '[{"contains": "text", "reply": "10"}, {"reply": "0"}]'``: the reply of the first rule
+  whose ``contains`` the last user message holds (case-insensitive; a rule without one matches anything).
 
 Token knobs: ``--tokens`` makes it behave like a token-returning server (vLLM/workbench): it
 honours ``return_token_ids`` and ``logprobs`` with a toy word-level tokenizer and chat template,
@@ -121,7 +123,8 @@ class MockOpenAI:
                  models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
                  drift: bool = False, by_turn: bool = False,
                  instruction_accuracy: dict[str, float] | None = None, prefix: str = "/v1",
-                 flavor: str = "openai") -> None:
+                 flavor: str = "openai", rules: list[dict[str, str]] | None = None) -> None:
+        self.rules = rules or []
         self.tokens, self.drift = tokens, drift
         self.prefix, self.flavor = "/" + prefix.strip("/"), flavor
         self.instruction_accuracy = {k.lower(): float(v) for k, v in (instruction_accuracy or {}).items()}
@@ -238,6 +241,10 @@ class MockOpenAI:
         elif self.mode == "echo":
             last = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
             message["content"] = last
+        elif self.mode == "rules":
+            last = str(next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")).lower()
+            rule = next((r for r in self.rules if str(r.get("contains", "")).lower() in last), {"reply": self.reply})
+            message["content"] = str(rule.get("reply", self.reply))
         elif self.mode == "script" and self.script is not None:
             if self.by_turn is not None:
                 k = sum(1 for m in msgs if m.get("role") == "assistant")
@@ -301,7 +308,7 @@ async def serve(mock: MockOpenAI, port: int = 0) -> tuple[web.AppRunner, int]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--mode", default="instant", choices=["instant", "arithmetic", "script", "echo"])
+    ap.add_argument("--mode", default="instant", choices=["instant", "arithmetic", "script", "echo", "rules"])
     ap.add_argument("--reply", default="42")
     ap.add_argument("--script", default=None, help="JSON list of scripted replies")
     ap.add_argument("--accuracy", type=float, default=0.7)
@@ -314,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", action="store_true", help="return token ids and logprobs like vLLM")
     ap.add_argument("--drift", action="store_true", help="re-render assistant turns differently (mismatch)")
     ap.add_argument("--by-turn", action="store_true", help="script item K answers the conversation's turn K")
+    ap.add_argument("--rules", default=None, help='JSON [{"contains": "...", "reply": "..."}, ...] (mode rules)')
     ap.add_argument("--prefix", default="/v1", help="the API's path (e.g. /v1beta/openai, /api/v1)")
     ap.add_argument("--flavor", default="openai", choices=["openai", "gemini", "openrouter"])
     ap.add_argument("--instruction-accuracy", default=None,
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
                       a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift,
                       a.by_turn, orjson.loads(a.instruction_accuracy) if a.instruction_accuracy else None, a.prefix,
-                      a.flavor)
+                      a.flavor, orjson.loads(a.rules) if a.rules else None)
     try:
         import uvloop
 
