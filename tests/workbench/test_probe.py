@@ -174,9 +174,9 @@ def test_bad_input_is_one_line(cli: Callable[..., CliResult], write_env: Callabl
 
 def test_validate_runs_the_model_free_probe(cli: Callable[..., CliResult], write_env: Callable[..., Path]) -> None:
     res = cli("validate", _env(write_env, ARITH, SUBSTRING, "holey"), "--json")
-    assert res.rc == 1
+    assert res.rc == 0, "a warning, as a rewarded empty answer is; `workbench probe` exits 1"
     out = last_json(res.stdout)
     assert out["probe"]["exploitable"] == 1
-    assert any(p.startswith("probe: the every_answer policy") for p in out["problems"])
+    assert any(w.startswith("probe: the every_answer policy") for w in out["warnings"])
     assert cli("validate", _env(write_env, ARITH, EXACT, "holey")).rc == 0
     assert "probe (model-free)" in cli("validate", _env(write_env, ARITH, EXACT, "holey")).stdout

@@ -110,7 +110,7 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
                      no_probe: bool, db: str | None, as_json: bool) -> None:
     """Load ENV, check its tasks and rubric, score gold answers and an empty completion, and run the
     model-free part of `workbench probe` (the adversarial policies that need no model; --no-probe skips it):
-    an exploitable policy is a problem.
+    an exploitable policy is a warning.
 
     With --model (or --base-url), also run a few rollouts and fail loudly when a later turn's
     prompt tokens do not extend the earlier turn's tokens (a re-tokenization mismatch).
@@ -129,7 +129,7 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
         with open_store(ctx, db) as store:
             run_async(check_token_consistency(rep, store, env, args, model, base_url, api_key, rollouts, tokenizer))
     probe = None
-    if rep.ok and not no_probe:
+    if rep.ok and not no_probe:  # its findings are warnings here, as a rewarded empty answer is; `probe` fails on them
         from workbench.cli.common import open_store
         from workbench.cli.eval_cmd import run_async
         from workbench.runs.probe import probe_env
@@ -138,7 +138,7 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
             probe = run_async(probe_env(env, store, env_args=args, n=min(sample, 8), model_free_only=True))
         for pol in probe["policies"]:
             if pol["exploitable"]:
-                rep.problems.append(f"probe: the {pol['name']} policy ({pol['summary']}) earns {pol['mean_reward']:.3f}, "
+                rep.warnings.append(f"probe: the {pol['name']} policy ({pol['summary']}) earns {pol['mean_reward']:.3f}, "
                                     f"at least {probe['threshold']:g} of the {probe['basis'].replace('_', ' ')} reward "
                                     f"{probe['basis_reward']:.3f} (rollout {pol['example_rollout']}); see `workbench probe`")
     if as_json:
