@@ -62,6 +62,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         Binding("p", "play", "Play", id="env.play"),
         Binding("L", "launch", "Launch", id="env.launch"),
         Binding("H", "hub", "Hub", id="env.hub"),
+        Binding("P", "probe", "Probe", id="env.probe", show=False),
         # Both also happen by themselves when a saved file reloads; listed under `?`.
         Binding("r", "reload", "Reload", id="env.reload", show=False),
         Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
@@ -521,6 +522,15 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         self._scan({st.name})
 
     # -- launch ---------------------------------------------------------------------------------
+    def action_probe(self) -> None:
+        """The adversarial probe of the selected environment (``workbench probe``), its table when done."""
+        st = self._selected_loaded()
+        if st is None or not self.workbench_app.require_writable("a probe"):
+            return
+        from app.screens.probe import ProbeScreen
+
+        self.app.push_screen(ProbeScreen(env_spec(st.ref), st.name))
+
     def action_hub(self) -> None:
         """The Hub scope: the environments on a package index; back here, the list is scanned again (a pull
         or a fork adds one)."""
