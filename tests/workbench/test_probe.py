@@ -180,3 +180,18 @@ def test_validate_runs_the_model_free_probe(cli: Callable[..., CliResult], write
     assert any(w.startswith("probe: the every_answer policy") for w in out["warnings"])
     assert cli("validate", _env(write_env, ARITH, EXACT, "holey")).rc == 0
     assert "probe (model-free)" in cli("validate", _env(write_env, ARITH, EXACT, "holey")).stdout
+
+
+@pytest.mark.parametrize("env", ["arithmetic", "wordle", "doc_search", "coding"])
+def test_each_bundled_environment_passes_its_probe(cli: Callable[..., CliResult], env: str) -> None:
+    rc, out = _probe(cli, env)  # support_desk's simulated user needs a model: scripts/bench_probe.py runs it
+    assert rc == 0 and out["exploitable"] == 0, [p for p in out["policies"] if p["exploitable"]]
+    assert len([p for p in out["policies"] if p["run_id"]]) >= 9
+
+
+@pytest.mark.parametrize("template", ["single-turn", "tools", "multi-turn", "sandboxed"])
+def test_each_template_rubric_passes_the_probe(cli: Callable[..., CliResult], tmp_path: Path, template: str) -> None:
+    name = template.replace("-", "_") + "_env"
+    assert cli("new", name, "--template", template, "--dir", tmp_path / "envs").rc == 0
+    rc, out = _probe(cli, tmp_path / "envs" / name)
+    assert rc == 0 and out["exploitable"] == 0, [p for p in out["policies"] if p["exploitable"]]

@@ -72,6 +72,11 @@ def load_environment(n: int = 8, high: int = 50, seed: int = 0, max_turns: int =
         raise wb.EnvLoadError(f"__env_name__: high must be a whole number of at least 2, got {high!r}")
     rubric = wb.Rubric()
 
+    # The usual holes, which `workbench probe` tries on this rubric before any training does: a substring
+    # check that a list of every number passes, a reward for length, a check that another task's answer or a
+    # wrong value in the right format satisfies, a judge model that can be told to give full marks, a test
+    # the agent can edit in its sandbox. Compare the whole final answer, keep your own copy of what you
+    # check against, and run `workbench probe __env_name__` after every rubric change.
     # Rewards read the conversation (`messages`), not only the harness state: `workbench validate`
     # scores the gold answer as a one-turn conversation, and a reward that only trusts state could
     # not tell a right answer from a wrong one there.

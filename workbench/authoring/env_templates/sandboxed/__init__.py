@@ -98,6 +98,11 @@ def load_environment(n: int = 6, seed: int = 0, max_turns: int = 6) -> wb.Enviro
         raise wb.EnvLoadError(f"__env_name__: n must be a positive integer, got {n!r}")
     rubric = wb.Rubric()
 
+    # The usual holes, which `workbench probe` tries on this rubric before any training does: a substring
+    # check that a list of every number passes, a reward for length, a check that another task's answer or a
+    # wrong value in the right format satisfies, a judge model that can be told to give full marks, a test
+    # the agent can edit in its sandbox. Compare the whole final answer, keep your own copy of what you
+    # check against, and run `workbench probe __env_name__` after every rubric change.
     @rubric.reward(weight=1.0)
     def correct(completion: str, answer: str) -> float:
         """1.0 when the final reply's last number equals the gold answer."""

@@ -49,6 +49,11 @@ def load_environment(n: int | None = None, seed: int | None = None) -> wb.Enviro
 
     rubric = wb.Rubric()
 
+    # The usual holes, which `workbench probe` tries on this rubric before any training does: a substring
+    # check that a list of every number passes, a reward for length, a check that another task's answer or a
+    # wrong value in the right format satisfies, a judge model that can be told to give full marks, a test
+    # the agent can edit in its sandbox. Compare the whole final answer, keep your own copy of what you
+    # check against, and run `workbench probe __env_name__` after every rubric change.
     # A reward is what training optimises. Its arguments are injected by name: `completion` is the
     # model's last reply, `answer` the task's gold answer (also available: prompt, messages, info,
     # task, state, usage). Return a float, or a dict of named floats.
