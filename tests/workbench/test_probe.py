@@ -119,7 +119,9 @@ def test_text_rubric_holes_are_found_by_their_policy(cli: Callable[..., CliResul
     gold = next(p for p in out["policies"] if p["name"] == "gold")
     assert gold["mean_reward"] == 1.0 and out["basis"] == "gold"
     db = sqlite3.connect(store_path)
-    for p in out["policies"]:
+    skipped = [p for p in out["policies"] if not p["run_id"]]
+    assert [p["name"] for p in skipped] == ["model_hacker"], "the one that needs a model, not given one"
+    for p in (p for p in out["policies"] if p["run_id"]):
         kind, model, config = db.execute("SELECT kind, model, config FROM run WHERE id = ?", (p["run_id"],)).fetchone()
         assert kind == "probe" and model == f"probe:{p['name']}"
         assert json.loads(config)["pipeline"] == {"id": out["probe_id"], "kind": "probe", "stage": p["name"]}
@@ -195,3 +197,20 @@ def test_each_template_rubric_passes_the_probe(cli: Callable[..., CliResult], tm
     assert cli("new", name, "--template", template, "--dir", tmp_path / "envs").rc == 0
     rc, out = _probe(cli, tmp_path / "envs" / name)
     assert rc == 0 and out["exploitable"] == 0, [p for p in out["policies"] if p["exploitable"]]
+
+
+def test_a_policy_that_needs_a_model_runs_only_with_one(cli: Callable[..., CliResult], write_env: Callable[..., Path],
+                                                        mock_server: Callable[..., Any]) -> None:
+    env = _env(write_env, ARITH, SUBSTRING, "holey")
+    _, plain = _probe(cli, env)
+    hacker = next(p for p in plain["policies"] if p["name"] == "model_hacker")
+    assert hacker["run_id"] == "" and "needs a model to play" in hacker["skipped"] and not hacker["exploitable"]
+    # a scripted "model" that, told to collect the reward without the task, hedges across many numbers
+    model = mock_server("script", script=[" ".join(str(i) for i in range(40))])
+    res = cli("probe", env, "--json", "--base-url", model.base_url, "-m", "mock-model")
+    assert res.rc == 1
+    out = last_json(res.stdout)
+    hacker = next(p for p in out["policies"] if p["name"] == "model_hacker")
+    assert hacker["exploitable"] and hacker["needs_model"] and hacker["mean_reward"] == 1.0
+    systems = {b["messages"][0]["content"] for b in model.bodies()}
+    assert len(systems) == 1 and "red-teaming an automatic grader" in systems.pop()

@@ -35,15 +35,15 @@ CONCURRENCY = 8
 class BoundProbe:
     """One rollout's player: what ``Rollout.generate`` asks for each assistant turn."""
 
-    def __init__(self, probe: Probe, task: Task, tasks: list[Task]) -> None:
-        self.probe, self.task, self.tasks = probe, task, tasks
+    def __init__(self, probe: Probe, task: Task, tasks: list[Task], model: Any = None) -> None:
+        self.probe, self.task, self.tasks, self.model = probe, task, tasks, model
         self.name = f"probe:{probe.name}"
         self.turns = 0
         self.state: dict[str, Any] = {}
 
     async def reply(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> Message:
         msg = await self.probe.turn(ProbeTurn(list(messages), list(tools or []), self.task, self.tasks, self.turns,
-                                              self.state))
+                                              self.state, self.model))
         self.turns += 1
         return msg
 
@@ -81,7 +81,7 @@ def load_probe(spec: str) -> type[Probe]:
 
 
 async def _play(env: Any, probe: Probe, tasks: list[tuple[int, Task]], store: Store, pid: str, spec: str,
-                env_args: dict[str, Any], sandboxes: Any, client: ChatClient) -> str:
+                env_args: dict[str, Any], sandboxes: Any, client: ChatClient, model: Any) -> str:
     """One policy over ``tasks``, stored as a run of kind probe; ``sandboxes``: the probe's one pool."""
     from workbench.runs.evaluate import new_run_id
 
@@ -96,7 +96,7 @@ async def _play(env: Any, probe: Probe, tasks: list[tuple[int, Task]], store: St
     writer = store.writer()
 
     def prepare(rollout: Any) -> None:
-        rollout.policy = BoundProbe(probe, rollout.task, plain)
+        rollout.policy = BoundProbe(probe, rollout.task, plain, model if probe.needs_model else None)
         rollout.source = "probe"
 
     engine = RolloutEngine(env=env, client=client, writer=writer, run_id=run_id, model=f"probe:{probe.name}",
@@ -152,12 +152,16 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
                 "threshold": threshold, "basis": "none", "basis_reward": None, "empty_reward": None, "policies": [],
                 "exploitable": 0, "wall_s": 0.0, "skipped": "its simulated user needs a model: run `workbench probe`"}
     client = _sim_client(sim, model, base_url, log)
+    policy_model, policy_client = (None, None) if model_free_only or not (model or base_url) else \
+        _policy_model(env, model, base_url, log)
     sandboxes = await open_sandboxes(env, plain, pid, CONCURRENCY, 1)  # one warm pool for every policy
     try:
         await _run_policies(env, [*BUILT_IN, *(extra or [])], tasks, store, pid, spec, env_args, sandboxes, client,
-                            model_free_only, results, log)
+                            model_free_only, results, log, policy_model)
     finally:
         await client.close()
+        if policy_client is not None:
+            await policy_client.close()
         if sandboxes is not None:
             first = next((r.run_id for r in results if r.run_id), None)
             if first is not None:
@@ -191,21 +195,43 @@ def _sim_client(sim: Any, model: str | None, base_url: str | None, log: Any) -> 
     return ChatClient(resolve_api_key(opts.api_key, sim.user_base_url), provider=opts.provider)
 
 
+def _policy_model(env: Any, model: str | None, base_url: str | None, log: Any) -> tuple[Any, ChatClient]:
+    """The model a probe that needs one plays with (``-m``/``--base-url``), as ``(messages, tools) -> message``,
+    and the client its calls go through (the caller closes it)."""
+    from workbench.rollouts.client import resolve_api_key
+    from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+
+    opts = EvalOptions(env="", model=model, base_url=base_url)
+    url, model_id = resolve_endpoint(opts)
+    client = ChatClient(resolve_api_key(opts.api_key, url), provider=opts.provider)
+    params = env.sampling.to_params()
+    if log:
+        log(f"the policies that need a model call {model_id} at {url}")
+
+    async def ask(messages: list[Message], tools: list[dict[str, Any]]) -> Message:
+        resp = await client.chat(base_url=url, model=model_id, messages=messages, tools=tools or None, params=params)
+        return resp.message
+
+    return ask, client
+
+
 async def _run_policies(env: Any, classes: list[type[Probe]], tasks: list[tuple[int, Task]], store: Store, pid: str,
                         spec: str, env_args: dict[str, Any], sandboxes: Any, client: ChatClient, model_free_only: bool,
-                        results: list[PolicyResult], log: Any) -> None:
+                        results: list[PolicyResult], log: Any, policy_model: Any) -> None:
     plain = [t for _, t in tasks]
     for cls in classes:
         probe = cls()
         if not probe.applies(env, plain):
             continue
-        if probe.needs_model and model_free_only:
+        sim_policy = "user_sim" in probe.kinds
+        if probe.needs_model and (model_free_only or (not sim_policy and policy_model is None)):
+            why = "its simulated user" if sim_policy else "a model to play: pass -m/--base-url"
             results.append(PolicyResult(probe.name, probe.summary, "", None, {}, probe.earns_nothing, False, None, None,
-                                        True, "needs a model (the environment's simulated user): not run"))
+                                        True, f"needs {why}; not run"))
             continue
         if log:
             log(f"probe {probe.name}: {probe.summary}")
-        run_id = await _play(env, probe, tasks, store, pid, spec, env_args, sandboxes, client)
+        run_id = await _play(env, probe, tasks, store, pid, spec, env_args, sandboxes, client, policy_model)
         mean, per, by_task = _scores(store, run_id)
         worst = max(by_task.items(), key=lambda kv: kv[1][1]) if by_task else None
         results.append(PolicyResult(probe.name, probe.summary, run_id, mean, per, probe.earns_nothing, False,
