@@ -152,7 +152,9 @@ class WorkbenchApp(App[None]):
     @on(EnvironmentsScreen.LaunchFinished)
     def _runs_changed(self) -> None:
         """A launch added or finished a run: the Runs or Costs screen, if shown, reads it now (the
-        others refresh when shown)."""
+        others refresh when shown). One that arrives while the app is closing finds no screen: nothing to do."""
+        if not self.screen_stack:
+            return
         screen = self.screen
         if isinstance(screen, RunsScreen | CostsScreen):
             screen.action_refresh()
