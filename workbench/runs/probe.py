@@ -61,6 +61,7 @@ class PolicyResult:
     gold_rollout: str | None
     needs_model: bool = False
     skipped: str = ""
+    example_task: int | None = None  # the task index of the example rollout (the gold rollout is of the same task)
 
     def as_dict(self, gold: float | None) -> dict[str, Any]:
         return {**asdict(self), "gold_reward": gold}
@@ -235,8 +236,8 @@ async def _run_policies(env: Any, classes: list[type[Probe]], tasks: list[tuple[
         mean, per, by_task = _scores(store, run_id)
         worst = max(by_task.items(), key=lambda kv: kv[1][1]) if by_task else None
         results.append(PolicyResult(probe.name, probe.summary, run_id, mean, per, probe.earns_nothing, False,
-                                    worst[1][0] if worst else None, None, probe.needs_model))
-        results[-1].gold_rollout = worst[0] if worst else None  # the task index, resolved below
+                                    worst[1][0] if worst else None, None, probe.needs_model,
+                                    example_task=worst[0] if worst else None))
 
 
 def _verdicts(env: Any, store: Store, pid: str, tasks: list[tuple[int, Task]], threshold: float,
@@ -247,8 +248,8 @@ def _verdicts(env: Any, store: Store, pid: str, tasks: list[tuple[int, Task]], t
     floor = (empty.mean_reward or 0.0) if empty is not None else 0.0
     gold_ids = _scores(store, gold.run_id)[2] if gold is not None else {}
     for r in results:
-        task_index = r.gold_rollout
-        r.gold_rollout = gold_ids.get(task_index, (None, 0.0))[0] if isinstance(task_index, int) else None
+        if r.example_task is not None:
+            r.gold_rollout = gold_ids.get(r.example_task, (None, 0.0))[0]
         if r.earns_nothing and r.mean_reward is not None:
             r.exploitable = r.mean_reward >= threshold * basis - 1e-9 and r.mean_reward > 0
     policies = [r.as_dict(gold.mean_reward if gold else None) for r in results]
