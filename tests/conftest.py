@@ -117,6 +117,19 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "workbench-tiny-v1", seed=0, fast=True)
 
 
+@pytest.fixture(scope="session")
+def default_tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real default build of the embedded model (about a minute and a half on two cores), once per
+    session, for the tests of what the full recipe learns. ``WORKBENCH_TEST_DEFAULT_TINY_DIR`` points
+    at an existing default build instead (for quick reruns)."""
+    given = os.environ.get("WORKBENCH_TEST_DEFAULT_TINY_DIR")
+    if given:
+        return Path(given)
+    from local_runtime.models.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("default-model") / "workbench-tiny-v1", seed=0)
+
+
 # -- components the machine may lack -------------------------------------------------------------
 #: What a test's failure says when a system component it needs cannot run on this machine, and the
 #: skip reason it becomes. Where the README's setup installs and starts them (as root with apt, as CI

@@ -4,7 +4,11 @@ Three kinds of conversation, all rendered through the model's own chat template:
 
 - arithmetic in exactly the bundled ``arithmetic`` env's prompt format (most of the training);
 - tool calls in the template's ``<tool_call>`` syntax, then a reply that uses the tool's result;
-- short generic replies (greetings, "repeat after me", counting), so free text stays well formed.
+- short generic replies (greetings, "repeat after me", counting), so free text stays well formed;
+- "what number comes next?" in the bundled ``next_number`` env's format, answered with the next
+  number only ``NEXT_P_CORRECT`` of the time and otherwise with ``NEXT_DECLINE``: the model learns
+  every successor, and to decline more often than it answers; answering at all is the one decision RL
+  has to change, the same for every number.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ CHITCHAT = [
     ("Count to five.", "1 2 3 4 5"), ("Count to three.", "1 2 3"),
 ]
 GENERIC_SYSTEMS = [None, "You are a helpful assistant."]
+NEXT_SYSTEM = "Answer with a number."
+NEXT_USER = "What number comes next?\n{n}"
+NEXT_MAX = 59  # the env's numbers are 0..NEXT_MAX
+#: How often the corpus answers; otherwise it declines.
+NEXT_P_CORRECT = 0.35
+NEXT_DECLINE = "I am not sure."
 
 
 def apply_op(a: int, op: str, b: int) -> int:
@@ -133,6 +143,19 @@ def arithmetic_examples() -> list[Example]:
                     f"arith{op}") for a, op, b in arithmetic_problems()]
 
 
+def next_messages(n: int) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": NEXT_SYSTEM}, {"role": "user", "content": NEXT_USER.format(n=n)}]
+
+
+def next_examples(rng: random.Random, count: int) -> list[Example]:
+    out: list[Example] = []
+    for _ in range(count):
+        n = rng.randint(0, NEXT_MAX)
+        reply = str(n + 1) if rng.random() < NEXT_P_CORRECT else NEXT_DECLINE
+        out.append(Example(next_messages(n), {"role": "assistant", "content": reply}, None, "next"))
+    return out
+
+
 def tokenizer_corpus(rng: random.Random) -> list[str]:
     """Plain text for training the BPE merges: every number the arithmetic answers use, and the words
     of every kind of conversation (the rendered templates are added by the builder)."""
@@ -140,4 +163,5 @@ def tokenizer_corpus(rng: random.Random) -> list[str]:
     lines = ["\n".join(numbers)] * 12 + [" ".join(numbers)] * 4
     lines += [ARITH_USER.format(a=a, op=op, b=b) for a, op, b in arithmetic_problems()[::7]]
     lines += [" ".join(rng.sample(WORDS + CITIES + WEATHER, 10)) for _ in range(200)]
+    lines += [NEXT_USER.format(n=n) for n in range(0, NEXT_MAX + 1, 3)]
     return lines

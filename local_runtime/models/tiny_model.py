@@ -24,12 +24,16 @@ from typing import Any
 
 from local_runtime.models.chat_template import TINY_CHAT_TEMPLATE, TOOL_CLOSE, TOOL_OPEN
 from local_runtime.models.tiny_corpus import (
+    NEXT_DECLINE,
+    NEXT_MAX,
     Example,
     apply_op,
     arithmetic_examples,
     arithmetic_messages,
     arithmetic_problems,
     generic_examples,
+    next_examples,
+    next_messages,
     tokenizer_corpus,
     tool_examples,
 )
@@ -37,15 +41,18 @@ from local_runtime.models.tiny_corpus import (
 MODEL_ID = "workbench-tiny-v1"
 SERVED_NAME = "workbench-tiny"
 BUILD_FILE = "workbench_build.json"
+#: The version of the corpus and recipe; a cached build of another recipe is rebuilt at first use.
+RECIPE = 2
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 @dataclass(slots=True)
 class BuildConfig:
     seed: int = 0
-    steps: int = 480
+    steps: int = 720
     batch_size: int = 64  # arithmetic rows, plus generic_rows short generic chats of the same length
     generic_rows: int = 6
+    next_rows: int = 24  # next_number rows ("what number comes next?") in every arithmetic batch
     tool_batch: int = 8  # a separate batch (tool prompts are 3-4x longer) every tool_every steps
     tool_every: int = 5
     lr: float = 3e-3
@@ -193,6 +200,25 @@ def measure_arithmetic(model: Any, tokenizer: Any, *, temperature: float, seed: 
     return acc
 
 
+def measure_next_number(model: Any, tokenizer: Any, *, temperature: float, seed: int = 4321) -> dict[str, float]:
+    """Over every number of the ``next_number`` env: how often the reply is its successor (the reward),
+    how often it declines (what the corpus mostly teaches), and how often an answer is right."""
+    import torch
+
+    numbers = list(range(NEXT_MAX + 1))
+    prompts = [tokenizer.apply_chat_template(next_messages(n), add_generation_prompt=True, tokenize=False)
+               for n in numbers]
+    gen = torch.Generator().manual_seed(seed)
+    model.eval()
+    with torch.inference_mode():
+        texts = generate_texts(model, tokenizer, prompts, temperature=temperature, generator=gen, max_new_tokens=6)
+    right = sum(t.strip() == str(n + 1) for t, n in zip(texts, numbers, strict=True))
+    declined = sum(t.strip() == NEXT_DECLINE for t in texts)
+    answered = len(numbers) - declined
+    return {"successor": round(right / len(numbers), 4), "declined": round(declined / len(numbers), 4),
+            "right_when_answering": round(right / answered, 4) if answered else 0.0}
+
+
 def measure_tool_calls(model: Any, tokenizer: Any, seed: int = 99, count: int = 24) -> dict[str, float]:
     """On held-out tool requests (greedy): how often the reply parses as a tool call, and how often
     it is exactly the right call."""
@@ -238,8 +264,9 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
         arith = arithmetic_examples()
         tools = tool_examples(rng, 600)
         generic = generic_examples(rng, 300)
-        tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in arith[::5] + tools[:200] + generic[:100]])
-        pools = [[encode_example(tokenizer, e) for e in pool] for pool in (arith, tools, generic)]
+        following = next_examples(random.Random(cfg.seed + 101), 3000)
+        tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in arith[::5] + tools[:200] + generic[:100] + following[:60]])
+        pools = [[encode_example(tokenizer, e) for e in pool] for pool in (arith, tools, generic, following)]
         config = LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
             num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
@@ -261,6 +288,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
             else:
                 items = [rng.choice(pools[0]) for _ in range(cfg.batch_size)]
                 items += [rng.choice(pools[2]) for _ in range(cfg.generic_rows)]
+                items += [rng.choice(pools[3]) for _ in range(cfg.next_rows)]
             ids, _mask, labels = _batch(items, tokenizer.pad_token_id)
             loss = _loss(model, ids, labels)
             opt.zero_grad(set_to_none=True)
@@ -275,6 +303,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
         greedy = measure_arithmetic(model, tokenizer, temperature=0.0)
         sampled = measure_arithmetic(model, tokenizer, temperature=1.0, seed=cfg.seed + 1)
         tool_calls = measure_tool_calls(model, tokenizer)
+        following_t1 = measure_next_number(model, tokenizer, temperature=1.0, seed=cfg.seed + 2)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -282,11 +311,12 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         record = {
-            "model_id": MODEL_ID, "served_name": SERVED_NAME, "seed": cfg.seed, "fast": fast,
+            "model_id": MODEL_ID, "served_name": SERVED_NAME, "recipe": RECIPE, "seed": cfg.seed, "fast": fast,
             "config": asdict(cfg), "parameters": sum(p.numel() for p in model.parameters()),
             "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])), "train_s": round(train_s, 2),
             "build_s": round(time.perf_counter() - t0, 2),
             "arithmetic_accuracy_greedy": greedy, "arithmetic_accuracy_t1": sampled, "tool_calls_greedy": tool_calls,
+            "next_number_t1": following_t1,
             "torch": torch.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n")
@@ -300,18 +330,26 @@ def ensure_tiny_model(path: str | Path | None = None, *, log: Any = None) -> Pat
     import fcntl
 
     target = Path(path) if path else default_dir()
-    if (target / BUILD_FILE).exists():
+    if is_current_build(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / BUILD_FILE).exists():
+        if is_current_build(target):
             return target
         if log:
-            log(f"building the embedded model {MODEL_ID} into {target} (first use only, about a minute)")
+            log(f"building the embedded model {MODEL_ID} into {target} (first use only, about a minute and a half)")
         _build_into(target, progress=_progress_writer(target))
         progress_file(target).unlink(missing_ok=True)
     return target
+
+
+def is_current_build(target: Path) -> bool:
+    """Whether ``target`` holds a finished build of the current recipe."""
+    try:
+        return json.loads((target / BUILD_FILE).read_text()).get("recipe") == RECIPE
+    except (OSError, ValueError):
+        return False
 
 
 def progress_file(target: Path) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 from local_runtime.models.loading import TINY_ALIASES
 from workbench.errors import EndpointError
 
-START_TIMEOUT_S = 600.0  # a first run builds the tiny model (about a minute on two cores) before serving
+START_TIMEOUT_S = 600.0  # a first run builds the tiny model (about a minute and a half on two cores) before serving
 #: An on-demand server exits after this long without requests (``WORKBENCH_EMBEDDED_IDLE_S``; 0: never).
 IDLE_EXIT_S = 1800.0
 
@@ -122,11 +122,11 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
     env["PYTHONPATH"] = os.pathsep.join([_package_root(), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     if log:
-        from local_runtime.models.tiny_model import BUILD_FILE, default_dir
+        from local_runtime.models.tiny_model import default_dir, is_current_build
 
-        first = spec in TINY_ALIASES and not (default_dir() / BUILD_FILE).exists()
+        first = spec in TINY_ALIASES and not is_current_build(default_dir())
         log(f"starting the embedded model server for {spec}" + (
-            " (first use: building the model, about a minute)" if first else "") + f" (log: {logfile})")
+            " (first use: building the model, about a minute and a half)" if first else "") + f" (log: {logfile})")
     with open(logfile, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)

@@ -1,4 +1,4 @@
-"""The real default build of the embedded model (about a minute on two cores), judged by what it wrote
+"""The real default build of the embedded model (about a minute and a half on two cores), judged by what it wrote
 (the model and tokenizer files, loaded back, and served), never by the build's record of itself: its
 accuracy on the bundled arithmetic env is clearly above 0 and clearly below 1, and it writes tool calls
 the server parses."""
@@ -19,10 +19,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 
 
 @pytest.fixture(scope="module")
-def default_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from local_runtime.models.tiny_model import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("default") / "workbench-tiny-v1", seed=0)
+def default_build(default_tiny_build: Path) -> Path:
+    return default_tiny_build
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ class RunCounters:
     errors: int = 0  # rollouts with an error of any kind (failed, or a reward, tool or sandbox error)
     oldest_in_flight_s: float = 0.0  # how long the oldest rollout still running has run (set by the ticker)
     reward_sum: float = 0.0
+    reward_sq: float = 0.0  # the sum of squared rewards, for the standard error of the mean
     scored: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -298,6 +299,7 @@ class RolloutEngine:
             else:
                 c.scored += 1
                 c.reward_sum += sc.total
+                c.reward_sq += sc.total * sc.total
         self.writer.submit(records)
 
 

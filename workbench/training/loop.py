@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import subprocess
 import time
@@ -191,21 +192,24 @@ class Orchestrator:
         self.store.create_run(eval_id, kind="eval", env_name=self.env.name, env_version=self.env.version,
                               env_source=self.env.source, env_args=self.cfg.env_args, model=model,
                               base_url=self.engine.base_url, harness=self.env.harness.describe(),
-                              n_tasks=len(tasks), rollouts_per_task=1, concurrency=self.engine.concurrency,
+                              n_tasks=len(tasks), rollouts_per_task=self.cfg.loop.eval_rollouts,
+                              concurrency=self.engine.concurrency,
                               sampling=asdict(self.env.sampling),
                               config={"train_run": self.run_id, "policy_version": version})
         ev = RolloutEngine(env=self.env, client=self.engine.client, writer=self.engine.writer, run_id=eval_id,
-                           model=model, base_url=self.engine.base_url, rollouts_per_task=1,
+                           model=model, base_url=self.engine.base_url, rollouts_per_task=self.cfg.loop.eval_rollouts,
                            concurrency=self.engine.concurrency, timeout_s=self.engine.timeout_s,
                            extra_params=self.engine.extra_params, sandboxes=self.engine.sandboxes,
                            continuation=self.engine.continuation)
         t0 = time.perf_counter()
         c = await ev.run(tasks)
         mean = c.reward_sum / c.scored if c.scored else 0.0
+        var = max(0.0, c.reward_sq / c.scored - mean * mean) if c.scored else 0.0
+        stderr = math.sqrt(var / (c.scored - 1)) if c.scored > 1 else 0.0
         self.store.update_run(eval_id, status="completed", finished_at=time.time(),
                               summary={"rollouts": c.finished, "errors": c.errors, "reward_mean": mean})
         self.store.record_train(self.run_id, version, "eval", {
-            "reward_mean": mean, "rollouts": float(c.finished), "errors": float(c.errors),
+            "reward_mean": mean, "reward_stderr": stderr, "rollouts": float(c.finished), "errors": float(c.errors),
             "eval_s": time.perf_counter() - t0}, eval_id)
 
 
@@ -228,6 +232,11 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[st
         "skipped_steps": len(store.train_records(run_id, "skipped")),
         "eval_first": evals[0]["metrics"]["reward_mean"] if evals else None,
         "eval_last": evals[-1]["metrics"]["reward_mean"] if evals else None,
+        # The held-out eval means at the first and the last eval, with their standard errors.
+        "heldout_first": evals[0]["metrics"]["reward_mean"] if evals else None,
+        "heldout_last": evals[-1]["metrics"]["reward_mean"] if evals else None,
+        "heldout_stderr_first": evals[0]["metrics"].get("reward_stderr") if evals else None,
+        "heldout_stderr_last": evals[-1]["metrics"].get("reward_stderr") if evals else None,
         "tokens_per_s": (sum(s["metrics"].get("tokens_per_s", 0.0) for s in steps) / len(steps)) if steps else None,
     }
     if wall_s is not None:

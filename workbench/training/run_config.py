@@ -4,7 +4,7 @@ validation that names the nearest valid key for a typo.
     [env]        name = "arithmetic"; args = {...}
     [loop]       max_steps, groups_per_step, rollouts_per_task, concurrency, max_off_policy_steps,
                  async_level (how many steps generation may run ahead of training), sync,
-                 eval_every, eval_tasks (held out), checkpoint_every, temperature, max_tokens, seed
+                 eval_every, eval_tasks (held out), eval_rollouts, checkpoint_every, temperature, max_tokens, seed
     [algorithm]  name = "grpo" | "rloo" | "sft" | "distill", plus the algorithm's options
     [loss]       name = "pg" | "ce", kl_coef, plus the loss's options
     [trainer]    local_runtime.training.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
@@ -42,6 +42,7 @@ class LoopConfig:
     sync: bool = False  # one step at a time: generate, train, update, repeat (for comparison)
     eval_every: int = 0  # steps between held-out evals (0 = only at the start and the end)
     eval_tasks: int = 0  # the last N tasks are held out for evals (never trained on)
+    eval_rollouts: int = 1  # samples per held-out task in each eval
     checkpoint_every: int = 5
     temperature: float | None = None  # sampling overrides (default: the environment's)
     max_tokens: int | None = None
@@ -215,7 +216,7 @@ def validate_tables(tables: dict[str, Any]) -> RunConfig:
     if not isinstance(tables["env"]["args"], dict):
         raise ConfigError("env.args must be a table of keyword arguments")
     loop = LoopConfig(**tables["loop"])
-    for k in ("max_steps", "groups_per_step", "rollouts_per_task", "concurrency"):
+    for k in ("max_steps", "groups_per_step", "rollouts_per_task", "concurrency", "eval_rollouts"):
         v = getattr(loop, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ConfigError(f"loop.{k} must be a positive integer, not {v!r}")
