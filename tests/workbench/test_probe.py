@@ -184,7 +184,7 @@ def test_validate_runs_the_model_free_probe(cli: Callable[..., CliResult], write
     assert "probe (model-free)" in cli("validate", _env(write_env, ARITH, EXACT, "holey")).stdout
 
 
-@pytest.mark.parametrize("env", ["arithmetic", "wordle", "doc_search", "coding"])
+@pytest.mark.parametrize("env", ["arithmetic", "next_number", "wordle", "doc_search", "coding"])
 def test_each_bundled_environment_passes_its_probe(cli: Callable[..., CliResult], env: str) -> None:
     rc, out = _probe(cli, env)  # support_desk's simulated user needs a model: scripts/bench_probe.py runs it
     assert rc == 0 and out["exploitable"] == 0, [p for p in out["policies"] if p["exploitable"]]
