@@ -6,8 +6,9 @@ offline on a synthetic chat corpus (see :mod:`local_runtime.models.tiny_corpus`)
 local path. The build is deterministic (one torch thread, fixed seeds): same seed, same bytes.
 
 It is trained just long enough to answer the bundled ``arithmetic`` env's questions correctly part of
-the time (the measured accuracy is written to ``workbench_build.json``), so a local RL run has room to
-show learning. Run ``python -m local_runtime.models.tiny_model [OUT_DIR]`` to build it by hand.
+the time, and to know every successor the ``next_number`` env asks for while declining to say it two
+times in three (what it measured is written to ``workbench_build.json``), so a local RL run has room
+to show learning, and, on ``next_number``, learning that carries over to tasks it never trained on. Run ``python -m local_runtime.models.tiny_model [OUT_DIR]`` to build it by hand.
 """
 
 from __future__ import annotations
@@ -264,9 +265,10 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
         arith = arithmetic_examples()
         tools = tool_examples(rng, 600)
         generic = generic_examples(rng, 300)
-        following = next_examples(random.Random(cfg.seed + 101), 3000)
-        tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in arith[::5] + tools[:200] + generic[:100] + following[:60]])
-        pools = [[encode_example(tokenizer, e) for e in pool] for pool in (arith, tools, generic, following)]
+        counting = next_examples(random.Random(cfg.seed + 101), 3000)
+        samples = arith[::5] + tools[:200] + generic[:100] + counting[:60]
+        tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in samples])
+        pools = [[encode_example(tokenizer, e) for e in pool] for pool in (arith, tools, generic, counting)]
         config = LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
             num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
@@ -303,7 +305,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
         greedy = measure_arithmetic(model, tokenizer, temperature=0.0)
         sampled = measure_arithmetic(model, tokenizer, temperature=1.0, seed=cfg.seed + 1)
         tool_calls = measure_tool_calls(model, tokenizer)
-        following_t1 = measure_next_number(model, tokenizer, temperature=1.0, seed=cfg.seed + 2)
+        counting_t1 = measure_next_number(model, tokenizer, temperature=1.0, seed=cfg.seed + 2)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -316,7 +318,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
             "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])), "train_s": round(train_s, 2),
             "build_s": round(time.perf_counter() - t0, 2),
             "arithmetic_accuracy_greedy": greedy, "arithmetic_accuracy_t1": sampled, "tool_calls_greedy": tool_calls,
-            "next_number_t1": following_t1,
+            "next_number_t1": counting_t1,
             "torch": torch.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n")
