@@ -103,6 +103,20 @@ def delay_stats(median_s: float, sigma: float, max_s: float, n: int = 20_000) ->
             "p99": round(q(0.99), 3), "max_of_20k": round(xs[-1], 3)}
 
 
+def run_train_command(cmd: list[str], label: str, *, verbose: bool) -> tuple[dict[str, Any], float]:
+    """Run a ``workbench train ... --json`` command; (its JSON summary, the command's seconds). A failed
+    run ends the benchmark with the tail of its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                          stderr=None if verbose else subprocess.PIPE)
+    command_s = time.perf_counter() - t0
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stderr or "").strip().splitlines()[-30:])
+        raise SystemExit(f"{label} failed (exit {proc.returncode}):\n{tail}")
+    return json.loads(lines[-1]), command_s
+
+
 def train_once(mode: str, env_file: Path, db: Path, args: argparse.Namespace, sigma: float) -> dict[str, Any]:
     """One ``workbench train`` run; its JSON summary plus timings read back from the store."""
     from workbench.store import Store
@@ -124,15 +138,7 @@ def train_once(mode: str, env_file: Path, db: Path, args: argparse.Namespace, si
         cmd += ["--loop.async_level", str(args.async_level),
                 "--loop.max_off_policy_steps", str(args.max_off_policy_steps)]
     print(f"\n== {mode}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                          stderr=None if args.verbose else subprocess.PIPE)
-    command_s = time.perf_counter() - t0
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stderr or "").strip().splitlines()[-30:])
-        raise SystemExit(f"{mode} run failed (exit {proc.returncode}):\n{tail}")
-    summary = json.loads(lines[-1])
+    summary, command_s = run_train_command(cmd, f"{mode} run", verbose=args.verbose)
     with Store(db) as store:
         run = store.get_run(summary["run_id"])
         steps = store.train_records(run["id"], "step")

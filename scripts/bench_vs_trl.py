@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_train import run_train_command  # noqa: E402 (one way to run a train command and read its summary)
 
 INSTALL_TRL = "TRL is not installed: .venv/bin/pip install trl==1.16.0 --no-deps"
 
@@ -111,15 +113,7 @@ def run_workbench(args: argparse.Namespace, cfg: Any, over: dict[str, Any], tmp:
     flags = [x for k, v in over.items() for x in (f"--{k}", json.dumps(v) if isinstance(v, bool) else str(v))]
     cmd = [sys.executable, "-m", "workbench.cli", "train", cfg.env, "--db", str(db), "--json", *flags]
     print(f"== workbench: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                          stderr=None if args.verbose else subprocess.PIPE)
-    command_s = time.perf_counter() - t0
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stderr or "").strip().splitlines()[-30:])
-        raise SystemExit(f"workbench train failed (exit {proc.returncode}):\n{tail}")
-    summary = json.loads(lines[-1])
+    summary, command_s = run_train_command(cmd, "workbench train", verbose=args.verbose)
     with Store(db) as store:
         run = store.get_run(summary["run_id"])
         steps = {r["step"]: r["created_at"] - run["created_at"] for r in store.train_records(run["id"], "step")}
