@@ -50,10 +50,28 @@ async def test_reward_and_metrics(completion: str, reward: float, declined: floa
     ('{"n": 0}', "n must be a positive integer"),
     ('{"n": "ten"}', "n must be a positive integer"),
     ('{"start": 1.5}', "start must be an integer"),
+    ('{"rounds": 0}', "rounds must be a positive integer"),
 ])
 def test_bad_arguments_end_in_one_line(cli: Callable[..., CliResult], args: str, fragment: str) -> None:
     assert_user_error(cli("eval", "next_number", "-a", args, "--base-url", "http://127.0.0.1:9/v1", "-m", "m"),
                       fragment)
+
+
+async def test_count_on_scores_the_fraction_of_rounds_right() -> None:
+    env = load("next_number", {"rounds": 3})
+    task = next(t for t in env.tasks if t.info["n"] == 37)
+    harness = env.harness
+    assert isinstance(harness, nn.CountOn) and harness.describe() == "CountOn(rounds=3)"
+    state: dict = {}
+    await harness.setup(task, state)
+    msgs = [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": "38"}]
+    assert await harness.respond(msgs, state) == [{"role": "user", "content": "What number comes next?\n38"}]
+    msgs += [{"role": "assistant", "content": "I am not sure."}]
+    assert await harness.respond(msgs, state) == [{"role": "user", "content": "What number comes next?\n39"}]
+    msgs += [{"role": "assistant", "content": "40"}]
+    assert await harness.respond(msgs, state) is None and state["right"] == [True, False, True]
+    s = await score(env, task, "40", messages=msgs, state=state)
+    assert s.rewards["next_one"] == pytest.approx(2 / 3)
 
 
 def test_the_corpus_teaches_the_env_prompt_for_every_number() -> None:
