@@ -5,7 +5,8 @@ when both train the same base model on the same environment and reward, on this 
                                    [--eval-rollouts R] [--seed 0] [--target X] [--sync]
                                    [--only trl|workbench] [--json] [--verbose]
 
-Without ``--model`` it first builds the embedded tiny model into a temporary directory (~70 s). It
+Without ``--model`` it first builds the embedded tiny model into a temporary directory (about a
+minute and a half). It
 resolves the run config ``workbench train ENV`` would use (the env's ``train.toml`` plus these
 flags) and runs each trainer alone, one after the other:
 
@@ -51,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_train import run_train_command  # noqa: E402 (one way to run a train command and read its summary)
+from learning_curve import curve_rows  # noqa: E402 (step and eval times, as the learning curve reads them)
 
 INSTALL_TRL = "TRL is not installed: .venv/bin/pip install trl==1.16.0 --no-deps"
 
@@ -115,15 +117,13 @@ def run_workbench(args: argparse.Namespace, cfg: Any, over: dict[str, Any], tmp:
     print(f"== workbench: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
     summary, command_s = run_train_command(cmd, "workbench train", verbose=args.verbose)
     with Store(db) as store:
-        run = store.get_run(summary["run_id"])
-        steps = {r["step"]: r["created_at"] - run["created_at"] for r in store.train_records(run["id"], "step")}
-        evals = store.train_records(run["id"], "eval")
-    steps[0] = 0.0
-    curve = [{"step": e["step"], "wall_s": round(steps[e["step"]], 2), "heldout": e["metrics"]["reward_mean"]}
-             for e in evals if e["step"] in steps]
+        rows = curve_rows(store, summary["run_id"])  # wall time from the run's creation to each step record
+    curve = [{"step": r["step"], "wall_s": round(r["wall_s"], 2), "heldout": r["eval_reward_mean"]}
+             for r in rows if r["eval_reward_mean"] is not None]
     from local_runtime.server.serve import default_threads
 
-    return {"trainer": "workbench", "run_id": run["id"], "curve": curve, "step_s": step_durations(steps),
+    return {"trainer": "workbench", "run_id": summary["run_id"], "curve": curve,
+            "step_s": step_durations({r["step"]: r["wall_s"] for r in rows}),
             "command_s": round(command_s, 1), "threads": f"server {default_threads()}, trainer "
             f"{default_threads()} (workbench's default split)"}
 
@@ -309,7 +309,7 @@ def report(results: list[dict[str, Any]], target: float | None) -> dict[str, Any
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="next_number")
-    ap.add_argument("--model", default=None, help="a built model dir (default: build the tiny model, ~70 s)")
+    ap.add_argument("--model", default=None, help="a built model dir (default: build the tiny model, about 100 s)")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the env's loop.max_steps)")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evals (default: the env's)")
     ap.add_argument("--eval-rollouts", type=int, default=None, help="samples per held-out task (default: the env's)")
@@ -331,7 +331,7 @@ def main() -> None:
         if args.model is None:
             from local_runtime.models.tiny_model import build_tiny_model
 
-            print("building the tiny model (about 70 s; --model DIR reuses a build)", file=sys.stderr, flush=True)
+            print("building the tiny model (about 100 s; --model DIR reuses a build)", file=sys.stderr, flush=True)
             args.model = str(build_tiny_model(tmp / "model", seed=0))
         args.model = str(Path(args.model).resolve())
         cfg, over = run_config(args)
