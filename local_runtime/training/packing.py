@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workbench.training.algorithms import TrainSample
 
@@ -67,6 +67,7 @@ class MicroBatch:
     n_tokens: int  # real (unpadded) tokens
     n_loss_tokens: int
     truncated: int  # samples cut to the budget
+    shared: Any = None  # shared_prefix.SharedRows: what the model runs instead of input_ids, when set
 
 
 def collate(samples: Sequence[TrainSample], max_tokens: int, pad_id: int = 0,

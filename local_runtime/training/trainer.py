@@ -24,8 +24,8 @@ How the async loop (issue 5, item 3) drives it::
 * Metrics (floats): ``loss``, ``entropy`` (mean over sampled tokens), ``mismatch_kl``,
   ``masked_fraction``, ``kl`` (with a KL term), ``grad_norm`` (before clipping), ``lr``,
   ``tokens`` (real tokens, all ranks), ``loss_tokens``, ``samples``, ``micro_batches``,
-  ``truncated``, ``tokens_per_s``, ``step_time_s``, ``staleness_mean``/``staleness_max`` (when
-  samples carry a policy version).
+  ``truncated``, ``packed_tokens`` (what the model ran: each shared prefix once), ``tokens_per_s``,
+  ``step_time_s``, ``staleness_mean``/``staleness_max`` (when samples carry a policy version).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 
 from local_runtime.models import lora
 from local_runtime.training import checkpoint as ckpt
+from local_runtime.training import shared_prefix
 from local_runtime.training.distributed import all_reduce_, rank_world
 from local_runtime.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
 from local_runtime.training.packing import MicroBatch, collate, pack, shard
@@ -95,6 +96,7 @@ class TrainerConfig:
     seed: int = 0
     gradient_checkpointing: bool = False
     compute_entropy: bool = True
+    shared_prefix: bool = True  # run each group's common prompt once per row (shared_prefix.py)
     pad_id: int = 0
     allow_download: bool = False
 
@@ -170,6 +172,7 @@ class Trainer:
             if cfg.lora:
                 model.enable_input_require_grads()
         self.model = model
+        self.shares_prefix = cfg.shared_prefix and shared_prefix.supports(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
@@ -234,14 +237,34 @@ class Trainer:
 
         cfg = self.config
         local = shard(samples, self.rank, self.world_size) if shard_batch else list(samples)
-        bins = pack([s.n_tokens for s in local], cfg.micro_batch_tokens)
-        mbs = [collate([local[i] for i in b], cfg.micro_batch_tokens, cfg.pad_id, self.device) for b in bins]
+        mbs = self._micro_batches(local)
+        packed = sum(m.shared.n_packed if m.shared is not None else m.n_tokens for m in mbs)
         counts = torch.tensor([sum(m.n_loss_tokens for m in mbs), len(local), sum(m.n_tokens for m in mbs),
-                               sum(m.truncated for m in mbs), len(mbs)], dtype=torch.float64)
+                               sum(m.truncated for m in mbs), len(mbs), packed], dtype=torch.float64)
         all_reduce_([counts])
-        n_loss, n_seq, n_tok, n_trunc, n_mb = (float(x) for x in counts)
+        n_loss, n_seq, n_tok, n_trunc, n_mb, n_packed = (float(x) for x in counts)
         return mbs, {"tokens": n_tok, "loss_tokens": n_loss, "samples": n_seq, "micro_batches": n_mb,
-                     "truncated": n_trunc, **self._staleness(samples)}
+                     "truncated": n_trunc, "packed_tokens": n_packed, **self._staleness(samples)}
+
+    def _micro_batches(self, local: list[TrainSample]) -> list[MicroBatch]:
+        """Micro-batches of at most ``micro_batch_tokens`` (rows x padded width): one row per sample,
+        or, when the model allows it, one row per group with its common prefix run once."""
+        cfg = self.config
+        budget = cfg.micro_batch_tokens
+        if not self.shares_prefix:
+            bins = pack([s.n_tokens for s in local], budget)
+            return [collate([local[i] for i in b], budget, cfg.pad_id, self.device) for b in bins]
+        rows = shared_prefix.plan_rows(local, budget)
+        mbs = []
+        for b in pack([r.width for r in rows], budget):
+            order = [i for r in b for i in rows[r].samples]
+            at = {i: n for n, i in enumerate(order)}
+            mine = [shared_prefix.Row(rows[r].prefix, [at[i] for i in rows[r].samples], rows[r].width) for r in b]
+            mb_samples = [local[i] for i in order]
+            mb = collate(mb_samples, budget, cfg.pad_id, self.device)
+            mb.shared = shared_prefix.build(mb_samples, mine, mb.loss_mask.cpu(), budget, cfg.pad_id, self.device)
+            mbs.append(mb)
+        return mbs
 
     def _run(self, mbs: list[MicroBatch], base: dict[str, float], *, backward: bool,
              loss: Loss | None = None) -> tuple[dict[str, Any], str | None]:
@@ -263,10 +286,7 @@ class Trainer:
         import torch
 
         cfg = self.config
-        logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
-        if cfg.temperature != 1.0:
-            logits = logits / cfg.temperature
-        logprobs = logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+        logprobs, logits = self._logprobs(self.model, mb)
         share = mb.loss_mask.float() / n_loss
         ref = self._reference_logprobs(mb) if loss.uses_reference else None
         weights = token_weights(mb.loss_mask, cfg.normalization, n_loss, n_seq, cfg.max_tokens)
@@ -277,20 +297,36 @@ class Trainer:
             with torch.no_grad():
                 lg = logits.detach()
                 ent = lg.logsumexp(-1) - (lg.softmax(-1) * lg).sum(-1)
-                metrics["entropy"] = (share * ent).sum()
+                metrics["entropy"] = ((share[mb.loss_mask] if mb.shared is not None else share) * ent).sum()
         return value, metrics
+
+    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[Any, Any]:
+        """The ``[B, T-1]`` logprobs of the sampled tokens (0 where nothing is sampled, under shared-prefix
+        packing), and the temperature-scaled logits they come from (``[B, T-1, V]``, or ``[N, V]`` at
+        the sampled tokens only under shared-prefix packing)."""
+        import torch
+
+        temperature = self.config.temperature
+        if mb.shared is None:
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
+            if temperature != 1.0:
+                logits = logits / temperature
+            return logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1), logits
+        logits = shared_prefix.sampled_logits(model, mb.shared).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        sampled = logits.gather(-1, mb.target_ids[mb.loss_mask].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+        return torch.zeros(mb.loss_mask.shape, dtype=sampled.dtype, device=sampled.device).masked_scatter(
+            mb.loss_mask, sampled), logits
 
     def _reference_logprobs(self, mb: MicroBatch) -> Any:
         import torch
 
         with torch.no_grad():
             if self.reference is not None:
-                out = self.reference(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
-            else:
-                with self.model.disable_adapter():
-                    out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
-            logits = out.logits[:, :-1].float() / self.config.temperature
-            return logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+                return self._logprobs(self.reference, mb)[0]
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, mb)[0]
 
     def _skip(self, reason: str, metrics: dict[str, float], t0: float) -> StepResult:
         self.optimizer.zero_grad(set_to_none=True)

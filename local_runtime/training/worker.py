@@ -69,6 +69,8 @@ class TrainLoop:
         self.pending: list[Any] = []
         self.read_pk = 0
         self.loaded: list[int] = []  # policy versions loaded into the server, oldest first
+        self.pinned: set[int] = set()  # loaded for a held-out eval that is not recorded yet
+        self.first_step = 0  # the policy the run starts from (a resumed run's checkpoint step)
         self.main = self.trainer.rank == 0  # reads the feed, records, publishes
         if feed is None and store is not None:
             feed = StoreFeed(store, run_id, parent_pid)
@@ -111,7 +113,7 @@ class TrainLoop:
         feed position (cursor) of the last rollout that step had consumed."""
         if not self.checkpoint_dir.exists():
             return 0
-        step = self.trainer.load_checkpoint(self.checkpoint_dir)
+        step = self.first_step = self.trainer.load_checkpoint(self.checkpoint_dir)
         if self.main:
             assert self.feed is not None
             for rec in self.feed.records("step"):
@@ -173,9 +175,14 @@ class TrainLoop:
         _post(self.server, "/v1/load_lora_adapter",
               {"lora_name": adapter_name(step), "lora_path": str(path), "policy_version": step})
         self.loaded.append(step)
+        if self.cfg.loop.eval_due(step, self.first_step):
+            self.pinned.add(step)
+        if self.pinned:
+            assert self.feed is not None
+            self.pinned -= {r["step"] for r in self.feed.records("eval")}
         keep = self.cfg.loop.max_off_policy_steps + 1  # in-flight multi-turn rollouts may still call these
-        while len(self.loaded) > keep:
-            old = self.loaded.pop(0)
+        for old in [s for s in self.loaded[:-keep] if s not in self.pinned]:
+            self.loaded.remove(old)
             _post(self.server, "/v1/unload_lora_adapter", {"lora_name": adapter_name(old)})
         return time.perf_counter() - t0
 

@@ -155,13 +155,17 @@ class Orchestrator:
         producer = None if self.cfg.data else asyncio.create_task(
             engine.run_groups(task_stream(train_tasks, loop.seed, self.group0)))
         evaluated = {e["step"] for e in self.store.train_records(self.run_id, "eval")}  # a resumed run has some
+        last = self.step - 1
         try:
             while True:
                 self.poll()
-                if eval_tasks and self.step not in evaluated and (
-                        self.step in (self.step0, loop.max_steps) or (loop.eval_every and self.step % loop.eval_every == 0)):
-                    evaluated.add(self.step)
-                    self.evals.append(asyncio.create_task(self.evaluate(eval_tasks, self.step)))
+                # every policy since the last poll: a fast trainer can publish several between two polls
+                # (the trainer keeps an eval step's adapter loaded until its eval is recorded)
+                for step in range(max(last + 1, self.step0), self.step + 1):
+                    if eval_tasks and step not in evaluated and loop.eval_due(step, self.step0):
+                        evaluated.add(step)
+                        self.evals.append(asyncio.create_task(self.evaluate(eval_tasks, step)))
+                last = self.step
                 if self.step >= loop.max_steps:
                     break
                 if self.should_stop is not None and (reason := self.should_stop()):

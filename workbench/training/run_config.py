@@ -49,6 +49,12 @@ class LoopConfig:
     seed: int = 0
     timeout_s: float = 600.0
 
+    def eval_due(self, step: int, first: int = 0) -> bool:
+        """Whether a held-out eval runs under the policy of ``step``; ``first`` is the run's first
+        policy (0, or the step a resumed run starts from)."""
+        return bool(self.eval_tasks) and (step in (first, self.max_steps)
+                                          or bool(self.eval_every and step % self.eval_every == 0))
+
 
 DEFAULTS: dict[str, Any] = {
     "env": {"name": "", "args": {}},
