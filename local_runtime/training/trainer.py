@@ -235,7 +235,6 @@ class Trainer:
         """This rank's micro-batches and the step-wide counts (all ranks) the losses normalise by."""
         import torch
 
-        cfg = self.config
         local = shard(samples, self.rank, self.world_size) if shard_batch else list(samples)
         mbs = self._micro_batches(local)
         packed = sum(m.shared.n_packed if m.shared is not None else m.n_tokens for m in mbs)
