@@ -90,6 +90,8 @@ class CallProcess:
 class ModalRoles:
     """Inside the Modal orchestrator: the inference function's URL and the clustered trainer."""
 
+    trainer_first = False  # the trainer runs on other machines: it gets the URL on its command line
+
     def __init__(self, cloud: Any, handoff: dict[str, Any], sync: Callable[[], None] | None = None) -> None:
         self.cloud, self.handoff = cloud, handoff  # cloud: modal_orchestrator.CloudRun
         self.sync = sync  # commits the run volume: the trainer nodes must see config.json and the checkpoint
@@ -102,8 +104,9 @@ class ModalRoles:
                               f"{self.cloud.spec.base_model!r}; launch with the same model for both")
         return Inference(self.cloud.inference_url.rstrip("/"), self.cloud.spec.base_model, lambda: None)
 
-    def start_trainer(self, db: Path, run_id: str, server_root: str, rdir: Path,
+    def start_trainer(self, db: Path, run_id: str, server_root: str | None, rdir: Path,
                       threads: int | None) -> tuple[CallProcess, Path | None]:
+        assert server_root, "the Modal trainer starts after the inference function is up"
         if self.sync is not None:
             self.sync()
         call = self.cloud.start_trainer(handoff_argv(self.handoff, run_id, server_root, rdir))

@@ -12,16 +12,17 @@ flags) and runs each trainer alone, one after the other:
 
 * **Workbench**: ``workbench train ENV --json`` into a throwaway store (``--loop.checkpoint_every
   0``); held-out evals (the last ``loop.eval_tasks`` tasks, ``--eval-rollouts`` samples each) run
-  beside training; the eval curve and step times are read back from the store. Wall time is from
-  the run's creation (the inference server is up, the trainer process starts) to the step record of
-  the evaluated policy.
-* **TRL**: ``GRPOTrainer`` in this process, without vLLM, on the training tasks only, in the same
-  task order (the workbench's seeded task stream, ``shuffle_dataset=False``). Its reward is the
+  beside training, on the same server and cores; the eval curve and step times are read back from
+  the store. Wall time is from the command's launch (imports, the inference server and the trainer
+  starting) to the step record of the evaluated policy.
+* **TRL**: ``GRPOTrainer`` in a process of its own, without vLLM, on the training tasks only, in the
+  same task order (the workbench's seeded task stream, ``shuffle_dataset=False``). Its reward is the
   env's own rubric scoring each completion as ``workbench train`` does (group rewards over each
   prompt's ``num_generations`` completions). A callback samples the held-out tasks at step 0, every
   ``--eval-every`` steps and at the end (``model.generate`` on the chat template, at the env's
-  temperature) and scores them with the rubric. Wall time is from before the trainer is built (the
-  model loads) to the end of the evaluated step, less the time spent in these evals.
+  temperature) and scores them with the rubric. Wall time is from the process's launch (imports,
+  the model load, the trainer built) to the end of the evaluated step, less the time spent in these
+  evals (TRL trains while nothing else runs).
 
 Both sides use LoRA (rank, alpha, targets), AdamW (lr, betas, eps, weight decay, gradient clip)
 with a constant learning rate after ``warmup_steps``, ``groups_per_step x rollouts_per_task``
@@ -40,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,15 +117,20 @@ def run_workbench(args: argparse.Namespace, cfg: Any, over: dict[str, Any], tmp:
     flags = [x for k, v in over.items() for x in (f"--{k}", json.dumps(v) if isinstance(v, bool) else str(v))]
     cmd = [sys.executable, "-m", "workbench.cli", "train", cfg.env, "--db", str(db), "--json", *flags]
     print(f"== workbench: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
+    launched = time.time()
     summary, command_s = run_train_command(cmd, "workbench train", verbose=args.verbose)
     with Store(db) as store:
         rows = curve_rows(store, summary["run_id"])  # wall time from the run's creation to each step record
-    curve = [{"step": r["step"], "wall_s": round(r["wall_s"], 2), "heldout": r["eval_reward_mean"]}
-             for r in rows if r["eval_reward_mean"] is not None]
+        created = store.get_run(summary["run_id"])["created_at"]
+    since_launch = created - launched  # the command's start: imports, the server and the trainer starting
+    curve = [{"step": r["step"], "wall_s": round(r["wall_s"] + since_launch if r["step"] else 0.0, 2),
+              "heldout": r["eval_reward_mean"]} for r in rows if r["eval_reward_mean"] is not None]
     from local_runtime.server.serve import default_threads
 
+    steps = [r for r in rows if r["step"]]
     return {"trainer": "workbench", "run_id": summary["run_id"], "curve": curve,
             "step_s": step_durations({r["step"]: r["wall_s"] for r in rows}),
+            "first_step_s": round(steps[0]["wall_s"] + since_launch, 2) if steps else None,
             "command_s": round(command_s, 1), "threads": f"server {default_threads()}, trainer "
             f"{default_threads()} (workbench's default split)"}
 
@@ -134,6 +141,21 @@ def step_durations(times: dict[int, float]) -> list[float]:
 
 
 # -- TRL --------------------------------------------------------------------------------------------
+
+def run_trl_process(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """TRL in a fresh process, timed from its launch as ``workbench train`` is (imports included)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--only", "trl", "--model", args.model,
+           "--seed", str(args.seed), "--env", args.env, "--trl-child", "--launched-at", repr(time.time())]
+    for flag, value in (("--steps", args.steps), ("--eval-every", args.eval_every),
+                        ("--eval-rollouts", args.eval_rollouts)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"the TRL run failed (exit {proc.returncode})")
+    return json.loads(lines[-1])
+
 
 def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
     import warnings
@@ -198,13 +220,13 @@ def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
 
     class HeldOut(TrainerCallback):
         def __init__(self) -> None:
-            self.t0 = time.perf_counter()
+            self.t0 = args.launched_at or time.time()  # the process's launch (imports included), else now
             self.eval_s = 0.0
             self.curve: list[dict[str, Any]] = []
-            self.step_at: dict[int, float] = {0: 0.0}
+            self.step_at: dict[int, float] = {}
 
         def wall(self) -> float:
-            return time.perf_counter() - self.t0 - self.eval_s
+            return time.time() - self.t0 - self.eval_s
 
         def evaluate(self, model: Any, step: int) -> None:
             t, wall = time.perf_counter(), self.wall()
@@ -219,6 +241,7 @@ def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             self.evaluate(model, 0)
+            self.step_at[0] = self.wall()
 
         def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             s = state.global_step
@@ -229,13 +252,14 @@ def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
     print(f"== trl: GRPOTrainer, {steps} steps of {G}x{R}, {torch.get_num_threads()} torch threads",
           file=sys.stderr, flush=True)
     t_start = time.perf_counter()
-    cb = HeldOut()  # the clock starts here: the model loads and the trainer is built inside it
+    cb = HeldOut()
     model = AutoModelForCausalLM.from_pretrained(tr["model"], dtype=torch.bfloat16 if gpu else torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=targs, train_dataset=Dataset.from_list(rows),
                           processing_class=tok, peft_config=lora, callbacks=[cb])
     trainer.remove_callback(PrinterCallback)  # its end-of-training metrics would go to stdout
     trainer.train()
     return {"trainer": "trl", "curve": cb.curve, "step_s": step_durations(cb.step_at),
+            "first_step_s": cb.step_at.get(1) and round(cb.step_at[1], 2),
             "command_s": round(time.perf_counter() - t_start, 1),
             "threads": f"{torch.get_num_threads()} torch threads (one process)"}
 
@@ -283,7 +307,7 @@ def report(results: list[dict[str, Any]], target: float | None) -> dict[str, Any
         for p in r["curve"]:
             print(f"{p['step']:>6} {p['wall_s']:>9.1f} {p['heldout']:>9.3f}")
         r["median_step_s"] = round(statistics.median(r["step_s"]), 3) if r["step_s"] else None
-        print(f"median s/step: {r['median_step_s']}")
+        print(f"median s/step: {r['median_step_s']}; first step recorded {r['first_step_s']} s after launch")
     out: dict[str, Any] = {"results": results}
     if len(results) < 2:
         return out
@@ -319,6 +343,8 @@ def main() -> None:
     ap.add_argument("--only", choices=("trl", "workbench"), default=None)
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
     ap.add_argument("--verbose", action="store_true", help="show workbench train's own output")
+    ap.add_argument("--trl-child", action="store_true", help=argparse.SUPPRESS)  # the TRL side's own process
+    ap.add_argument("--launched-at", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only != "workbench":
         try:
@@ -338,8 +364,11 @@ def main() -> None:
         results = []
         if args.only != "trl":
             results.append(run_workbench(args, cfg, over, tmp))
+        if args.trl_child:
+            print(json.dumps(run_trl(args, cfg, tmp)))
+            return
         if args.only != "workbench":
-            results.append(run_trl(args, cfg, tmp))
+            results.append(run_trl_process(args, tmp))
         with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
             out = report(results, args.target)
         out["config"] = {"env": cfg.env, "model": args.model, "loop": cfg.raw["loop"], "trainer": cfg.trainer}

@@ -16,6 +16,7 @@ class LocalRoles:
     """The embedded server and a trainer process on this machine (see the module doc)."""
 
     worker_module = "local_runtime.training.worker"
+    trainer_first = True  # it reads the server's URL from the run directory once the server is up
 
     def trainer_args(self, db: Path, run_id: str) -> list[str]:
         """Where the trainer reads its rollouts: here, the store."""
@@ -29,7 +30,7 @@ class LocalRoles:
         pid = int(server["pid"])
         return Inference(f"http://127.0.0.1:{server['port']}", str(server["model"]), lambda: terminate(pid))
 
-    def start_trainer(self, db: Path, run_id: str, server_root: str, rdir: Path,
+    def start_trainer(self, db: Path, run_id: str, server_root: str | None, rdir: Path,
                       threads: int | None) -> tuple[WorkerProcess, Path | None]:
         log = rdir / "trainer.log"
         env = dict(os.environ)
@@ -37,7 +38,7 @@ class LocalRoles:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         env.setdefault("HF_HUB_OFFLINE", "1")
         cmd = [sys.executable, "-m", self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
-               "--server", server_root, "--dir", str(rdir)]
+               *(["--server", server_root] if server_root else []), "--dir", str(rdir)]
         # The server takes half the cores by default; the trainer, unless told, the other half (torch
         # would take them all and the two would contend for every core).
         cmd += ["--threads", str(threads or max(1, min(8, (os.cpu_count() or 1) // 2)))]

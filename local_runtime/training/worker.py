@@ -2,8 +2,10 @@
 ones, takes one optimizer step per ``groups_per_step`` groups, hot-loads each new adapter into the
 inference server under the name ``step-N`` (policy version N) and records the step's metrics.
 
-    python -m local_runtime.training.worker --db DB --run RUN_ID --server http://127.0.0.1:PORT --dir RUN_DIR
+    python -m local_runtime.training.worker --db DB --run RUN_ID [--server http://127.0.0.1:PORT] --dir RUN_DIR
 
+``workbench train`` starts it before the inference server, without ``--server``, so that both load
+their models at once; the first publish then waits for the server's URL in ``RUN_DIR/server_root``.
 The resolved run configuration is read from ``RUN_DIR/config.json``. The orchestrator (the
 ``workbench train`` process) learns about new policies from the ``train_metric`` rows this
 process writes; the two share nothing else. Rank 0 reads rollouts and writes records through a
@@ -36,6 +38,7 @@ from workbench.errors import WorkbenchError
 from workbench.store import Store
 from workbench.training.algorithms import group_rollouts, make_algorithm
 from workbench.training.data import complete_groups, split_stale
+from workbench.training.roles import SERVER_ROOT_FILE
 from workbench.training.run_config import RunConfig, validate_tables
 
 POLL_S = 0.05
@@ -57,9 +60,10 @@ def _post(server: str, path: str, body: dict[str, Any]) -> None:
 
 
 class TrainLoop:
-    def __init__(self, store: Store | None, run_id: str, server: str, run_dir: Path, cfg: RunConfig,
+    def __init__(self, store: Store | None, run_id: str, server: str | None, run_dir: Path, cfg: RunConfig,
                  parent_pid: int | None = None, *, feed: TrainFeed | None = None) -> None:
-        self.store, self.run_id, self.server, self.dir, self.cfg = store, run_id, server.rstrip("/"), run_dir, cfg
+        self.store, self.run_id, self.dir, self.cfg = store, run_id, run_dir, cfg
+        self._server = server.rstrip("/") if server else None  # None: read from the run directory when needed
         self.parent_pid = parent_pid
         loss = dict(cfg.loss)
         self.trainer = Trainer(TrainerConfig.from_dict(cfg.trainer), loss=build_loss(loss.pop("name"), **loss))
@@ -98,6 +102,21 @@ class TrainLoop:
         self.record(0, "event", {"rollouts": float(len(items)), "rendered": float(rendered)},
                     f"SFT data: {len(items)} rollouts of {', '.join(self.cfg.data)} ({rendered} rendered with the "
                     "chat template)")
+
+    @property
+    def server(self) -> str:
+        """The inference server's root URL; a trainer started before the server waits for the run
+        directory's ``server_root`` (the orchestrator writes it once the run is created)."""
+        if self._server is None:
+            path = self.dir / SERVER_ROOT_FILE
+            while not path.exists():
+                if self.feed is not None and (why := self.feed.gone()) is not None:
+                    print(f"workbench train: {why} before the inference server was up; stopping", file=sys.stderr,
+                          flush=True)
+                    raise SystemExit(3)
+                time.sleep(POLL_S)
+            self._server = path.read_text().strip().rstrip("/")
+        return self._server
 
     def record(self, step: int, kind: str, metrics: dict[str, Any], message: str) -> None:
         if self.main:
@@ -253,7 +272,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m local_runtime.
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=open_feed is None)
     ap.add_argument("--run", required=True)
-    ap.add_argument("--server", required=True, help="the inference server's root URL (without /v1)")
+    ap.add_argument("--server", default=None, help="the inference server's root URL (without /v1); without it, "
+                    f"read from the run directory's {SERVER_ROOT_FILE} once the orchestrator writes it")
     ap.add_argument("--dir", required=True, help="the run directory (config.json, adapters/, checkpoint/)")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -39,7 +39,7 @@ from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
 from workbench.store import Store
-from workbench.training.roles import TrainRoles, WorkerProcess
+from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
 from workbench.training.run_config import RunConfig, validate_tables
 
 POLL_S = 0.05
@@ -299,12 +299,20 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
 
     t0 = time.perf_counter()
     model_spec = str(cfg.trainer.get("model", "tiny"))
+    orch = Orchestrator(cfg, store, run_id, env, on_record=on_record, should_stop=should_stop)
+    first = getattr(roles, "trainer_first", False)
+    if first:  # the trainer loads its model while the server loads its own
+        (rdir / SERVER_ROOT_FILE).unlink(missing_ok=True)  # a resumed run's is the last server's
+        orch.worker, orch.worker_log = roles.start_trainer(store.path, run_id, None, rdir, threads)
     if log:
         log(f"starting the inference server for {model_spec}")
-    server = roles.start_inference(model_spec, rdir, max_batch=max(8, cfg.loop.concurrency), threads=threads)
+    try:
+        server = roles.start_inference(model_spec, rdir, max_batch=max(8, cfg.loop.concurrency), threads=threads)
+    except BaseException:
+        _stop_worker(orch.worker)
+        raise
     root = server.root
     base_url = root + "/v1"
-    orch = Orchestrator(cfg, store, run_id, env, on_record=on_record, should_stop=should_stop)
     orch.base_model = server.model
     status, error = "completed", ""
     try:  # from here on, whatever happens, the trainer and the server are stopped
@@ -322,7 +330,10 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
                              concurrency=cfg.loop.concurrency, sampling=asdict(env.sampling), config=cfg.raw)
         if on_start:
             on_start(run_id, rdir)
-        orch.worker, orch.worker_log = roles.start_trainer(store.path, run_id, root, rdir, threads)
+        if first:
+            write_server_root(rdir, root)
+        else:
+            orch.worker, orch.worker_log = roles.start_trainer(store.path, run_id, root, rdir, threads)
         await _orchestrate(orch, store, env, cfg, run_id, base_url, train_tasks, eval_tasks)
         if orch.stopped is not None:
             status, error = "resuming" if orch.stopped.startswith(HANDOVER) else "stopped", orch.stopped
@@ -333,16 +344,20 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         status, error = "failed", str(e) or type(e).__name__
         raise
     finally:
-        if orch.worker is not None and orch.worker.poll() is None:
-            orch.worker.terminate()
-            try:
-                orch.worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                orch.worker.kill()
+        _stop_worker(orch.worker)
         server.stop()
         summary = summarize(store, run_id, time.perf_counter() - t0)
         store.update_run(run_id, status=status, error=error, finished_at=time.time(), summary=summary)
     return TrainOutcome(run_id, status, summary)
+
+
+def _stop_worker(worker: WorkerProcess | None) -> None:
+    if worker is not None and worker.poll() is None:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
 
 
 def _choose_data(cfg: RunConfig, store: Store, env: Environment, rdir: Path,

@@ -14,10 +14,14 @@ is the roles' business:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
+
+#: In the run directory: the inference server's root URL, for a trainer started before the server was up.
+SERVER_ROOT_FILE = "server_root"
 
 
 @dataclass(slots=True)
@@ -40,14 +44,26 @@ class WorkerProcess(Protocol):
 
 
 class TrainRoles(Protocol):
+    #: Whether ``start_trainer`` may come first, with ``server_root`` None, so that the trainer loads its
+    #: model while the server loads its own: the trainer then reads the root URL from the run
+    #: directory's ``SERVER_ROOT_FILE``, which the orchestrator writes once the run is created.
+    trainer_first: ClassVar[bool]
+
     def start_inference(self, model_spec: str, rdir: Path, *, max_batch: int, threads: int | None) -> Inference:
         """Start (or find) the inference server for ``model_spec``; returns when it is healthy."""
         ...
 
-    def start_trainer(self, db: Path, run_id: str, server_root: str, rdir: Path,
+    def start_trainer(self, db: Path, run_id: str, server_root: str | None, rdir: Path,
                       threads: int | None) -> tuple[WorkerProcess, Path | None]:
         """Start the trainer of ``run_id``; (its process, its log file when there is one here)."""
         ...
 
 
-__all__ = ["Inference", "TrainRoles", "WorkerProcess"]
+def write_server_root(rdir: Path, root: str) -> None:
+    """Tell a trainer that started first where the server is (atomically: it never reads half a URL)."""
+    tmp = rdir / f".{SERVER_ROOT_FILE}.tmp"
+    tmp.write_text(root)
+    os.replace(tmp, rdir / SERVER_ROOT_FILE)
+
+
+__all__ = ["SERVER_ROOT_FILE", "Inference", "TrainRoles", "WorkerProcess", "write_server_root"]
