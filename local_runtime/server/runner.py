@@ -45,6 +45,7 @@ class Engine:
         self.logprobs_mode = logprobs_mode
         self.base_version = 0  # raised by update_weights (full fine-tuning publishes whole weights)
         self.tokens_generated = 0
+        self.prefill_rows = 0  # prompts prefilled: identical prompts of one batch count once
         self.busy_s = 0.0
         self._no_shrink = False
         self.constraints = Constraints(loaded.tokenizer, loaded.eos_ids)
@@ -198,16 +199,31 @@ class Engine:
         if not live:
             return
         width = max(len(s.prompt_ids) for s in live)
-        ids = torch.full((len(live), width), lm.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(live), width), dtype=torch.long)
-        for i, s in enumerate(live):
-            ids[i, width - len(s.prompt_ids):] = torch.tensor(s.prompt_ids, dtype=torch.long)
-            mask[i, width - len(s.prompt_ids):] = 1
+        want_prompt_lp = any(s.params.prompt_logprobs is not None for s in live)
+        # Identical prompts (the rollouts of one group) are prefilled once and their KV cache copied.
+        first: dict[tuple[int, ...], int] = {}
+        of = [first.setdefault(tuple(s.prompt_ids), len(first)) for s in live]
+        shared = len(first) < len(live) and not want_prompt_lp and not self._no_shrink
+        prompts = [list(p) for p in first] if shared else [s.prompt_ids for s in live]
+        ids = torch.full((len(prompts), width), lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        want_prompt_lp = any(s.params.prompt_logprobs is not None for s in live)
         with ctxmgr:
             logits, cache = forward_step(model, ids, mask, pos, None, all_logits=want_prompt_lp)
+            self.prefill_rows += len(prompts)
+            if shared:
+                rows_of = torch.tensor(of, device=dev)
+                if self._select_rows(cache, rows_of):
+                    logits, mask, pos = logits[rows_of], mask[rows_of], pos[rows_of]
+                else:  # this cache cannot copy rows: prefill every prompt after all
+                    ids, mask = ids[rows_of], mask[rows_of]
+                    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                    logits, cache = forward_step(model, ids, mask, pos, None)
+                    self.prefill_rows += len(live)
             if want_prompt_lp:
                 for i, s in enumerate(live):
                     if s.params.prompt_logprobs is not None:
@@ -255,8 +271,12 @@ class Engine:
             return False
         import torch
 
+        return self._select_rows(cache, torch.tensor(alive, device=self.lm.device))
+
+    def _select_rows(self, cache: Any, rows: Any) -> bool:
+        """Make the KV cache's rows ``rows`` (dropping some, or repeating one), when its type allows it."""
         try:
-            cache.batch_select_indices(torch.tensor(alive, device=self.lm.device))
+            cache.batch_select_indices(rows)
             return True
         except (AttributeError, NotImplementedError, TypeError):
             self._no_shrink = True

@@ -206,6 +206,29 @@ async def test_concurrent_requests_are_batched(aclient: Any, server: str) -> Non
     assert after["max_batch_seen"] >= 8
 
 
+async def test_identical_prompts_are_prefilled_once_and_sample_as_they_would_alone(aclient: Any,
+                                                                                  server: str) -> None:
+    """The rollouts of one group share their prompt: a batch prefills it once and copies its KV cache,
+    and each seeded request samples the same tokens, with the same logprobs, as it does alone."""
+    msgs = [{"role": "user", "content": "What number comes next?\n17"}]
+
+    async def one(seed: int, messages: list[dict[str, str]] = msgs) -> Any:
+        return await aclient.chat.completions.create(model=SERVED, messages=messages, max_tokens=8, seed=seed,
+                                                     temperature=1.0, logprobs=True)
+
+    alone = [await one(s) for s in range(6)]
+    before = get_json(server + "/health")
+    together = await asyncio.gather(*(one(s) for s in range(6)), one(0, ARITH), one(1, ARITH))
+    after = get_json(server + "/health")
+    sequences, prefilled = after["sequences"] - before["sequences"], after["prefill_rows"] - before["prefill_rows"]
+    assert sequences == 8 and prefilled <= sequences - 4, (sequences, prefilled, after["batch_sizes"])
+    for a, b in zip(alone, together, strict=False):
+        assert a.choices[0].message.content == b.choices[0].message.content
+        la = [t.logprob for t in a.choices[0].logprobs.content]
+        lb = [t.logprob for t in b.choices[0].logprobs.content]
+        assert la == pytest.approx(lb, abs=1e-4)
+
+
 async def test_event_loop_stays_responsive_during_generation(aclient: Any, server: str) -> None:
     """Generation runs on a worker thread: /health answers, again and again, while a long batch is running
     (how fast it answers is scripts/bench_server.py's to measure)."""
