@@ -299,6 +299,7 @@ async def health(request: web.Request) -> web.Response:
         "sequences": st.sequences, "max_batch_seen": st.max_batch_seen, "last_batch": st.last_batch,
         "batch_sizes": {str(k): v for k, v in sorted(st.batch_sizes.items())}, "rejected": st.rejected,
         "tokens_generated": engine.tokens_generated, "prefill_rows": engine.prefill_rows,
+        "adapter_slots": len(engine.adapters) + len(engine.free),
         "busy_s": round(engine.busy_s, 3), "uptime_s": round(time.time() - request.app[STARTED], 1)})
 
 

@@ -3,6 +3,7 @@ adapters (peft) between batches. Only the scheduler's worker thread calls into i
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,13 @@ class Adapter:
     path: str
     version: int
     loaded_at: float
+    slot: str = ""  # its name inside the peft model (slots are reused: see Engine.load_adapter)
+    config: dict[str, Any] | None = None  # its adapter_config.json, less the fields that do not shape it
+
+
+#: Unloaded adapters whose LoRA layers stay in place for the next adapter of the same shape.
+FREE_SLOTS = 4
+_UNSHAPING = ("base_model_name_or_path", "revision", "inference_mode")
 
 
 class Engine:
@@ -48,6 +56,8 @@ class Engine:
         self.prefill_rows = 0  # prompts prefilled: identical prompts of one batch count once
         self.busy_s = 0.0
         self._no_shrink = False
+        self.free: list[Adapter] = []  # unloaded adapters' slots, oldest first
+        self.active = ""  # the peft adapter last made active
         self.constraints = Constraints(loaded.tokenizer, loaded.eos_ids)
 
     # -- adapters ----------------------------------------------------------------------------------
@@ -100,29 +110,55 @@ class Engine:
         from peft import PeftModel
 
         try:
+            config = {k: v for k, v in json.loads((p / "adapter_config.json").read_text()).items()
+                      if k not in _UNSHAPING}
             if name in self.adapters:
                 self._remove(name)
-            if self.peft is None:
-                self.peft = PeftModel.from_pretrained(self.base, str(p), adapter_name=name, is_trainable=False)
-            else:
-                self.peft.load_adapter(str(p), adapter_name=name, is_trainable=False)
-            self.peft.to(self.lm.device)
-            self.peft.eval()
+            slot = self._refill(p, config)
+            if slot is None:  # new LoRA layers, under a peft name of their own
+                slot = f"adapter-{self.load_counter + 1}"
+                if self.peft is None:
+                    self.peft = PeftModel.from_pretrained(self.base, str(p), adapter_name=slot, is_trainable=False)
+                else:
+                    self.peft.load_adapter(str(p), adapter_name=slot, is_trainable=False)
+                self.peft.to(self.lm.device)
+                self.peft.eval()
         except Exception as e:
             raise AdapterError(400, f"cannot load the LoRA adapter at {path} onto {self.lm.name} "
                                     f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        self.active = ""
         self.load_counter += 1
-        ad = Adapter(name, str(p), self.load_counter if version is None else version, time.time())
+        ad = Adapter(name, str(p), self.load_counter if version is None else version, time.time(), slot, config)
         self.adapters[name] = ad
         return ad
 
+    def _refill(self, path: Path, config: dict[str, Any]) -> str | None:
+        """Copy the adapter's weights into the slot of an unloaded adapter of the same shape (what a
+        training run publishes every step), instead of building new LoRA layers; the slot, or None."""
+        weights = path / "adapter_model.safetensors"
+        slot = next((f for f in self.free if f.config == config), None)
+        if slot is None or not weights.is_file():
+            return None
+        from peft.utils import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        result = set_peft_model_state_dict(self.peft, load_file(str(weights), device=str(self.lm.device)),
+                                           adapter_name=slot.slot)
+        if getattr(result, "unexpected_keys", None):
+            return None  # not this slot's tensors after all: build new layers
+        self.free.remove(slot)
+        return slot.slot
+
     def _remove(self, name: str) -> None:
-        del self.adapters[name]
+        ad = self.adapters.pop(name)
+        self.active = ""
         if not self.adapters:
             self.base = self.peft.unload()  # removes the LoRA layers without merging: the exact base weights
-            self.peft = None
-        else:
-            self.peft.delete_adapter(name)
+            self.peft, self.free = None, []
+            return
+        self.free.append(ad)
+        while len(self.free) > FREE_SLOTS:
+            self.peft.delete_adapter(self.free.pop(0).slot)
 
     def unload_adapter(self, name: str) -> None:
         if name not in self.adapters:
@@ -134,7 +170,10 @@ class Engine:
         import contextlib
 
         if name in self.adapters:
-            self.peft.set_adapter(name)
+            slot = self.adapters[name].slot
+            if slot != self.active:  # set_adapter walks every module: only when it changes
+                self.peft.set_adapter(slot)
+                self.active = slot
             return self.peft, contextlib.nullcontext()
         if name != self.lm.name:
             raise RuntimeError(f"the LoRA adapter {name!r} was unloaded before this request ran")

@@ -12,7 +12,7 @@ from workbench.store import Store
 from workbench.training.algorithms import Branch, TrainRollout
 from workbench.training.run_config import resolve
 
-from .helpers import get_json
+from .helpers import get_json, post_json
 
 
 def fresh_groups(version: int) -> list[list[TrainRollout]]:
@@ -36,17 +36,21 @@ def test_an_eval_steps_adapter_stays_loaded_until_its_eval_is_recorded(tiny_dir:
                          "loop.eval_every": 2, "loop.max_steps": 6, "loop.rollouts_per_task": 2,
                          "loop.groups_per_step": 2, "loop.checkpoint_every": 0}, "arithmetic")
     loop = TrainLoop(store, "pin", server, tmp_path / "run", cfg)
-    for _ in range(4):
+    try:
+        for _ in range(4):
+            assert loop.train_once(fresh_groups(loop.trainer.step_count)) == "step"
+        # one adapter for new rollouts (max_off_policy_steps 0), and step 2's for its eval, still running
+        assert served(server) == {"step-2", "step-4"}
+        store.record_train("pin", 2, "eval", {"reward_mean": 0.5}, "pin-eval2")
         assert loop.train_once(fresh_groups(loop.trainer.step_count)) == "step"
-    # one adapter for new rollouts (max_off_policy_steps 0), and step 2's for its eval, still running
-    assert served(server) == {"step-2", "step-4"}
-    store.record_train("pin", 2, "eval", {"reward_mean": 0.5}, "pin-eval2")
-    assert loop.train_once(fresh_groups(loop.trainer.step_count)) == "step"
-    assert served(server) == {"step-4", "step-5"}  # step 4's eval is not recorded yet
-    store.record_train("pin", 4, "eval", {"reward_mean": 0.5}, "pin-eval4")
-    assert loop.train_once(fresh_groups(loop.trainer.step_count)) == "step"
-    assert served(server) == {"step-6"}  # the last step is an eval step too
-    store.close()
+        assert served(server) == {"step-4", "step-5"}  # step 4's eval is not recorded yet
+        store.record_train("pin", 4, "eval", {"reward_mean": 0.5}, "pin-eval4")
+        assert loop.train_once(fresh_groups(loop.trainer.step_count)) == "step"
+        assert served(server) == {"step-6"}  # the last step is an eval step too
+    finally:
+        for name in served(server):  # the server is shared with the other tests
+            post_json(server + "/v1/unload_lora_adapter", {"lora_name": name})
+        store.close()
 
 
 def test_the_orchestrator_evaluates_every_eval_step_it_passed(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from .helpers import post_json as post
 PROMPT = "<|im_start|>user\nTell me a joke.<|im_end|>\n<|im_start|>assistant\n"
 
 
-def make_adapter(tiny_dir: Path, out: Path, seed: int) -> Path:
+def make_adapter(tiny_dir: Path, out: Path, seed: int, rank: int = 8) -> Path:
     """A random, non-zero LoRA adapter on the tiny model (B is not zero-initialised)."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -23,7 +23,7 @@ def make_adapter(tiny_dir: Path, out: Path, seed: int) -> Path:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    cfg = LoraConfig(r=8, lora_alpha=32, init_lora_weights=False,
+    cfg = LoraConfig(r=rank, lora_alpha=32, init_lora_weights=False,
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     get_peft_model(model, cfg).save_pretrained(out)
     return out
@@ -87,6 +87,37 @@ def test_load_select_unload(lora_server: str, adapters: tuple[Path, Path]) -> No
     again_ids, again_lps, _ = sample(client, SERVED)  # the base weights are untouched
     assert again_ids == base_ids
     assert again_lps == pytest.approx(base_lps, abs=1e-5)
+
+
+def test_an_adapter_of_the_same_shape_refills_an_unloaded_ones_slot(tiny_dir: Path, tmp_path: Path,
+                                                                     adapters: tuple[Path, Path]) -> None:
+    """What a training run does every step (load step N, unload an old one): the new weights are
+    copied into the old adapter's LoRA layers, and sample exactly as when loaded into new ones."""
+    import openai
+
+    c, d = make_adapter(tiny_dir, tmp_path / "c", 3), make_adapter(tiny_dir, tmp_path / "d", 4, rank=4)
+    with run_server(tiny_dir, "--served-model-name", SERVED) as root:
+        client = openai.OpenAI(base_url=root + "/v1", api_key="x", max_retries=0)
+
+        def load(name: str, path: Path) -> None:
+            status, body = post(root + "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            assert status == 200, body
+
+        load("fresh-c", c)
+        ref_c = sample(client, "fresh-c")[:2]
+        load("step-1", adapters[0])
+        ref_a = sample(client, "step-1")[:2]
+        assert post(root + "/v1/unload_lora_adapter", {"lora_name": "step-1"})[0] == 200
+        load("step-2", c)  # into step-1's layers
+        assert get_json(root + "/health")["adapter_slots"] == 2
+        assert sample(client, "step-2")[:2] == ref_c != ref_a
+        assert sample(client, "fresh-c")[:2] == ref_c
+        assert post(root + "/v1/unload_lora_adapter", {"lora_name": "fresh-c"})[0] == 200
+        load("rank-4", d)  # another shape: layers of its own
+        assert get_json(root + "/health")["adapter_slots"] == 3
+        load("step-3", adapters[0])  # back into the free slot
+        assert get_json(root + "/health")["adapter_slots"] == 3
+        assert sample(client, "step-3")[:2] == ref_a
 
 
 def test_adapter_errors(lora_server: str, tmp_path: Path) -> None:
