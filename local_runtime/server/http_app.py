@@ -40,7 +40,7 @@ from local_runtime.server.openai_api import (
     validation_fields,
     validation_message,
 )
-from local_runtime.server.prepare import check_context, request_constraint, request_params
+from local_runtime.server.prepare import PromptCache, check_context, request_constraint, request_params
 from local_runtime.server.runner import AdapterError, Engine
 from local_runtime.server.scheduler import QueueFull, Scheduler
 from local_runtime.server.streaming import attach_queue, stream_chat, stream_completion
@@ -49,6 +49,7 @@ ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)
 SCHED: web.AppKey[Scheduler] = web.AppKey("scheduler", Scheduler)
 TOKEN_TEXT: web.AppKey[TokenText] = web.AppKey("token_text", TokenText)
 STARTED: web.AppKey[float] = web.AppKey("started", float)
+PROMPTS: web.AppKey[PromptCache] = web.AppKey("prompts", PromptCache)
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -131,7 +132,7 @@ def encode(lm: LoadedModel, text: str) -> list[int]:
     return list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], bool]:
+def render_chat(lm: LoadedModel, req: ChatRequest, cache: PromptCache | None = None) -> tuple[list[int], bool]:
     """(prompt ids, whether replies are parsed for tool calls). A tool_choice that forces a call is
     the grammar's to enforce (constraints.py), not a prefix of the prompt.
 
@@ -142,9 +143,12 @@ def render_chat(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], bool]:
         if any(t < 0 or t >= vocab for t in req.tokens):
             raise HTTPError(400, f"'tokens' must be token ids in 0..{vocab - 1}", param="tokens", code="invalid_value")
         return list(req.tokens), tools_active
-    text = render_text(lm, req.messages, req.tools, req.add_generation_prompt, req.continue_final_message,
-                       req.chat_template_kwargs)
-    return encode(lm, text), tools_active
+
+    def render() -> list[int]:
+        return encode(lm, render_text(lm, req.messages, req.tools, req.add_generation_prompt,
+                                      req.continue_final_message, req.chat_template_kwargs))
+
+    return (render() if cache is None else cache.prompt(req, render)), tools_active
 
 
 _Req = TypeVar("_Req", bound=BaseModel)
@@ -172,7 +176,7 @@ async def _chat(request: web.Request, req: ChatRequest, translation: Any = None)
     """A chat request, answered as chat, or in another API through ``translation`` (see wire_routes.py)."""
     engine, sched = request.app[ENGINE], request.app[SCHED]
     model = resolve_model(engine, req.model)
-    prompt, tools_active = render_chat(engine.lm, req)
+    prompt, tools_active = render_chat(engine.lm, req, request.app[PROMPTS])
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     check_context(engine.lm.context_len, len(prompt), max_tokens)
     params = request_params(engine, req, engine.lm.context_len if max_tokens is None else max_tokens)
@@ -299,7 +303,7 @@ async def health(request: web.Request) -> web.Response:
         "sequences": st.sequences, "max_batch_seen": st.max_batch_seen, "last_batch": st.last_batch,
         "batch_sizes": {str(k): v for k, v in sorted(st.batch_sizes.items())}, "rejected": st.rejected,
         "tokens_generated": engine.tokens_generated, "prefill_rows": engine.prefill_rows,
-        "adapter_slots": len(engine.adapters) + len(engine.free),
+        "adapter_slots": len(engine.adapters) + len(engine.free), "prompt_cache_hits": request.app[PROMPTS].hits,
         "busy_s": round(engine.busy_s, 3), "uptime_s": round(time.time() - request.app[STARTED], 1)})
 
 
@@ -356,6 +360,7 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app[SCHED] = scheduler
     app[TOKEN_TEXT] = TokenText(engine.lm.tokenizer)
     app[STARTED] = time.time()
+    app[PROMPTS] = PromptCache()
 
     async def on_startup(app: web.Application) -> None:
         await scheduler.start()

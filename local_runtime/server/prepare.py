@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from local_runtime.server.constraints import Compiled, ConstraintError
 from local_runtime.server.errors import HTTPError
@@ -68,3 +72,26 @@ def _may_constrain(req: Any) -> bool:
 
 def _param(req: Any) -> str:
     return "response_format" if req.response_format is not None else "tools"
+
+
+class PromptCache:
+    """The token ids of the chat prompts rendered last: the rollouts of one group send the same
+    messages, so the chat template and the tokenizer run once for all of them."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.ids: OrderedDict[bytes, list[int]] = OrderedDict()
+        self.hits = 0
+
+    def prompt(self, req: ChatRequest, render: Callable[[], list[int]]) -> list[int]:
+        key = orjson.dumps([req.messages, req.tools, req.add_generation_prompt, req.continue_final_message,
+                            req.chat_template_kwargs], option=orjson.OPT_SORT_KEYS)
+        ids = self.ids.get(key)
+        if ids is None:
+            ids = self.ids[key] = render()
+            if len(self.ids) > self.size:
+                self.ids.popitem(last=False)
+        else:
+            self.hits += 1
+            self.ids.move_to_end(key)
+        return list(ids)

@@ -222,11 +222,29 @@ async def test_identical_prompts_are_prefilled_once_and_sample_as_they_would_alo
     after = get_json(server + "/health")
     sequences, prefilled = after["sequences"] - before["sequences"], after["prefill_rows"] - before["prefill_rows"]
     assert sequences == 8 and prefilled <= sequences - 4, (sequences, prefilled, after["batch_sizes"])
+    assert after["prompt_cache_hits"] - before["prompt_cache_hits"] >= 7  # all but the first ARITH were rendered before
     for a, b in zip(alone, together, strict=False):
         assert a.choices[0].message.content == b.choices[0].message.content
         la = [t.logprob for t in a.choices[0].logprobs.content]
         lb = [t.logprob for t in b.choices[0].logprobs.content]
         assert la == pytest.approx(lb, abs=1e-4)
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"tools": [WEATHER]}, {"extra_body": {"add_generation_prompt": False}},
+    {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+])
+def test_a_cached_prompt_is_the_one_the_template_renders(client: Any, server: str, variant: dict[str, Any]) -> None:
+    """The prompt cache keys on everything the rendering depends on: each variant of the same messages
+    gets its own prompt, the one /tokenize renders."""
+    msgs = [{"role": "user", "content": "What number comes next?\n41"}]
+    body = {"messages": msgs, **variant.get("extra_body", {}), **({"tools": variant["tools"]} if "tools" in variant
+                                                                    else {})}
+    status, rendered = _post(server, "/tokenize", {"model": SERVED, **body})
+    assert status == 200
+    for _ in range(2):  # the second is a cache hit
+        r = client.chat.completions.create(model=SERVED, messages=msgs, max_tokens=2, **variant)
+        assert r.usage.prompt_tokens == rendered["count"]
 
 
 async def test_event_loop_stays_responsive_during_generation(aclient: Any, server: str) -> None:
