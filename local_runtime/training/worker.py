@@ -41,7 +41,7 @@ from workbench.training.data import complete_groups, split_stale
 from workbench.training.roles import SERVER_ROOT_FILE
 from workbench.training.run_config import RunConfig, validate_tables
 
-POLL_S = 0.05
+POLL_S = 0.01  # how often the trainer looks for new finished rollouts (one indexed query)
 
 
 def adapter_name(step: int) -> str:

@@ -42,7 +42,7 @@ from workbench.store import Store
 from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
 from workbench.training.run_config import RunConfig, validate_tables
 
-POLL_S = 0.05
+POLL_S = 0.01  # how often the orchestrator reads the trainer's new records (one indexed query)
 #: A stop whose reason starts with this is a hand-over (a run continued by a fresh process, e.g. at
 #: Modal's 24 h limit): the run is left ``resuming``, not finished, so followers keep following.
 HANDOVER = "hand-over"
@@ -103,6 +103,7 @@ class Orchestrator:
         self.worker_log: Path | None = None
         self.evals: list[asyncio.Task[None]] = []
         self.eval_engine_args: dict[str, Any] = {}
+        self._stepped = asyncio.Event()  # set (and replaced) whenever the trainer's step advances
 
     # -- the trainer's progress, read from the store -------------------------------------------
     def served_model(self, version: int) -> str:
@@ -118,16 +119,22 @@ class Orchestrator:
                 self.step = rec["step"]
                 if self.engine is not None:
                     self.engine.model = self.served_model(self.step)  # new groups sample from it
+                self._wake()
             if rec["kind"] == "event" and rec["message"].startswith("resumed from the checkpoint"):
                 self.step = self.step0 = rec["step"]
                 if self.engine is not None and self.step:
                     self.engine.model = self.served_model(self.step)
+                self._wake()
             if rec["kind"] == "event" and rec["message"].startswith("trainer failed"):
                 raise WorkbenchError(rec["message"])
             if self.on_record:
                 self.on_record(rec)
         self._check_worker()
         return recs
+
+    def _wake(self) -> None:
+        self._stepped.set()  # the groups waiting at the gate look again
+        self._stepped = asyncio.Event()
 
     def _check_worker(self) -> None:
         if self.worker is None:
@@ -145,7 +152,7 @@ class Orchestrator:
         """Group ``g`` starts once the trainer is at most ``async_level`` steps behind its batch."""
         batch = self.step0 + (group_index - self.group0) // self.cfg.loop.groups_per_step
         while self.step < batch - self.cfg.loop.async_level:
-            await asyncio.sleep(POLL_S)
+            await self._stepped.wait()
 
     # -- the loop --------------------------------------------------------------------------------
     async def run(self, engine: RolloutEngine, train_tasks: list[Task], eval_tasks: list[Task]) -> None:
