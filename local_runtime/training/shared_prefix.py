@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from local_runtime.training.packing import MicroBatch, collate, pack
 from workbench.training.algorithms import TrainSample
 
 if TYPE_CHECKING:
@@ -137,6 +138,23 @@ def build(samples: Sequence[TrainSample], rows: Sequence[Row], loss_mask: torch.
                       src_col[where].to(device), n_packed)
 
 
+def micro_batches(samples: Sequence[TrainSample], max_tokens: int, pad_id: int,
+                  device: str | torch.device) -> list[MicroBatch]:
+    """The rows of :func:`plan_rows` packed into micro-batches of at most ``max_tokens`` (rows x padded
+    width), each with its samples' ``[B, T]`` loss layout (``packing.collate``) and its packed rows."""
+    rows = plan_rows(samples, max_tokens)
+    out = []
+    for b in pack([r.width for r in rows], max_tokens):
+        order = [i for r in b for i in rows[r].samples]
+        at = {i: n for n, i in enumerate(order)}
+        mine = [Row(rows[r].prefix, [at[i] for i in rows[r].samples], rows[r].width) for r in b]
+        members = [samples[i] for i in order]
+        mb = collate(members, max_tokens, pad_id, device)
+        mb.shared = build(members, mine, mb.loss_mask.cpu(), max_tokens, pad_id, device)
+        out.append(mb)
+    return out
+
+
 def attention_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The additive ``[R, 1, W, W]`` mask: a token sees the earlier prefix tokens and the earlier
     tokens of its own suffix; a padding column sees only itself (so no row of the mask is empty)."""
@@ -163,5 +181,5 @@ def sampled_logits(model: Any, rows: SharedRows) -> torch.Tensor:
     return head(hidden[rows.src_row, rows.src_col])
 
 
-__all__ = ["PLAIN_HEAD_MODELS", "Row", "SharedRows", "attention_mask", "build", "common_prefix", "plan_rows",
-           "sampled_logits", "supports"]
+__all__ = ["PLAIN_HEAD_MODELS", "Row", "SharedRows", "attention_mask", "build", "common_prefix", "micro_batches",
+           "plan_rows", "sampled_logits", "supports"]

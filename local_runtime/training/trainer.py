@@ -250,20 +250,10 @@ class Trainer:
         or, when the model allows it, one row per group with its common prefix run once."""
         cfg = self.config
         budget = cfg.micro_batch_tokens
-        if not self.shares_prefix:
-            bins = pack([s.n_tokens for s in local], budget)
-            return [collate([local[i] for i in b], budget, cfg.pad_id, self.device) for b in bins]
-        rows = shared_prefix.plan_rows(local, budget)
-        mbs = []
-        for b in pack([r.width for r in rows], budget):
-            order = [i for r in b for i in rows[r].samples]
-            at = {i: n for n, i in enumerate(order)}
-            mine = [shared_prefix.Row(rows[r].prefix, [at[i] for i in rows[r].samples], rows[r].width) for r in b]
-            mb_samples = [local[i] for i in order]
-            mb = collate(mb_samples, budget, cfg.pad_id, self.device)
-            mb.shared = shared_prefix.build(mb_samples, mine, mb.loss_mask.cpu(), budget, cfg.pad_id, self.device)
-            mbs.append(mb)
-        return mbs
+        if self.shares_prefix:
+            return shared_prefix.micro_batches(local, budget, cfg.pad_id, self.device)
+        return [collate([local[i] for i in b], budget, cfg.pad_id, self.device)
+                for b in pack([s.n_tokens for s in local], budget)]
 
     def _run(self, mbs: list[MicroBatch], base: dict[str, float], *, backward: bool,
              loss: Loss | None = None) -> tuple[dict[str, Any], str | None]:
@@ -389,18 +379,10 @@ class Trainer:
         return self.step_count
 
     def _write_weights(self, path: Path) -> None:
-        if not self.config.lora:
+        if self.config.lora:
+            lora.save_adapter(self.model, path)
+        else:
             self.model.save_pretrained(str(path), safe_serialization=True)
-            return
-        # peft's save_pretrained, less the model card it renders each time (two thirds of its cost)
-        from peft.utils import get_peft_model_state_dict
-        from safetensors.torch import save_file
-
-        path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous() for k, v in get_peft_model_state_dict(self.model).items()}
-        save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
-        config = dataclasses.replace(self.model.peft_config["default"], inference_mode=True)
-        config.save_pretrained(str(path))
 
     def _on_rank0(self, path: Path | str, write: Any) -> Path:
         """Rank 0 writes atomically; every rank learns whether it worked (so none hangs or goes on)."""
