@@ -28,7 +28,8 @@ Both sides use LoRA (rank, alpha, targets), AdamW (lr, betas, eps, weight decay,
 with a constant learning rate after ``warmup_steps``, ``groups_per_step x rollouts_per_task``
 completions per optimizer step, group-normalised advantages, token-mean loss (TRL ``dapo``), no KL,
 the env's ``max_tokens`` and temperature. The report: per trainer a table of (step, wall s,
-held-out mean) and the median s/step; the target (``--target``, else the lower of the two best
+held-out mean), the median s/step, the first step's time after launch and the training reward (the
+mean of the first and the last tenth of the steps); the target (``--target``, else the lower of the two best
 held-out means), the first wall time each reaches it, and the ratio TRL / Workbench. TRL is not a
 dependency: ``pip install trl==1.16.0 --no-deps`` (``--dry-run`` first shows whether transformers,
 peft, datasets or accelerate are missing).
@@ -129,6 +130,7 @@ def run_workbench(args: argparse.Namespace, cfg: Any, over: dict[str, Any], tmp:
 
     steps = [r for r in rows if r["step"]]
     return {"trainer": "workbench", "run_id": summary["run_id"], "curve": curve,
+            "train_reward": [r["reward_mean"] for r in steps],
             "step_s": step_durations({r["step"]: r["wall_s"] for r in rows}),
             "first_step_s": round(steps[0]["wall_s"] + since_launch, 2) if steps else None,
             "command_s": round(command_s, 1), "threads": f"server {default_threads()}, trainer "
@@ -194,6 +196,14 @@ def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
         return out
 
     env_reward.__name__ = f"{env.name}_rubric"
+    batch_means: list[float] = []  # one optimizer step's completions per call
+
+    def recorded_reward(*a: Any, **kw: Any) -> list[float]:
+        out = env_reward(*a, **kw)
+        batch_means.append(statistics.fmean(out))
+        return out
+
+    recorded_reward.__name__ = env_reward.__name__
     tok = AutoTokenizer.from_pretrained(tr["model"])
     eos_cfg = GenerationConfig.from_pretrained(tr["model"]).eos_token_id  # the server stops on both too
     eos = sorted({tok.eos_token_id, *(eos_cfg if isinstance(eos_cfg, list) else [eos_cfg])} - {None})
@@ -254,11 +264,11 @@ def run_trl(args: argparse.Namespace, cfg: Any, tmp: Path) -> dict[str, Any]:
     t_start = time.perf_counter()
     cb = HeldOut()
     model = AutoModelForCausalLM.from_pretrained(tr["model"], dtype=torch.bfloat16 if gpu else torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=targs, train_dataset=Dataset.from_list(rows),
+    trainer = GRPOTrainer(model=model, reward_funcs=recorded_reward, args=targs, train_dataset=Dataset.from_list(rows),
                           processing_class=tok, peft_config=lora, callbacks=[cb])
     trainer.remove_callback(PrinterCallback)  # its end-of-training metrics would go to stdout
     trainer.train()
-    return {"trainer": "trl", "curve": cb.curve, "step_s": step_durations(cb.step_at),
+    return {"trainer": "trl", "curve": cb.curve, "step_s": step_durations(cb.step_at), "train_reward": batch_means,
             "first_step_s": cb.step_at.get(1) and round(cb.step_at[1], 2),
             "command_s": round(time.perf_counter() - t_start, 1),
             "threads": f"{torch.get_num_threads()} torch threads (one process)"}
@@ -308,6 +318,12 @@ def report(results: list[dict[str, Any]], target: float | None) -> dict[str, Any
             print(f"{p['step']:>6} {p['wall_s']:>9.1f} {p['heldout']:>9.3f}")
         r["median_step_s"] = round(statistics.median(r["step_s"]), 3) if r["step_s"] else None
         print(f"median s/step: {r['median_step_s']}; first step recorded {r['first_step_s']} s after launch")
+        tr = [x for x in r.get("train_reward", []) if x is not None]
+        if len(tr) >= 2:
+            k = max(1, min(10, len(tr) // 10))  # the mean of the first and the last tenth (at most 10 steps)
+            r["train_reward_first"], r["train_reward_last"] = statistics.fmean(tr[:k]), statistics.fmean(tr[-k:])
+            print(f"training reward: {r['train_reward_first']:.3f} (first {k} steps) -> {r['train_reward_last']:.3f} "
+                  f"(last {k})")
     out: dict[str, Any] = {"results": results}
     if len(results) < 2:
         return out
