@@ -13,10 +13,13 @@ def resolve_model_path(model: str, *, build: bool = False) -> Path:
     Face id). The tiny model is built only when ``build`` is true; otherwise a missing build raises
     :class:`ModelLoadError`, as does anything not available offline."""
     if model in TINY_ALIASES and not build:
-        from local_runtime.models.tiny_model import BUILD_FILE, default_dir
+        from local_runtime.models.tiny_model import BUILD_FILE, default_dir, is_current_build
 
         path = default_dir()
         if not (path / BUILD_FILE).exists():
             raise ModelLoadError(f"the embedded model is not built yet ({path}); run `workbench serve` once")
+        if not is_current_build(path):  # its tokenizer may not be the one the server will serve
+            raise ModelLoadError(f"the embedded model at {path} is a build of an older recipe; run `workbench "
+                                 "serve` once to rebuild it")
         return path
     return Path(resolve(model, allow_download=False)[0])

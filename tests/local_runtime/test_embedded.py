@@ -107,6 +107,13 @@ def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch:
     with pytest.raises(ModelLoadError, match="not built yet"):
         resolve_model_path("tiny")
     assert not (tmp_path / "empty-cache").exists()
+    from local_runtime.models.tiny_model import BUILD_FILE, default_dir
+
+    stale = default_dir()
+    stale.mkdir(parents=True)
+    (stale / BUILD_FILE).write_text('{"recipe": 1}')  # a cached build the server would rebuild at first use
+    with pytest.raises(ModelLoadError, match="older recipe"):
+        resolve_model_path("workbench-tiny")
 
 
 def test_a_first_build_reports_its_progress_to_whoever_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
