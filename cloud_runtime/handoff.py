@@ -7,7 +7,8 @@ code path on one machine):
 
 * the **batch log**, written by :class:`HandoffBridge` in the orchestrator: every finished rollout
   of the run, in store order, as the trainer needs it (token ids, logprobs, mask, policy version,
-  reward), plus a heartbeat while there is nothing new;
+  reward), the steps whose held-out eval is recorded (the trainer may then unload their adapters),
+  plus a heartbeat while there is nothing new;
 * the **record log**, written by the trainer's rank 0 through :class:`LogFeed`: its step, skipped
   and event records, which the bridge copies into the orchestrator's store — where
   :class:`workbench.training.loop.Orchestrator` and the stream exporter already look for them.
@@ -110,6 +111,7 @@ class LogFeed:
         self.batches, self.records_log, self.orphan_after_s = batches, records, orphan_after_s
         self.parent_pid = parent_pid  # the orchestrator's process, when it runs on this machine
         self.seen: set[str] = set()
+        self.evaluated: set[int] = set()  # steps whose held-out eval the orchestrator has recorded
         self.last_news = time.monotonic()
 
     def read(self, after: int) -> tuple[list[TrainRollout], int]:
@@ -121,6 +123,8 @@ class LogFeed:
             if ev["kind"] == "rollout" and ev["id"] not in self.seen:
                 self.seen.add(ev["id"])
                 out.append(decode_rollout(ev))
+            elif ev["kind"] == "evaluated":
+                self.evaluated.add(int(ev["step"]))
         return out, events[-1]["seq"] if events else after
 
     def record(self, step: int, kind: str, metrics: dict[str, Any], message: str) -> None:
@@ -128,6 +132,8 @@ class LogFeed:
                                                              "message": message, "created_at": time.time()}}])
 
     def records(self, kind: str) -> list[dict[str, Any]]:
+        if kind == "eval":  # the orchestrator's records, as far as the batch log has said
+            return [{"step": s, "kind": "eval"} for s in sorted(self.evaluated)]
         return [ev["row"] for ev in _read_all(self.records_log, 0) if ev["row"]["kind"] == kind]
 
     def gone(self) -> str | None:
@@ -158,6 +164,7 @@ class HandoffBridge(threading.Thread):
         self.run_id, self.batches, self.records = run_id, batches, records
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.shipped_pk = self._shipped_pk()
+        self.evals_shipped: set[int] = set()  # a restarted bridge says them all again: the feed keeps a set
         self.last_append = 0.0
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -171,9 +178,16 @@ class HandoffBridge(threading.Thread):
     def ship(self) -> int:
         """Append the rollouts committed since the last call (or a heartbeat when due); how many."""
         rollouts, last = load_rollouts(self.conn, self.run_id, after_pk=self.shipped_pk, limit=_PAGE)
+        evals = sorted({int(step) for (step,) in self.conn.execute(
+            "SELECT step FROM train_metric WHERE run_id = ? AND kind = 'eval'", (self.run_id,))} - self.evals_shipped)
         now = time.monotonic()
+        if evals:
+            self.batches.append([{"kind": "evaluated", "pk": self.shipped_pk, "step": step} for step in evals])
+            self.evals_shipped.update(evals)
         if rollouts:
             self.batches.append([encode_rollout(r, r.pk) for r in rollouts])
+        elif evals:
+            last = self.shipped_pk
         elif now - self.last_append >= self.heartbeat_s:
             self.batches.append([{"kind": "heartbeat", "pk": self.shipped_pk, "t": time.time()}])
         else:

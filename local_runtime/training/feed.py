@@ -34,7 +34,8 @@ class TrainFeed(Protocol):
         ...
 
     def records(self, kind: str) -> list[dict[str, Any]]:
-        """The run's records of ``kind`` so far, oldest first (``step``, ``metrics``, ``message``)."""
+        """The run's records of ``kind`` so far, oldest first (``step``, ``metrics``, ``message``); for
+        ``eval``, the orchestrator's held-out evals (at least their ``step``) as far as the feed knows them."""
         ...
 
     def gone(self) -> str | None:

@@ -117,6 +117,35 @@ def test_the_bridge_beats_while_idle_and_the_feed_notices_silence(tmp_path: Path
     store.close()
 
 
+def test_the_trainer_hears_which_evals_are_recorded(tmp_path: Path) -> None:
+    """A trainer away from the store keeps an eval step's adapter loaded until that eval is recorded:
+    the bridge says so in the batch log, once per bridge, and the feed answers ``records("eval")``."""
+    store = Store(tmp_path / "wb.db")
+    store.create_run("run1", kind="train", env_name="e")
+    batches, records = DirLog(tmp_path / "b"), DirLog(tmp_path / "r")
+    bridge = HandoffBridge(store.path, "run1", batches, records, heartbeat_s=3600)
+    feed = LogFeed(batches, records)
+    store.record_train("run1", 0, "eval", {"reward_mean": 0.1}, "run1-eval0")
+    _write(store, "run1", range(1))
+    bridge.pump()
+    got, cursor = feed.read(0)
+    assert len(got) == 2 and [r["step"] for r in feed.records("eval")] == [0]
+    store.record_train("run1", 10, "eval", {"reward_mean": 0.3}, "run1-eval10")
+    bridge.pump()
+    bridge.pump()  # said once
+    assert [e["kind"] for e in batches.read(cursor)] == ["evaluated"]
+    assert feed.read(cursor)[0] == [] and [r["step"] for r in feed.records("eval")] == [0, 10]
+    bridge.stop()
+    again = HandoffBridge(store.path, "run1", batches, records, heartbeat_s=3600)
+    assert again.shipped_pk == bridge.shipped_pk  # an eval marker keeps the store position
+    again.pump()  # a resumed trainer reads from its checkpoint's position: it hears them all again
+    fresh = LogFeed(batches, records)
+    fresh.read(batches.head() - 2)
+    assert [r["step"] for r in fresh.records("eval")] == [0, 10]
+    again.stop()
+    store.close()
+
+
 def test_open_handoff_refuses_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown hand-off kind"):
         open_handoff({"kind": "s3"})
