@@ -8,7 +8,8 @@ local path. The build is deterministic (one torch thread, fixed seeds): same see
 It is trained just long enough to answer the bundled ``arithmetic`` env's questions correctly part of
 the time, and to know every successor the ``next_number`` env asks for while declining to say it two
 times in three (what it measured is written to ``workbench_build.json``), so a local RL run has room
-to show learning, and, on ``next_number``, learning that carries over to tasks it never trained on. Run ``python -m local_runtime.models.tiny_model [OUT_DIR]`` to build it by hand.
+to show learning, and, on ``next_number``, learning that carries over to tasks it never trained on.
+Run ``python -m local_runtime.models.tiny_model [OUT_DIR]`` to build it by hand.
 """
 
 from __future__ import annotations

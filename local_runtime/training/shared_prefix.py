@@ -114,6 +114,7 @@ def build(samples: Sequence[TrainSample], rows: Sequence[Row], loss_mask: torch.
     src_row = torch.zeros(loss_mask.shape, dtype=torch.long)
     src_col = torch.zeros(loss_mask.shape, dtype=torch.long)
     n_packed = 0
+    t = torch.arange(loss_mask.shape[1])  # loss position t: target t + 1, predicted at token t
     for r, row in enumerate(rows):
         p = row.prefix
         lead = samples[row.samples[0]].token_ids[:p]
@@ -127,8 +128,7 @@ def build(samples: Sequence[TrainSample], rows: Sequence[Row], loss_mask: torch.
             ids[r, col:col + k] = torch.tensor(samples[i].token_ids[p:n], dtype=torch.long)
             pos[r, col:col + k] = torch.arange(p, n)
             seg[r, col:col + k] = j
-            # target t + 1 is predicted at token t: in the prefix below p, else in this suffix
-            t = torch.arange(loss_mask.shape[1])
+            # token t sits in the prefix below p, else in this suffix
             src_row[i] = r
             src_col[i] = torch.where(t < p, t, col + t - p)
             col += k

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from workbench.analysis.reward_stats import stderr_of_sums
 from workbench.store import Store
 
 
@@ -44,10 +45,7 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
     errors = conn.execute(
         """SELECT COUNT(*) FROM rollout WHERE run_id=? AND (status='error' OR pk IN
            (SELECT rollout_pk FROM rollout_error WHERE run_id=?))""", (rid, rid)).fetchone()[0]
-    stderr = None
-    if n_scored and n_scored > 1 and mean is not None:
-        var = max(0.0, (sumsq - n_scored * mean * mean) / (n_scored - 1))
-        stderr = math.sqrt(var / n_scored)
+    stderr = stderr_of_sums(n_scored, n_scored * mean, sumsq) if n_scored and mean is not None else None
     rewards: dict[str, float] = {}
     metrics: dict[str, float] = {}
     for name, kind, avg in conn.execute(

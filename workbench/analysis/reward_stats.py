@@ -11,6 +11,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
+def stderr_of_sums(n: int, total: float, sumsq: float) -> float | None:
+    """The standard error of the mean of ``n`` values from their sum and the sum of their squares
+    (sample std / sqrt n), or None for fewer than two values."""
+    if n < 2:
+        return None
+    mean = total / n
+    return math.sqrt(max(0.0, (sumsq - n * mean * mean) / (n - 1)) / n)
+
+
 @dataclass(frozen=True, slots=True)
 class Distribution:
     """Summary of a set of reward values (all None when the set is empty)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import random
 import subprocess
 import time
@@ -30,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.reward_stats import stderr_of_sums
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.authoring.tasks import Task
@@ -215,8 +215,7 @@ class Orchestrator:
         t0 = time.perf_counter()
         c = await ev.run(tasks)
         mean = c.reward_sum / c.scored if c.scored else 0.0
-        var = max(0.0, c.reward_sq / c.scored - mean * mean) if c.scored else 0.0
-        stderr = math.sqrt(var / (c.scored - 1)) if c.scored > 1 else 0.0
+        stderr = stderr_of_sums(c.scored, c.reward_sum, c.reward_sq) or 0.0
         self.store.update_run(eval_id, status="completed", finished_at=time.time(),
                               summary={"rollouts": c.finished, "errors": c.errors, "reward_mean": mean})
         self.store.record_train(self.run_id, version, "eval", {
