@@ -32,6 +32,10 @@ _PLURAL = {
 
 
 _SCALARS = (float, int, bool)
+#: What a scoring function (or a tool) may raise that is its own failure, recorded on its rollout:
+#: every ``Exception`` and the exits a library may throw (``sys.exit``, a stray ``KeyboardInterrupt``).
+#: A cancellation (``asyncio.CancelledError``: Ctrl-C, SIGTERM, a timeout) is never one: it ends the run.
+USER_CODE_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
 
 
 @dataclass(slots=True)
@@ -88,12 +92,11 @@ def _inspect(fn: Callable[..., Any], kind: str, allowed: frozenset[str], name: s
 
 
 def _as_values(name: str, value: Any) -> dict[str, float]:
-    """Normalise a function's return value into named floats."""
+    """Normalise a function's return value into named floats: the one place a returned value becomes a
+    score, so a value that is not a finite number (NaN, inf, a type of its own) never reaches the store."""
     t = type(value)
     if t is float or t is int or t is bool:
-        if value != value:  # NaN
-            raise ValueError(f"{name} returned NaN")
-        return {name: float(value)}
+        return {name: _finite(name, float(value))}
     if isinstance(value, Mapping):
         out: dict[str, float] = {}
         for k, v in value.items():
@@ -102,21 +105,29 @@ def _as_values(name: str, value: Any) -> dict[str, float]:
     return {name: _as_float(name, value)}
 
 
+def _finite(name: str, f: float) -> float:
+    if not math.isfinite(f):
+        raise ValueError(f"{name} returned {f}, not a finite number")
+    return f
+
+
 def _as_float(name: str, v: Any) -> float:
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, int | float):
-        f = float(v)
-        if math.isnan(f):
-            raise ValueError(f"{name} returned NaN")
-        return f
+        try:
+            f = float(v)
+        except OverflowError:  # an integer past a float's range
+            raise ValueError(f"{name} returned an integer too large for a score") from None
+        return _finite(name, f)
     raise TypeError(f"{name} returned {type(v).__name__}, expected a float or a dict of floats")
 
 
 def _error_text(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-    return f"{type(e).__name__}: {e}{where}"
+    text = str(e) if not isinstance(e, SystemExit) else f"exit code {e.code!r}"
+    return f"{type(e).__name__}: {text}{where}"
 
 
 class Rubric:
@@ -185,12 +196,17 @@ class Rubric:
                 if f.is_async or (type(value) not in _SCALARS and inspect.isawaitable(value)):
                     value = await value
                 values = _as_values(f.name, value)
-            except Exception as e:  # recorded on the rollout; the run goes on
+                part = f.weight * sum(values.values()) if f.kind == "reward" else 0.0
+                _finite(f.name + " (weighted)", part)
+            except USER_CODE_ERRORS as e:  # recorded on the rollout; the run goes on
                 s.errors.append((f.name, _error_text(e)))
                 continue
             if f.kind == "reward":
+                if not math.isfinite(total + part):
+                    s.errors.append((f.name, f"ValueError: the total reward passes a float's range with {f.name}"))
+                    continue
                 s.rewards.update(values)
-                total += f.weight * sum(values.values())
+                total += part
             else:
                 s.metrics.update(values)
         s.total = total
@@ -218,7 +234,9 @@ class Rubric:
                 if isinstance(value, Mapping) or not isinstance(value, Sequence) or len(value) != n:
                     raise TypeError(f"group reward must return a list of {n} values, one per rollout, got {value!r:.80}")
                 per = [_as_values(f.name, v) for v in value]
-            except Exception as e:
+                for sc, values in zip(scores, per, strict=True):
+                    _finite(f.name + " (weighted)", sc.total + f.weight * sum(values.values()))
+            except USER_CODE_ERRORS as e:
                 msg = _error_text(e)
                 for sc in scores:
                     sc.errors.append((f.name, msg))

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from workbench.authoring.mcp_tools import MCPTools, split_tools
+from workbench.authoring.rubric import USER_CODE_ERRORS
 from workbench.authoring.tasks import Message
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError
@@ -99,7 +100,7 @@ class Toolbox:
                 result = await tool.call(args, {"sandbox": rollout.sandbox, "state": rollout.state, "task": rollout.task,
                                                 "info": rollout.task.info, "mcp": rollout.mcp})
                 content = result if isinstance(result, str) else orjson.dumps(result, default=str).decode()
-            except Exception as e:  # goes back to the model, not up the stack
+            except USER_CODE_ERRORS as e:  # goes back to the model, not up the stack (even sys.exit)
                 rollout.errors.append(RolloutError("tool", name, f"{type(e).__name__}: {e}"))
                 content = f"Error: {type(e).__name__}: {e}"
         if len(content) > self.max_tool_output:

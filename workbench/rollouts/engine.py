@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.authoring.environment import Environment
-from workbench.authoring.rubric import Scores
+from workbench.authoring.rubric import USER_CODE_ERRORS, Scores
 from workbench.authoring.sandbox import SandboxError, SandboxPool, needs_sandbox
 from workbench.authoring.tasks import Task
 from workbench.config.redact import redact
@@ -222,7 +222,7 @@ class RolloutEngine:
                 rollout.failure = RolloutError(e.kind, e.source, e.message)
             except SandboxError as e:
                 rollout.failure = RolloutError("sandbox", getattr(self.env.runtime, "spec", "runtime"), str(e))
-            except Exception as e:  # a bug in harness code: recorded, the run goes on
+            except USER_CODE_ERRORS as e:  # a bug in harness code (even sys.exit): recorded, the run goes on
                 from workbench.authoring.rubric import _error_text
 
                 rollout.failure = RolloutError("harness", harness.describe(), _error_text(e))

@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 import traceback
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -30,8 +29,18 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from workbench.errors import StoreError
-from workbench.rollouts.rollout import searchable_text
 from workbench.store.db import connect
+from workbench.store.rows import (  # noqa: F401 - the SQL is re-exported for scripts/gen_store.py
+    _CALL_SQL,
+    _COST_SQL,
+    _ERROR_SQL,
+    _FTS_SQL,
+    _OPTS,
+    _ROLLOUT_SQL,
+    _SCORE_SQL,
+    _write,
+    dumps,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -40,13 +49,6 @@ if TYPE_CHECKING:
     from workbench.authoring.tasks import Task
     from workbench.rollouts.rollout import ModelCall, RolloutError, Usage
     from workbench.rollouts.trace import Trace
-
-_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-
-
-def dumps(obj: Any) -> str:
-    return orjson.dumps(obj, option=_OPTS, default=repr).decode()
-
 
 @dataclass(slots=True)
 class RolloutRecord:
@@ -76,28 +78,6 @@ class RolloutRecord:
     trace: Trace | None = None
     source: str = "model"  # who acted: model | human (imported runs are written by workbench/store/imports.py)
 
-
-_ROLLOUT_COLS = (
-    "pk, id, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward, "
-    "prompt_tokens, completion_tokens, cost_usd, duration_s, turns, created_at, prompt, answer, info, "
-    "completion, messages, state, source"
-)
-_ROLLOUT_SQL = f"INSERT INTO rollout ({_ROLLOUT_COLS}) VALUES ({', '.join('?' * 24)})"
-_SCORE_SQL = "INSERT INTO score (rollout_pk, name, kind, value) VALUES (?, ?, ?, ?)"
-_CALL_SQL = (
-    "INSERT INTO model_call (rollout_pk, idx, n_messages, finish_reason, prompt_tokens, completion_tokens, "
-    "latency_ms, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_ERROR_SQL = "INSERT INTO rollout_error (rollout_pk, run_id, kind, source, message) VALUES (?, ?, ?, ?, ?)"
-_TRACE_SQL = (
-    "INSERT INTO trace (rollout_pk, nodes, token_ids, logprobs, mask, n_tokens, mismatches) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-_FTS_SQL = "INSERT INTO rollout_fts (rowid, text) VALUES (?, ?)"
-_COST_SQL = (
-    "INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
-    "VALUES (?, 'api_tokens', ?, ?, ?, 'tokens', ?, ?)"
-)
 
 # What the eval process pipes to the writer process: a group (``_group_rows``),
 # or one of these markers.
@@ -415,52 +395,3 @@ def _store_error(e: BaseException, path: str) -> BaseException:
         return pickle.loads(pickle.dumps(e))
     except Exception:
         return StoreError(f"writing rollouts failed: {type(e).__name__}: {e}")
-
-
-def _write(conn: Any, groups: list[tuple[int, bytes, list[Any] | None]]) -> int:
-    """Insert the groups (``_group_payload``s) in one transaction; return how many rollouts that was."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        pk = conn.execute("SELECT COALESCE(MAX(pk), 0) FROM rollout").fetchone()[0]
-        rollouts, scores, calls, errors, fts, traces = [], [], [], [], [], []
-        cost: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for _, data, group_traces in groups:
-            tasks, group = orjson.loads(data)
-            task_json = {tid: (dumps(p), dumps(a), dumps(i)) for tid, (p, a, i) in tasks.items()}
-            for k, (rid, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward,
-                    ptoks, ctoks, usd, duration_s, turns, created_at, completion, messages, state, rewards, metrics,
-                    r_calls, r_errors, provider, source) in enumerate(group):
-                pk += 1
-                rollouts.append((pk, rid, run_id, env_name, model, task_id, task_index, sample_index, status,
-                                 error_kind, reward, ptoks, ctoks, usd, duration_s, turns, created_at,
-                                 *task_json[task_id], completion, dumps(messages), dumps(state), source))
-                scores += [(pk, name, "reward", v) for name, v in rewards.items()]
-                scores += [(pk, name, "metric", v) for name, v in metrics.items()]
-                calls += [(pk, *c[:6], dumps(c[6]) if c[6] is not None else None) for c in r_calls]
-                errors += [(pk, run_id, *e) for e in r_errors]
-                if group_traces is not None and group_traces[k] is not None:
-                    traces.append((pk, *group_traces[k]))
-                fts.append((pk, searchable_text(messages)))
-                if ptoks or ctoks or usd:
-                    acc = cost[(run_id, provider, model)]
-                    acc[0] += ptoks + ctoks
-                    acc[1] += usd
-        conn.executemany(_ROLLOUT_SQL, rollouts)
-        if scores:
-            conn.executemany(_SCORE_SQL, scores)
-        if calls:
-            conn.executemany(_CALL_SQL, calls)
-        if errors:
-            conn.executemany(_ERROR_SQL, errors)
-        conn.executemany(_FTS_SQL, fts)
-        if traces:
-            conn.executemany(_TRACE_SQL, traces)
-        if cost:
-            now = time.time()
-            conn.executemany(_COST_SQL, [(k[0], k[1], k[2], v[0], v[1], now) for k, v in cost.items()])
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:  # SQLite rolls a failed COMMIT (a full disk) back by itself
-            conn.execute("ROLLBACK")
-        raise
-    return len(rollouts)

@@ -1,0 +1,197 @@
+"""Hostile input to runs: rewards, stores, signals, pipelines. Each case drives the real CLI as a
+subprocess against the mock server and asserts the one line, the exit code, and that nothing stored
+changed (row counts, ``PRAGMA integrity_check``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    ADDER_ENV,
+    CliResult,
+    MockServer,
+    assert_user_error,
+    cli_environment,
+    copy_store,
+    last_json,
+    query,
+    run_workbench,
+    write_file,
+)
+
+TABLES = ("run", "rollout", "score", "rollout_error", "model_call", "cost_event")
+
+
+def snapshot(db: Path) -> dict[str, Any]:
+    """Row counts of the store's tables and its integrity check (what "nothing changed" compares)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        counts = {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+        counts["integrity"] = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        counts["runs"] = sorted(conn.execute("SELECT id, status FROM run").fetchall())
+        return counts
+    finally:
+        conn.close()
+
+
+class Seed:
+    def __init__(self, db: Path, run_id: str) -> None:
+        self.db, self.run_id = db, run_id
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory: pytest.TempPathFactory, arith_server: MockServer) -> Seed:
+    """A store holding one finished adder run; each test works on its own copy."""
+    home = tmp_path_factory.mktemp("seed")
+    env_file = write_file(home / "adder_env.py", ADDER_ENV)
+    db = home / "seed.db"
+    res = run_workbench(["eval", env_file, "--base-url", arith_server.base_url, "-m", "mock-model", "-n", 2,
+                         "-r", 2, "--db", db, "--json"], cli_environment(home, db), cwd=home)
+    assert res.rc == 0, res.stderr
+    return Seed(db, last_json(res.stdout)["run_id"])
+
+
+@pytest.fixture
+def store(seed: Seed, store_path: Path) -> Path:
+    return copy_store(seed.db, store_path)
+
+
+# -- rewards that are not finite numbers, or that exit ------------------------------------------
+REWARD_ENV = '''
+import sys
+
+import workbench as wb
+
+
+def load_environment(n: int = 4) -> wb.Environment:
+    rows = [{{"prompt": f"What is {{i}} + 1?", "answer": str(i + 1)}} for i in range(n)]
+    rubric = wb.Rubric()
+
+    @rubric.reward
+    def fine(completion: str) -> float:
+        return 1.0
+
+    @rubric.{kind}
+    def hostile({args}):
+        {body}
+
+    return wb.Environment(name="hostile", tasks=wb.TaskSet.from_records(rows, name="hostile"),
+                          harness=wb.SingleTurn(), rubric=rubric, sampling=wb.Sampling(max_tokens=8))
+'''
+
+#: (id, decorator, arguments, body, what the error row says)
+HOSTILE_REWARDS = [
+    ("inf", "reward", "completion: str", "return float('inf')", "inf"),
+    ("minus-inf", "reward", "completion: str", "return float('-inf')", "-inf"),
+    ("nan", "reward", "completion: str", "return float('nan')", "nan"),
+    ("overflow", "reward", "completion: str", "return 1e308 * 10", "inf"),
+    ("huge-int", "reward", "completion: str", "return 10 ** 400", "too large"),
+    ("dict-inf", "reward", "completion: str", "return {'a': 1.0, 'b': float('inf')}", "hostile.b"),
+    ("weighted-overflow", "reward(weight=1e308)", "completion: str", "return 1e308", "finite"),
+    ("metric-inf", "metric", "completion: str", "return float('inf')", "inf"),
+    ("group-inf", "group_reward", "completions: list", "return [float('inf')] * len(completions)", "inf"),
+    ("sys-exit", "reward", "completion: str", "sys.exit(3)", "SystemExit"),
+    ("keyboard-interrupt", "reward", "completion: str", "raise KeyboardInterrupt", "KeyboardInterrupt"),
+    ("group-sys-exit", "group_reward", "completions: list", "sys.exit(0)", "SystemExit"),
+]
+
+
+@pytest.mark.parametrize(("kind", "args", "body", "says"), [c[1:] for c in HOSTILE_REWARDS],
+                         ids=[c[0] for c in HOSTILE_REWARDS])
+def test_a_hostile_reward_is_an_error_on_its_rollout_and_the_run_goes_on(
+        kind: str, args: str, body: str, says: str, cli: Callable[..., CliResult], write_env: Callable[..., Path],
+        store: Path, seed: Seed, arith_server: MockServer) -> None:
+    before = snapshot(store)
+    env_file = write_env(REWARD_ENV.format(kind=kind, args=args, body=body), "hostile_env.py")
+    res = cli("eval", env_file, "--base-url", arith_server.base_url, "-m", "mock-model", "-n", 4, "-r", 2, "--json")
+    assert res.rc == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    run_id = last_json(res.stdout)["run_id"]
+    assert query(store, "SELECT status FROM run WHERE id=?", (run_id,)) == [("completed",)]
+    assert query(store, "SELECT COUNT(*), COUNT(reward) FROM rollout WHERE run_id=?", (run_id,)) == [(8, 8)]
+    errors = query(store, "SELECT e.kind, e.source, e.message FROM rollout_error e WHERE e.run_id=?", (run_id,))
+    assert len(errors) == 8 and all(k == "reward" and says.lower() in m.lower() for k, _, m in errors), errors
+    # Only finite scores are stored; the rollouts' other reward is kept.
+    values = [v for (v,) in query(store, "SELECT s.value FROM score s JOIN rollout r ON r.pk = s.rollout_pk "
+                                         "WHERE r.run_id=? AND s.name='fine'", (run_id,))]
+    assert values == [1.0] * 8
+    after = snapshot(store)
+    assert after["integrity"] == "ok"
+    assert (seed.run_id, "completed") in after["runs"] and after["rollout"] == before["rollout"] + 8
+
+
+TOOL_ENV = '''
+import sys
+
+import workbench as wb
+
+
+def explode(x: int) -> str:
+    """Explode."""
+    sys.exit(5)
+
+
+def load_environment() -> wb.Environment:
+    rubric = wb.Rubric()
+
+    @rubric.reward
+    def fine(completion: str) -> float:
+        return 1.0
+
+    return wb.Environment(name="tooly", tasks=wb.TaskSet.from_records([{"prompt": "go", "answer": "1"}]),
+                          harness=wb.ToolLoop(tools=[explode]), rubric=rubric)
+'''
+
+
+def test_a_tool_that_calls_sys_exit_is_a_tool_error_on_its_rollout(
+        cli: Callable[..., CliResult], write_env: Callable[..., Path], store: Path,
+        mock_server: Callable[..., MockServer]) -> None:
+    server = mock_server("script", "--by-turn", script=[
+        {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "explode", "arguments": "{\"x\": 1}"}}]},
+        "done"])
+    env_file = write_env(TOOL_ENV, "tool_env.py")
+    res = cli("eval", env_file, "--base-url", server.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    run_id = last_json(res.stdout)["run_id"]
+    assert query(store, "SELECT status, reward FROM rollout WHERE run_id=?", (run_id,)) == [("ok", 1.0)]
+    errors = query(store, "SELECT kind, source, message FROM rollout_error WHERE run_id=?", (run_id,))
+    assert errors == [("tool", "explode", "SystemExit: 5")]
+
+
+def test_the_writer_keeps_a_batch_whose_rows_the_store_refuses(tmp_path: Path) -> None:
+    """A record made outside scoring with a non-finite score, and one with a value SQLite cannot hold:
+    each is kept (bare where need be), the rest of the batch with it."""
+    from workbench.authoring.rubric import Scores
+    from workbench.authoring.tasks import Task
+    from workbench.rollouts.rollout import Usage
+    from workbench.store import RolloutRecord, Store
+
+    def record(i: int, scores: Scores, turns: int = 1) -> RolloutRecord:
+        task = Task(prompt=f"q{i}", answer=str(i), id=f"t{i}")
+        return RolloutRecord(id=f"run.{i}.0", run_id="run", env_name="env", model="m", task=task, task_index=i,
+                             sample_index=0, status="ok", error_kind=None, reward=scores.total, usage=Usage(1, 1),
+                             duration_s=0.1, turns=turns, completion="a", messages=[], state={}, scores=scores,
+                             calls=[], errors=[])
+
+    with Store(tmp_path / "w.db") as store:
+        store.create_run("run", env_name="env")
+        writer = store.writer(linger_s=30.0)
+        writer.submit([record(0, Scores(rewards={"r": 1.0}, total=1.0))])
+        writer.submit([record(1, Scores(rewards={"r": float("inf")}, total=float("inf")))])
+        writer.submit([record(2, Scores(rewards={"r": 1.0}, total=1.0), turns=2**63 + 5)])  # past SQLite's INTEGER
+        writer.flush()
+        writer.close()
+        assert writer.committed == 3
+    rows = query(tmp_path / "w.db", "SELECT task_index, status, error_kind, reward FROM rollout ORDER BY task_index")
+    assert rows == [(0, "ok", None, 1.0), (1, "ok", None, None), (2, "error", "store", None)]
+    kinds = query(tmp_path / "w.db", "SELECT r.task_index, e.kind FROM rollout_error e JOIN rollout r "
+                                     "ON r.pk = e.rollout_pk ORDER BY r.task_index")
+    assert kinds == [(1, "reward"), (2, "store")]
+    assert query(tmp_path / "w.db", "SELECT COUNT(*) FROM score") == [(1,)]
+    assert query(tmp_path / "w.db", "PRAGMA integrity_check") == [("ok",)]
