@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from workbench.config import paths
 from workbench.errors import ConfigError
 
@@ -48,6 +50,24 @@ def override_path(env_name: str) -> Path:
     return overrides_dir() / f"{env_name}.json"
 
 
+class _OverrideFile(BaseModel):
+    """What an override file must hold: a strict shape, so a hand-edited file fails with its field named."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    system_prompt: str
+    origin: str = ""
+    base_version: str = ""
+    created_at: float = 0.0
+
+
+def _field_problem(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the file"
+    if first["type"] == "missing":
+        return f"it has no {where}"
+    return f"{where}: {first['msg'].lower()} (got {first.get('input')!r:.60})"
+
+
 def _read(path: Path) -> Override | None:
     try:
         data = json.loads(path.read_text())
@@ -55,10 +75,15 @@ def _read(path: Path) -> Override | None:
         return None
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read the environment override {path} ({e}); fix or delete that file") from None
-    if not isinstance(data, dict) or not isinstance(data.get("system_prompt"), str):
-        raise ConfigError(f"the environment override {path} holds no system_prompt string; fix or delete that file")
-    return Override(data["system_prompt"], str(data.get("origin", "")), str(data.get("base_version", "")),
-                    float(data.get("created_at", 0.0) or 0.0))
+    if not isinstance(data, dict):
+        raise ConfigError(f"the environment override {path} is not a JSON object with a system_prompt string; "
+                          "fix or delete that file")
+    try:
+        checked = _OverrideFile.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"the environment override {path} is malformed ({_field_problem(e)}); fix that field "
+                          f"or delete the file") from None
+    return Override(checked.system_prompt, checked.origin, checked.base_version, float(checked.created_at))
 
 
 def load(env_name: str) -> Override | None:
