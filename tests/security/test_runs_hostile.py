@@ -4,7 +4,6 @@ changed (row counts, ``PRAGMA integrity_check``)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -195,3 +194,56 @@ def test_the_writer_keeps_a_batch_whose_rows_the_store_refuses(tmp_path: Path) -
     assert kinds == [(1, "reward"), (2, "store")]
     assert query(tmp_path / "w.db", "SELECT COUNT(*) FROM score") == [(1,)]
     assert query(tmp_path / "w.db", "PRAGMA integrity_check") == [("ok",)]
+
+
+# -- a store that is not there, or not a file ----------------------------------------------------
+READ_ONLY_COMMANDS = [
+    ("runs", ["runs"]),
+    ("runs-run", ["runs", "0101-abcdef"]),
+    ("show", ["show", "0101-abcdef.0.0"]),
+    ("export", ["export", "0101-abcdef", "-o", "out.jsonl"]),
+    ("diff", ["diff", "0101-abcdef.0.0", "0101-abcdef.0.1"]),
+    ("compare", ["compare", "0101-abcdef", "0101-abcdee"]),
+    ("costs", ["costs"]),
+]
+
+
+@pytest.mark.parametrize("args", [c[1] for c in READ_ONLY_COMMANDS], ids=[c[0] for c in READ_ONLY_COMMANDS])
+def test_a_read_only_command_refuses_a_store_that_does_not_exist(args: list[str], cli: Callable[..., CliResult],
+                                                                 tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "file.db"
+    line = assert_user_error(cli(*args, "--db", missing), "no store at", str(missing))
+    assert "--db" in line
+    assert not (tmp_path / "no").exists()  # no folder, no empty store
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def _fifo(tmp_path: Path) -> Path:
+    import os
+
+    path = tmp_path / "pipe.db"
+    os.mkfifo(path)
+    return path
+
+
+NOT_FILES = [
+    ("dev-null", lambda tmp: Path("/dev/null"), "a character device"),
+    ("dev-zero", lambda tmp: Path("/dev/zero"), "a character device"),
+    ("fifo", _fifo, "a named pipe"),
+]
+
+
+@pytest.mark.parametrize(("where", "kind"), [c[1:] for c in NOT_FILES], ids=[c[0] for c in NOT_FILES])
+@pytest.mark.parametrize("args", [["runs"], ["costs"], ["prices", "set", "m", "--input", "1", "--output", "2"]], ids=["runs", "costs", "prices-set"])
+def test_a_store_that_is_a_device_or_a_pipe_is_refused_by_kind(where: Callable[[Path], Path], kind: str,
+                                                              args: list[str], cli: Callable[..., CliResult],
+                                                              tmp_path: Path) -> None:
+    path = where(tmp_path)
+    assert_user_error(cli(*args, "--db", path, timeout=60), str(path), kind, "not a store file")
+
+
+def test_eval_refuses_dev_null_as_its_store(cli: Callable[..., CliResult], arith_server: MockServer,
+                                            write_env: Callable[..., Path]) -> None:
+    env_file = write_env(ADDER_ENV, "adder_env.py")
+    assert_user_error(cli("eval", env_file, "--base-url", arith_server.base_url, "-m", "mock-model", "-n", 1,
+                          "--db", "/dev/null"), "/dev/null", "a character device")

@@ -30,7 +30,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     if follow and not run:
         raise click.UsageError("--follow needs a RUN")
     if run:
-        with open_store(ctx, db, read_only_ok=True) as store:
+        with open_store(ctx, db, read_only_ok=True, existing=True) as store:
             if follow:
                 from cloud_runtime.launch import follow_run
                 from workbench.cli.train_cmd import step_line
@@ -43,7 +43,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
                 follow_run(store, run, on_event=on_event)
             show_run(store, run, as_json)
         return
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         runs = list_runs(store.conn, limit=limit, env=env)
     if as_json:
         emit_json({"runs": runs})
@@ -167,7 +167,7 @@ def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str |
     from workbench.errors import NotFoundError
     from workbench.store.queries import get_rollout
 
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         run = None
         if "." not in target:
             try:
@@ -220,7 +220,7 @@ def export_command(ctx: click.Context, run: str | None, fmt: str, output: str, m
     if run is None and source is None:
         raise ConfigError("name a RUN to export (`workbench runs` lists them), or --source model|imported|human "
                           "for every run's rollouts from that source")
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         run_id = store.get_run(run)["id"] if run is not None else None
         query = run_filter(run_id, min_reward=min_reward, include_errors=include_errors, source=source)
         if output == "-":

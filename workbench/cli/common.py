@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,13 +15,21 @@ console = Console(highlight=False, soft_wrap=True)
 console_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool = False) -> Any:
+def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool = False,
+               existing: bool = False) -> Any:
     """The command's store. ``read_only_ok`` (commands that only read): a store this process cannot write
-    is opened read-only instead of refused."""
+    is opened read-only instead of refused. ``existing``: a store that is not there is refused, not
+    created (the commands that only read it: nothing to read means a wrong --db)."""
+    from pathlib import Path
+
     from workbench.config.paths import default_db
+    from workbench.errors import StoreError
     from workbench.store import Store, StoreReadOnlyError
 
     path = db or (ctx.find_root().obj or {}).get("db") or default_db()
+    if existing and not os.path.lexists(Path(path).expanduser()):
+        raise StoreError(f"no store at {path}: nothing has been stored there (the first `workbench eval` "
+                         "creates it); pass the --db of an existing store")
     try:
         return Store(path)
     except StoreReadOnlyError:

@@ -29,7 +29,7 @@ def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | N
     the paired per-task difference with a bootstrap 95% CI, and the tasks that regressed, worst first."""
     from workbench.analysis.compare import compare
 
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         result = compare(store.conn, list(runs), baseline, pass_threshold, allow_mismatch)
     if as_json:
         emit_json(result)

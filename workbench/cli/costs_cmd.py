@@ -20,7 +20,7 @@ def costs_command(ctx: click.Context, group: str, db: str | None, as_json: bool)
     from workbench.cost.budgets import monthly_budget_usd
     from workbench.cost.ledger import KINDS, read_ledger
 
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         ledger = read_ledger(store.conn, group)
     monthly = monthly_budget_usd()
     if as_json:

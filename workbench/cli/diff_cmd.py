@@ -43,7 +43,7 @@ def diff_command(ctx: click.Context, rollout_a: str, rollout_b: str, show_all: b
     function with deltas, status, errors, tokens, timing and cost. An id may be shortened to a unique prefix."""
     from workbench.analysis.diff import load_diff
 
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         d = load_diff(store.conn, rollout_a, rollout_b)
     if as_json:
         emit_json(d.to_json())

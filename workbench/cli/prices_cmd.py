@@ -20,7 +20,7 @@ def prices_group() -> None:
 @click.pass_context
 def prices_list(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """List the price table."""
-    with open_store(ctx, db, read_only_ok=True) as store:
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         prices = store.prices()
     rows = [{"model": p.model, "provider": p.provider, "input_usd_per_mtok": p.input_usd_per_mtok,
              "output_usd_per_mtok": p.output_usd_per_mtok, "source": p.source} for p in prices.values()]

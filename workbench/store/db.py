@@ -15,6 +15,27 @@ class StoreReadOnlyError(StoreError):
     a read-only mount): the commands that only read open it read-only instead."""
 
 
+def file_kind(p: Path) -> str:
+    """What ``p`` is, as a store check says it: ``missing``, ``file``, or the kind of what is not a file
+    (a device, a FIFO, a socket: SQLite would read or block on it, or treat ``/dev/null`` as empty)."""
+    import stat
+
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "file"  # unreadable: opening it says why
+    if stat.S_ISREG(mode):
+        return "file"
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def _read_only_line(p: Path, why: str) -> str:
     return (f"{p} is read-only ({why}): the commands that only read it (runs, show, export, the app's Traces) "
             "still open it; to write to it, make it writable (its permissions, `chattr -i`, or the mount) or "
@@ -73,6 +94,9 @@ def open_store_file(path: Path | str, *, readonly: bool = False) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise StoreError(f"--db {p} is a directory; give a file path such as {p / 'workbench.db'}")
+    kind = file_kind(p)
+    if kind not in ("missing", "file"):
+        raise StoreError(f"--db {p} is {kind}, not a store file; give the path of a store file")
     existed = p.exists()
     if readonly and not existed:
         raise StoreError(f"no store at {p}; pass the --db of an existing store")
