@@ -225,7 +225,9 @@ async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_p
     from mcp.client.streamable_http import streamablehttp_client
 
     log = open(tmp_path / "mcp-http.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*workbench_argv(), "mcp", "--http", str(closed_port)], env=cli_env, cwd=tmp_path,
+    token = "the-token-this-test-chose-0123456789"
+    proc = subprocess.Popen([*workbench_argv(), "mcp", "--http", str(closed_port)], cwd=tmp_path,
+                            env={**cli_env, "WORKBENCH_MCP_TOKEN": token},
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{closed_port}/mcp"
     try:
@@ -240,7 +242,8 @@ async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_p
                 await asyncio.sleep(0.2)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as s:
+            async with streamablehttp_client(url, headers={"Authorization": f"Bearer {token}"}) as (read, write, _), \
+                    ClientSession(read, write) as s:
                 await s.initialize()
                 assert {t.name for t in (await s.list_tools()).tools} == TOOLS
                 envs = (await call(s, "list_environments"))["envs"]

@@ -9,6 +9,7 @@ Imported by ``workbench mcp`` only: the ``mcp`` SDK is not loaded by the rest of
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,8 @@ INSTRUCTIONS = (
     "hold each environment's files.")
 
 StoreOpener = Callable[[bool], Any]  # read_only_ok -> an open Store
+_UNAUTHORIZED = orjson.dumps({"error": "unauthorized: send the token `workbench mcp --http` printed (or "
+                                       "$WORKBENCH_MCP_TOKEN) as the header Authorization: Bearer TOKEN"})
 
 
 def _jsonable(obj: Any) -> dict[str, Any]:
@@ -74,6 +77,47 @@ def _sandboxes_on_modal(env: Any, n: int) -> bool:
     return needs_sandbox(env) or any(t.sandbox is not None for t in env.tasks.take(n))
 
 
+class BearerAuth:
+    """ASGI middleware: every HTTP request carries ``Authorization: Bearer TOKEN`` (compared in constant
+    time) or is answered 401 before it reaches the MCP app."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            sent = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
+            scheme, _, value = (sent[0] if len(sent) == 1 else b"").strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(value.strip(), self.token):
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(_UNAUTHORIZED)).encode()),
+                    (b"www-authenticate", b'Bearer realm="workbench mcp"')]})
+                await send({"type": "http.response.body", "body": _UNAUTHORIZED})
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve_http(server: FastMCP, token: str) -> None:
+    """Streamable HTTP on the server's host and port, behind :class:`BearerAuth`."""
+    import uvicorn
+
+    app = BearerAuth(server.streamable_http_app(), token)
+    config = uvicorn.Config(app, host=server.settings.host, port=server.settings.port, log_level="warning")
+    await uvicorn.Server(config).serve()
+
+
+def discovered_only(env: str) -> str:
+    """``env`` when it names a discovered environment (bundled, user, pulled, registered) and nothing
+    shadows that name; a path, a module or a name a local folder shadows is refused."""
+    from workbench.authoring.discovery import discover, resolve
+
+    refs = {r.name: r for r in discover()}
+    if env not in refs or resolve(env) != refs[env]:
+        raise ConfigError(f"over HTTP an environment is named, never given as a path or module: {env!r} is not "
+                          f"one list_environments names")
+    return env
+
+
 class WorkbenchMCP(FastMCP):
     """FastMCP whose failed tool calls answer one clear line, and whose ``env://`` resources are the
     environments' files (a nested PATH matches too, which FastMCP's templates do not allow)."""
@@ -95,8 +139,9 @@ class WorkbenchMCP(FastMCP):
 
 
 def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROLLOUTS,
-                 host: str = "127.0.0.1", port: int = 8000) -> WorkbenchMCP:
-    """The server; ``open_store(read_only_ok)`` opens the store each call uses (and closes after it)."""
+                 host: str = "127.0.0.1", port: int = 8000, remote: bool = False) -> WorkbenchMCP:
+    """The server; ``open_store(read_only_ok)`` opens the store each call uses (and closes after it).
+    ``remote`` (HTTP): tools that load code take only discovered environments' names, and no file paths."""
     mcp = WorkbenchMCP("workbench", instructions=INSTRUCTIONS, host=host, port=port, log_level="WARNING")
 
     async def in_thread(fn: Callable[[], Any]) -> dict[str, Any]:
@@ -153,6 +198,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
 
         if sample < 1:
             raise ConfigError("sample must be at least 1")
+        if remote:
+            env = await anyio.to_thread.run_sync(discovered_only, env)
         # In a worker thread with a loop of its own: loading an environment may take a while (a download).
         report = await anyio.to_thread.run_sync(asyncio.run, validate_env(env, args or {}, sample))
         return _jsonable(report.as_dict())
@@ -177,6 +224,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
                               f"more; ask for fewer, or run `workbench eval` in a terminal for a large eval")
         if base_url and not (model or os.environ.get("WORKBENCH_MODEL")):
             raise ConfigError("run_eval with a base_url needs the model name too (model)")
+        if remote:
+            env = await anyio.to_thread.run_sync(discovered_only, env)
         loaded = await anyio.to_thread.run_sync(discovery.load, env, args or {})
         if await anyio.to_thread.run_sync(_sandboxes_on_modal, loaded, n):
             raise ConfigError(f"environment {loaded.name!r} runs its sandboxes on Modal (a paid cloud); run_eval "
@@ -293,6 +342,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         from workbench.analysis.rescore import rescore as run_rescore
         from workbench.authoring.discovery import load_ref, resolve
 
+        if remote:
+            env = await anyio.to_thread.run_sync(discovered_only, env)
         ref = await anyio.to_thread.run_sync(resolve, env)
         environment = await anyio.to_thread.run_sync(load_ref, ref, args or {})
         factory = None if args is not None else (lambda a: load_ref(ref, a))
@@ -314,6 +365,12 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         (the train tables plus [cloud]); `overrides` are dotted keys, e.g. {"cloud.nodes": 4}. Launches
         nothing: "launched" is always false; "within_budget" and "budget_problem" say whether
         `workbench launch` would refuse the plan."""
+        if remote and config is not None:
+            raise ConfigError("over HTTP plan_launch reads no config file; give its keys as overrides")
+        if remote:
+            env = await anyio.to_thread.run_sync(discovered_only, env)
+            if "env.name" in (overrides or {}):
+                raise ConfigError("over HTTP the environment is the env argument, not an env.name override")
 
         def run() -> Any:
             from cloud_runtime.plan import check_budget, load_launch_config, make_plan

@@ -1,0 +1,157 @@
+"""``workbench mcp --http`` as a hostile local process meets it: the real command as a subprocess, the
+``mcp`` SDK's own client over streamable HTTP. Without the bearer token nothing is served (401); with it,
+the tools that load code take only a discovered environment's name, never a path."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+from tests.helpers import _readline, wait_for, workbench_argv, write_file
+
+CHOSEN = "a-token-chosen-by-the-user-0123456789"
+#: Code a hostile process writes and asks the server to load: if it ever runs, the marker file appears.
+EVIL = """
+from pathlib import Path
+Path(__file__).with_name("ran").write_text("the server ran this file")
+
+def load_environment():
+    raise SystemExit("never")
+"""
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def http_server(env: dict[str, str], cwd: Path, port: int) -> Iterator[str]:
+    """``workbench mcp --http PORT`` until it says where it listens; yields that first stderr line."""
+    proc = subprocess.Popen([*workbench_argv(), "mcp", "--http", str(port)], env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = _readline(proc.stderr, 90)
+        assert "streamable HTTP on" in line, f"the server did not start: {line!r} {proc.poll()}"
+        wait_for(lambda: listening(port) or proc.poll() is not None, 60, "the server to listen")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        yield line
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+
+
+@contextlib.asynccontextmanager
+async def session(port: int, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        async with streamablehttp_client(f"http://127.0.0.1:{port}/mcp", headers=headers) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            yield s
+
+
+def status_codes(exc: BaseException) -> set[int]:
+    """The HTTP status codes of every ``httpx.HTTPStatusError`` inside ``exc`` (an exception group or not)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return {code for e in exc.exceptions for code in status_codes(e)}
+    return {exc.response.status_code} if isinstance(exc, httpx.HTTPStatusError) else set()
+
+
+def token_of(line: str) -> str:
+    return line.split("bearer token ", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("source", ["generated", "env"])
+async def test_http_needs_the_bearer_token(cli_env: dict[str, str], tmp_path: Path, closed_port: int,
+                                           source: str) -> None:
+    env = {**cli_env, "WORKBENCH_MCP_TOKEN": CHOSEN} if source == "env" else cli_env
+    with http_server(env, tmp_path, closed_port) as line:
+        token = CHOSEN if source == "env" else token_of(line)
+        if source == "env":
+            assert CHOSEN not in line, "a token the user chose is never printed"
+        refused: list[tuple[str, dict[str, str]]] = [
+            ("no token", {}),
+            ("a wrong token", {"Authorization": "Bearer " + token[:-1] + ("x" if token[-1] != "x" else "y")}),
+            ("a prefix of the token", {"Authorization": "Bearer " + token[:8]}),
+            ("the token under another scheme", {"Authorization": "Basic " + token}),
+            ("the token without a scheme", {"Authorization": token}),
+        ]
+        for what, headers in refused:
+            with pytest.raises(BaseException) as caught:  # noqa: PT011 - the SDK raises an exception group
+                async with session(closed_port, headers):
+                    pass
+            assert status_codes(caught.value) == {401}, f"{what}: {caught.value!r}"
+        raw = httpx.post(f"http://127.0.0.1:{closed_port}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert raw.status_code == 401 and raw.headers["www-authenticate"].startswith("Bearer")
+        async with session(closed_port, {"Authorization": f"Bearer {token}"}) as s:
+            res = await s.call_tool("list_environments", {})
+            assert not res.isError and "arithmetic" in {e["name"] for e in res.structuredContent["envs"]}
+
+
+def test_a_short_token_is_refused(cli_env: dict[str, str], tmp_path: Path, closed_port: int) -> None:
+    p = subprocess.run([*workbench_argv(), "mcp", "--http", str(closed_port)], cwd=tmp_path, capture_output=True,
+                       env={**cli_env, "WORKBENCH_MCP_TOKEN": "short"}, text=True, timeout=120)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    assert "$WORKBENCH_MCP_TOKEN must be at least 16" in lines[0]
+
+
+# (what, tool, arguments): every tool that loads an environment's code, given something other than a name.
+PATHS: list[tuple[str, str, dict[str, Any]]] = [
+    ("validate a .py path", "validate_environment", {"env": "{evil}"}),
+    ("validate a package folder", "validate_environment", {"env": "{pkg}"}),
+    ("validate a relative path", "validate_environment", {"env": "./evil.py"}),
+    ("a name a local folder shadows", "validate_environment", {"env": "arithmetic"}),
+    ("run_eval of a path", "run_eval", {"env": "{evil}", "base_url": "http://127.0.0.1:9/v1", "model": "m", "n": 1}),
+    ("rescore of a path", "rescore", {"env": "{evil}"}),
+    ("an installed module that is no environment", "validate_environment", {"env": "json"}),
+    ("plan_launch of a path", "plan_launch", {"env": "{evil}"}),
+    ("plan_launch with a config file", "plan_launch", {"env": "wordle", "config": "{toml}"}),
+    ("plan_launch naming a path in overrides", "plan_launch", {"env": "wordle",
+                                                               "overrides": {"env.name": "{evil}"}}),
+]
+
+
+async def test_http_tools_take_only_discovered_names(cli_env: dict[str, str], tmp_path: Path,
+                                                     closed_port: int) -> None:
+    evil = write_file(tmp_path / "evil.py", EVIL)
+    pkg = tmp_path / "evilpkg"
+    write_file(pkg / "__init__.py", EVIL)
+    toml = write_file(tmp_path / "run.toml", '[env]\nname = "' + str(evil) + '"\n')
+    write_file(tmp_path / "arithmetic" / "__init__.py", EVIL)  # shadows the bundled name in the server's folder
+    fill = {"{evil}": str(evil), "{pkg}": str(pkg), "{toml}": str(toml)}
+
+    def filled(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: filled(v) for k, v in value.items()}
+        return fill.get(value, value) if isinstance(value, str) else value
+
+    with http_server(cli_env, tmp_path, closed_port) as line:
+        async with session(closed_port, {"Authorization": f"Bearer {token_of(line)}"}) as s:
+            for what, tool, args in PATHS:
+                res = await s.call_tool(tool, filled(args))
+                text = res.content[0].text  # type: ignore[union-attr]
+                assert res.isError, f"{what}: served {text[:300]}"
+                assert "over HTTP" in text and "\n" not in text, f"{what}: {text}"
+            for marker in (tmp_path / "ran", pkg / "ran"):
+                assert not marker.exists(), "a file a client named was executed"
+            ok = await s.call_tool("validate_environment", {"env": "wordle", "sample": 2})
+            assert not ok.isError, ok.content
