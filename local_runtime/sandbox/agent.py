@@ -42,7 +42,8 @@ import time
 
 HEAD = struct.Struct(">cII")
 CHUNK = 1 << 16
-RLIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
+RLIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "data": resource.RLIMIT_DATA,
+           "fsize": resource.RLIMIT_FSIZE,
            "core": resource.RLIMIT_CORE, "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE}
 
 

@@ -1,6 +1,7 @@
 """Bubblewrap for ``wb.Local()``: finding out how this machine can isolate a sandbox, and the ``bwrap``
 command line (namespaces, a read-only root of system folders, the sandbox's own ``/work`` and ``/tmp``)
-plus the limits (``prlimit`` arguments, or a ``preexec_fn`` where ``prlimit`` is missing)."""
+plus the limits (``prlimit`` arguments, or a ``preexec_fn`` where ``prlimit`` is missing). Memory is
+bounded by the sandbox's memory cgroup (``cgroup.py``), or per process where none can be made."""
 
 from __future__ import annotations
 
@@ -219,15 +220,19 @@ def sandbox_python() -> str:
     return ""
 
 
-def prlimit_args(prlimit: str, lim: Limits, *, nproc: bool) -> list[str]:
+def prlimit_args(prlimit: str, lim: Limits, *, nproc: bool, data: bool) -> list[str]:
+    """``data``: bound memory per process with ``RLIMIT_DATA`` (where the sandbox has no memory cgroup)."""
     mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
-    args = [prlimit, f"--cpu={cpu}:{cpu + 5}", f"--as={mem}:{mem}", f"--fsize={fsize}:{fsize}", "--core=0:0"]
+    args = [prlimit, f"--cpu={cpu}:{cpu + 5}", f"--fsize={fsize}:{fsize}", "--core=0:0"]
+    if data:
+        args.append(f"--data={mem}:{mem}")
     if nproc:
         args.append(f"--nproc={lim.pids}:{lim.pids}")
     return [*args, "--"]
 
 
-def limits_preexec(lim: Limits, uid: int | None, *, rlimits: bool, nproc: bool) -> Callable[[], None]:
+def limits_preexec(lim: Limits, uid: int | None, *, rlimits: bool, nproc: bool, data: bool
+                   ) -> Callable[[], None]:
     """The fallback when ``prlimit``/``setpriv`` are missing: set limits and switch uid in the child."""
     cpu, mem, fsize, pids = int(lim.cpu_seconds), lim.memory_mb << 20, lim.file_size_mb << 20, lim.pids
     libc = _libc()
@@ -235,7 +240,8 @@ def limits_preexec(lim: Limits, uid: int | None, *, rlimits: bool, nproc: bool) 
     def fn() -> None:
         if rlimits:
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            if data:
+                resource.setrlimit(resource.RLIMIT_DATA, (mem, mem))
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc:

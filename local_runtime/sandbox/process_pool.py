@@ -3,8 +3,10 @@
 A sandbox is a ``bwrap`` namespace (``bwrap.py``): new user, pid, network, ipc, uts and cgroup
 namespaces; a root made of read-only system folders (``/usr`` and the library links, a few files of
 ``/etc``) plus the sandbox's own ``/work`` and ``/tmp`` (host folders, bind-mounted); a clean environment;
-rlimits on CPU time, address space, file size and (inside the user namespace, so per sandbox) processes.
-Everything in it dies with the pid namespace when Workbench dies.
+rlimits on CPU time, file size and (inside the user namespace, so per sandbox) processes; a memory cgroup
+of its own bounding the resident memory of all its processes (``cgroup.py``; where the machine gives
+none, ``RLIMIT_DATA`` per process, said once). Everything in it dies with the pid namespace when
+Workbench dies.
 
 When the host process is root, sandboxes run as a per-slot unprivileged uid (root-owned host files
 stay unreadable and the process limit is exact). Where bubblewrap or user namespaces are missing
@@ -46,6 +48,8 @@ from local_runtime.sandbox.bwrap import (
     reachable_by_others,
     sandbox_python,
 )
+from local_runtime.sandbox.cgroup import Hierarchy, MemoryGroup, enter_argv, killed_line
+from local_runtime.sandbox.cgroup import detect as detect_cgroup
 from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv, agent_code, warm_config
 from local_runtime.sandbox.fs import (
     PATH,
@@ -103,12 +107,18 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         self._agent_proc: asyncio.subprocess.Process | None = None
         self._agent_start: asyncio.Future[AgentChannel] | None = None
         self._agent_stderr: asyncio.Future[None] | None = None
+        self.memory: MemoryGroup | None = None  # None: memory is bounded per process (RLIMIT_DATA)
 
     def create(self) -> None:
         self.work.path.parent.mkdir(mode=0o711, exist_ok=True)
         os.chmod(self.work.path.parent, 0o711)
         self.work.create(0o755)
         self.tmp.create(0o755)
+        self.memory = self.pool.memory_group()
+
+    def remove_memory_group(self) -> None:
+        if self.memory is not None:
+            self.memory.remove()
 
     # -- exec ----------------------------------------------------------------------------------
     def _command(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None, *, agent: bool = False
@@ -118,17 +128,20 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         For the exec ``agent`` no limits: it applies them to each command it starts (:meth:`agent_config`)."""
         iso, lim, uid = self.pool.iso, self.limits, self.host_uid
         per_sandbox_nproc = self.pool.per_sandbox_nproc(uid)
-        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc) if iso.prlimit and not agent else []
+        data = self.memory is None
+        enter = enter_argv(self.memory) if self.memory is not None else []
+        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc, data=data) if iso.prlimit and not agent else []
         drop = [iso.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None and iso.setpriv \
             else []
         pre_uid = uid if uid is not None and not drop and iso.mode != "setpriv" else None
         preexec = None if (limits or agent) and pre_uid is None else limits_preexec(
-            lim, pre_uid, rlimits=not limits and not agent, nproc=per_sandbox_nproc and not limits and not agent)
+            lim, pre_uid, rlimits=not limits and not agent, nproc=per_sandbox_nproc and not limits and not agent,
+            data=data)
         if iso.mode == "none":
             home = str(self.tmp.path)
             run_cwd = str(self.work.path) if cwd is None else cwd if cwd.startswith("/") else str(self.work.path / cwd)
             outer = [*drop, "--"] if drop else []
-            return [*outer, *limits, *argv], {"env": base_env(home, env) | {"TMPDIR": home}, "cwd": run_cwd,
+            return [*enter, *outer, *limits, *argv], {"env": base_env(home, env) | {"TMPDIR": home}, "cwd": run_cwd,
                                               "preexec_fn": preexec}
         inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
         inner = list(limits)
@@ -140,7 +153,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         full = bwrap_argv(iso.bwrap or "bwrap", iso.mode, self.work.path, self.tmp.path, self.pool.dir / "etc",
                            self.pool.network, self.pool.binds, base_env("/tmp", env), inner_cwd,
                            [*inner, *argv], as_pid_1=agent, bridge=self.pool.bridge_dir)
-        return [*outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
+        return [*enter, *outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
 
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
                    env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
@@ -148,6 +161,17 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             raise RuntimeError(f"sandbox {self.id} is closed")
         argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
+        kills = self.memory.oom_kills() if self.memory is not None else None
+        r = await self._exec(argv, timeout, cwd, env, stdin)
+        if kills is not None and self.memory is not None and r.exit_code in (-9, 128 + signal.SIGKILL) and (
+                self.memory.oom_kills() or 0) > kills:
+            r = replace(r, exit_code=128 + signal.SIGKILL,
+                        stderr=r.stderr + ("" if r.stderr.endswith("\n") or not r.stderr else "\n")
+                        + killed_line(self.memory.limit_bytes) + "\n")
+        return r
+
+    async def _exec(self, argv: list[str], timeout: float, cwd: str | None, env: Mapping[str, str] | None,
+                    stdin: str | bytes | None) -> ExecResult:
         channel = await self._channel()
         if channel is not None:
             inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
@@ -383,6 +407,7 @@ class ProcessPool(SandboxPool):
         self.agent_python = ""
         self.agent_program: bytes | None = None
         self.agent_ok = False  # an agent has started in this pool (later failures are that sandbox's own)
+        self.cgroups: Hierarchy | None = None
 
     def per_sandbox_nproc(self, uid: int | None) -> bool:
         """Whether RLIMIT_NPROC counts one sandbox's processes only: inside its own user namespace, or
@@ -393,11 +418,27 @@ class ProcessPool(SandboxPool):
         """What the exec agent applies to every command: the limits ``prlimit`` would have set."""
         lim = self.limits
         mem, fsize, cpu = lim.memory_mb << 20, lim.file_size_mb << 20, int(lim.cpu_seconds)
-        rlimits: dict[str, list[int]] = {"cpu": [cpu, cpu + 5], "as": [mem, mem], "fsize": [fsize, fsize],
-                                         "core": [0, 0]}
+        rlimits: dict[str, list[int]] = {"cpu": [cpu, cpu + 5], "fsize": [fsize, fsize], "core": [0, 0]}
+        if sb.memory is None:
+            rlimits["data"] = [mem, mem]
         if self.per_sandbox_nproc(sb.host_uid):
             rlimits["nproc"] = [lim.pids, lim.pids]
         return {"rlimits": rlimits, "user": None, "grace": 0.1, "warm": warm_config(self.runtime.warm_python)}
+
+    def memory_group(self) -> MemoryGroup | None:
+        """A new sandbox's memory cgroup, or None where memory is bounded per process (said once)."""
+        if self.cgroups is None:
+            return None
+        try:
+            return MemoryGroup(self.cgroups, self.limits.memory_mb << 20)
+        except OSError as e:
+            self._no_cgroup(f"{self.cgroups.parent}: {e.strerror or e}")
+            return None
+
+    def _no_cgroup(self, reason: str) -> None:
+        warn_once("local-memory", f"wb.Local(): no memory cgroup can be made here ({reason}); memory is bounded "
+                  "per process with RLIMIT_DATA (writable memory a process maps) instead of the sandbox's resident "
+                  "memory: a program that allocates more than it touches may fail")
 
     def agent_unavailable(self, reason: str) -> None:
         if self.use_agent:
@@ -425,6 +466,11 @@ class ProcessPool(SandboxPool):
             # root in every namespace but the user's, and each command drops to the slot's uid inside.
             iso = replace(iso, mode="setpriv")
         self.iso = iso
+        found = await asyncio.to_thread(detect_cgroup)
+        if isinstance(found, Hierarchy):
+            self.cgroups = found
+        else:
+            self._no_cgroup(found)
         if self.use_agent:
             self.agent_python = sandbox_python() if iso.mode == "userns" else ""
             self.use_agent = bool(self.agent_python)
@@ -478,7 +524,10 @@ class ProcessPool(SandboxPool):
         if not self._taken_back(sandbox):
             return
         if self.closed:
-            sandbox.kill_all()
+            dying = sandbox.kill_all()
+            if dying is not None:
+                await dying
+            await asyncio.to_thread(sandbox.remove_memory_group)
             return
         self.track(self._recycle(sandbox))
 
@@ -512,6 +561,7 @@ class ProcessPool(SandboxPool):
             sb.tmp.wipe(0o755)
         else:
             rmtree(sb.work.path.parent)
+            sb.remove_memory_group()
 
     async def close(self) -> None:
         if self.closed:
@@ -522,6 +572,7 @@ class ProcessPool(SandboxPool):
             sb.closed = True
         while self._resets:  # recycles, and the reaping of every agent killed above
             await asyncio.gather(*self._resets, return_exceptions=True)
+        await asyncio.to_thread(lambda: [sb.remove_memory_group() for sb in [*self.held, *self.idle]])
         self.idle.clear()
         self.held.clear()
         if self.dir != Path():
