@@ -6,8 +6,10 @@ second, so the per-rollout reward is one precompiled regex search and an integer
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import workbench as wb
@@ -23,64 +25,87 @@ _NUMBER = re.compile(r"[-\u2212]?\d+(?:,\d{3})*(?:\.\d+)?")
 _ENUMERATE_LIMIT = 200_000
 
 
-def last_integer(text: str | None) -> int | None:
-    """The last integer written in ``text`` ("The answer is -1,234." -> -1234), or None.
+def _canonical_integer(token: str) -> str | None:
+    """A number as written ("-1,234", "19.0") as its integer's canonical decimal text ("-1234", "19"),
+    or None for one with a non-zero decimal part. Text, not ``int``: a completion may hold a number of
+    any length (Python refuses to convert one of more than 4,300 digits), and comparing text is exact."""
+    token = token.replace(",", "").replace("\u2212", "-")
+    sign = "-" if token.startswith("-") else ""
+    whole, _, fraction = token.lstrip("-").partition(".")
+    if fraction.strip("0"):
+        return None
+    whole = whole.lstrip("0") or "0"
+    return "0" if whole == "0" else sign + whole
 
-    A number with a non-zero decimal part ("2.5") is not an integer and yields None.
-    """
+
+def _last_integer_text(text: str | None) -> str | None:
     if not text:
         return None
     found = _NUMBER.findall(text)
-    if not found:
+    return _canonical_integer(found[-1]) if found else None
+
+
+def last_integer(text: str | None) -> int | None:
+    """The last integer written in ``text`` ("The answer is -1,234." -> -1234), or None.
+
+    A number with a non-zero decimal part ("2.5") is not an integer and yields None, as does one too
+    long for Python to turn into an ``int``.
+    """
+    got = _last_integer_text(text)
+    if got is None or len(got) > 4000:
         return None
-    token = found[-1].replace(",", "").replace("\u2212", "-")
-    if "." in token:
-        value = float(token)
-        return int(value) if value.is_integer() else None
-    return int(token)
+    return int(got)
 
 
 def _is_correct(completion: str | None, answer: Any) -> bool:
     if answer is None:
         return False
-    got = last_integer(completion)
-    return got is not None and got == int(answer)
+    got = _last_integer_text(completion)
+    return got is not None and got == _canonical_integer(str(answer).strip())
 
 
 def _apply(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
-def _problems(n: int, seed: int, max_operand: int, ops: str) -> list[tuple[int, str, int]]:
-    """``n`` problems in a seeded order that does not depend on ``n`` (the first 10 of n=200 are the
-    tasks of n=10). Problems are distinct until every combination has been used, then repeat."""
+def _iter_problems(seed: int, max_operand: int, ops: str) -> Iterator[tuple[int, str, int]]:
+    """Problems in a seeded order that does not depend on how many are taken (the first 10 of n=200
+    are the tasks of n=10), without end: distinct until every combination has been used, then
+    repeating. Lazy, so a task set of any ``n`` costs only the tasks a run takes."""
     rng = random.Random(seed)
     size = max_operand + 1
     total = size * size * len(ops)
     if total <= _ENUMERATE_LIMIT:
         pool = [(a, op, b) for op in ops for a in range(size) for b in range(size)]
         rng.shuffle(pool)
-        return [pool[i % total] for i in range(n)]
-    out: list[tuple[int, str, int]] = []
+        while True:
+            yield from pool
     seen: set[tuple[int, str, int]] = set()
-    while len(out) < n:  # total > 200k and n is far smaller in practice, so this ends quickly
+    while True:
         p = (rng.randint(0, max_operand), rng.choice(ops), rng.randint(0, max_operand))
         if p not in seen or len(seen) >= total:
             seen.add(p)
-            out.append(p)
-    return out
+            yield p
+
+
+def _problems(n: int, seed: int, max_operand: int, ops: str) -> list[tuple[int, str, int]]:
+    """The first ``n`` problems of :func:`_iter_problems`."""
+    return list(itertools.islice(_iter_problems(seed, max_operand, ops), n))
+
+
+def _iter_rows(n: int, seed: int, max_operand: int, ops: str) -> Iterator[dict[str, Any]]:
+    size = (max_operand + 1) ** 2 * len(ops)
+    problems = itertools.islice(_iter_problems(seed, max_operand, ops), n)
+    for i, (a, op, b) in enumerate(problems):
+        info: dict[str, Any] = {"a": a, "op": op, "b": b}
+        if i >= size:  # a repeated problem keeps a distinct task id
+            info["round"] = i // size
+        yield {"prompt": PROMPT.format(a=a, op=op, b=b), "answer": str(_apply(a, op, b)), "info": info}
 
 
 def make_rows(n: int = 200, seed: int = 0, max_operand: int = 20, ops: str = SUPPORTED_OPS) -> list[dict[str, Any]]:
     """The task records: prompt, answer (the integer as a string) and info (operands, operator)."""
-    size = (max_operand + 1) ** 2 * len(ops)
-    rows = []
-    for i, (a, op, b) in enumerate(_problems(n, seed, max_operand, ops)):
-        info: dict[str, Any] = {"a": a, "op": op, "b": b}
-        if i >= size:  # a repeated problem keeps a distinct task id
-            info["round"] = i // size
-        rows.append({"prompt": PROMPT.format(a=a, op=op, b=b), "answer": str(_apply(a, op, b)), "info": info})
-    return rows
+    return list(_iter_rows(n, seed, max_operand, ops))
 
 
 def _check_args(n: int, max_operand: int, ops: str) -> str:
@@ -99,7 +124,8 @@ def _check_args(n: int, max_operand: int, ops: str) -> str:
 def load_environment(n: int = 200, seed: int = 0, max_operand: int = 20, ops: str = SUPPORTED_OPS) -> wb.Environment:
     """Arithmetic problems over operands 0..max_operand with the operators in ``ops``."""
     ops = _check_args(n, max_operand, ops)
-    tasks = wb.TaskSet.from_records(make_rows(n, seed, max_operand, ops), name="arithmetic")
+    tasks = wb.TaskSet(lambda: (wb.Task.from_record(r) for r in _iter_rows(n, seed, max_operand, ops)),
+                       name="arithmetic")
     rubric = wb.Rubric()
 
     @rubric.reward(weight=1.0)

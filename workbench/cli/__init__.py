@@ -67,7 +67,18 @@ def _register() -> None:
 _register()
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends a command as Ctrl-C does: its clean-up runs, and it says so in one line."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    try:
+        signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread
+        pass
     try:
         # Outside standalone mode click returns the code of ``ctx.exit(code)`` instead of exiting.
         rv = cli.main(args=argv, prog_name="workbench", standalone_mode=False)

@@ -19,9 +19,22 @@ from workbench.cli.common import (
 )
 from workbench.format import fnum
 
+#: After SIGTERM or Ctrl-C, how long a command has to wind down (cancel its rollouts, close its sandboxes
+#: and its writer, record how the run ended) before it is interrupted wherever it is.
+STOP_GRACE_S = 10.0
+
 
 def run_async(coro: Any) -> Any:
-    """Run a coroutine; the first Ctrl-C cancels it cleanly (what is written stays written)."""
+    """Run a coroutine; the first SIGTERM or Ctrl-C cancels it cleanly (what is written stays written).
+
+    The signal's handler runs in the main thread whatever it is doing, the event loop or code that
+    never yields to it (an environment building its tasks): it cancels the coroutine through the loop.
+    Where the loop has not taken that up a second later (it is blocked), or the command is still
+    running ``STOP_GRACE_S`` later, or at a second signal, ``KeyboardInterrupt`` is raised where the
+    main thread is."""
+    import _thread
+    import threading
+
     try:
         import uvloop
 
@@ -31,18 +44,50 @@ def run_async(coro: Any) -> Any:
     with runner:
         loop = runner.get_loop()
         task: asyncio.Task[Any] | None = None
+        signals = 0
+        timers: list[threading.Timer] = []
+
+        cancelled = threading.Event()
+
+        def cancel() -> None:
+            cancelled.set()
+            if task is not None:
+                task.cancel()
+
+        def interrupt_if_stuck() -> None:
+            if not cancelled.is_set():  # the loop has not run since: the main thread is in code that never yields
+                _thread.interrupt_main()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:
+                raise KeyboardInterrupt
+            loop.call_soon_threadsafe(cancel)
+            for delay, then in ((1.0, interrupt_if_stuck), (STOP_GRACE_S, _thread.interrupt_main)):
+                timer = threading.Timer(delay, then)
+                timer.daemon = True
+                timer.start()
+                timers.append(timer)
 
         async def main() -> Any:
             nonlocal task
             task = asyncio.current_task()
-            try:
-                loop.add_signal_handler(signal.SIGINT, lambda: task.cancel() if task else None)
-                loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
-            except (NotImplementedError, RuntimeError):  # not the main thread / platform
-                pass
             return await coro
 
-        return runner.run(main())
+        previous = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            pass
+        try:
+            return runner.run(main())
+        finally:
+            for timer in timers:
+                timer.cancel()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def print_summary(s: dict[str, Any]) -> None:

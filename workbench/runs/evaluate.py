@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import secrets
@@ -127,7 +128,7 @@ def select_tasks(env: Environment, opts: EvalOptions) -> list[tuple[int, Any]]:
     """(index, task) of the run: ``opts.task_indices`` where given, else the first ``-n``."""
     if opts.task_indices is None:
         return list(enumerate(env.tasks.take(opts.n)))
-    tasks = list(env.tasks)
+    tasks = list(itertools.islice(env.tasks, max(opts.task_indices) + 1))  # no more than the run asks for
     bad = [i for i in opts.task_indices if i >= len(tasks)]
     if bad:
         raise ConfigError(f"task index {bad[0]} is out of range: {env.name!r} has {len(tasks)} tasks")
