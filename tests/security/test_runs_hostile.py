@@ -4,6 +4,7 @@ changed (row counts, ``PRAGMA integrity_check``)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -371,3 +372,48 @@ def test_eval_of_arithmetic_answered_past_the_int_limit_has_no_reward_errors(
     assert last_json(res.stdout)["errors"] == 0
     assert query(store_path, "SELECT COUNT(*) FROM rollout_error") == [(0,)]
     assert query(store_path, "SELECT COUNT(*), SUM(reward) FROM rollout") == [(4, 0.0)]
+
+
+# -- compare, resume, distill and probe say what they mean ------------------------------------------
+FAILING_ENV = ADDER_ENV.replace(
+    'harness=wb.SingleTurn(system_prompt="Answer with a number."),', 'harness=Broken(),').replace(
+    "def load_environment(", '''class Broken(wb.SingleTurn):
+    async def run(self, rollout):
+        raise RuntimeError("this harness never answers")
+
+
+def load_environment(''')
+
+
+def _eval_run(cli: Callable[..., CliResult], env_file: Path, base_url: str) -> str:
+    cli("eval", env_file, "--base-url", base_url, "-m", "mock-model", "-n", 2, "--json")
+    res = cli("runs", "--json")
+    return str(json.loads(res.stdout.splitlines()[-1])["runs"][0]["id"])
+
+
+COMPARE_CASES = [
+    ("both-unscored", ("failing", "failing"), "no rollout of any of the runs"),
+    ("baseline-unscored", ("failing", "scored"), "no rollout of run "),
+    ("other-unscored", ("scored", "failing"), "no rollout of run "),
+]
+
+
+@pytest.mark.parametrize(("kinds", "says"), [c[1:] for c in COMPARE_CASES], ids=[c[0] for c in COMPARE_CASES])
+def test_compare_of_runs_without_rewards_says_there_are_none(kinds: tuple[str, str], says: str,
+                                                            cli: Callable[..., CliResult], tmp_path: Path,
+                                                            store: Path, arith_server: MockServer) -> None:
+    files = {"failing": write_file(tmp_path / "src" / "adder_env.py", FAILING_ENV)}
+    ids = []
+    for kind in kinds:
+        if kind == "failing":
+            ids.append(_eval_run(cli, files["failing"], arith_server.base_url))
+        else:  # the same environment (name and version), its rewards back
+            files["failing"].write_text(FAILING_ENV)
+            good = write_file(tmp_path / "good" / "adder_env.py", ADDER_ENV)
+            ids.append(_eval_run(cli, good, arith_server.base_url))
+    before = snapshot(store)
+    line = assert_user_error(cli("compare", *ids, "--allow-mismatch"), "there are no rewards to compare", says)
+    for run_id, kind in zip(ids, kinds, strict=True):
+        assert (run_id in line) == (kind == "failing"), line
+    assert "0.000" not in line
+    assert snapshot(store) == before

@@ -45,6 +45,7 @@ class RunStats:
     rewards: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' rewards
     latencies: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' durations
     label: str = ""  # what a reader calls the run: the registered model name, and its pipeline stage
+    scored: int = 0  # rollouts with a reward (failed and unscored ones count 0 in the means)
 
     def as_dict(self, tasks: set[str], pass_threshold: float) -> dict[str, Any]:
         rewards = [x for t in tasks for x in self.rewards.get(t, ())]
@@ -108,6 +109,7 @@ def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
             "SELECT task_id, reward, prompt_tokens, completion_tokens, cost_usd, duration_s FROM rollout "
             "WHERE run_id = ?", (run_id,)):
         rewards[task_id].append(reward if reward is not None else 0.0)
+        stats.scored += reward is not None
         if reward is not None and reward >= pass_threshold:
             passes[task_id] += 1
         lat[task_id].append(dur)
@@ -171,6 +173,12 @@ def compare_runs(runs: list[RunStats], pass_threshold: float = 1.0, allow_mismat
     """:func:`compare` of runs already loaded, the first the baseline."""
     base = runs[0]
     notes: list[str] = []
+    unscored = [r for r in runs if not r.scored]
+    if unscored:
+        which = ", ".join(f"{r.run_id} ({r.rollouts} rollouts)" for r in unscored)
+        whose = "any of the runs" if len(unscored) == len(runs) else "run" + "s" * (len(unscored) > 1)
+        raise ConfigError(f"there are no rewards to compare: no rollout of {whose} {which} has a reward; "
+                          "`workbench runs RUN` shows why (rollouts that failed, or were imported unscored)")
     for r in runs[1:]:
         if r.env != base.env:
             raise ConfigError(f"run {r.run_id} is of {r.env!r} and run {base.run_id} of {base.env!r}: "
