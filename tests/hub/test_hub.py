@@ -218,9 +218,11 @@ def test_a_tampered_wheel_is_refused_and_a_broken_env_stays_listed(tmp_path: Pat
     assert not (tmp_path / "you" / "xdg-data" / "workbench" / "hub").exists()
 
     broken = you("hub", "pull", "adder==0.1.0", env={"ADDER_BROKEN": "1"})
-    assert broken.rc == 0 and "does not load here" in broken.stdout and "ADDER_BROKEN is set" in broken.stdout
+    assert broken.rc == 0 and "nothing of it has run" in broken.stdout, "a pull runs none of its code"
     envs = {e["name"]: e for e in last_json(you("envs", "--json", env={"ADDER_BROKEN": "1"}).stdout)["envs"]}
-    assert "ADDER_BROKEN is set" in envs["adder"]["error"] and envs["adder"]["hub"]["version"] == "0.1.0"
+    assert "error" not in envs["adder"] and envs["adder"]["hub"]["version"] == "0.1.0", "nor does the listing"
+    failed = you("validate", "adder", env={"ADDER_BROKEN": "1"})
+    assert failed.rc != 0 and "ADDER_BROKEN is set" in failed.stdout + failed.stderr, "running it runs its code"
     assert you.json("hub", "remove", "adder")["removed"] is True
 
 
@@ -277,7 +279,8 @@ def test_dependencies_are_resolved_by_uv_and_installed_beside_the_pulled_env(
     pulled = you.json("hub", "pull", "depended")
     assert pulled["lock"] == ["wbdep-a==1.1", "wbdep-b==2.0"], "resolved by uv, the dependency's own dependency too"
     deps = Path(pulled["deps"])
-    assert deps == tmp_path / "you" / "xdg-data" / "workbench" / "hub" / "deps" / "depended"
+    assert deps == Path(pulled["install"]) / "deps" and deps.parent.parent == tmp_path / "you" / "xdg-data" / \
+        "workbench" / "hub" / "installed"
     assert (deps / "wbdep_a.py").is_file() and (deps / "wbdep_b.py").read_text() == "VERSION = '2.0'\n"
     assert pulled["error"] is None
     mock = mock_server("instant", "--reply", "2.0")

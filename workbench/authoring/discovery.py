@@ -8,6 +8,9 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import json
+import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -76,15 +79,46 @@ def _scan_dir(d: Path, origin: str) -> list[EnvRef]:
     return refs
 
 
+#: A pulled environment's name: what its record file and its install folder are named after.
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+#: Index credentials that a pulled environment's code never sees in its process's environment.
+INDEX_CREDENTIAL_VARS = ("WORKBENCH_INDEX_USERNAME", "WORKBENCH_INDEX_PASSWORD")
+
+
+def hub_records() -> dict[str, dict[str, Any]]:
+    """The records ``hub pull`` wrote (``<data>/hub/records/NAME.json``), by name: only those whose name
+    is a valid name equal to the file's and whose files lie inside the hub folder."""
+    root = paths.hub_dir().resolve()
+    d = root / "records"
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or rec.get("name") != f.stem or not HUB_NAME.fullmatch(f.stem):
+            continue
+        where = [rec.get("path"), *([rec["deps"]] if rec.get("deps") is not None else [])]
+        if all(isinstance(w, str) and Path(w).resolve().is_relative_to(root) and Path(w).resolve() != root
+               for w in where):
+            out[f.stem] = rec
+    return out
+
+
 def discover() -> list[EnvRef]:
     """Every environment Workbench can name: bundled, user directories, pulled from a hub, installed entry points."""
     refs = _scan_dir(bundled_dir(), "bundled")
     seen = {r.name for r in refs}
-    for d, origin in [*((d, "user") for d in paths.user_env_dirs()), (paths.hub_dir() / "envs", "hub")]:
-        for r in _scan_dir(d, origin):
+    for d in paths.user_env_dirs():
+        for r in _scan_dir(d, "user"):
             if r.name not in seen:
                 refs.append(r)
                 seen.add(r.name)
+    for name, rec in hub_records().items():
+        path = Path(rec["path"])
+        if name not in seen and (path.is_file() or _is_env_dir(path)):
+            refs.append(EnvRef(name, "hub", path))
+            seen.add(name)
     try:
         eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except Exception:  # pragma: no cover - broken metadata
@@ -185,8 +219,11 @@ def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
         return _import_module(modname, ref)
     assert ref.path is not None
     if ref.origin == "hub":  # a pulled environment's dependencies are in its own folder, never the user's venv
-        deps = paths.hub_dir() / "deps" / ref.name
-        if deps.is_dir() and str(deps) not in sys.path:
+        for var in INDEX_CREDENTIAL_VARS:  # its code never sees the index credentials
+            os.environ.pop(var, None)
+        deps_dir = (hub_records().get(ref.name) or {}).get("deps")
+        deps = Path(deps_dir) if isinstance(deps_dir, str) else None
+        if deps is not None and deps.is_dir() and str(deps) not in sys.path:
             sys.path.insert(0, str(deps))
     digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
     modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"

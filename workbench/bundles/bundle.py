@@ -265,15 +265,15 @@ class Contents:
 def bundle_contents(env: str | EnvRef, *, known_tokens: list[tuple[str, str]] | None = None,
                     index: Any = None) -> Contents:
     """The files (this machine's override included), lock and hash of ``env``; refuses a secret
-    (:class:`SecretInBundleError`); ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`;
+    (:class:`SecretInBundleError`); ``known_tokens`` defaults to :func:`workbench.bundles.secrets_scan.workbench_secrets`;
     the lock is resolved against ``index`` (see :func:`lock_requirements`)."""
     ref = resolve(env) if isinstance(env, str) else env
     files = env_files(ref)
     root = ref.path if ref.path is not None and ref.path.is_dir() else (ref.path.parent if ref.path else Path("."))
     if known_tokens is None:
-        from workbench.config.credentials import known_tokens as _known
+        from workbench.bundles.secrets_scan import workbench_secrets
 
-        known_tokens = _known()
+        known_tokens = workbench_secrets()
     check_files(((str(root / rel), data) for rel, data in files), f"package {ref.name!r}", known_tokens)
     reqs = declared_requirements(ref, files)
     lock = lock_requirements(reqs, ref.name, index)
@@ -294,7 +294,7 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
     """Package ``env`` (a name, path or EnvRef) into ``out_dir/<env>-<hash12>/`` and return the bundle.
 
     Refuses (:class:`SecretInBundleError`) when a file holds something shaped like a secret or the
-    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.config.credentials.known_tokens`.
+    value of a token this machine knows; ``known_tokens`` defaults to :func:`workbench.bundles.secrets_scan.workbench_secrets`.
     """
     c = bundle_contents(env, known_tokens=known_tokens)
     ref, files, lock, digest, kind = c.ref, c.files, c.lock, c.hash, c.kind

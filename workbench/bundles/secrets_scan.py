@@ -11,7 +11,9 @@ binary files:
   (``ak-...`` / ``as-...``), PEM private keys (``-----BEGIN ... PRIVATE KEY-----``);
 - assignments of a long, random-looking string literal to a name such as ``api_key``, ``token``,
   ``secret`` or ``password`` (``api_key = "..."``, ``"token": "..."``);
-- the literal value of a token this machine knows (``workbench login`` / the provider env vars).
+- the literal value of every secret Workbench holds on this machine (:func:`workbench_secrets`): provider
+  and index logins from the keyring and their env vars, the key variable of every registered model
+  (``models add --api-key-env``), and every ``WORKBENCH_*`` variable that holds a credential.
 
 ``.env`` files (``.env``, ``.env.local``, ...) are refused whole. A false positive is silenced by
 writing ``workbench: allow-secret`` on the same line (a comment in any syntax); a known token's value
@@ -21,6 +23,7 @@ is refused even then.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,6 +57,35 @@ _ASSIGNMENT = re.compile(
 )
 
 _PLACEHOLDER = re.compile(r"(?i)(your|example|placeholder|changeme|dummy|redacted|xxxx|\.\.\.|<|>|\$\{|\{\{|%\()")
+
+#: A ``WORKBENCH_*`` variable with such a name holds a credential (WORKBENCH_API_KEY, WORKBENCH_INDEX_PASSWORD...).
+_CREDENTIAL_VAR = re.compile(r"(?i)(key|token|secret|passw(?:or)?d|username|credentials?|auth)(_|$)")
+
+
+def workbench_secrets() -> list[tuple[str, str]]:
+    """(label, value) of every secret Workbench holds on this machine, for the scan's known tokens: the
+    providers' and indexes' logins from every source, the keyring included
+    (:func:`workbench.config.credentials.known_tokens`); the value of the variable every registered model
+    names (``models add --api-key-env``); every ``WORKBENCH_*`` variable that holds a credential. Never raises."""
+    from workbench.config.credentials import known_tokens
+
+    out = list(known_tokens())
+    try:
+        from workbench.config.models import load_models
+
+        models = load_models()
+    except Exception:  # an unreadable models file: the other secrets are still looked for
+        models = {}
+    for name, model in models.items():
+        var = model.api_key_env
+        value = os.environ.get(var, "").strip() if var else ""
+        if value:
+            out.append((f"key of model {name!r} (env:{var})", value))
+    for var, value in sorted(os.environ.items()):
+        if var.startswith("WORKBENCH_") and _CREDENTIAL_VAR.search(var.removeprefix("WORKBENCH_")) and value.strip():
+            out.append((f"Workbench credential (env:{var})", value.strip()))
+    return out
+
 
 #: Known token values shorter than this (``EMPTY``, ``x``: placeholders for local servers) are not looked for.
 MIN_KNOWN = 12

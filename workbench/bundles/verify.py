@@ -107,10 +107,10 @@ def verify_bundle(path: str | Path, expected_hash: str) -> Bundle:
     for label, data in (("wheel", wheel_bytes), ("lock_file", lock_bytes)):
         if _sha(data) != manifest[label].get("sha256"):
             raise refuse(f"{manifest[label]['file']} does not match the sha256 in {MANIFEST}")
-    from workbench.config.credentials import known_tokens
+    from workbench.bundles.secrets_scan import workbench_secrets
 
     inside = (lambda r: f"{mod}.py") if kind == "module" else (lambda r: f"{mod}/{r}")
-    check_files(((f"{wheel_path.name}!{inside(r)}", b) for r, b in payload), f"run bundle {d}", known_tokens())
+    check_files(((f"{wheel_path.name}!{inside(r)}", b) for r, b in payload), f"run bundle {d}", workbench_secrets())
     return Bundle(d, env, got, str(manifest.get("env_version") or content_hash(payload)[:12]), mod, wheel_path, lock,
                   files_meta)
 

@@ -16,7 +16,8 @@ def envs_command(as_json: bool) -> None:
 
     The version is the one a run stores (``eval ENV`` without -a): each environment is loaded, so the
     data files its tasks are read from count as well as its own files. One that does not load shows the
-    hash of its files alone, and why it did not load.
+    hash of its files alone, and why it did not load. A pulled environment is never loaded here: its
+    row is its record's metadata and the hash of its files (its code runs when you run it).
     """
     from workbench.authoring.discovery import discover
 
@@ -63,7 +64,7 @@ def _hub_origin(ref: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if ref.origin == "hub":
         rec = record(ref.name) or {}
-        out["hub"] = {k: rec.get(k) for k in ("version", "index", "hash", "error")}
+        out["hub"] = {k: rec.get(k) for k in ("version", "index", "hash", "error", "tasks", "harness", "framework")}
     fork = forked_from(ref)
     if fork:
         out["forked_from"] = fork
@@ -78,7 +79,16 @@ def _version(ref: Any) -> tuple[str, str | None, str, Any]:
     import sys
 
     from workbench.authoring.discovery import load_ref
+    from workbench.errors import WorkbenchError
 
+    if ref.origin == "hub":  # metadata only: a pulled environment's code runs when the user runs it
+        from workbench.hub.pull import record
+
+        framework = str((record(ref.name) or {}).get("framework") or "")
+        try:
+            return ref.version(), None, "" if framework == "workbench" else framework, None
+        except (OSError, WorkbenchError) as e:
+            return "unreadable", str(e).splitlines()[0], "", None
     try:
         with contextlib.redirect_stdout(sys.stderr):
             env = load_ref(ref)
@@ -89,6 +99,8 @@ def _version(ref: Any) -> tuple[str, str | None, str, Any]:
         return ref.version(), error, "", None
     except OSError as e:
         return f"unreadable ({e.strerror})", error, "", None
+    except WorkbenchError as e:  # a file links outside its folder: never read
+        return "unreadable", str(e).splitlines()[0], "", None
 
 
 @click.command("validate")

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
 from workbench.format import fnum
 
 INDEX_HELP = "A package index named in the settings ([hub.indexes.NAME]) or its simple-API URL (default: [hub] default)."
@@ -57,6 +57,9 @@ def search_command(text: str | None, index: str | None, as_json: bool) -> None:
     from workbench.hub.browse import search
 
     out = search(text, index)
+    for skip in out["skipped"]:
+        console_err.print(f"warning: skipped {skip['name']} {skip['version']}: {skip['reason']}", highlight=False,
+                          markup=False)
     if as_json:
         emit_json(out)
         return
@@ -153,9 +156,8 @@ def pull_command(spec: str, index: str | None, local_name: str | None, as_json: 
                   f"into {rec['path']}", highlight=False)
     if rec["lock"]:
         console.print(f"dependencies: {', '.join(rec['lock'])} in {rec['deps']}", highlight=False)
-    if rec["error"]:
-        console.print(f"[yellow]warning:[/] it does not load here: {rec['error']} (`workbench hub remove "
-                      f"{rec['name']}` removes it)", highlight=False)
+    console.print("nothing of it has run: its code runs when you run it (`workbench validate "
+                  f"{rec['name']}` loads and checks it)", highlight=False)
 
 
 @hub_group.command("fork")

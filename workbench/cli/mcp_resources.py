@@ -4,7 +4,8 @@ and the one-line error a failed tool call answers with.
 URIs: ``env://NAME/README.md``, ``env://NAME/files`` (a JSON index of the files) and
 ``env://NAME/files/PATH`` (PATH relative to the environment's folder; a ``/`` in it may be sent as is or
 as ``%2F``). Only discovered environments (bundled, user, installed) are served, and only the files
-their version is hashed from; nothing is ever written.
+their version is hashed from (the README too); nothing is ever written. A file that links outside its
+environment's folder is refused by name (``env_files.OutsideLinkError``), never read.
 """
 
 from __future__ import annotations
@@ -81,9 +82,10 @@ def read_env_uri(uri: str) -> tuple[str | bytes, str]:
     name, _, rest = uri[len(SCHEME):].partition("/")
     ref = _ref(unquote(name))
     if rest == README:
-        if readme_uri(ref) is None:
+        found = dict(env_files(ref)).get(README) if readme_uri(ref) is not None else None
+        if found is None:
             raise NotFoundError(f"environment {ref.name!r} has no {README}; env://{ref.name}/files lists its files")
-        return _read(ref.path / README, README)
+        return _read(found, README)
     if rest in ("files", "files/"):
         files = [{"path": rel, "uri": _uri(ref.name, rel), "size": f.stat().st_size} for rel, f in env_files(ref)]
         return orjson.dumps({"env": ref.name, "files": files}).decode(), "application/json"
@@ -115,7 +117,7 @@ def list_env_resources() -> list[Any]:
                                   description=f"The files of environment {ref.name} (path, uri, size)"))
         try:
             files = env_files(ref)
-        except OSError:
+        except (OSError, WorkbenchError):  # unreadable, or a link out of its folder: none of its files
             continue
         for rel, _ in files[:MAX_LISTED]:
             out.append(types.Resource(uri=_uri(ref.name, rel), name=f"{ref.name}/{rel}", mimeType=_mime(rel)))

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import paths
-from workbench.errors import EndpointError
+from workbench.errors import EndpointError, NotFoundError
 from workbench.hub.indexes import resolve_index
 from workbench.hub.publish import read_card, sorted_versions
 from workbench.hub.pull import env_projects, parse_spec, pick_version, versions_of
+from workbench.hub.safe_fs import write_inside
 from workbench.hub.simple_api import IndexClient, IndexFile
 
 
@@ -22,17 +23,15 @@ def _cache(f: IndexFile) -> Path | None:
 
 
 def card_of(client: IndexClient, f: IndexFile) -> dict[str, Any]:
-    """The eval card of one published file (from the cache when this file was seen before)."""
+    """The eval card of one published file (from the cache when this file was seen before); EndpointError
+    naming the file when its card is not usable."""
     cached = _cache(f)
     if cached is not None and cached.is_file():
-        return read_card(cached.read_bytes())
+        return read_card(cached.read_bytes(), f.filename)
     data = client.download(f)
     if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(cached)
-    return read_card(data)
+        write_inside(cached.parent, cached, data)
+    return read_card(data, f.filename)
 
 
 def _summary(card: dict[str, Any]) -> str:
@@ -44,21 +43,25 @@ def search(text: str | None = None, index: str | None = None) -> dict[str, Any]:
     idx = resolve_index(index)
     client = IndexClient(idx)
     needle = (text or "").lower().replace("-", "_")
-    rows = []
+    rows, skipped = [], []
     for name in env_projects(client):
         env = name.replace("-", "_")
-        found = versions_of(client, env)
+        try:
+            found = versions_of(client, env)
+        except NotFoundError:
+            continue
         latest = sorted_versions(list(found))[-1]
         try:
             card = card_of(client, found[latest])
-        except EndpointError:
-            card = {}
+        except EndpointError as e:  # one bad card is skipped and named, never the end of the listing
+            skipped.append({"name": env, "version": latest, "reason": str(e)})
+            continue
         haystack = f"{env} {card.get('description', '')} {card.get('readme', '')}".lower()
         if needle and needle not in haystack and needle.replace("_", " ") not in haystack:
             continue
         rows.append({"name": str(card.get("env") or env), "latest": latest, "versions": len(found),
                      "summary": _summary(card), "hash": card.get("hash"), "results": len(card.get("results") or [])})
-    return {"index": idx.name, "url": idx.url, "query": text or "", "environments": rows}
+    return {"index": idx.name, "url": idx.url, "query": text or "", "environments": rows, "skipped": skipped}
 
 
 def versions(name: str, index: str | None = None) -> dict[str, Any]:

@@ -28,8 +28,8 @@ def readme(env: Any) -> str:
     if source is None or not source.exists():
         return env.description or ""
     if source.is_dir():
-        for name in README_NAMES:
-            if (source / name).is_file():
+        for name in README_NAMES:  # a README that links outside the folder is not the environment's
+            if (source / name).is_file() and (source / name).resolve().is_relative_to(source.resolve()):
                 return (source / name).read_text(encoding="utf-8", errors="replace")
         source = source / "__init__.py"
     try:
@@ -76,7 +76,41 @@ def build_card(env: Any, *, name: str, version: str, digest: str, env_version: s
     return {"format": 1, "env": name, "version": version, "hash": digest, "env_version": env_version,
             "description": env.description or "", "readme": readme(env), "rewards": reward_design(env),
             "results": latest_results(conn, env.name) if conn is not None else [], "forked_from": forked_from,
-            "harness": env.harness.describe(), "tasks": _count(env)}
+            "harness": env.harness.describe(), "tasks": _count(env), "framework": env.adapter or "workbench"}
+
+
+#: The type each field of a card must have when present (a card from an index is data from outside).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "format": (int,), "env": (str,), "version": (str,), "hash": (str,), "env_version": (str,),
+    "description": (str,), "readme": (str,), "rewards": (list,), "results": (list,),
+    "forked_from": (dict, type(None)), "harness": (str, type(None)), "tasks": (int, type(None)),
+    "framework": (str,),
+}
+_ROW_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "rewards": {"name": (str,), "kind": (str,), "weight": (int, float), "doc": (str,)},
+    "results": {"model": (str,), "mean_reward": (int, float, type(None)), "stderr": (int, float, type(None)),
+                "rollouts": (int, type(None)), "pass_at_k": (dict, type(None)), "cost_usd": (int, float, type(None)),
+                "env_version": (str, type(None)), "date": (str, type(None)), "run_id": (str, type(None))},
+}
+
+
+def card_problem(card: object) -> str | None:
+    """Why ``card`` is not a usable eval card (not an object, a field of the wrong type), or None."""
+    if not isinstance(card, dict):
+        return f"the card is {type(card).__name__ if card is not None else 'null'}, not an object"
+    for key, types in _FIELDS.items():
+        if key in card and (not isinstance(card[key], types) or isinstance(card[key], bool)):
+            return f"its field {key!r} is {type(card[key]).__name__}, not {' or '.join(t.__name__ for t in types)}"
+    if not isinstance(card.get("hash"), str) or not card["hash"]:
+        return "it has no content hash"
+    for key, fields in _ROW_FIELDS.items():
+        for i, row in enumerate(card.get(key) or []):
+            if not isinstance(row, dict):
+                return f"{key}[{i}] is {type(row).__name__}, not an object"
+            for f, types in fields.items():
+                if f in row and not isinstance(row[f], types):
+                    return f"{key}[{i}].{f} is {type(row[f]).__name__}, not {' or '.join(t.__name__ for t in types)}"
+    return None
 
 
 def _count(env: Any) -> int | None:
@@ -111,4 +145,4 @@ def markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
-__all__ = ["CARD_FILE", "build_card", "latest_results", "markdown", "readme", "reward_design"]
+__all__ = ["CARD_FILE", "build_card", "card_problem", "latest_results", "markdown", "readme", "reward_design"]

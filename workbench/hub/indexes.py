@@ -32,7 +32,11 @@ class Index:
 
 
 def _simple(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise ConfigError(f"{url!r} is not an index URL ({e}): give its simple API, e.g. https://host/simple/") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{url!r} is not an index URL: give its simple API, e.g. https://host/simple/")
     if "@" in parts.netloc:

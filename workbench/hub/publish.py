@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from workbench.authoring import discovery
 from workbench.bundles.bundle import Contents, bundle_contents, names, wheel_entries, zip_bytes
 from workbench.errors import ConfigError, EndpointError, NotFoundError
-from workbench.hub.card import CARD_FILE, build_card, markdown
+from workbench.hub.card import CARD_FILE, build_card, card_problem, markdown
 from workbench.hub.indexes import Index, resolve_index
 from workbench.hub.simple_api import IndexClient, IndexFile, normalize
 
@@ -93,15 +93,22 @@ def next_version(existing: list[str], given: str | None) -> str:
     return f"{major}.{minor}.{patch + 1}"
 
 
-def read_card(wheel: bytes) -> dict[str, Any]:
-    """The eval card a published wheel carries (its ``.dist-info/workbench_card.json``)."""
+def read_card(wheel: bytes, what: str = "the wheel") -> dict[str, Any]:
+    """The eval card a published wheel carries (its ``.dist-info/workbench_card.json``), checked field by
+    field (:func:`workbench.hub.card.card_problem`): EndpointError naming ``what`` when it is not usable."""
+    from workbench.hub.unpack import MAX_CARD_BYTES, UnpackError, read_member
+
     try:
         with zipfile.ZipFile(BytesIO(wheel)) as zf:
-            name = next(n for n in zf.namelist() if n.endswith(f".dist-info/{CARD_FILE}"))
-            return dict(json.loads(zf.read(name)))
-    except (StopIteration, zipfile.BadZipFile, ValueError, KeyError) as e:
-        raise EndpointError(f"the wheel is not a Workbench environment ({type(e).__name__}: no readable eval card)") \
-            from None
+            info = next(i for i in zf.infolist() if i.filename.endswith(f".dist-info/{CARD_FILE}"))
+            card = json.loads(read_member(zf, info, MAX_CARD_BYTES))
+    except (StopIteration, zipfile.BadZipFile, ValueError, KeyError, RecursionError, UnpackError) as e:
+        why = str(e) if isinstance(e, UnpackError) else f"{type(e).__name__}: no readable eval card"
+        raise EndpointError(f"{what} is not a Workbench environment ({why})") from None
+    problem = card_problem(card)
+    if problem is not None:
+        raise EndpointError(f"{what} has an unusable eval card: {problem}")
+    return dict(card)
 
 
 def fork_record(ref: discovery.EnvRef) -> Path | None:

@@ -1,36 +1,36 @@
 """``workbench hub pull``, ``fork`` and ``remove``: published environments on this machine.
 
-A pull downloads one version's wheel (checked against the sha256 the index lists), re-hashes the files and
-the lock inside it and refuses it, installing nothing, when they differ from the hash its eval card and
-summary carry. It then puts the files in Workbench's own folder (``<data>/hub/envs/NAME``), the locked
-dependencies in ``<data>/hub/deps/NAME`` (``uv pip install --target``; never the user's project venv), and
-a record of where it came from in ``<data>/hub/records/NAME.json``, so ``envs``, ``eval``, the app and
-``launch`` find it by name. A pulled environment that does not load stays listed, with its error, until it
-is removed. A fork puts a version's sources into the user's env folder under a new name, with what it was
-forked from beside them (``workbench.fork.json``, shown by ``envs`` and carried by its own pushes).
+A pull downloads one version's wheel (checked against the sha256 the index lists), reads its eval card and
+metadata as data (nothing of it runs: its code runs when the user runs it), refuses it, installing
+nothing, when its files and lock differ from the hash its card and summary carry, when its card names
+another environment, or when a requirement is not a plain one (:mod:`workbench.hub.unpack`). Each version
+lies in a folder of its own, ``<data>/hub/installed/NAME+XXXXXXXX/`` (the files, and ``deps/`` for its
+locked dependencies, installed by ``uv pip install --target``; never the user's project venv); the record
+``<data>/hub/records/NAME.json`` names the version installed and its files, so ``envs``, ``eval``, the app
+and ``launch`` find it by name. Pulls and removals of one name take its lock (``<data>/hub/locks/``);
+every delete and overwrite stays inside the hub folder (:mod:`workbench.hub.safe_fs`). A fork puts a
+version's sources into the user's env folder under a new name, with what it was forked from beside them
+(``workbench.fork.json``, shown by ``envs`` and carried by its own pushes).
 """
 
 from __future__ import annotations
 
 import difflib
-import email.parser
 import json
 import os
-import re
-import shutil
 import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 from workbench.authoring import discovery
 from workbench.authoring.env_files import content_hash
-from workbench.bundles.bundle import lock_text, names
+from workbench.bundles.bundle import lock_text
 from workbench.config import paths
-from workbench.errors import ConfigError, EnvLoadError, NotFoundError, WorkbenchError
+from workbench.errors import ConfigError, NotFoundError, WorkbenchError
+from workbench.hub import safe_fs
 from workbench.hub.indexes import Index, resolve_index
 from workbench.hub.publish import (
     FORKED_FROM,
@@ -41,6 +41,7 @@ from workbench.hub.publish import (
     wheel_versions,
 )
 from workbench.hub.simple_api import IndexClient, IndexFile
+from workbench.hub.unpack import requirement, unpack
 
 PREFIX = "workbench-env-"
 
@@ -103,36 +104,21 @@ def pick_version(found: dict[str, IndexFile], name: str, version: str | None, in
     return version, found[version]
 
 
-def _unpack(name: str, wheel: bytes) -> tuple[str, list[tuple[str, bytes]], list[str], str]:
-    """(kind, the environment's files, the lock, the hash the summary names) of a published wheel."""
-    _, mod, _ = names(name, "0" * 12)
-    with zipfile.ZipFile(BytesIO(wheel)) as zf:
-        entries = zf.namelist()
-        meta_name = next(n for n in entries if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode("utf-8", "replace"))
-        if f"{mod}.py" in entries:
-            kind, files = "module", [(f"{name}.py", zf.read(f"{mod}.py"))]
-        else:
-            kind = "package"
-            files = sorted(((n[len(mod) + 1:], zf.read(n)) for n in entries if n.startswith(f"{mod}/") and
-                            not n.endswith("/")), key=lambda x: tuple(x[0].split("/")))
-    lock = sorted(meta.get_all("Requires-Dist") or [])
-    summary = meta.get("Summary") or ""
-    stated = summary.rsplit("sha256 ", 1)[-1].rstrip(")") if "sha256 " in summary else ""
-    return kind, files, lock, stated
-
-
 def fetch(spec: str, index: str | None = None) -> Fetched:
-    """Download and verify ``NAME[==VERSION]`` (the newest without one)."""
+    """Download and verify ``NAME[==VERSION]`` (the newest without one). Nothing in it runs: its card and
+    metadata are read as data, its requirements checked (:mod:`workbench.hub.unpack`)."""
     name, version = parse_spec(spec)
     idx = resolve_index(index)
     client = IndexClient(idx)
     version, f = pick_version(versions_of(client, name), name, version, idx.name)
     wheel = client.download(f)
-    card = read_card(wheel)
+    card = read_card(wheel, f.filename)
     env_name = str(card.get("env") or name)
+    if project_name(env_name) != project_name(name):
+        raise HashMismatchError(f"{f.filename} from index {idx.name} names environment {env_name!r} in its card, not "
+                                f"{name!r}; refusing it, nothing was installed")
     try:
-        kind, files, lock, stated = _unpack(env_name, wheel)
+        kind, files, lock, stated = unpack(env_name, wheel, f.filename)
     except (StopIteration, KeyError, zipfile.BadZipFile) as e:
         raise HashMismatchError(f"{f.filename} is not a Workbench environment wheel ({type(e).__name__}); "
                                 "nothing was installed") from None
@@ -147,68 +133,135 @@ def records_dir() -> Path:
     return paths.hub_dir() / "records"
 
 
+def installed_dir() -> Path:
+    """Where pulled versions lie, one folder each (``NAME+XXXXXXXX``: the files, ``deps/``)."""
+    return paths.hub_dir() / "installed"
+
+
 def record(name: str) -> dict[str, Any] | None:
-    try:
-        return dict(json.loads((records_dir() / f"{name}.json").read_text()))
-    except (OSError, ValueError):
-        return None
+    """The record of the pulled environment ``name`` (None for any other name, a path included)."""
+    return discovery.hub_records().get(name)
+
+
+def _name_lock(name: str) -> Any:
+    """Held to change what is installed under ``name`` (its record, its folders)."""
+    return safe_fs.locked(paths.hub_dir() / "locks" / f"{name}.lock")
+
+
+def _stage_lock(name: str) -> Any:
+    """Held to start a version's folder (until it is locked itself) and to clean stale ones, so a cleaner
+    never takes a folder that a pull has just made."""
+    return safe_fs.locked(paths.hub_dir() / "locks" / f"{name}.stage.lock")
+
+
+def _write_files(dest: Path, kind: str, name: str, files: list[tuple[str, bytes]]) -> Path:
+    """The files under the new folder ``dest`` (a package folder ``dest/name`` or a file ``dest/name.py``)."""
+    for rel, _ in files:
+        parts = Path(rel).parts
+        if Path(rel).is_absolute() or ".." in parts or not parts:
+            raise HashMismatchError(f"the wheel holds an unsafe path {rel!r}; nothing was installed")
+    for rel, data in files:
+        target = dest / (f"{name}.py" if kind == "module" else Path(name, rel))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return dest / (f"{name}.py" if kind == "module" else name)
 
 
 def _write_tree(dest: Path, kind: str, name: str, files: list[tuple[str, bytes]]) -> Path:
-    """The files under ``dest`` (a package folder ``dest/name`` or a file ``dest/name.py``), written whole
-    into a temporary sibling first, so a failure leaves what was there."""
+    """The files under ``dest``, written whole into a temporary sibling first and renamed into place, so
+    a failure leaves nothing half-written."""
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest))
     try:
-        for rel, data in files:
-            parts = Path(rel).parts
-            if Path(rel).is_absolute() or ".." in parts:
-                raise HashMismatchError(f"the wheel holds an unsafe path {rel!r}; nothing was installed")
-            target = tmp / (f"{name}.py" if kind == "module" else Path(name, rel))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        final = dest / (f"{name}.py" if kind == "module" else name)
-        if final.is_dir():
-            shutil.rmtree(final)
-        elif final.exists():
-            final.unlink()
-        os.replace(tmp / final.name, final)
+        written = _write_files(tmp, kind, name, files)
+        final = dest / written.name
+        os.replace(written, final)
         return final
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        safe_fs.remove_inside(dest, tmp)
 
 
 def _taken(name: str) -> discovery.EnvRef | None:
     return next((r for r in discovery.discover() if r.name == name), None)
 
 
+def _clean_stale(name: str, keep: set[Path]) -> None:
+    """Folders of ``name`` that no record names and no live pull is filling (a pull that was killed, a
+    version replaced), and record temporaries left by a kill. Called with the name's lock held."""
+    root = paths.hub_dir()
+    with _stage_lock(name):
+        for d in sorted(installed_dir().glob(f"{name}+*")) if installed_dir().is_dir() else []:
+            if d.resolve() in keep:
+                continue
+            fd = safe_fs.try_lock_dir(d) if d.is_dir() and not d.is_symlink() else None
+            if fd is None and d.is_dir() and not d.is_symlink():
+                continue  # a pull in progress holds it
+            try:
+                safe_fs.remove_inside(root, d)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+    for t in sorted(records_dir().glob(f".{name}.json.*.tmp")) if records_dir().is_dir() else []:
+        safe_fs.remove_inside(root, t)
+
+
+def _old_paths(rec: dict[str, Any] | None) -> list[Path]:
+    """What an earlier record of a name installed (its version folder, or the older layout's two)."""
+    if rec is None:
+        return []
+    if isinstance(rec.get("install"), str):
+        return [Path(rec["install"])]
+    return [Path(p) for p in (rec.get("path"), rec.get("deps")) if isinstance(p, str)]
+
+
 def pull(spec: str, index: str | None = None, *, local_name: str | None = None) -> dict[str, Any]:
+    """Install ``NAME[==VERSION]`` without running any of its code. Its files and dependencies are staged
+    in a folder of their own inside the hub folder (locked while it fills); the record, replaced
+    atomically under the name's lock, is what makes it the installed version. A kill before that leaves
+    the previous version whole; what it left behind is removed by the next pull of the name."""
     from workbench.hub.uv import install_target
 
     fetched = fetch(spec, index)
     name = local_name or fetched.name.replace("-", "_")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+    if not discovery.HUB_NAME.fullmatch(name):
         raise ConfigError(f"{name!r} cannot name an environment here: use letters, digits, '_', '-' and '.'")
     other = _taken(name)
     if other is not None and other.origin != "hub":
         raise ConfigError(f"an environment named {name!r} exists here ({other.origin}: {other.path or other.module}); "
                           f"pull it under another name with --as NAME, or fork it with `workbench hub fork`")
-    deps = paths.hub_dir() / "deps" / name
-    if fetched.lock:
-        shutil.rmtree(deps, ignore_errors=True)
-        install_target(fetched.lock, deps, fetched.index)
-    path = _write_tree(paths.hub_dir() / "envs", fetched.kind, name, fetched.files)
-    rec = {"name": name, "published_as": fetched.name, "version": fetched.version, "hash": fetched.hash,
-           "index": fetched.index.name, "index_url": fetched.index.url, "file": fetched.file.filename,
-           "sha256": fetched.file.sha256, "path": str(path), "lock": fetched.lock,
-           "deps": str(deps) if fetched.lock else None, "installed_at": time.time()}
+    root = paths.hub_dir()
+    installed_dir().mkdir(parents=True, exist_ok=True)
+    with _stage_lock(name):
+        stage = Path(tempfile.mkdtemp(prefix=f"{name}+", dir=installed_dir()))
+        stage_fd = safe_fs.try_lock_dir(stage)
     try:
-        env = discovery.load(name)
-        rec["env_version"], rec["error"] = env.version, None
-    except (EnvLoadError, ConfigError) as e:
-        rec["env_version"], rec["error"] = None, str(e).splitlines()[0]
-    records_dir().mkdir(parents=True, exist_ok=True)
-    (records_dir() / f"{name}.json").write_text(json.dumps(rec, indent=1, sort_keys=True))
+        path = _write_files(stage, fetched.kind, name, fetched.files)
+        deps = stage / "deps"
+        if fetched.lock:
+            install_target([requirement(r, fetched.file.filename) for r in fetched.lock], deps, fetched.index)
+        card = fetched.card
+        rec = {"name": name, "published_as": fetched.name, "version": fetched.version, "hash": fetched.hash,
+               "index": fetched.index.name, "index_url": fetched.index.url, "file": fetched.file.filename,
+               "sha256": fetched.file.sha256, "install": str(stage), "path": str(path), "lock": fetched.lock,
+               "deps": str(deps) if fetched.lock else None, "installed_at": time.time(),
+               "env_version": card.get("env_version"), "tasks": card.get("tasks"), "harness": card.get("harness"),
+               "framework": card.get("framework"), "description": card.get("description"), "error": None}
+        with _name_lock(name):
+            old = record(name)
+            safe_fs.write_inside(root, records_dir() / f"{name}.json",
+                                 json.dumps(rec, indent=1, sort_keys=True).encode())
+            for p in _old_paths(old):
+                if p.resolve() != stage.resolve():
+                    safe_fs.remove_inside(root, p)
+            _clean_stale(name, {stage.resolve()})
+    except BaseException:
+        with _name_lock(name):
+            if (record(name) or {}).get("install") != str(stage):
+                safe_fs.remove_inside(root, stage)
+        raise
+    finally:
+        if stage_fd is not None:
+            os.close(stage_fd)
     return rec
 
 
@@ -231,27 +284,28 @@ def fork(spec: str, new: str, index: str | None = None) -> dict[str, Any]:
     if fetched.kind == "module":
         record_path = fork_record(discovery.EnvRef(new, "user", path))
         assert record_path is not None
-        record_path.write_text(json.dumps(origin, indent=1, sort_keys=True) + "\n")
+        safe_fs.write_inside(dest, record_path, (json.dumps(origin, indent=1, sort_keys=True) + "\n").encode())
     return {"name": new, "path": str(path), "forked_from": origin}
 
 
 def remove(name: str) -> dict[str, Any]:
+    """Remove the pulled environment ``name``: only a name the hub's own records hold, only inside the hub
+    folder. The record goes first (then nothing names the files), its files after."""
     rec = record(name)
     if rec is None:
-        other = _taken(name)
+        other = _taken(name) if discovery.HUB_NAME.fullmatch(name) else None
         if other is not None:
             raise ConfigError(f"{name!r} is not a pulled environment ({other.origin}); `hub remove` removes only "
                               "what `hub pull` installed")
         raise NotFoundError(f"no pulled environment {name!r}; `workbench envs` lists what is here")
-    for p in (paths.hub_dir() / "envs" / name, paths.hub_dir() / "envs" / f"{name}.py", paths.hub_dir() / "deps" / name):
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
-    (records_dir() / f"{name}.json").unlink(missing_ok=True)
+    root = paths.hub_dir()
+    with _name_lock(name):
+        safe_fs.remove_inside(root, records_dir() / f"{name}.json")
+        for p in _old_paths(rec):
+            safe_fs.remove_inside(root, p)
+        _clean_stale(name, set())
     return {"name": name, "removed": True, "version": rec.get("version"), "index": rec.get("index")}
 
 
-__all__ = ["Fetched", "HashMismatchError", "env_projects", "fetch", "fork", "parse_spec", "pick_version", "pull",
-           "record",
-           "records_dir", "remove", "versions_of"]
+__all__ = ["Fetched", "HashMismatchError", "env_projects", "fetch", "fork", "installed_dir", "parse_spec",
+           "pick_version", "pull", "record", "records_dir", "remove", "versions_of"]

@@ -44,6 +44,11 @@ class IndexFile:
         return parts[1] if len(parts) >= 5 else None
 
 
+def _sha256(value: object) -> str | None:
+    """A sha256 as an index lists it, when it is one (64 hex digits; it names a cache file)."""
+    return value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else None
+
+
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -72,9 +77,9 @@ class IndexClient:
 
     def _request(self, url: str, accept: str = ACCEPT) -> tuple[bytes, str]:
         req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "workbench-hub"})
-        if self.index.auth:
+        if self.index.auth and urlsplit(url).netloc == urlsplit(self.index.url).netloc:  # never to another host
             token = base64.b64encode(f"{self.index.auth[0]}:{self.index.auth[1]}".encode()).decode()
-            req.add_header("Authorization", f"Basic {token}")
+            req.add_unredirected_header("Authorization", f"Basic {token}")  # nor to where it redirects
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
                 return resp.read(), resp.headers.get("Content-Type", "")
@@ -113,7 +118,8 @@ class IndexClient:
         except NotFoundError:
             raise EndpointError(f"{self.index.url} is not a package index (no simple API there: HTTP 404)") from None
         if isinstance(page, dict):
-            return sorted(normalize(str(p.get("name", ""))) for p in page.get("projects", []) if p.get("name"))
+            listed = page.get("projects") if isinstance(page.get("projects"), list) else []
+            return sorted(normalize(str(p["name"])) for p in listed if isinstance(p, dict) and p.get("name"))
         return sorted({normalize(text) for _, text in page if text})
 
     def files(self, project: str) -> list[IndexFile]:
@@ -125,13 +131,16 @@ class IndexClient:
             raise NotFoundError(f"no project {normalize(project)} on index {self.index.name}") from None
         out = []
         if isinstance(page, dict):
-            for f in page.get("files", []):
-                out.append(IndexFile(str(f["filename"]), urljoin(url, str(f["url"])), (f.get("hashes") or {}).get("sha256")))
+            for f in page.get("files", []) if isinstance(page.get("files"), list) else []:
+                if not isinstance(f, dict) or "filename" not in f or "url" not in f:
+                    continue
+                hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+                out.append(IndexFile(str(f["filename"]), urljoin(url, str(f["url"])), _sha256(hashes.get("sha256"))))
         else:
             for href, text in page:
                 link, _, frag = href.partition("#")
                 sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
-                out.append(IndexFile(text or urlsplit(link).path.rsplit("/", 1)[-1], urljoin(url, link), sha))
+                out.append(IndexFile(text or urlsplit(link).path.rsplit("/", 1)[-1], urljoin(url, link), _sha256(sha)))
         return out
 
     def download(self, f: IndexFile) -> bytes:
