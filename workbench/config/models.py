@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from workbench.config import paths
+from workbench.config.redact import redact_url, url_credentials
 from workbench.errors import ConfigError, NotFoundError
 
 MODELS_FILE = "models.json"
@@ -53,6 +54,11 @@ class ModelEndpoint(BaseModel):
     def _url(cls, v: str) -> str:
         if not re.match(r"^https?://[^\s/]+", v):
             raise ValueError("must be an http:// or https:// URL, e.g. https://api.openai.com/v1")
+        found = url_credentials(v)
+        if found:
+            raise ValueError(f"{redact_url(v)!r} holds a credential ({', '.join(dict.fromkeys(found))}); a URL is "
+                             "stored and printed, so the key goes in an environment variable (--api-key-env VAR) "
+                             "or `workbench login PROVIDER`")
         return v.rstrip("/")
 
     @field_validator("model_id")

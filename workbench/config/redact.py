@@ -1,10 +1,17 @@
 """Secrets in use are never written out: every API key a client of this process sends is registered
 here, and every error message that may carry text from outside (a server's error body, an exception)
-goes through :func:`redact` before it is printed, logged or stored."""
+goes through :func:`redact` before it is printed, logged or stored.
+
+URLs carry secrets too: a ``user:password@`` and query parameters named like keys (``key``, ``api_key``,
+``token``, ``sig``, ...). :func:`url_credentials` names them (``models add`` and ``--base-url`` refuse such a
+URL) and :func:`redact_url` masks them in every URL Workbench stores or prints; :func:`redact` masks them in
+any URL inside a text."""
 
 from __future__ import annotations
 
+import re
 import threading
+from urllib.parse import unquote, urlsplit
 
 _MIN_LEN = 8  # shorter values are not secrets worth the false positives
 _lock = threading.Lock()
@@ -19,9 +26,71 @@ def register(value: str | None) -> None:
             _secrets.add(value)
 
 
+#: Query parameters whose value is a credential: these names (compared without case, ``-`` or ``_``) and
+#: any name ending in one of ``_SECRET_ENDINGS`` (``x-api-key``, ``access_token``, ``client_secret``...).
+_SECRET_PARAMS = frozenset({"key", "sig", "signature", "auth", "authorization", "pass", "pwd", "passwd", "password",
+                            "secret", "token", "jwt", "bearer", "credential", "credentials", "session", "sessionid"})
+_SECRET_ENDINGS = ("key", "token", "secret", "password", "signature", "credential", "credentials", "sig")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def secret_param(name: str) -> bool:
+    """Whether a query parameter called ``name`` carries a credential."""
+    norm = re.sub(r"[^a-z0-9]", "", unquote(name).lower())
+    return norm in _SECRET_PARAMS or norm.endswith(_SECRET_ENDINGS)
+
+
+def _query_pairs(query: str) -> list[tuple[str, str | None]]:
+    return [(k, v if sep else None) for k, sep, v in (part.partition("=") for part in query.split("&"))]
+
+
+def _netloc_userinfo(url: str) -> tuple[int, int] | None:
+    """(start, end) of the ``userinfo@`` in ``url``'s authority, if it has one."""
+    start = url.find("//")
+    if start < 0:
+        return None
+    start += 2
+    end = len(url)
+    for stop in "/?#":
+        i = url.find(stop, start)
+        if i >= 0:
+            end = min(end, i)
+    at = url.rfind("@", start, end)
+    return (start, at + 1) if at >= 0 else None
+
+
+def url_credentials(url: str) -> list[str]:
+    """What in ``url`` is a credential: ``"user:password@"`` for userinfo, and each secret query
+    parameter's name. Empty for a clean URL."""
+    found = ["user:password@"] if _netloc_userinfo(url) else []
+    query = url.split("#", 1)[0].partition("?")[2]
+    found += [k for k, v in _query_pairs(query) if v and secret_param(k)] if query else []
+    return found
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo and the values of its secret query parameters replaced by ``[redacted]``;
+    everything else exactly as it was."""
+    if not url or ("@" not in url and "=" not in url):
+        return url
+    span = _netloc_userinfo(url)
+    if span is not None:
+        url = url[: span[0]] + MASK + "@" + url[span[1]:]
+    head, q, rest = url.partition("?")
+    if not q:
+        return url
+    query, h, fragment = rest.partition("#")
+    pairs = [k if v is None else f"{k}={MASK if v and secret_param(k) else v}" for k, v in _query_pairs(query)]
+    return head + "?" + "&".join(pairs) + h + fragment
+
+
 def redact(text: str) -> str:
-    """``text`` with every registered secret replaced by ``[redacted]``."""
-    if not _secrets or not text:
+    """``text`` with every registered secret, and the credentials in any URL in it, replaced by ``[redacted]``."""
+    if not text:
+        return text
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+    if not _secrets:
         return text
     for secret in sorted(_secrets, key=len, reverse=True):
         if secret in text:
@@ -29,4 +98,16 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["MASK", "redact", "register"]
+def check_url(url: str, what: str, fix: str) -> None:
+    """Refuse ``url`` (named ``what`` in the message) when it holds a credential; ``fix`` says where the
+    credential goes instead."""
+    from workbench.errors import ConfigError
+
+    found = url_credentials(url)
+    if found:
+        said = " and ".join(f"the query parameter {f}" if f != "user:password@" else "a user:password@"
+                            for f in dict.fromkeys(found))
+        raise ConfigError(f"{what} {redact_url(url)!r} holds a credential ({said}); {fix}")
+
+
+__all__ = ["MASK", "check_url", "redact", "redact_url", "register", "secret_param", "url_credentials"]

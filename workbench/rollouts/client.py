@@ -439,6 +439,8 @@ def check_base_url(url: str) -> str:
     cannot (a scheme other than http/https, no host, a malformed address or port)."""
     from urllib.parse import urlsplit
 
+    from workbench.config.redact import check_url
+
     text = url.strip()
     try:
         parts = urlsplit(text)
@@ -453,6 +455,8 @@ def check_base_url(url: str) -> str:
         raise ConfigError(f"--base-url {url!r} has no host; e.g. http://127.0.0.1:8000/v1")
     if port == 0:
         raise ConfigError(f"--base-url {url!r}: port 0 cannot be connected to")
+    check_url(text, "--base-url", "a URL is stored and printed, so pass the key with --api-key or "
+              "WORKBENCH_API_KEY (or register the model: `workbench models add NAME --api-key-env VAR`)")
     return text.rstrip("/")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from workbench.config.redact import redact
+from workbench.config.redact import redact, redact_url
 from workbench.cost.pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
 from workbench.errors import NotFoundError
 from workbench.store.db import StoreReadOnlyError, connect, open_store_file
@@ -74,6 +74,10 @@ class Store:
 
     # -- runs ----------------------------------------------------------------------------------
     def create_run(self, run_id: str, **fields: Any) -> None:
+        if isinstance(fields.get("base_url"), str):  # a URL is stored without its credentials
+            fields["base_url"] = redact_url(fields["base_url"])
+        if isinstance(fields.get("config"), dict) and isinstance(fields["config"].get("base_url"), str):
+            fields["config"] = {**fields["config"], "base_url": redact_url(fields["config"]["base_url"])}
         fields = {k: (dumps(v) if isinstance(v, dict | list) else v) for k, v in fields.items()}
         fields.setdefault("created_at", time.time())
         unknown = set(fields) - set(RUN_DEFAULTS)

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from workbench.config.redact import redact
 from workbench.rollouts.rollout import searchable_text
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -59,7 +60,7 @@ def _rollout_rows(groups: list[tuple[int, bytes, list[Any] | None]]) -> list[dic
         for k, (rid, run_id, env_name, model, task_id, task_index, sample_index, status, error_kind, reward,
                 ptoks, ctoks, usd, duration_s, turns, created_at, completion, messages, state, rewards, metrics,
                 r_calls, r_errors, provider, source) in enumerate(group):
-            errors = [tuple(e) for e in r_errors]
+            errors = [(kind, redact(where), redact(msg)) for kind, where, msg in r_errors]  # URLs without keys
             scores = []
             for kind, values in (("reward", rewards), ("metric", metrics)):
                 for name, v in values.items():
