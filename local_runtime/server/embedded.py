@@ -237,5 +237,14 @@ class EmbeddedEndpoint:
     def terminate(self, pid: int) -> None:
         terminate(pid)
 
+    def check(self, model: str | None) -> None:
+        """Refuse (``ModelLoadError``, one line) a model this server could not load here and now: not the
+        embedded model, a model directory or a Hugging Face id in the local cache. Loads nothing."""
+        from local_runtime.models.loading import TINY_ALIASES, resolve
+
+        if model is None or model in TINY_ALIASES:
+            return
+        resolve(model, allow_download=False)
+
 
 ENDPOINT = EmbeddedEndpoint()

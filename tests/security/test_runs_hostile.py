@@ -417,3 +417,43 @@ def test_compare_of_runs_without_rewards_says_there_are_none(kinds: tuple[str, s
         assert (run_id in line) == (kind == "failing"), line
     assert "0.000" not in line
     assert snapshot(store) == before
+
+
+PROBE_CASES = [
+    ("no-module", "nosuchmod:X", ["--probe 'nosuchmod:X'", "cannot import nosuchmod"]),
+    ("no-file", "/no/such/probe.py:X", ["--probe file /no/such/probe.py does not exist"]),
+    ("no-attribute", "json:nothere", ["--probe 'json:nothere'", "no attribute 'nothere'"]),
+    ("no-colon", "justaname", ["--probe 'justaname' must look like module:Name"]),
+    ("not-a-probe", "json:dumps", ["--probe 'json:dumps'", "not a wb.Probe subclass"]),
+]
+
+
+@pytest.mark.parametrize(("spec", "says"), [c[1:] for c in PROBE_CASES], ids=[c[0] for c in PROBE_CASES])
+def test_probe_names_the_probe_flag_for_a_bad_probe(spec: str, says: list[str], cli: Callable[..., CliResult],
+                                                    store: Path) -> None:
+    before = snapshot(store)
+    line = assert_user_error(cli("probe", "arithmetic", "--probe", spec), *says)
+    assert "--harness" not in line
+    assert snapshot(store) == before
+
+
+DISTILL_STUDENTS = [
+    ("no-directory", "/no/such/model-dir", "no model directory at /no/such/model-dir"),
+    ("directory-not-a-model", "{tmp}", "is a directory but not a model"),
+    ("uncached-hub-id", "nosuchorg-wb/nosuchmodel-wb", "not in the Hugging Face cache"),
+]
+
+
+@pytest.mark.parametrize(("student", "says"), [c[1:] for c in DISTILL_STUDENTS], ids=[c[0] for c in DISTILL_STUDENTS])
+def test_distill_refuses_a_student_that_cannot_be_served_before_the_teacher_runs(
+        student: str, says: str, cli: Callable[..., CliResult], store: Path, tmp_path: Path,
+        mock_server: Callable[..., MockServer]) -> None:
+    teacher = mock_server("arithmetic")
+    student = student.format(tmp=tmp_path)
+    before = snapshot(store)
+    line = assert_user_error(cli("distill", "arithmetic", "-a", '{"n": 10}', "--teacher", "mock-model",
+                                 "--teacher-base-url", teacher.base_url, "--student", student, "-r", 1, "--steps", 1,
+                                 env={"HF_HUB_OFFLINE": "1"}), f"--student {student} cannot be served here", says)
+    assert "Traceback" not in line
+    assert teacher.requests() == 0
+    assert snapshot(store) == before

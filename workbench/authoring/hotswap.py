@@ -11,16 +11,17 @@ from workbench.authoring.harness import Harness
 from workbench.errors import ConfigError
 
 
-def load_attr(spec: str) -> Any:
+def load_attr(spec: str, option: str = "--harness") -> Any:
+    """``module:Name`` or ``path/to/file.py:Name``; errors name ``option``, the flag that gave ``spec``."""
     if ":" not in spec:
-        raise ConfigError(f"--harness {spec!r} must look like module:Name or path/to/file.py:Name")
+        raise ConfigError(f"{option} {spec!r} must look like module:Name or path/to/file.py:Name")
     where, _, attr = spec.rpartition(":")
     try:
         if where.endswith(".py"):
             p = Path(where)
             if not p.is_file():
-                raise ConfigError(f"--harness file {where} does not exist")
-            s = importlib.util.spec_from_file_location(f"_workbench_harness_{p.stem}", p)
+                raise ConfigError(f"{option} file {where} does not exist")
+            s = importlib.util.spec_from_file_location(f"_workbench_{option.strip('-')}_{p.stem}", p)
             assert s and s.loader
             mod = importlib.util.module_from_spec(s)
             s.loader.exec_module(mod)
@@ -28,12 +29,12 @@ def load_attr(spec: str) -> Any:
             mod = importlib.import_module(where)
     except ConfigError:
         raise
-    except Exception as e:
-        raise ConfigError(f"--harness {spec!r}: cannot import {where} ({type(e).__name__}: {e})") from None
+    except (Exception, SystemExit) as e:
+        raise ConfigError(f"{option} {spec!r}: cannot import {where} ({type(e).__name__}: {e})") from None
     try:
         return getattr(mod, attr)
     except AttributeError:
-        raise ConfigError(f"--harness {spec!r}: {where} has no attribute {attr!r}") from None
+        raise ConfigError(f"{option} {spec!r}: {where} has no attribute {attr!r}") from None
 
 
 def load_harness(spec: str) -> Harness:

@@ -192,6 +192,18 @@ def _check_student(student: str) -> None:
                           "directory or a cached Hugging Face id")
     if difflib.get_close_matches(student, list(models), n=1, cutoff=0.8) and not os.path.exists(student):
         raise ConfigError(f"--student {student}: {unknown_model_message(student, models)}")
+    from workbench import plugins
+
+    try:
+        check = getattr(plugins.load("endpoints", "embedded"), "check", None)
+    except plugins.PluginError as e:
+        raise ConfigError(f"--student {student} cannot be served here: the embedded model server is not "
+                          f"available ({e})") from None
+    if check is not None:
+        try:
+            check(student)
+        except Exception as e:  # the server's own reason (no such directory, not in the cache, ...)
+            raise ConfigError(f"--student {student} cannot be served here: {e}") from None
 
 
 def _kept(store: Store, run_id: str, min_reward: float) -> tuple[int, int, float | None]:

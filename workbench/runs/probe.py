@@ -75,9 +75,9 @@ def load_probe(spec: str) -> type[Probe]:
     """``module:Class`` or ``file.py:Class``: a user's own probe."""
     from workbench.authoring.hotswap import load_attr
 
-    obj = load_attr(spec)
+    obj = load_attr(spec, option="--probe")
     if not (isinstance(obj, type) and issubclass(obj, Probe)):
-        raise ConfigError(f"{spec} is not a wb.Probe subclass")
+        raise ConfigError(f"--probe {spec!r} is a {type(obj).__name__}, not a wb.Probe subclass")
     return obj
 
 
