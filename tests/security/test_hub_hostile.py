@@ -6,6 +6,7 @@ unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import assert_user_error, last_json, workbench_argv, write_file
+from tests.helpers import REPO, assert_user_error, last_json, workbench_argv, write_file
 from tests.hub.test_hub import ADDER, README, Home
 from tests.package_index import PackageIndex
 
@@ -110,6 +111,15 @@ def test_pull_and_listing_run_no_code_and_a_run_sees_no_index_credentials(
         assert not snoop.exists(), f"`{' '.join(args)}` ran the pulled environment's code: {snoop.read_text()}"
     row = {e["name"]: e for e in last_json(you("envs", "--json").stdout)["envs"]}["snooper"]
     assert row["version"] == pushed["hash"][:12] and row["hub"]["tasks"] == 3 and "error" not in row
+
+    async def listed_over_mcp() -> dict[str, Any]:
+        from tests.workbench.test_mcp_server import call, serve
+
+        async with serve(you.env, tmp_path) as s:
+            return {e["name"]: e for e in (await call(s, "list_environments"))["envs"]}
+
+    assert asyncio.run(listed_over_mcp())["snooper"]["version"] == pushed["hash"][:12]
+    assert not snoop.exists(), f"MCP list_environments ran the pulled environment's code: {snoop.read_text()}"
     mock = mock_server("instant", "--reply", "1")
     ran = you.json("eval", "snooper", "--base-url", mock.base_url, "-m", "mock-model", "-n", "1")
     assert ran["mean_reward"] == 1.0
@@ -120,8 +130,6 @@ def test_pull_and_listing_run_no_code_and_a_run_sees_no_index_credentials(
 def test_links_out_of_an_environment_are_refused_by_name(tmp_path: Path, adder: Path,
                                                          package_index: Callable[..., Any],
                                                          cli_env: dict[str, str]) -> None:
-    import asyncio
-
     from mcp.shared.exceptions import McpError
 
     from tests.workbench.test_mcp_server import serve
@@ -168,10 +176,15 @@ def test_the_scan_knows_every_secret_workbench_holds(tmp_path: Path, package_ind
     model_key, api_key = "correct horse battery staple 4711", "plain words that are a key 0815"
     assert me("models", "add", "teacher", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env",
               "TEACHER_KEY").rc == 0
-    secrets = {"TEACHER_KEY": model_key, "WORKBENCH_API_KEY": api_key}
+    mcp_token = "the bearer token of mcp 2207"
+    keyring_file = write_file(tmp_path / "keyring.json", json.dumps({"workbench/mcp": mcp_token}))
+    secrets = {"TEACHER_KEY": model_key, "WORKBENCH_API_KEY": api_key,
+               "PYTHON_KEYRING_BACKEND": "tests.cloud.keyring_backend.FileKeyring", "PYTHONPATH": str(REPO),
+               "WORKBENCH_TEST_KEYRING": str(keyring_file)}
     cases = [
         ("model_key", model_key, "key of model 'teacher' (env:TEACHER_KEY)"),
         ("workbench_key", api_key, "Workbench credential (env:WORKBENCH_API_KEY)"),
+        ("mcp_token", mcp_token, "Workbench mcp token (keyring)"),
     ]
     for name, value, label in cases:
         env = tmp_path / "src" / name
@@ -181,7 +194,7 @@ def test_the_scan_knows_every_secret_workbench_holds(tmp_path: Path, package_ind
         line = assert_user_error(me("hub", "push", env, env=secrets), "notes.txt", label)
         assert value not in line
         assert_user_error(me("package", env, "--out", tmp_path / "dist", env=secrets), "notes.txt", label)
-        assert listing(index.packages) == packages
+        assert listing(index.packages) == packages and not (tmp_path / "dist").exists()
 
 
 def _forged_wheel(index: PackageIndex, adder: Path, name: str, version: str, *, lock: list[str] | None = None,
@@ -257,6 +270,8 @@ def test_bad_cards_urls_and_concurrent_pulls(tmp_path: Path, adder: Path, packag
         assert f"skipped {name} 0.1.0" in found.stderr
     you = Home(tmp_path / "you", index)
     for name in bad:
+        [row] = you.json("hub", "versions", name)["versions"]
+        assert row["version"] == "0.1.0" and "eval card" in row["error"]
         assert_user_error(you("hub", "show", name), name, "eval card")
         assert_user_error(you("hub", "pull", name), name, "eval card")
     assert not hub_dir(you).exists()

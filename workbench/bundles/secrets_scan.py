@@ -59,6 +59,8 @@ _ASSIGNMENT = re.compile(
 _PLACEHOLDER = re.compile(r"(?i)(your|example|placeholder|changeme|dummy|redacted|xxxx|\.\.\.|<|>|\$\{|\{\{|%\()")
 
 #: A ``WORKBENCH_*`` variable with such a name holds a credential (WORKBENCH_API_KEY, WORKBENCH_INDEX_PASSWORD...).
+#: Keyring entries Workbench keeps besides the providers' and the indexes' (``workbench mcp --http``'s token).
+_KEYRING_ENTRIES = ("mcp",)
 _CREDENTIAL_VAR = re.compile(r"(?i)(key|token|secret|passw(?:or)?d|username|credentials?|auth)(_|$)")
 
 
@@ -81,6 +83,15 @@ def workbench_secrets() -> list[tuple[str, str]]:
         value = os.environ.get(var, "").strip() if var else ""
         if value:
             out.append((f"key of model {name!r} (env:{var})", value))
+    for user in _KEYRING_ENTRIES:
+        try:
+            import keyring
+
+            value = keyring.get_password("workbench", user) or ""
+        except Exception:  # no backend, a locked keyring: nothing to look for
+            value = ""
+        if value.strip():
+            out.append((f"Workbench {user} token (keyring)", value.strip()))
     for var, value in sorted(os.environ.items()):
         if var.startswith("WORKBENCH_") and _CREDENTIAL_VAR.search(var.removeprefix("WORKBENCH_")) and value.strip():
             out.append((f"Workbench credential (env:{var})", value.strip()))

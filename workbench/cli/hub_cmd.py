@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
-from workbench.format import fnum
+from workbench.format import esc, fnum, safe_text
 
 INDEX_HELP = "A package index named in the settings ([hub.indexes.NAME]) or its simple-API URL (default: [hub] default)."
 
@@ -87,6 +87,9 @@ def versions_command(name: str, index: str | None, as_json: bool) -> None:
         emit_json(out)
         return
     for v in out["versions"]:
+        if v.get("error"):
+            console.print(f"{v['version']:<12} unusable: {v['error']}", highlight=False, markup=False)
+            continue
         console.print(f"{v['version']:<12} hash {str(v['hash'])[:12]}  env version {v['env_version']}  "
                       f"{v['results']} results  {v['file']}", highlight=False)
 
@@ -109,33 +112,34 @@ def show_command(spec: str, index: str | None, as_json: bool) -> None:
 def print_card(card: dict[str, Any]) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]{card['env']} {card['version']}[/] on index {card.get('index', '-')}: hash "
-                  f"{str(card['hash'])[:12]}, env version {card['env_version']}, {card.get('tasks', '-')} tasks, "
-                  f"harness {card.get('harness', '-')}", highlight=False)
+    console.print(f"[bold]{esc(card['env'])} {esc(card['version'])}[/] on index {esc(card.get('index', '-'))}: hash "
+                  f"{esc(str(card['hash'])[:12])}, env version {esc(card['env_version'])}, {esc(card.get('tasks', '-'))} "
+                  f"tasks, harness {esc(card.get('harness', '-'))}", highlight=False)
     if card.get("forked_from"):
         f = card["forked_from"]
-        console.print(f"forked from {f.get('name')} {f.get('version')} ({str(f.get('hash', ''))[:12]})", highlight=False)
+        console.print(safe_text(f"forked from {f.get('name')} {f.get('version')} ({str(f.get('hash', ''))[:12]})"),
+                      highlight=False)
     if card.get("description"):
-        console.print(card["description"], highlight=False, markup=False)
+        console.print(safe_text(card["description"]), highlight=False)
     t = Table(title="reward design", box=None, show_edge=False, header_style="bold", title_justify="left")
     for col in ("function", "kind", "weight", "what"):
         t.add_column(col)
     for r in card.get("rewards", []):
-        t.add_row(r["name"], r["kind"], f"{r['weight']:g}", r["doc"])
+        t.add_row(safe_text(r["name"]), safe_text(r["kind"]), f"{r['weight']:g}", safe_text(r["doc"]))
     console.print(t)
     res = Table(title="results", box=None, show_edge=False, header_style="bold", title_justify="left")
     for col in ("model", "reward", "n", "pass@k", "cost", "env version", "date"):
         res.add_column(col)
     for r in card.get("results", []):
         se = f" ± {r['stderr']:.3f}" if r.get("stderr") is not None else ""
-        res.add_row(r["model"], fnum(r.get("mean_reward")) + se, str(r.get("rollouts")),
-                    " ".join(f"{k} {v:.2f}" for k, v in (r.get("pass_at_k") or {}).items()),
-                    "-" if r.get("cost_usd") is None else f"${r['cost_usd']:.4f}", str(r.get("env_version")),
-                    str(r.get("date")))
+        res.add_row(safe_text(r["model"]), fnum(r.get("mean_reward")) + se, safe_text(r.get("rollouts")),
+                    safe_text(" ".join(f"{k} {v:.2f}" for k, v in (r.get("pass_at_k") or {}).items())),
+                    "-" if r.get("cost_usd") is None else f"${r['cost_usd']:.4f}", safe_text(r.get("env_version")),
+                    safe_text(r.get("date")))
     console.print(res if card.get("results") else "no results were published with this version", highlight=False)
     if card.get("readme"):
         console.print()
-        console.print(card["readme"].strip(), highlight=False, markup=False)
+        console.print(safe_text(card["readme"].strip()), highlight=False)
 
 
 @hub_group.command("pull")

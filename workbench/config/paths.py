@@ -36,6 +36,7 @@ def user_env_dirs() -> list[Path]:
 
 
 def hub_dir() -> Path:
-    """Where pulled environments live (``workbench hub pull``): ``envs/`` their files, ``deps/<name>/`` their
-    dependencies, ``records/<name>.json`` where each came from. Never the user's project environment."""
+    """Where pulled environments live (``workbench hub pull``): ``installed/<name>+XXXXXXXX/`` each version's
+    files and ``deps/``, ``records/<name>.json`` the version installed and where it came from, ``locks/``.
+    Never the user's project environment."""
     return data_dir() / "hub"

@@ -70,9 +70,13 @@ def versions(name: str, index: str | None = None) -> dict[str, Any]:
     found = versions_of(client, name)
     rows = []
     for v in sorted_versions(list(found)):
-        card = card_of(client, found[v])
+        try:
+            card, error = card_of(client, found[v]), None
+        except EndpointError as e:  # one bad card is that version's row, not the end of the listing
+            card, error = {}, str(e)
         rows.append({"version": v, "hash": card.get("hash"), "env_version": card.get("env_version"),
-                     "file": found[v].filename, "sha256": found[v].sha256, "results": len(card.get("results") or [])})
+                     "file": found[v].filename, "sha256": found[v].sha256, "results": len(card.get("results") or []),
+                     **({"error": error} if error else {})})
     return {"index": idx.name, "name": name, "versions": rows}
 
 
