@@ -212,6 +212,7 @@ def test_env_ties_the_run_so_rescore_scores_it(cli: Callable[..., Any], tmp_path
     f = _jsonl(tmp_path / "prod.jsonl", chats)
     out = _import(cli, f, "--format", "openai-jsonl", "--env", env, "-a", '{"group_bonus": false}')
     assert out["env"] == "adder" and out["rollouts"] == 5 and out["rewarded"] == 0 and out["env_version"]
+    assert out["matched"] == 4  # the joke matches no task
     assert query(store_path, "SELECT env_name FROM run WHERE id = ?", (out["run_id"],)) == [("adder",)]
     answers = query(store_path, "SELECT task_index, answer FROM rollout ORDER BY pk")
     assert answers[:4] == [(0, '"1"'), (1, '"3"'), (2, '"5"'), (3, '"7"')]
@@ -219,9 +220,11 @@ def test_env_ties_the_run_so_rescore_scores_it(cli: Callable[..., Any], tmp_path
     res = cli("rescore", env, "--run", out["run_id"], "--json")
     assert res.rc == 0, res.stderr
     r = last_json(res.stdout)
-    assert r["rescored"] == 5 and r["skipped"] == {}
-    assert r["after"]["mean"] == pytest.approx(2 / 5)  # tasks 0 and 2 are right; the joke has no answer
-    assert r["changed"] == 5  # none had a reward before
+    # the joke matches no task: skipped with that reason, not scored 0 against no answer
+    assert r["rescored"] == 4 and list(r["skipped"].values()) == [1]
+    assert "matches no task" in next(iter(r["skipped"]))
+    assert r["after"]["mean"] == pytest.approx(2 / 4)  # tasks 0 and 2 are right
+    assert r["changed"] == 4  # none had a reward before
 
 
 # -- never twice ---------------------------------------------------------------------------------------

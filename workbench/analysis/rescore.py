@@ -8,7 +8,9 @@ rollouts of one task in one run). A function that raises is counted against that
 rollout, as in a run; nothing stops.
 
 Imported rollouts (``workbench import``, ``source = 'imported'``) are scored like the others; one the
-file gave no reward has no "before" (it counts as changed, and its delta is its new reward).
+file gave no reward has no "before" (it counts as changed, and its delta is its new reward). One
+imported with ``--env`` whose first user turn matched none of the environment's tasks has no task to
+be scored against: it is skipped, and counted with that reason.
 
 What cannot be re-scored from messages alone is skipped and counted with its reason: rollouts that
 failed before scoring (they never had a reward), and every rollout of an environment whose reward
@@ -68,6 +70,8 @@ _TRACE_ARGS = frozenset({"trace", "traces"})
 _ENGINE_METRICS = ("token_mismatch",)  # added by the engine from the trace, not by the rubric
 _TOP = 10
 _FAILED = "failed before scoring (no reward to re-compute)"
+_UNMATCHED = ("imported conversation that matches no task of the environment (its first user turn is none of its "
+              "task prompts: no task to score it against)")
 
 
 @dataclass(slots=True)
@@ -400,6 +404,10 @@ async def _score_chunk(conn: Any, scorer: _Scorer, groups: list[list[Row]], tall
                 r = _rollout(row, scorer.multi_turn)
             except (ValueError, TypeError) as e:  # a row this version cannot read back
                 skipped[f"stored rollout unreadable ({type(e).__name__}: {e})"] += 1
+                continue
+            if row[ROW_SOURCE] == "imported" and isinstance(r.state, dict) \
+                    and (r.state.get("import") or {}).get("matched_task") is False:
+                skipped[_UNMATCHED] += 1
                 continue
             if row[ROW_PK] in traces:
                 r.trace, r.calls = traces[row[ROW_PK]], calls.get(row[ROW_PK], [])

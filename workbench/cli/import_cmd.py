@@ -48,6 +48,11 @@ def import_command(ctx: click.Context, file: Path, fmt: str, env: str | None, en
     rewarded = f"; {res.rewarded:,} with a reward (mean {res.mean_reward:.3f})" if res.rewarded else "; no rewards"
     console.print(f"imported [bold]{res.rollouts:,}[/] conversations from {escape(res.file)} ({res.format}) as run "
                   f"[bold]{res.run_id}[/] of {escape(res.env)}{rewarded} ({res.wall_s:.2f} s{rate})")
+    if res.matched is not None:
+        unmatched = res.rollouts - res.matched
+        console.print(f"{res.matched:,} of {res.rollouts:,} conversations matched a task of {escape(res.env)}" + (
+            f"; [yellow]{unmatched:,} matched none[/] (their first user turn is no task prompt of it): "
+            "`workbench rescore` skips them" if unmatched else ""))
     if res.problems:
         console.print(f"[yellow]skipped {len(res.problems):,}[/]:")
         for p in res.problems[:_SHOWN]:

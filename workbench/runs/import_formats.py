@@ -10,6 +10,7 @@ parses, or it is not that kind of file) raises a :class:`~workbench.errors.Confi
 from __future__ import annotations
 
 import math
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ FORMATS = ("openai-jsonl", "verifiers", "inspect")
 _NO_SCORES: dict[str, float] = {}  # shared, never changed: a conversation the file gave no scores
 _NO_INFO: dict[str, Any] = {}
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: The longest line (one conversation) a JSONL file may hold, and the largest ``metadata.json``: what is
+#: read into memory at once is bounded, whatever the file holds.
+MAX_LINE_BYTES = 64 << 20
+MAX_META_BYTES = 16 << 20
+_KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "named pipe (FIFO)"),
+          (stat.S_ISSOCK, "socket"))
 
 
 @dataclass(slots=True)
@@ -66,12 +73,27 @@ class Source:
     model: str | None = None
 
 
-def _number(v: Any) -> float | None:
+def as_number(v: Any) -> float | None:
     if isinstance(v, bool):
         return float(v)
-    if isinstance(v, int | float) and math.isfinite(float(v)):
-        return float(v)
+    if isinstance(v, int | float):
+        try:
+            x = float(v)
+        except OverflowError:  # an integer past a float's range
+            return None
+        return x if math.isfinite(x) else None
     return None
+
+
+def finite_total(values: dict[str, float]) -> float | str:
+    """The sum of named rewards, or why it has none: finite rewards can add up past a float's range."""
+    try:
+        total = math.fsum(values.values())
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        return "the rewards add up past a float's range (a non-finite total); a reward must be a finite number"
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +105,41 @@ class Shape:
     completion: str
 
 
+def _content_problem(content: Any, i: int) -> str | None:
+    """Why a message's content is neither text nor a list of typed parts (text parts holding text)."""
+    if content is None or type(content) is str:
+        return None
+    if type(content) is not list:
+        return f"message {i} has content that is neither text nor a list of parts"
+    for j, part in enumerate(content):
+        if type(part) is not dict or type(part.get("type")) is not str:
+            return f"message {i} content part {j} is not an object with a 'type'"
+        if "text" in part and type(part["text"]) is not str:
+            return f"message {i} content part {j} has a 'text' that is not a string"
+    return None
+
+
+def _calls_problem(calls: Any, i: int) -> str | None:
+    """Why a message's ``tool_calls`` are not OpenAI tool calls (a function name; arguments a JSON string
+    or an object)."""
+    if type(calls) is not list:
+        return f"message {i} has 'tool_calls' that is not a list"
+    for j, tc in enumerate(calls):
+        fn = tc.get("function") if type(tc) is dict else None
+        if type(fn) is not dict or type(fn.get("name")) is not str:
+            return f"message {i} tool call {j} is not an object with a function name"
+        args = fn.get("arguments")
+        if args is not None and type(args) is not str and type(args) is not dict:
+            return f"message {i} tool call {j} has arguments that are neither a JSON string nor an object"
+        if tc.get("id") is not None and type(tc["id"]) is not str:
+            return f"message {i} tool call {j} has an 'id' that is not a string"
+    return None
+
+
 def check_messages(messages: Any) -> str | Shape:
-    """Why ``messages`` is not an importable conversation, or its :class:`Shape`."""
+    """Why ``messages`` is not an importable conversation, or its :class:`Shape`. Every field a reader
+    of the stored conversation relies on is checked here, so what passes can be stored, searched,
+    rendered and exported."""
     if type(messages) is not list or not messages:
         return "'messages' is not a non-empty list of messages"
     first, turns, last = -1, 0, None
@@ -92,11 +147,16 @@ def check_messages(messages: Any) -> str | Shape:
         if type(m) is not dict:
             return f"message {i} is not an object"
         role = m.get("role")
-        if role not in _ROLES:
-            return f"message {i} has no valid role (got {role!r})"
+        if type(role) is not str or role not in _ROLES:
+            return f"message {i} has no valid role (got {short_repr(role)})"
         content = m.get("content")
-        if content is not None and type(content) is not str and type(content) is not list:
-            return f"message {i} has content that is neither text nor a list of parts"
+        if content is not None and type(content) is not str and (why := _content_problem(content, i)):
+            return why
+        if (calls := m.get("tool_calls")) is not None and (why := _calls_problem(calls, i)):
+            return why
+        for key in ("tool_call_id", "name"):
+            if m.get(key) is not None and type(m[key]) is not str:
+                return f"message {i} has a {key!r} that is not a string"
         if role == "assistant":
             if first < 0:
                 first = i
@@ -107,36 +167,61 @@ def check_messages(messages: Any) -> str | Shape:
     return Shape(first, turns, last if type(last) is str else _text(last))
 
 
+def short_repr(v: Any) -> str:
+    """A value from the file, named in a reason: its repr, cut short."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def info_object(v: Any, where: str) -> dict[str, Any] | str:
+    """A conversation's ``info`` (an object), or why it is not one."""
+    if v is None:
+        return _NO_INFO
+    if type(v) is dict:
+        return v
+    return f"'info' is not an object (got {type(v).__name__}); a task's info is a JSON object"
+
+
 # -- OpenAI chat JSONL ----------------------------------------------------------------------------------
 def _scores(obj: dict[str, Any], where: str) -> tuple[float | None, dict[str, float], str | None]:
     reward = obj.get("reward")
     rewards = obj.get("rewards")
     total = None
     if reward is not None:
-        total = _number(reward)
+        total = as_number(reward)
         if total is None:
-            return None, {}, f"'reward' is not a number (got {reward!r})"
+            return None, {}, f"'reward' is not a finite number (got {short_repr(reward)})"
     named: dict[str, float] = {}
     if rewards is not None:
         if isinstance(rewards, dict):
             for k, v in rewards.items():
-                if (x := _number(v)) is None:
-                    return None, {}, f"'rewards' value {k!r} is not a number"
+                if (x := as_number(v)) is None:
+                    return None, {}, f"'rewards' value {short_repr(k)} is not a finite number (got {short_repr(v)})"
                 named[str(k)] = x
-        elif isinstance(rewards, list) and len(rewards) == 1 and (x := _number(rewards[0])) is not None:
+        elif isinstance(rewards, list) and len(rewards) == 1 and (x := as_number(rewards[0])) is not None:
             total = x if total is None else total
         else:
             return None, {}, "'rewards' is not an object of named numbers"
         if total is None and named:
-            total = sum(named.values())
+            if type(t := finite_total(named)) is str:
+                return None, {}, t
+            total = t
     return total, named, None
 
 
-def _json_lines(path: Path, label: str) -> Iterator[tuple[int, str, Any]]:
+def json_lines(path: Path, label: str) -> Iterator[tuple[int, str, Any]]:
     """(line number, "LABEL N", the line's JSON value or a :class:`Problem` saying why it has none) for
     each non-blank line of a JSONL file."""
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
+        n = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            n += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass  # the rest of the long line, read and dropped a MiB at a time
+                yield n, f"{label} {n}", Problem(f"{label} {n}", n, f"the line is over {MAX_LINE_BYTES >> 20} MiB; "
+                                                 "one conversation a line must be shorter")
+                continue
             if not raw.strip():
                 continue
             where = f"{label} {n}"
@@ -154,7 +239,7 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
     source = Source("openai-jsonl", path, [path])
 
     def rows() -> Iterator[Conversation | Problem]:
-        for n, where, obj in _json_lines(path, "line"):
+        for n, where, obj in json_lines(path, "line"):
             if isinstance(obj, Problem):
                 yield obj
                 continue
@@ -175,181 +260,49 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
                     continue
             meta = obj.get("metadata")
             meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
+            if type(info := info_object(obj["info"] if "info" in obj else meta.get("info"), where)) is str:
+                yield Problem(where, n, info)
+                continue
             tools = obj.get("tools")
             rid = obj.get("id")
+            model = obj.get("model") or meta.get("model")
             yield Conversation(
                 obj["messages"], where, shape, tools if type(tools) is list else None, reward, rewards, _NO_SCORES,
-                None if rid is None else str(rid), meta, obj.get("answer", meta.get("answer")),
-                meta.get("info") or _NO_INFO, None, obj.get("model") or meta.get("model"))
+                None if rid is None else str(rid), meta, obj.get("answer", meta.get("answer")), info, None,
+                model if type(model) is str else None)
 
     return source, rows()
 
 
-# -- verifiers vf-eval -s ------------------------------------------------------------------------------
-_VF_FIELDS = frozenset({"example_id", "prompt", "completion", "answer", "info", "reward", "error", "timing",
-                        "is_completed", "is_truncated", "stop_condition", "metrics", "tool_defs", "token_usage",
-                        "error_chain", "long_error_chain", "task", "trajectory"})
+def _reader(fmt: str) -> Any:
+    if fmt == "verifiers":
+        from workbench.runs.import_verifiers import read_verifiers
+
+        return read_verifiers
+    if fmt == "inspect":
+        from workbench.runs.import_inspect import read_inspect
+
+        return read_inspect
+    return read_openai_jsonl
 
 
-def _vf_messages(v: Any) -> list[dict[str, Any]] | None:
-    if v is None:
-        return []
-    if isinstance(v, str):
-        return [{"role": "user", "content": v}]
-    return v if isinstance(v, list) else None
-
-
-def read_verifiers(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
-    """A ``vf-eval -s`` results directory: ``results.jsonl`` (one rollout output a line: ``example_id``,
-    ``prompt``, ``completion``, ``answer``, ``info``, ``reward``, ``metrics`` (also flattened to top-level
-    keys), ``timing``, ``token_usage``, ...) beside ``metadata.json`` (``env_id``, ``model``, ...)."""
-    if not path.is_dir():
-        if path.name == "results.jsonl" and (path.parent / "metadata.json").is_file():
-            path = path.parent
-        else:
-            raise ConfigError(f"{path} is not a verifiers results directory (vf-eval -s writes a folder holding "
-                              "results.jsonl and metadata.json); give that folder, or use --format openai-jsonl")
-    results, meta_path = path / "results.jsonl", path / "metadata.json"
-    if not results.is_file() or not meta_path.is_file():
-        missing = " and ".join(p.name for p in (results, meta_path) if not p.is_file())
-        raise ConfigError(f"{path} is not a verifiers results directory: it has no {missing} "
-                          "(vf-eval -s writes both); give the folder vf-eval saved")
+def check_kind(path: Path) -> None:
+    """A path to import from is a regular file or a folder: a device, a named pipe or a socket (which
+    could be read forever, or block) is refused by its kind before anything opens it."""
     try:
-        meta = orjson.loads(meta_path.read_bytes())
-    except orjson.JSONDecodeError:
-        raise ConfigError(f"{meta_path} is not valid JSON; is {path} a complete vf-eval results directory?") from None
-    if not isinstance(meta, dict):
-        raise ConfigError(f"{meta_path} is not a JSON object; is {path} a vf-eval results directory?")
-    source = Source("verifiers", path, [meta_path, results], env_name=meta.get("env_id") or meta.get("env") or None,
-                    model=meta.get("model") or None)
-
-    def rows() -> Iterator[Conversation | Problem]:
-        for n, where, obj in _json_lines(results, "results.jsonl line"):
-            if isinstance(obj, Problem):
-                yield obj
-                continue
-            if not isinstance(obj, dict) or "example_id" not in obj:
-                yield Problem(where, n, "not a verifiers rollout output (no example_id)")
-                continue
-            prompt, completion = _vf_messages(obj.get("prompt")), _vf_messages(obj.get("completion"))
-            if prompt is None or completion is None:
-                yield Problem(where, n, "prompt or completion is neither text nor a list of messages")
-                continue
-            if isinstance(obj.get("completion"), str):
-                completion = [{"role": "assistant", "content": obj["completion"]}]
-            messages = prompt + completion
-            if type(shape := check_messages(messages)) is str:
-                yield Problem(where, n, shape)
-                continue
-            metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
-            named = {str(k): x for k, v in metrics.items() if (x := _number(v)) is not None}
-            timing = obj.get("timing") if isinstance(obj.get("timing"), dict) else {}
-            usage = obj.get("token_usage") if isinstance(obj.get("token_usage"), dict) else {}
-            extra = {k: v for k, v in obj.items() if k not in _VF_FIELDS and k not in metrics}
-            if obj.get("error"):
-                extra["error"] = obj["error"]
-            info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
-            total_s = _number(timing.get("total"))
-            if total_s is None and (ms := _number(timing.get("total_ms"))) is not None:
-                total_s = ms / 1000.0
-            # verifiers records each rubric function's value but not its weight: they are kept as
-            # metrics, beside the weighted total it computed (the reward).
-            yield Conversation(
-                messages, where, shape, tools=obj.get("tool_defs") or None, reward=_number(obj.get("reward")),
-                metrics=named, metadata=extra, answer=obj.get("answer", ""), info=info,
-                group=obj["example_id"], prompt_tokens=int(_number(usage.get("input_tokens")) or 0),
-                completion_tokens=int(_number(usage.get("output_tokens")) or 0),
-                duration_s=total_s or 0.0)
-
-    return source, rows()
-
-
-# -- Inspect AI .eval logs -----------------------------------------------------------------------------
-def _inspect_content(content: Any) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for c in content:
-        kind = getattr(c, "type", "")
-        if kind == "text":
-            parts.append({"type": "text", "text": c.text})
-        elif kind == "reasoning":
-            continue  # the model's hidden reasoning is not a chat message part
-        else:
-            parts.append(c.model_dump(exclude_none=True))
-    if all(p.get("type") == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
-
-
-def inspect_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    """Inspect ``ChatMessage`` objects as OpenAI chat dicts (text, tool calls, tool results)."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role, "content": _inspect_content(m.content)}
-        if m.role == "assistant" and m.tool_calls:
-            d["tool_calls"] = [{"id": tc.id, "type": "function", "function": {
-                "name": tc.function, "arguments": orjson.dumps(tc.arguments).decode()}} for tc in m.tool_calls]
-        if m.role == "tool":
-            d["tool_call_id"] = m.tool_call_id
-        out.append(d)
-    return out
-
-
-def read_inspect(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not an Inspect AI log; give one .eval (or .json) log file")
-    from inspect_ai.log import read_eval_log  # heavy: only for this format
-    from inspect_ai.scorer import value_to_float
-
-    try:
-        log = read_eval_log(str(path))
-    except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ConfigError(f"{path} is not a readable Inspect AI log ({type(e).__name__}: {first}); give a .eval "
-                          "log written by `inspect eval`, or another --format") from None
-    to_float = value_to_float()
-    source = Source("inspect", path, [path], env_name=log.eval.task or None, model=log.eval.model or None)
-
-    def rows() -> Iterator[Conversation | Problem]:
-        for n, s in enumerate(log.samples or [], start=1):
-            where = f"sample {s.id} (epoch {s.epoch})"
-            messages = inspect_messages(s.messages)
-            if type(shape := check_messages(messages)) is str:
-                yield Problem(where, n, shape)
-                continue
-            named: dict[str, float] = {}
-            for name, score in (s.scores or {}).items():
-                value = score.value
-                if isinstance(value, dict):
-                    for k, v in value.items():
-                        if (x := _number(to_float(v))) is not None:
-                            named[f"{name}.{k}"] = x
-                elif (x := _number(to_float(value))) is not None:
-                    named[name] = x
-            usage = next(iter((s.model_usage or {}).values()), None)
-            target = s.target if isinstance(s.target, str) or s.target is None else list(s.target)
-            meta: dict[str, Any] = {"sample_id": s.id, "epoch": s.epoch}
-            if s.metadata:
-                meta["metadata"] = s.metadata
-            if s.error is not None:
-                meta["error"] = s.error.message
-            yield Conversation(
-                messages, where, shape, reward=sum(named.values()) if named else None, rewards=named,
-                id=None if s.uuid is None else str(s.uuid), metadata=meta, answer=target,
-                info=dict(s.metadata or {}), group=s.id, model=s.output.model if s.output else None,
-                prompt_tokens=usage.input_tokens if usage else 0, completion_tokens=usage.output_tokens if usage else 0,
-                duration_s=float(s.total_time or 0.0))
-
-    return source, rows()
-
-
-READERS = {"openai-jsonl": read_openai_jsonl, "verifiers": read_verifiers, "inspect": read_inspect}
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist; give the path of the file to import") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror or e}); nothing was imported") from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "special file")
+    raise ConfigError(f"{path} is a {kind}, not a regular file; give a file (or a results folder) to import")
 
 
 def open_source(path: Path, fmt: str) -> tuple[Source, Iterator[Conversation | Problem]]:
-    if fmt not in READERS:
+    if fmt not in FORMATS:
         raise ConfigError(f"unknown import format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if not path.exists():
-        raise ConfigError(f"{path} does not exist; give the path of the file to import")
-    return READERS[fmt](path)
+    check_kind(path)
+    return _reader(fmt)(path)  # type: ignore[no-any-return]

@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError
-from workbench.rollouts.rollout import _text
-from workbench.runs.import_formats import Conversation, Problem, Source, open_source
+from workbench.rollouts.rollout import _text, searchable_text
+from workbench.runs.import_formats import Conversation, Problem, Source, check_kind, open_source
 from workbench.store import RUN_DEFAULTS, Store, dumps
 from workbench.store.imports import AlreadyImported, ImportRow, NothingToImport, find_import, write_import
 
@@ -51,12 +51,13 @@ class ImportResult:
     model: str
     rollouts: int = 0
     rewarded: int = 0
+    matched: int | None = None  # with an environment: conversations whose first user turn is one of its tasks
     problems: list[Problem] = field(default_factory=list)
     mean_reward: float | None = None
     wall_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "rollouts": self.rollouts, "rewarded": self.rewarded,
+        return {"run_id": self.run_id, "rollouts": self.rollouts, "rewarded": self.rewarded, "matched": self.matched,
                 "skipped": len(self.problems),
                 "problems": [{"line": p.line, "where": p.where, "reason": p.reason} for p in self.problems],
                 "file": self.file, "format": self.format, "sha256": self.sha256, "env": self.env,
@@ -132,40 +133,85 @@ class _Tasks:
         return index, sample, task
 
 
+class _Mean:
+    """A running mean that stays finite for any finite values (a plain sum of 1e308s would not)."""
+
+    __slots__ = ("mean", "n")
+
+    def __init__(self) -> None:
+        self.mean, self.n = 0.0, 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.mean += x / self.n - self.mean / self.n
+
+    @property
+    def value(self) -> float | None:
+        return self.mean if self.n else None
+
+
 def _rows(conversations: Iterator[Conversation | Problem], problems: list[Problem], tasks: _Tasks,
-          model: Callable[[Conversation], str], counts: list[int], fmt: str) -> Iterator[ImportRow]:
+          model: Callable[[Conversation], str], mean: _Mean, fmt: str) -> Iterator[ImportRow]:
     for c in conversations:
         if isinstance(c, Problem):
             problems.append(c)
             continue
-        msgs, shape = c.messages, c.shape
-        prompt = msgs[:shape.first_assistant]
-        index, sample, task = tasks.place(c, prompt)
-        answer, info = c.answer, c.info
-        prompt_json = _dumps(prompt)
-        if task is not None:
-            answer = task.answer if answer in (None, "") else answer
-            info = {**task.info, **info}
-            task_id = task.id
-        answer_json = "null" if answer is None else _dumps(answer)
-        if task is None:
-            task_id = hashlib.sha256(f"{prompt_json}\x00{answer_json}".encode()).hexdigest()[:16]
-        imported: dict[str, Any] = {"format": fmt, "where": c.where}
-        if c.id is not None:
-            imported["id"] = c.id
-        if c.group is not None:
-            imported["group"] = c.group
-        if c.metadata:
-            imported["metadata"] = c.metadata
-        if c.tools:
-            imported["tools"] = c.tools
+        try:
+            row = _row(c, tasks, model, fmt)
+        except (TypeError, ValueError) as e:  # JSON that cannot be stored: nested past orjson's limit
+            why = "it is nested too deeply to store (over 254 levels of JSON)" if "Recursion" in str(e) \
+                else f"it cannot be stored as JSON ({e})"
+            problems.append(Problem(c.where, _line(c.where), why))
+            continue
         if c.reward is not None:
-            counts[0] += 1
-            counts[1] += 1
-            counts[2] += c.reward  # type: ignore[call-overload]
-        yield ImportRow(task_id, index, sample, c.reward, prompt_json, answer_json, _dumps(info) if info else "{}",
-                        shape.completion, msgs, _dumps({"import": imported}), shape.turns, c.rewards, c.metrics, model(c), c.prompt_tokens,
-                        c.completion_tokens, c.duration_s)
+            mean.add(c.reward)
+        yield row
+
+
+def _line(where: str) -> int:
+    number = where.rsplit(" ", 1)[-1]
+    return int(number) if number.isdigit() else 0
+
+
+def _row(c: Conversation, tasks: _Tasks, model: Callable[[Conversation], str], fmt: str) -> ImportRow:
+    """One conversation as a store row: every JSON field is encoded before the conversation takes a task,
+    so one that cannot be encoded is a problem of its own line and changes nothing else."""
+    msgs, shape = c.messages, c.shape
+    prompt = msgs[:shape.first_assistant]
+    prompt_json, messages_json = _dumps(prompt), _dumps(msgs)
+    imported = _provenance(c, fmt)
+    state = _dumps({"import": imported})
+    answer_json = "null" if c.answer is None else _dumps(c.answer)
+    info_json = _dumps(c.info) if c.info else "{}"
+    index, sample, task = tasks.place(c, prompt)
+    if task is not None:
+        task_id = task.id
+        if c.answer in (None, ""):
+            answer_json = "null" if task.answer is None else _dumps(task.answer)
+        if task.info:
+            info_json = _dumps({**task.info, **c.info})
+    else:
+        task_id = hashlib.sha256(f"{prompt_json}\x00{answer_json}".encode()).hexdigest()[:16]
+    if tasks.by_prompt:  # imported with an environment: whether it took one of its tasks (rescore asks)
+        imported["matched_task"] = task is not None
+        state = _dumps({"import": imported})
+    return ImportRow(task_id, index, sample, c.reward, prompt_json, answer_json, info_json, shape.completion,
+                     messages_json, searchable_text(msgs), state, shape.turns, c.rewards, c.metrics, model(c),
+                     c.prompt_tokens, c.completion_tokens, c.duration_s)
+
+
+def _provenance(c: Conversation, fmt: str) -> dict[str, Any]:
+    """What a rollout's state says of where it came from."""
+    imported: dict[str, Any] = {"format": fmt, "where": c.where}
+    if c.id is not None:
+        imported["id"] = c.id
+    if c.group is not None:
+        imported["group"] = c.group
+    if c.metadata:
+        imported["metadata"] = c.metadata
+    if c.tools:
+        imported["tools"] = c.tools
+    return imported
 
 
 def _sniff(path: Path, fmt: str) -> None:
@@ -186,8 +232,8 @@ def import_file(store: Store, path: Path | str, fmt: str, *, env: str | None = N
     """Import the conversations of ``path`` (in format ``fmt``) as one run; see the module docstring."""
     t0 = time.perf_counter()
     path = Path(path).expanduser()
-    if path.exists():
-        _sniff(path, fmt)
+    check_kind(path)  # before anything opens it: a named pipe would block, a device be read forever
+    _sniff(path, fmt)
     source: Source
     source, conversations = open_source(path, fmt)
     sha = file_hash(source.files)
@@ -204,7 +250,7 @@ def import_file(store: Store, path: Path | str, fmt: str, *, env: str | None = N
     res = ImportResult(new_run_id(), str(source.path.resolve()), fmt, sha, env_name,
                        environment.version if environment is not None else "", run_model)
     tasks = _Tasks(environment)
-    counts = [0, 0, 0.0]  # rewarded, rewarded (for the mean), reward sum
+    mean = _Mean()
 
     def pick_model(c: Conversation) -> str:
         return model or c.model or run_model
@@ -218,8 +264,9 @@ def import_file(store: Store, path: Path | str, fmt: str, *, env: str | None = N
     def finish(n: int) -> dict[str, Any]:
         if n == 0:
             raise NothingToImport()
-        res.rollouts, res.rewarded = n, int(counts[0])
-        res.mean_reward = counts[2] / counts[1] if counts[1] else None
+        res.rollouts, res.rewarded = n, mean.n
+        res.mean_reward = mean.value
+        res.matched = tasks.matched if environment is not None else None
         res.wall_s = time.perf_counter() - t0
         kept = [{"line": p.line, "where": p.where, "reason": p.reason} for p in res.problems[:_KEPT_PROBLEMS]]
         return {"status": "completed", "finished_at": time.time(), "n_tasks": len(tasks.samples),
@@ -229,7 +276,7 @@ def import_file(store: Store, path: Path | str, fmt: str, *, env: str | None = N
                             "skipped": len(res.problems), "source": "imported", "format": fmt}}
 
     try:
-        write_import(store.path, run, sha, _rows(conversations, res.problems, tasks, pick_model, counts, fmt), finish)
+        write_import(store.path, run, sha, _rows(conversations, res.problems, tasks, pick_model, mean, fmt), finish)
     except AlreadyImported as e:
         raise ConfigError(_already(source.path, e.run_id)) from None
     except NothingToImport:
@@ -250,7 +297,7 @@ def _nothing(source: Source, problems: list[Problem]) -> str:
         return f"{source.path} holds no conversations to import (it is empty)"
     p = problems[0]
     more = f" (and {len(problems) - 1} more bad)" if len(problems) > 1 else ""
-    hint = "; is it another --format?" if "JSON" in p.reason or "example_id" in p.reason else ""
+    hint = "; is it another --format?" if "not valid JSON" in p.reason or "example_id" in p.reason else ""
     return f"nothing in {source.path} could be imported as {source.format}: {p.where}: {p.reason}{more}{hint}"
 
 

@@ -14,6 +14,7 @@ a second. If the importing process dies, the writer process sees its input end a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -69,7 +70,8 @@ class ImportRow:
     answer: str  # JSON
     info: str  # JSON
     completion: str
-    messages: list[dict[str, Any]]
+    messages: str  # JSON
+    search: str  # the full-text index's text of the messages
     state: str  # JSON
     turns: int
     rewards: dict[str, float]
@@ -108,8 +110,7 @@ def _chunks(rows: Iterable[ImportRow]) -> Iterator[list[ImportRow]]:
         yield chunk
 
 
-def _params(chunk: list[ImportRow], pk: int, run_id: str, env_name: str, now: float,
-            search: Any) -> tuple[list, list, list]:
+def _params(chunk: list[ImportRow], pk: int, run_id: str, env_name: str, now: float) -> tuple[list, list, list]:
     """A chunk as the parameters of its rollout, score and full-text inserts, its rows numbered from ``pk + 1``."""
     rollouts, scores, fts = [], [], []
     for r in chunk:
@@ -117,12 +118,12 @@ def _params(chunk: list[ImportRow], pk: int, run_id: str, env_name: str, now: fl
         rollouts.append((pk, f"{run_id}.{r.task_index}.{r.sample_index}", run_id, env_name, r.model, r.task_id,
                          r.task_index, r.sample_index, "ok", None, r.reward, r.prompt_tokens, r.completion_tokens,
                          0.0, r.duration_s, r.turns, now, r.prompt, r.answer, r.info, r.completion,
-                         _dumps(r.messages), r.state, "imported"))
+                         r.messages, r.state, "imported"))
         if r.rewards:
             scores += [(pk, name, "reward", v) for name, v in r.rewards.items()]
         if r.metrics:
             scores += [(pk, name, "metric", v) for name, v in r.metrics.items()]
-        fts.append((pk, search(r.messages)))
+        fts.append((pk, r.search))
     return rollouts, scores, fts
 
 
@@ -131,8 +132,6 @@ def write_import(path: Path, run: dict[str, Any], sha256: str, rows: Iterable[Im
     at ``path`` in one transaction, unless content with ``sha256`` was imported already
     (:class:`AlreadyImported`). ``finish(n)`` returns the columns to update on the run once its ``n``
     rollouts are in (its summary, status), or raises to roll everything back. Returns ``n``."""
-    from workbench.rollouts.rollout import searchable_text
-
     root = Path(__file__).resolve().parents[2]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(root), str(Path(path).resolve())],
@@ -154,7 +153,7 @@ def write_import(path: Path, run: dict[str, Any], sha256: str, rows: Iterable[Im
                 pk = ready[1]
                 now = time.time()
                 for chunk in _chunks(rows):
-                    pickle.dump(("rows", *_params(chunk, pk, run["id"], run["env_name"], now, searchable_text)),
+                    pickle.dump(("rows", *_params(chunk, pk, run["id"], run["env_name"], now)),
                                 proc.stdin, pickle.HIGHEST_PROTOCOL)
                     pk += len(chunk)
                     n += len(chunk)
@@ -162,8 +161,10 @@ def write_import(path: Path, run: dict[str, Any], sha256: str, rows: Iterable[Im
                 fields = {k: (_dumps(v) if isinstance(v, dict | list) else v) for k, v in (fields or {}).items()}
                 pickle.dump(("finish", fields), proc.stdin, pickle.HIGHEST_PROTOCOL)
                 proc.stdin.close()
-            except BrokenPipeError:
-                pass  # the writer process stopped: its answer says why
+            except BrokenPipeError:  # the writer process stopped: its answer (if it gave one) says why
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+                answer = _answer(proc.stdout)
             except _Stopped as e:
                 answer = e.answer
             else:
@@ -200,7 +201,7 @@ class _Stopped(Exception):
 def _answer(stream: IO[bytes]) -> tuple[str, Any] | None:
     try:
         return pickle.load(stream)  # type: ignore[no-any-return]
-    except EOFError:
+    except (EOFError, pickle.UnpicklingError):  # the writer process stopped before it answered
         return None
 
 

@@ -1,0 +1,319 @@
+"""Hostile input to ``workbench import`` and ``rescore`` of what it stored: files that are not files,
+conversations of the wrong shape, a writer process killed mid-import, non-finite rewards, conversations
+that match no task, and a fuzz of every ``--format``. Each case drives the real CLI as a subprocess and
+asserts the one line, the exit code, and that nothing stored changed (row counts, ``PRAGMA
+integrity_check``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ADDER_ENV, assert_user_error, last_json, query, workbench_argv, write_file
+
+TABLES = ("run", "rollout", "score", "rollout_fts")
+GOOD = {"messages": [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
+        "reward": 1.0}
+BASELINE = [GOOD, {**GOOD, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]
+
+
+def snapshot(db: Path) -> dict[str, Any]:
+    """Row counts of the store's tables, its runs and its integrity check (what "nothing changed" compares)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        counts: dict[str, Any] = {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+        counts["integrity"] = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        counts["runs"] = sorted(conn.execute("SELECT id, status FROM run").fetchall())
+        return counts
+    finally:
+        conn.close()
+
+
+def _jsonl(path: Path, rows: list[Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def baseline(cli: Callable[..., Any], tmp_path: Path, store_path: Path) -> dict[str, Any]:
+    """A store that already holds one imported run: what every refused import must leave as it is."""
+    out = cli("import", _jsonl(tmp_path / "baseline.jsonl", BASELINE), "--format", "openai-jsonl", "--json")
+    assert out.rc == 0, out.stderr
+    snap = snapshot(store_path)
+    assert snap["rollout"] == 2 and snap["integrity"] == "ok"
+    return snap
+
+
+# -- files that are not files ------------------------------------------------------------------------------
+def _special(kind: str, tmp_path: Path) -> Path:
+    if kind == "char-device":
+        return Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "pipe.jsonl"
+        os.mkfifo(path)
+        return path
+    if kind == "fifo-link":  # a link is judged by what it points at
+        os.mkfifo(tmp_path / "pipe2")
+        (tmp_path / "link.jsonl").symlink_to(tmp_path / "pipe2")
+        return tmp_path / "link.jsonl"
+    if kind == "socket":
+        import socket
+
+        path = tmp_path / "sock.jsonl"
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+        return path
+    raise AssertionError(kind)
+
+
+KINDS = [  # (what, --format, the kind the line names)
+    ("char-device", "openai-jsonl", "character device"),
+    ("char-device", "verifiers", "character device"),
+    ("char-device", "inspect", "character device"),
+    ("fifo", "openai-jsonl", "named pipe"),
+    ("fifo", "verifiers", "named pipe"),
+    ("fifo", "inspect", "named pipe"),
+    ("fifo-link", "openai-jsonl", "named pipe"),
+    ("socket", "openai-jsonl", "socket"),
+]
+
+
+@pytest.mark.parametrize(("kind", "fmt", "named"), KINDS, ids=[f"{k}-{f}" for k, f, _ in KINDS])
+def test_a_file_that_is_not_a_regular_file_is_refused_by_kind(cli: Callable[..., Any], tmp_path: Path, store_path: Path,
+                                                              baseline: dict[str, Any], kind: str, fmt: str,
+                                                              named: str) -> None:
+    path = _special(kind, tmp_path)
+    # today /dev/zero is read forever and a named pipe blocks: the timeout fails the test instead of hanging it
+    assert_user_error(cli("import", path, "--format", fmt, timeout=60), named, "not a regular file")
+    assert snapshot(store_path) == baseline
+
+
+def test_a_line_past_the_limit_is_a_bad_line_read_in_bounded_pieces(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.runs import import_formats
+
+    monkeypatch.setattr(import_formats, "MAX_LINE_BYTES", 4096)
+    huge = json.dumps({**GOOD, "metadata": {"pad": "x" * 50_000}})
+    path = _jsonl(tmp_path / "long.jsonl", [GOOD, huge, GOOD])
+    _, rows = import_formats.read_openai_jsonl(path)
+    out = list(rows)
+    assert [type(r).__name__ for r in out] == ["Conversation", "Problem", "Conversation"]
+    assert out[1].line == 2 and "over" in out[1].reason and out[2].where == "line 3"
+
+
+# -- conversations of the wrong shape ------------------------------------------------------------------------
+def _deep(n: int) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    cur = d
+    for _ in range(n):
+        cur["a"] = {}
+        cur = cur["a"]
+    return d
+
+
+def _msgs(assistant: dict[str, Any], user: Any = "What is 0 + 1?") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": user}, {"role": "assistant", **assistant}]
+
+
+SHAPES = [  # (case, the conversation, fragments of its reason)
+    ("tool-call-a-string", {"messages": _msgs({"content": None, "tool_calls": ["add(1, 2)"]})},
+     ["tool call 0", "function name"]),
+    ("tool-calls-a-number", {"messages": _msgs({"content": None, "tool_calls": 5})}, ["'tool_calls'", "not a list"]),
+    ("tool-call-name-a-number", {"messages": _msgs({"content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": 7, "arguments": "{}"}}]})}, ["function name"]),
+    ("tool-call-arguments-a-list", {"messages": _msgs({"content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "add", "arguments": [1, 2]}}]})}, ["arguments"]),
+    ("content-parts-numbers", {"messages": _msgs({"content": "ok"}, user=[1, 2])}, ["content part 0"]),
+    ("text-part-not-text", {"messages": _msgs({"content": [{"type": "text", "text": 5}]})},
+     ["content part 0", "'text'"]),
+    ("role-a-list", {"messages": [{"role": ["user"], "content": "hi"}, {"role": "assistant", "content": "x"}]},
+     ["valid role"]),
+    ("metadata-300-deep", {"messages": _msgs({"content": "1"}), "metadata": _deep(300)}, ["nested too deeply"]),
+    ("info-a-list", {"messages": _msgs({"content": "1"}), "metadata": {"info": [1, 2]}}, ["'info' is not an object"]),
+    ("rewards-past-float-range", {"messages": _msgs({"content": "1"}), "rewards": {"a": 1e308, "b": 1e308}},
+     ["non-finite"]),
+]
+
+
+@pytest.mark.parametrize(("case", "conversation", "fragments"), SHAPES, ids=[c for c, _, _ in SHAPES])
+def test_a_conversation_of_the_wrong_shape_is_one_clear_line(cli: Callable[..., Any], tmp_path: Path,
+                                                             store_path: Path, baseline: dict[str, Any], case: str,
+                                                             conversation: dict[str, Any],
+                                                             fragments: list[str]) -> None:
+    env = write_file(tmp_path / "src" / "adder.py", ADDER_ENV)  # with an environment, the task takes its info
+    alone = _jsonl(tmp_path / "bad.jsonl", [conversation])
+    for extra in ([], ["--env", env]):
+        line = assert_user_error(cli("import", alone, "--format", "openai-jsonl", *extra), "line 1", *fragments)
+        assert "nothing in" in line
+        assert snapshot(store_path) == baseline  # nothing half-stored
+    # among good lines: the bad one is reported by its number, the good ones are kept
+    mixed = _jsonl(tmp_path / "mixed.jsonl", [{**GOOD, "id": "a"}, conversation, {**GOOD, "id": "b"}])
+    res = cli("import", mixed, "--format", "openai-jsonl", "--env", env, "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["rollouts"] == 2 and [p["line"] for p in out["problems"]] == [2]
+    assert all(f.lower() in out["problems"][0]["reason"].lower() for f in fragments), out["problems"]
+    after = snapshot(store_path)
+    assert after["rollout"] == baseline["rollout"] + 2 and after["integrity"] == "ok"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _written(pid: int) -> int:
+    """Bytes the process has written (the importing process writes only its rows, into the writer's pipe)."""
+    try:
+        io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except OSError:
+        return 0
+    return int(io["wchar"])
+
+
+def test_the_writer_process_killed_mid_import_is_one_line_and_nothing_stored(tmp_path: Path, store_path: Path,
+                                                                             cli_env: dict[str, str],
+                                                                             baseline: dict[str, Any]) -> None:
+    row = json.dumps({"messages": [{"role": "user", "content": "q" * 100}, {"role": "assistant", "content": "a" * 100}]})
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(row.replace("q" * 6, f"{i:06d}", 1) + "\n" for i in range(150_000)))
+    proc = subprocess.Popen([*workbench_argv(), "import", str(path), "--format", "openai-jsonl"], env=cli_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = False
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not killed:
+            for child in _children(proc.pid):
+                try:
+                    cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                # rows are flowing (megabytes of them went down the pipe): the writer's transaction is open,
+                # nothing is committed yet, and most rows are still to come
+                if b"workbench.store.imports" in cmd and _written(proc.pid) > 4_000_000:
+                    os.kill(child, signal.SIGKILL)
+                    killed = True
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed, "the writer process was never seen taking rows"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode != 0 and "Traceback" not in err and len(lines) == 1, err
+    assert "import writer stopped" in lines[0] and "nothing was imported" in lines[0]
+    assert snapshot(store_path) == baseline
+
+
+# -- non-finite rewards -----------------------------------------------------------------------------------
+_INSPECT_HUGE = '''
+import sys
+import inspect_ai.model._model as model_module
+import inspect_ai.model._tokens as tokens_module
+
+def words(text):
+    return max(1, len(text.split()))
+
+tokens_module.count_text_tokens = model_module.count_text_tokens = words
+
+from inspect_ai import Task, eval as inspect_eval
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput, get_model
+from inspect_ai.scorer import Score, mean, scorer
+from inspect_ai.solver import generate
+
+def huge_for(big):
+    @scorer(metrics=[mean()], name=f"score_{big}")
+    def make():
+        async def score(state, target):
+            return Score(value=1e308 if state.sample_id == "s1" else 0.5)
+        return score
+    return make()
+
+model = get_model("mockllm/model", custom_outputs=[ModelOutput.from_content("mockllm/model", "a"),
+                                                   ModelOutput.from_content("mockllm/model", "b")])
+task = Task(name="huge", dataset=[Sample(input="one", target="a", id="s1"), Sample(input="two", target="b", id="s2")],
+            solver=[generate()], scorer=[huge_for(1), huge_for(2)])
+log = inspect_eval(task, model=model, log_dir=sys.argv[1], display="none", max_samples=1)[0]
+assert log.status == "success", log.error
+print(log.location)
+'''
+
+
+def test_non_finite_rewards_are_refused_per_row_never_stored(cli: Callable[..., Any], tmp_path: Path,
+                                                             store_path: Path) -> None:
+    pytest.importorskip("inspect_ai")
+    script = write_file(tmp_path / "inspect_huge.py", _INSPECT_HUGE)
+    proc = subprocess.run([sys.executable, script, tmp_path / "logs"], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "INSPECT_LOG_LEVEL": "warning"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = Path(proc.stdout.strip().splitlines()[-1])
+    chat = {"messages": GOOD["messages"]}
+    jsonl = _jsonl(tmp_path / "sums.jsonl", [GOOD, {**chat, "rewards": {"a": 1e308, "b": 1e308}},
+                                             {**chat, "rewards": {"a": 1e308, "b": -1e308, "c": 2.0}}])
+    for path, fmt, kept, bad in ((log, "inspect", 1, "sample s1"), (jsonl, "openai-jsonl", 2, "line 2")):
+        res = cli("import", path, "--format", fmt, "--json")
+        assert res.rc == 0, res.stderr
+        out = last_json(res.stdout)
+        assert out["rollouts"] == kept and [p["where"] for p in out["problems"]] == [bad + (" (epoch 1)" if
+                                                                                        fmt == "inspect" else "")]
+        assert "non-finite" in out["problems"][0]["reason"]
+        assert out["mean_reward"] is not None and math.isfinite(out["mean_reward"])
+    values = [v for (v,) in query(store_path, "SELECT value FROM score")] + \
+        [v for (v,) in query(store_path, "SELECT reward FROM rollout WHERE reward IS NOT NULL")]
+    assert values and all(math.isfinite(v) for v in values)
+    res = cli("runs")
+    assert res.rc == 0 and "inf" not in res.stdout.lower()
+
+
+# -- conversations that match no task ---------------------------------------------------------------------
+MATCHES = [  # (prompts: which are task prompts of the env, matched, unmatched)
+    (["What is 0 + 1?", "What is 1 + 2?", "Tell me a joke"], 2, 1),
+    (["Tell me a joke", "Sing"], 0, 2),
+    (["What is 3 + 4?"], 1, 0),
+]
+
+
+@pytest.mark.parametrize(("prompts", "matched", "unmatched"), MATCHES, ids=["some", "none", "all"])
+def test_conversations_that_match_no_task_are_counted_and_not_rescored(cli: Callable[..., Any], tmp_path: Path,
+                                                                       store_path: Path, prompts: list[str],
+                                                                       matched: int, unmatched: int) -> None:
+    env = write_file(tmp_path / "src" / "adder.py", ADDER_ENV)
+    chats = [{"messages": [{"role": "user", "content": p}, {"role": "assistant", "content": "It is 1"}]} for p in prompts]
+    path = _jsonl(tmp_path / "prod.jsonl", chats)
+    res = cli("import", path, "--format", "openai-jsonl", "--env", env)
+    assert res.rc == 0, res.stderr
+    assert f"{matched} of {len(prompts)} conversations matched a task of adder" in res.stdout
+    assert ("matched none" in res.stdout) == bool(unmatched)
+    run = query(store_path, "SELECT id FROM run")[0][0]
+    before = snapshot(store_path)
+    res = cli("rescore", env, "--run", run, "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["rescored"] == matched
+    assert sum(n for reason, n in out["skipped"].items() if "matches no task" in reason) == unmatched
+    text = cli("rescore", env, "--run", run)
+    assert text.rc == 0 and ("matches no task" in text.stdout) == bool(unmatched)
+    assert snapshot(store_path) == before  # without --apply nothing is written
