@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the sandbox tests and runtimes need from the system: bubblewrap (wb.Local's isolation),
-# busybox-static (the offline sandbox image) and a running Docker engine (wb.Docker). As root with
+# busybox-static (the offline sandbox image), a running Docker engine (wb.Docker) and Node with npm
+# (the real agent programs and MCP servers the sandbox tests run). As root with
 # apt it installs and starts them; otherwise it says in one line what is missing and how to add it.
 # Idempotent and quick when everything is there. Set WORKBENCH_SKIP_SYSTEM=1 to skip it.
 set -euo pipefail
@@ -12,6 +13,8 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v busybox >/dev/null || need+=(busybox-static)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v iptables >/dev/null || need+=(iptables)
+command -v node >/dev/null || need+=(nodejs)  # agent programs and MCP servers the sandbox tests run
+command -v npm >/dev/null || need+=(npm)
 if ((${#need[@]})); then
   if ((root)) && command -v apt-get >/dev/null; then
     echo "setup: installing ${need[*]}" >&2

@@ -163,10 +163,11 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         timeout = self.limits.timeout if timeout is None else float(timeout)
         kills = self.memory.oom_kills() if self.memory is not None else None
         r = await self._exec(argv, timeout, cwd, env, stdin)
-        if kills is not None and self.memory is not None and r.exit_code in (-9, 128 + signal.SIGKILL) and (
+        # The OOM killer took a process of this sandbox while the command ran (the command itself, or a
+        # child of it such as the program behind the proxy's bridge) and the command failed: that is why.
+        if kills is not None and self.memory is not None and r.exit_code != 0 and not r.timed_out and (
                 self.memory.oom_kills() or 0) > kills:
-            r = replace(r, exit_code=128 + signal.SIGKILL,
-                        stderr=r.stderr + ("" if r.stderr.endswith("\n") or not r.stderr else "\n")
+            r = replace(r, stderr=r.stderr + ("" if r.stderr.endswith("\n") or not r.stderr else "\n")
                         + killed_line(self.memory.limit_bytes) + "\n")
         return r
 

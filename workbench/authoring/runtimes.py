@@ -42,7 +42,9 @@ class Runtime:
     """What every runtime declares: the per-sandbox limits (keyword-only) and the pool constructor.
 
     ``timeout`` is the default wall time of one ``exec``; ``cpu_seconds`` the CPU time of any one
-    process; ``memory`` per process (Local) or per container (Docker), in MB or as ``"512m"``/``"2g"``;
+    process; ``memory`` the resident memory of all of a sandbox's processes together (Local: a memory
+    cgroup of its own, or per process where the machine gives none; Docker: the container's), in MB or
+    as ``"512m"``/``"2g"`` (address space a program reserves and does not touch is not counted);
     ``pids`` processes and threads; ``file_size_mb`` the largest file written; ``output_bytes`` per stream
     of one exec; ``cpus`` cores (Docker); ``network`` (see :func:`network_policy`); ``pool_size`` caps the
     warm pool (default: the run's concurrency and a quarter more).
@@ -130,7 +132,9 @@ class Local(Runtime):
 
     No network (by default), a read-only view of the system directories only (``/usr``, the libraries,
     a few files of ``/etc``: never ``$HOME``, ``/tmp`` or the project), a private ``/tmp``, its own
-    workdir at ``/work``, a clean environment, rlimits on CPU time, memory, processes and file size.
+    workdir at ``/work``, a clean environment, rlimits on CPU time, processes and file size, and a memory
+    cgroup of its own bounding what its processes hold resident (where none can be made: ``RLIMIT_DATA``
+    per process, said once).
     Where bubblewrap or user namespaces are missing, opening a pool refuses with one line saying how to
     install it (model-written commands never run unisolated by default); ``isolation="none"`` opts in
     to plain processes with the same rlimits and a clean environment (they can read your files).

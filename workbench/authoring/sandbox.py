@@ -83,7 +83,7 @@ class Limits:
 
     timeout: float = 60.0
     cpu_seconds: int = 300  # CPU time of any one process (RLIMIT_CPU); Docker also caps cores with ``cpus``
-    memory_mb: int = 1024  # address space per process (Local) / the container's memory (Docker)
+    memory_mb: int = 1024  # resident memory of the sandbox (Local: its memory cgroup) / the container (Docker)
     pids: int = 256  # processes and threads
     file_size_mb: int = 256  # the largest file a process may write
     output_bytes: int = 1 << 20  # per stream of one exec; the rest is dropped and ``truncated`` set
