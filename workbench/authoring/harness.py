@@ -256,10 +256,12 @@ class Program(Harness):
     last spoke (the last call's conversation last, so its reply is the completion); then
     ``state["conversations"]`` holds how many messages each one has, in that order.
 
-    On ``wb.Local()`` a bare command (``python3``) is the sandbox's own (the system's); the absolute host
-    paths ``argv`` names (an interpreter and its virtual environment, the agent's files) and ``binds``
-    are mounted read-only, at the same paths (under ``/host`` where a path lies in the sandbox's own
-    ``/work`` or ``/tmp``); on ``wb.Docker()`` ``argv`` names paths in the image.
+    On ``wb.Local()`` a bare command (``python3``) is the sandbox's own (the system's); the program
+    itself and what it needs to run (its executable as given and as its symlinks resolve, with its
+    package folder: ``node_modules`` or virtual environment; the interpreter of its ``#!`` line; the
+    script an interpreter runs) and ``binds`` are mounted read-only, at the same paths (under ``/host``
+    where a path lies in the sandbox's own ``/work`` or ``/tmp``). Other arguments are passed as they
+    are: a host folder is seen only when bound. On ``wb.Docker()`` ``argv`` names paths in the image.
     ``cwd`` is relative to the sandbox's workdir; ``timeout`` bounds the program (the rollout's own
     timeout bounds it too).
     """
@@ -311,7 +313,8 @@ class Program(Harness):
         if sb.bridge_path is None:
             raise RolloutFailed("harness", self.argv[0], f"the {sb.kind} runtime has no bridge to the interception "
                                                          "proxy; run wb.Program on wb.Local() or wb.Docker()")
-        argv = [a.replace("{prompt}", prompt) for a in sandbox_argv(self.argv, sb.kind if sb.isolated else "")]
+        argv = [a.replace("{prompt}", prompt) for a in sandbox_argv(self.argv, sb.kind if sb.isolated else "",
+                                                                       self.binds)]
         where = sb.bridge_path
         bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", rollout.id, "--"]
         conversations = rollout.conversations = Conversations()
