@@ -465,8 +465,10 @@ BAD_INPUT: list[tuple[str, str, str, dict[str, Any] | bytes, int, str]] = [
     ("responses-file-part", "responses", "run.0.0",
      {"model": "m", "input": [{"type": "message", "role": "user", "content": [
          {"type": "input_file", "file_id": "file-123"}]}]}, 400, "input[0].content[0]"),
-    ("responses-unknown-item", "responses", "run.0.0",
-     {"model": "m", "input": [{"type": "computer_call_output", "call_id": "c", "output": {}}]}, 400, "input[0]"),
+    ("responses-item-type-not-a-string", "responses", "run.0.0",
+     {"model": "m", "input": [{"type": 5, "call_id": "c", "output": {}}]}, 400, "input[0].type"),
+    ("responses-nothing-a-chat-model-reads", "responses", "run.0.0",
+     {"model": "m", "input": [{"type": "computer_call_output", "call_id": "c", "output": {}}]}, 400, "input"),
     ("responses-no-input", "responses", "run.0.0", {"model": "m"}, 400, "input"),
     ("chat-unknown-rollout", "chat", "nope", {"model": "m", "messages": [MSG]}, 404, "no running rollout"),
     ("chat-not-json", "chat", "run.0.0", NOT_JSON, 400, "not JSON"),

@@ -295,6 +295,7 @@ class Program(Harness):
     async def run(self, rollout: Rollout) -> None:
         from workbench.rollouts.conversations import Conversations
         from workbench.rollouts.program_mounts import sandbox_argv
+        from workbench.rollouts.proxy import url_key
         from workbench.rollouts.rollout import RolloutFailed
 
         self.start(rollout)
@@ -316,7 +317,7 @@ class Program(Harness):
         argv = [a.replace("{prompt}", prompt) for a in sandbox_argv(self.argv, sb.kind if sb.isolated else "",
                                                                        self.binds)]
         where = sb.bridge_path
-        bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", rollout.id, "--"]
+        bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", url_key(rollout.base_url), "--"]
         conversations = rollout.conversations = Conversations()
         try:
             r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt)

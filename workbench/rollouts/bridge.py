@@ -5,7 +5,10 @@ connection to the proxy's Unix socket in the pool's bridge folder. It starts the
 Anthropic base URLs) and the OpenAI Agents SDK's trace export off (it could reach nothing), passes its stdin, stdout, stderr and exit code
 through, and ends with it. The sandbox has no other way out: no network, no host processes to see.
 
-    python3 bridge.py SOCKET ROLLOUT_ID -- ARGV...
+    python3 bridge.py SOCKET ROLLOUT_KEY -- ARGV...
+
+ROLLOUT_KEY is the rollout's segment of its proxy URL (``<rollout>~<secret>``): the program learns its own
+rollout's URL and no other.
 """
 
 import os
@@ -49,7 +52,7 @@ def _serve(listener, sock_path):
 
 
 def main():
-    sock_path, rollout_id = sys.argv[1], sys.argv[2]
+    sock_path, rollout_key = sys.argv[1], sys.argv[2]
     argv = sys.argv[sys.argv.index("--") + 1:]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
@@ -57,8 +60,8 @@ def main():
     port = listener.getsockname()[1]
     threading.Thread(target=_serve, args=(listener, sock_path), daemon=True).start()
     env = dict(os.environ)
-    env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_id}/v1"
-    env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_id}"
+    env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_key}/v1"
+    env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}/r/{rollout_key}"
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     try:
         proc = subprocess.Popen(argv, env=env)

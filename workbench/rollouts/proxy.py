@@ -1,9 +1,11 @@
-"""The interception proxy: every rollout gets ``http://127.0.0.1:PORT/r/<rollout>/v1``.
+"""The interception proxy: every rollout gets ``http://127.0.0.1:PORT/r/<rollout>~<secret>/v1``.
 
 Harness code written for the plain OpenAI API — or an external agent program that only sees
-``OPENAI_BASE_URL`` or ``ANTHROPIC_BASE_URL`` (``/r/<rollout>``) — calls it like any endpoint: chat
-completions, completions, the Responses API (``/v1/responses``) and the Anthropic Messages API
-(``/v1/messages``), streamed or not. The proxy forwards to the run's upstream (the embedded server,
+``OPENAI_BASE_URL`` or ``ANTHROPIC_BASE_URL`` (``/r/<rollout>~<secret>``) — calls it like any endpoint:
+chat completions, completions, the Responses API (``/v1/responses``, and ``GET /v1/responses/{id}``) and
+the Anthropic Messages API (``/v1/messages``, and ``/v1/messages/count_tokens``), streamed or not. The
+secret is the rollout's alone (the sandbox learns only its own URL): a URL naming another rollout, or a
+finished one, is a 404. The proxy forwards to the run's upstream (the embedded server,
 vLLM, or any OpenAI-compatible API) as chat completions (:mod:`workbench.wire` translates), with what
 training needs (token ids, logprobs, the run's sampling settings) where the upstream supports it, and
 records every call, every choice of it, into the rollout's token-exact trace. What the harness gets
@@ -12,8 +14,12 @@ back has the shape it asked for: the harness never knows.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
 import time
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,33 +29,52 @@ from aiohttp import web
 
 from workbench.rollouts.client import ChatClient, ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
+from workbench.rollouts.proxy_relay import relay_completions, relay_stream
 from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import RAW_PROMPT
-from workbench.wire import WireError
-from workbench.wire.chat_stream import ChatStreamAccumulator
+from workbench.wire import WireError, anthropic
 from workbench.wire.responses import ResponseStore
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-           param: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+#: The answer to a URL that names no running rollout, or names one without its secret.
+UNKNOWN = "no running rollout behind this URL (each rollout calls only the base URL it was given)"
+
+
+@dataclass(slots=True)
+class _Live:
+    """A registered rollout and what its calls keep between them, freed when it is unregistered."""
+
+    rollout: Rollout
+    # previous_response_id stays within the rollout
+    responses: ResponseStore = field(default_factory=lambda: ResponseStore(capacity=256))
+    # each tool call's arguments as the model wrote them (a Messages tool_use sent back carries them
+    # parsed, as ``input``; the call going upstream gets the exact text again)
+    tool_arguments: dict[str, str] = field(default_factory=dict)
+
+
+#: Between a rollout's id and its secret in the rollout's URL segment (``/r/<id>~<secret>/v1``).
+SECRET_SEP = "~"
+
+
+def url_key(base_url: str) -> str:
+    """The ``<id>~<secret>`` segment of a rollout's proxy URL (what the sandbox's bridge serves under)."""
+    return base_url.split("/r/", 1)[1].split("/", 1)[0] if "/r/" in base_url else base_url
 
 
 class InterceptionProxy:
-    """An aiohttp server in the run's event loop; rollouts are registered while they run."""
+    """An aiohttp server in the run's event loop; rollouts are registered while they run.
+
+    Each rollout's URL carries a secret (an HMAC of its id under a key the proxy draws at start), so a
+    program that knows its own URL cannot reach another rollout's: a request whose secret does not
+    match, or whose rollout is not running, is a 404 that allocates nothing."""
 
     def __init__(self, client: ChatClient, upstream: str, model: str, params: dict[str, Any],
                  host: str = "127.0.0.1") -> None:
         self.client, self.upstream, self.model, self.params, self.host = client, upstream.rstrip("/"), model, params, host
-        self.rollouts: dict[str, Rollout] = {}
+        self.rollouts: dict[str, _Live] = {}
         self.port = 0
         self._runner: web.AppRunner | None = None
         self.requests = 0
-        self.responses: dict[str, ResponseStore] = {}  # per rollout: previous_response_id stays within it
-        # per rollout: each tool call's arguments as the model wrote them (a Messages tool_use sent back
-        # carries them parsed, as ``input``; the call going upstream gets the exact text again)
-        self.tool_arguments: dict[str, dict[str, str]] = {}
+        self._key = secrets.token_bytes(32)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, port: int = 0) -> InterceptionProxy:
@@ -59,7 +84,9 @@ class InterceptionProxy:
         app.router.add_get("/r/{rid}/v1/models/{model_id}", self._model)
         app.router.add_post("/r/{rid}/v1/completions", self._completions)
         app.router.add_post("/r/{rid}/v1/responses", self._responses)
+        app.router.add_get("/r/{rid}/v1/responses/{response_id}", self._get_response)
         app.router.add_post("/r/{rid}/v1/messages", self._messages)
+        app.router.add_post("/r/{rid}/v1/messages/count_tokens", self._count_tokens)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, port, backlog=1024)
@@ -102,69 +129,113 @@ class InterceptionProxy:
         os.replace(tmp, folder / "bridge.py")
         await self.serve_unix(folder / "proxy.sock")
 
+    def _secret(self, rollout_id: str) -> str:
+        return hmac.new(self._key, rollout_id.encode(), hashlib.sha256).hexdigest()[:32]
+
     def url_for(self, rollout_id: str) -> str:
-        return f"http://{self.host}:{self.port}/r/{rollout_id}/v1"
+        """The rollout's base URL, its secret included: give it only to that rollout."""
+        return f"http://{self.host}:{self.port}/r/{rollout_id}{SECRET_SEP}{self._secret(rollout_id)}/v1"
 
     def register(self, rollout: Rollout) -> Callable[[], None]:
-        self.rollouts[rollout.id] = rollout
+        live = self.rollouts[rollout.id] = _Live(rollout)
 
         def unregister() -> None:
-            self.rollouts.pop(rollout.id, None)
-            self.responses.pop(rollout.id, None)
-            self.tool_arguments.pop(rollout.id, None)
+            if self.rollouts.get(rollout.id) is live:
+                del self.rollouts[rollout.id]
 
         return unregister
 
     # -- handlers ------------------------------------------------------------------------------
-    def _rollout(self, request: web.Request) -> Rollout | None:
-        return self.rollouts.get(request.match_info["rid"])
+    def _live(self, request: web.Request) -> _Live | None:
+        """The running rollout the URL names, when its secret matches (compared in constant time)."""
+        rid, sep, secret = request.match_info["rid"].rpartition(SECRET_SEP)
+        if not sep:
+            return None
+        ok = hmac.compare_digest(secret.encode(), self._secret(rid).encode())
+        return self.rollouts.get(rid) if ok else None
 
     def _model_entry(self) -> dict[str, Any]:
         return {"id": self.model, "object": "model", "created": 0, "owned_by": "workbench-proxy"}
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self._live(request) is None:
+            return ChatAPI().error(404, UNKNOWN)
         return web.json_response({"object": "list", "data": [self._model_entry()]})
 
     async def _model(self, request: web.Request) -> web.Response:
         """``GET /v1/models/{id}``: the run's model, whatever name the harness asks for (every call goes to it)."""
-        if self._rollout(request) is None:
-            return _error(404, "unknown rollout", "not_found")
+        if self._live(request) is None:
+            return ChatAPI().error(404, UNKNOWN)
         return web.json_response({**self._model_entry(), "id": request.match_info["model_id"]})
+
+    async def _get_response(self, request: web.Request) -> web.Response:
+        """``GET /v1/responses/{id}``: a response of this rollout's, as it was answered."""
+        live = self._live(request)
+        if live is None:
+            return ChatAPI().error(404, UNKNOWN)
+        rid = request.match_info["response_id"]
+        found = live.responses.response(rid)
+        if found is None:
+            return ChatAPI().error(404, f"No response with id '{rid}' found.", param="response_id")
+        return web.Response(body=orjson.dumps(found), content_type="application/json")
 
     def _prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
         # The run decides the model and the sampling settings; the harness's own values are replaced.
         return {**body, **self.params, **rollout.params, "model": self.model}
 
-    async def _body(self, request: web.Request, api: WireAPI) -> tuple[Rollout, dict[str, Any]] | web.Response:
+    async def _body(self, request: web.Request, api: WireAPI) -> tuple[_Live, dict[str, Any]] | web.Response:
         self.requests += 1
-        rollout = self._rollout(request)
-        if rollout is None:
-            return api.error(404, f"no running rollout {request.match_info['rid']!r} behind this URL")
+        live = self._live(request)
+        if live is None:
+            return api.error(404, UNKNOWN)
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as e:
             return api.error(400, f"malformed request: the body is not JSON ({e})")
         if not isinstance(body, dict):
             return api.error(400, "malformed request: the body must be a JSON object")
-        return rollout, body
+        api.bind(live.responses, live.tool_arguments)
+        return live, body
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, ChatAPI())
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
-        store = self.responses.setdefault(request.match_info["rid"], ResponseStore(capacity=256))
-        return await self._serve(request, ResponsesAPI(self.model, store))
+        return await self._serve(request, ResponsesAPI(self.model))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        arguments = self.tool_arguments.setdefault(request.match_info["rid"], {})
-        return await self._serve(request, MessagesAPI(self.model, arguments))
+        return await self._serve(request, MessagesAPI(self.model))
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """``POST /v1/messages/count_tokens``: the prompt's tokens as the upstream renders it (its
+        ``/tokenize``, as the embedded server and vLLM serve it)."""
+        api = MessagesAPI(self.model)
+        got = await self._body(request, api)
+        if isinstance(got, web.Response):
+            return got
+        try:
+            chat = anthropic.count_request_to_chat(got[1])
+        except WireError as e:
+            return api.error(400, e.message, param=e.param)
+        root = self.upstream.removesuffix("/v1")
+        payload = {"model": self.model, "messages": chat["messages"], "add_generation_prompt": True,
+                   **({"tools": chat["tools"]} if chat.get("tools") else {})}
+        try:
+            data = orjson.loads(await self.client.post_json(root + "/tokenize", payload, self.model))
+            count = int(data["count"] if "count" in data else len(data["tokens"]))
+        except ModelError as e:
+            return api.error(e.status if e.status and e.status < 500 else 502,
+                             f"the upstream cannot count tokens (its /tokenize: {e.message})", upstream=True)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return api.error(502, "the upstream's /tokenize answered without a token count", upstream=True)
+        return web.json_response({"input_tokens": count})
 
     async def _serve(self, request: web.Request, api: WireAPI) -> web.StreamResponse:
         """One call in any API: translated to a chat request, sent upstream, recorded, answered in kind."""
         got = await self._body(request, api)
         if isinstance(got, web.Response):
             return got
-        rollout, body = got
+        rollout, body = got[0].rollout, got[1]
         try:
             chat = api.to_chat(body)
         except WireError as e:
@@ -177,11 +248,13 @@ class InterceptionProxy:
             payload["tokens"] = ids
             route += "/tokens"
         if payload.get("stream"):
-            return await self._stream(request, rollout, api, payload, messages, tools, route)
+            return await relay_stream(self, request, rollout, api, payload, messages, tools, route)
         t0 = time.perf_counter()
         try:
             raw = await self.client.post_json(self.upstream + route, payload, self.model)
             data = orjson.loads(raw)
+            if not isinstance(data, dict):
+                raise orjson.JSONDecodeError("not an object", "", 0)
             api.recorded(record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name))
         except ModelError as e:
             return api.error(e.status or 502, e.message, upstream=True)
@@ -190,86 +263,8 @@ class InterceptionProxy:
         return web.Response(body=api.from_chat(data, raw), content_type="application/json")
 
     async def _completions(self, request: web.Request) -> web.Response:
-        """``/v1/completions``: forwarded with the run's model and settings and token ids asked for; each
-        choice recorded as a call whose one message is the prompt, marked as a raw prompt (no chat
-        template made its tokens, so none re-renders them)."""
         api = ChatAPI()
         got = await self._body(request, api)
         if isinstance(got, web.Response):
             return got
-        rollout, body = got
-        if body.get("stream"):
-            return api.error(400, "streamed /v1/completions is not served through the proxy; use stream: false "
-                                  "or chat completions", param="stream")
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            return api.error(400, "the proxy records completions of one text prompt: 'prompt' must be a string",
-                             param="prompt")
-        payload = {**self._prepare(body, rollout), "return_token_ids": True}
-        t0 = time.perf_counter()
-        try:
-            raw = await self.client.post_json(self.upstream + "/completions", payload, self.model)
-            data = orjson.loads(raw)
-        except ModelError as e:
-            return api.error(e.status or 502, e.message, upstream=True)
-        except orjson.JSONDecodeError:
-            return api.error(502, f"the upstream answered with something that is not JSON: {raw[:120]!r}", upstream=True)
-        chat_like = {**data, "choices": [{**c, "message": {"role": "assistant", "content": c.get("text", "")}}
-                                         for c in data.get("choices") or () if isinstance(c, dict)]}
-        if chat_like["choices"]:
-            record_choices(rollout, [{"role": "user", "content": prompt, RAW_PROMPT: True}], None, chat_like,
-                           time.perf_counter() - t0, api="completions")
-        if not body.get("return_token_ids"):
-            for c in data.get("choices") or ():
-                if isinstance(c, dict):
-                    c.pop("token_ids", None)
-                    c.pop("prompt_token_ids", None)
-            raw = orjson.dumps(data)
-        return web.Response(body=raw, content_type="application/json")
-
-    async def _stream(self, request: web.Request, rollout: Rollout, api: WireAPI, payload: dict[str, Any],
-                      messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                      route: str) -> web.StreamResponse:
-        # The trace needs the usage, so it is asked for upstream; the harness gets it only if it asked too.
-        api.wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
-        accs: dict[int, ChatStreamAccumulator] = {0: ChatStreamAccumulator()}
-        t0 = time.perf_counter()
-        session = await self.client.session()
-        try:
-            upstream = await session.post(self.upstream + route, data=orjson.dumps(payload),
-                                          headers=self.client.headers)
-        except Exception as e:  # connection refused, ...
-            return api.error(502, f"upstream unreachable: {e}", upstream=True)
-        async with upstream:
-            if upstream.status >= 400:
-                raw = await upstream.read()
-                if api.name == "chat":  # the upstream's own error body, its code and param kept
-                    return web.Response(body=raw, status=upstream.status, content_type="application/json")
-                return api.error(upstream.status, _upstream_message(raw), upstream=True)
-            out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-            await out.prepare(request)
-            head = api.start()
-            if head:
-                await out.write(head)
-            buf = b""
-            async for chunk in upstream.content.iter_any():
-                buf += chunk
-                *lines, buf = buf.split(b"\n")  # whole lines only, so each event is seen whole
-                sent = api.lines(lines, accs)
-                if sent:
-                    await out.write(sent)
-            tail = api.lines([buf], accs) if buf else b""
-            await out.write(tail + api.finish(accs[0]))
-            await out.write_eof()
-        api.recorded(record_choices(rollout, messages, tools, {i: a for i, a in sorted(accs.items())},
-                                    time.perf_counter() - t0, api=api.name))
-        return out
-
-
-def _upstream_message(raw: bytes) -> str:
-    try:
-        err = orjson.loads(raw).get("error")
-        return str(err.get("message") if isinstance(err, dict) else err)
-    except (orjson.JSONDecodeError, AttributeError):
-        return raw[:300].decode(errors="replace")
+        return await relay_completions(self, got[0].rollout, api, got[1])

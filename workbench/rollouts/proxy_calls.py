@@ -20,9 +20,25 @@ class WireAPI:
     name = "chat"  # recorded with each call that came through another API (the call's ``extra["api"]``)
     wants_usage = False
 
+    def bind(self, store: responses.ResponseStore, arguments: dict[str, str]) -> None:
+        """The rollout's own state, given once the call's rollout is known."""
+
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(body.get("messages"), list):
+        """The body as it goes upstream; its messages and tools are recorded, so they are checked to be
+        objects with a role (and a list of objects) here, the rest is the upstream's to judge."""
+        messages = body.get("messages")
+        if not isinstance(messages, list):
             raise WireError("malformed request: the body must be a JSON object with a 'messages' list", "messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise WireError(f"messages[{i}] must be an object with a string role", f"messages[{i}]")
+            calls = m.get("tool_calls")
+            if calls is not None and (not isinstance(calls, list) or not all(
+                    isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls)):
+                raise WireError(f"messages[{i}].tool_calls must be a list of tool calls", f"messages[{i}].tool_calls")
+        tools = body.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+            raise WireError("tools must be a list of objects", "tools")
         return body
 
     def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
@@ -93,10 +109,14 @@ class ResponsesAPI(_Translated):
 
     name = "responses"
 
-    def __init__(self, model: str, store: responses.ResponseStore) -> None:
-        self.model, self.store = model, store
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.store = responses.ResponseStore(capacity=0)
         self.body: dict[str, Any] = {}
         self.conversation: list[dict[str, Any]] = []
+
+    def bind(self, store: responses.ResponseStore, arguments: dict[str, str]) -> None:
+        self.store = store
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         self.body = body
@@ -115,10 +135,13 @@ class MessagesAPI(_Translated):
 
     name = "messages"
 
-    def __init__(self, model: str, arguments: dict[str, str] | None = None) -> None:
+    def __init__(self, model: str) -> None:
         self.model = model
         self.body: dict[str, Any] = {}
-        self.arguments = {} if arguments is None else arguments
+        self.arguments: dict[str, str] = {}
+
+    def bind(self, store: responses.ResponseStore, arguments: dict[str, str]) -> None:
+        self.arguments = arguments
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         self.body = body

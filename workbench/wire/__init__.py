@@ -11,6 +11,13 @@ carried it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 class WireError(ValueError):
     """A request that cannot be translated: answered with a 400 naming ``param``."""
@@ -18,3 +25,23 @@ class WireError(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.message, self.param = message, param
+
+
+def malformed_as_wire_error(translate: Callable[P, T]) -> Callable[P, T]:
+    """Run a request translator so that a body of the wrong shape anywhere (a number where an object
+    belongs, an object where a list does) is a :class:`WireError`, a 400, never a server error: the one
+    place every translated request passes."""
+
+    @functools.wraps(translate)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return translate(*args, **kwargs)
+        except WireError:
+            raise
+        except RecursionError:
+            raise WireError("malformed request: the body is nested too deeply") from None
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+            raise WireError(f"malformed request: a field has the wrong type or shape ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from None
+
+    return guarded

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from workbench.wire import WireError
+from workbench.wire import WireError, malformed_as_wire_error
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta, sse_event
 
 _SAMPLING = ("temperature", "top_p", "top_k", "stream")
@@ -47,6 +47,8 @@ def _text(blocks: Any, where: str) -> str:
 
 def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
     src = block.get("source") or {}
+    if not isinstance(src, dict):
+        raise WireError(f"{where}.source must be an object (a base64 or url source)", f"{where}.source")
     if src.get("type") == "base64":
         url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
     elif src.get("type") == "url":
@@ -147,6 +149,15 @@ def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
     return {"auto": "auto", "any": "required", "none": "none"}[kind], parallel
 
 
+def count_request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A ``/v1/messages/count_tokens`` body (a Messages request without ``max_tokens``) as the chat
+    request whose prompt it counts."""
+    chat = request_to_chat({**body, "max_tokens": 1})
+    del chat["max_tokens"]
+    return chat
+
+
+@malformed_as_wire_error
 def request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """A Messages request body as a chat-completions request body."""
     messages = body.get("messages")

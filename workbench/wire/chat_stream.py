@@ -142,3 +142,32 @@ class ChatStreamAccumulator:
                 "choices": [{"index": 0, "message": self.message(), "finish_reason": self.finish_reason,
                              "stop_reason": self.stop_reason}],
                 "usage": self.usage}
+
+
+def completion_chunks(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole chat completion body as the stream chunks that carry the same answer: one chunk with every
+    choice's whole delta (its token ids and logprobs too), then the usage."""
+    base = {k: data[k] for k in ("id", "created", "model", "policy_version") if k in data}
+    base["object"] = "chat.completion.chunk"
+    choices = []
+    for i, c in enumerate(data.get("choices") or ()):
+        if not isinstance(c, dict):
+            continue
+        msg = c.get("message") if isinstance(c.get("message"), dict) else {}
+        delta: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+        thought = msg.get("reasoning_content") or msg.get("reasoning")
+        if isinstance(thought, str) and thought:
+            delta["reasoning_content"] = thought
+        calls = [{**tc, "index": j} for j, tc in enumerate(msg.get("tool_calls") or ()) if isinstance(tc, dict)]
+        if calls:
+            delta["tool_calls"] = calls
+        choice = {"index": c.get("index", i), "delta": delta, "finish_reason": c.get("finish_reason") or "stop",
+                  **{k: c[k] for k in ("logprobs", "token_ids", "prompt_token_ids", "stop_reason") if k in c}}
+        choices.append(choice)
+    first = {**base, "choices": choices}
+    if data.get("prompt_token_ids") is not None:
+        first["prompt_token_ids"] = data["prompt_token_ids"]
+    out = [first]
+    if isinstance(data.get("usage"), dict):
+        out.append({**base, "choices": [], "usage": data["usage"]})
+    return out

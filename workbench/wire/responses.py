@@ -2,8 +2,10 @@
 
 A Responses request becomes a chat request: ``instructions`` the system message, ``input`` (a string or
 items) the conversation — message items, ``function_call`` items an assistant message's ``tool_calls``,
-``function_call_output`` items ``tool`` messages, ``reasoning`` items accepted and left out (a chat
-upstream takes no reasoning back) — after the stored conversation of ``previous_response_id``;
+``function_call_output`` items ``tool`` messages (``custom_tool_call`` items and their outputs alike),
+every other item type accepted and left out (reasoning, as a chat upstream takes none back,
+hosted tools' calls, item references, Codex's ``additional_tools``: nothing of them has a chat
+equivalent) — after the stored conversation of ``previous_response_id``;
 function ``tools``, ``tool_choice``, ``text.format`` (as ``response_format``), ``max_output_tokens``.
 A chat answer becomes a ``response`` whose ``output`` holds a ``reasoning`` item (when the upstream
 returned reasoning), a ``message`` item and ``function_call`` items; a chat stream becomes the
@@ -17,7 +19,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from workbench.wire import WireError
+from workbench.wire import WireError, malformed_as_wire_error
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta, sse_event
 
 Message = dict[str, Any]
@@ -28,17 +30,23 @@ def new_id(prefix: str) -> str:
 
 
 class ResponseStore:
-    """The conversations behind recent response ids (for ``previous_response_id``), the oldest dropped first."""
+    """Recent responses: the conversation behind each id (for ``previous_response_id``) and the response
+    itself (for ``GET /v1/responses/{id}``), the oldest dropped first."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, list[Message]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[list[Message], dict[str, Any] | None]] = OrderedDict()
 
     def get(self, response_id: str) -> list[Message] | None:
-        return self._items.get(response_id)
+        item = self._items.get(response_id)
+        return None if item is None else item[0]
 
-    def put(self, response_id: str, conversation: list[Message]) -> None:
-        self._items[response_id] = conversation
+    def response(self, response_id: str) -> dict[str, Any] | None:
+        item = self._items.get(response_id)
+        return None if item is None else item[1]
+
+    def put(self, response_id: str, conversation: list[Message], response: dict[str, Any] | None = None) -> None:
+        self._items[response_id] = (conversation, response)
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
 
@@ -109,11 +117,24 @@ def input_messages(items: Any) -> list[Message]:
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": str(it.get("call_id", "")),
                         "content": _output_text(it.get("output"))})
-        elif kind == "reasoning":
+        elif kind == "custom_tool_call":  # a freeform tool's call: its input is the call's arguments
+            call = {"id": str(it.get("call_id") or it.get("id") or ""), "type": "function",
+                    "function": {"name": str(it.get("name", "")), "arguments": str(it.get("input") or "")}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), str | None):
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "custom_tool_call_output":
+            out.append({"role": "tool", "tool_call_id": str(it.get("call_id", "")),
+                        "content": _output_text(it.get("output"))})
+        elif isinstance(kind, str):
+            # reasoning (a chat upstream takes none back), hosted tools' calls (web search, file search, code
+            # interpreter, MCP, ...), item references, compaction and client items such as Codex's
+            # ``additional_tools``: none has a chat equivalent, so each is left out of the chat request
             continue
         else:
-            raise WireError(f"{where}: an item of type {kind!r} is not supported (message, function_call, "
-                            "function_call_output and reasoning are)", where)
+            raise WireError(f"{where}.type must be a string naming the item's type", f"{where}.type")
     return out
 
 
@@ -173,7 +194,11 @@ def _tool_choice(choice: Any) -> Any:
 
 
 def _response_format(text: Any) -> dict[str, Any] | None:
-    fmt = (text or {}).get("format") if isinstance(text, dict) else None
+    if text is not None and not isinstance(text, dict):
+        raise WireError("text must be an object (with a format)", "text")
+    fmt = (text or {}).get("format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise WireError("text.format must be an object with a type (text, json_object or json_schema)", "text.format")
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":
@@ -184,6 +209,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     raise WireError("text.format.type must be text, json_object or json_schema", "text.format")
 
 
+@malformed_as_wire_error
 def request_to_chat(body: dict[str, Any], store: ResponseStore) -> tuple[dict[str, Any], list[Message]]:
     """(the chat request, the conversation so far without instructions) for a Responses request body."""
     if "input" not in body:
@@ -196,6 +222,8 @@ def request_to_chat(body: dict[str, Any], store: ResponseStore) -> tuple[dict[st
             raise WireError(f"Previous response with id '{prev}' not found.", "previous_response_id")
         conversation = list(stored)
     conversation += input_messages(body["input"])
+    if not conversation:
+        raise WireError("input holds nothing a chat model reads (no message, function call or its output)", "input")
     messages = list(conversation)
     if body.get("instructions"):
         messages.insert(0, {"role": "system", "content": str(body["instructions"])})
@@ -272,12 +300,10 @@ def response_body(response_id: str, model: str, request: dict[str, Any], output:
     }
 
 
-def finished(message: Message, conversation: list[Message], store: ResponseStore) -> str:
-    """Store the conversation with the reply under a new response id; the id."""
-    response_id = new_id("resp")
+def finished(message: Message, conversation: list[Message], store: ResponseStore, response: dict[str, Any]) -> None:
+    """Store the conversation with the reply, and the response, under the response's id."""
     reply = {k: v for k, v in message.items() if k != "reasoning_content"}
-    store.put(response_id, [*conversation, reply])
-    return response_id
+    store.put(response["id"], [*conversation, reply], response)
 
 
 def chat_to_response(chat: dict[str, Any], model: str, request: dict[str, Any], conversation: list[Message],
@@ -285,9 +311,10 @@ def chat_to_response(chat: dict[str, Any], model: str, request: dict[str, Any], 
     """A non-streamed chat completion body as a ``response``."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {"role": "assistant", "content": ""}
-    rid = finished(message, conversation, store)
-    return response_body(rid, model, request, output_items(message, namespaces(request)), choice.get("finish_reason"),
-                         chat.get("usage") or {})
+    body = response_body(new_id("resp"), model, request, output_items(message, namespaces(request)),
+                         choice.get("finish_reason"), chat.get("usage") or {})
+    finished(message, conversation, store, body)
+    return body
 
 
 class ResponsesStream:
@@ -382,8 +409,7 @@ class ResponsesStream:
 
     def finish(self, acc: ChatStreamAccumulator) -> bytes:
         out = self._close()
-        message = acc.message()
-        self.store.put(self.id, [*self.conversation, {k: v for k, v in message.items() if k != "reasoning_content"}])
         body = response_body(self.id, self.model, self.request, self.output, acc.finish_reason, acc.usage)
+        finished(acc.message(), self.conversation, self.store, body)
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=body)
