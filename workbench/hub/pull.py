@@ -161,9 +161,13 @@ def _write_files(dest: Path, kind: str, name: str, files: list[tuple[str, bytes]
         if Path(rel).is_absolute() or ".." in parts or not parts:
             raise HashMismatchError(f"the wheel holds an unsafe path {rel!r}; nothing was installed")
     for rel, data in files:
-        target = dest / (f"{name}.py" if kind == "module" else Path(name, rel))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        target = safe_fs.inside(dest, dest / (f"{name}.py" if kind == "module" else Path(name, rel)))
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as e:  # e.g. one member is a file and a folder at once
+            raise HashMismatchError(f"the wheel's file {rel!r} cannot be written ({e.strerror}); nothing was "
+                                    "installed") from None
     return dest / (f"{name}.py" if kind == "module" else name)
 
 
@@ -174,7 +178,9 @@ def _write_tree(dest: Path, kind: str, name: str, files: list[tuple[str, bytes]]
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest))
     try:
         written = _write_files(tmp, kind, name, files)
-        final = dest / written.name
+        final = safe_fs.inside(dest, dest / written.name)
+        if final.exists() or final.is_symlink():
+            raise ConfigError(f"{final} exists already; nothing was written")
         os.replace(written, final)
         return final
     finally:
