@@ -336,3 +336,112 @@ async def test_fuzzed_bodies_are_answered_or_refused_in_the_apis_shape_never_500
                     _assert_shape(api, json.loads(raw))
     assert bad == [], bad[:3]
     assert statuses.get(400, 0) > 0 and statuses.get(200, 0) > 0, statuses
+
+
+# -- an upstream that answers a streamed request with one JSON body ----------------------------------
+WHOLE = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "mock-model",
+         "choices": [{"index": 0, "message": {"role": "assistant", "content": "the whole answer"},
+                      "finish_reason": "stop"}],
+         "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}
+
+
+async def _streamed_text(api: str, base_url: str) -> str:
+    if api == "messages":
+        c = anthropic.AsyncAnthropic(base_url=base_url.removesuffix("/v1"), api_key="x", max_retries=0)
+        async with c.messages.stream(model="c", max_tokens=8, messages=[USER]) as s:
+            return "".join([t async for t in s.text_stream])
+    o = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    if api == "responses":
+        events = await o.responses.create(model="gpt", input="hello there", stream=True)
+        return "".join([e.delta async for e in events if e.type == "response.output_text.delta"])
+    chunks = await o.chat.completions.create(model="gpt", messages=[USER], stream=True)  # type: ignore[list-item]
+    return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_a_json_answer_to_a_streamed_request_is_the_answer(
+        api: str, mock_server: Callable[..., MockServer]) -> None:
+    mock = mock_server("script", script=[{"raw": json.dumps(WHOLE)}])
+    async with _proxy(mock.base_url) as (_, rollouts, _unregister):
+        r = rollouts["run.0.0"]
+        assert await _streamed_text(api, r.base_url) == "the whole answer"
+    [call] = r.calls
+    assert call.message["content"] == "the whole answer" and call.finish_reason == "stop"
+    assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [("not json at all", "neither a stream nor JSON"),
+                                               ('{"choices": 5}', "no chat completion")])
+async def test_a_streamed_request_answered_with_neither_fails_with_that_reason(
+        raw: str, fragment: str, mock_server: Callable[..., MockServer]) -> None:
+    mock = mock_server("script", script=[{"raw": raw}])
+    async with _proxy(mock.base_url) as (_, rollouts, _unregister):
+        r = rollouts["run.0.0"]
+        with pytest.raises(openai.APIStatusError) as e:
+            await _streamed_text("chat", r.base_url)
+        assert e.value.status_code == 502 and fragment in e.value.response.json()["error"]["message"]
+    assert r.calls == []
+
+
+# -- the API surface agents call ----------------------------------------------------------------------
+async def test_a_response_is_retrieved_by_its_id_within_its_rollout(mock_server: Callable[..., MockServer]) -> None:
+    mock = mock_server("echo", "--tokens")
+    async with _proxy(mock.base_url) as (_, rollouts, _unregister):
+        own = openai.AsyncOpenAI(base_url=rollouts["run.0.0"].base_url, api_key="x", max_retries=0)
+        other = openai.AsyncOpenAI(base_url=rollouts["run.1.0"].base_url, api_key="x", max_retries=0)
+        whole = await own.responses.create(model="gpt", input="hello there")
+        events = await own.responses.create(model="gpt", input="streamed", stream=True)
+        streamed = [e.response async for e in events if e.type == "response.completed"][0]
+        for made in (whole, streamed):
+            got = await own.responses.retrieve(made.id)
+            assert got.id == made.id and got.output_text == made.output_text and got.status == "completed"
+            with pytest.raises(openai.NotFoundError):  # another rollout's responses are not its own
+                await other.responses.retrieve(made.id)
+        with pytest.raises(openai.NotFoundError) as e:
+            await own.responses.retrieve("resp_nosuch")
+        assert "resp_nosuch" in e.value.response.json()["error"]["message"]
+
+
+ITEM_TYPES = [
+    {"type": "additional_tools", "tools": [{"type": "function", "name": "f", "parameters": {}}]},
+    {"type": "item_reference", "id": "msg_1"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+    {"type": "mcp_list_tools", "id": "mcp_1", "server_label": "s", "tools": []},
+    {"type": "compaction", "id": "cmp_1", "encrypted_content": "x"},
+]
+
+
+@pytest.mark.parametrize("item", ITEM_TYPES, ids=[i["type"] for i in ITEM_TYPES])
+async def test_every_responses_item_type_is_accepted(item: dict[str, Any],
+                                                     mock_server: Callable[..., MockServer]) -> None:
+    """Codex sends items without a chat equivalent (``additional_tools`` first of all): left out."""
+    mock = mock_server("echo", "--tokens")
+    async with _proxy(mock.base_url) as (_, rollouts, _unregister):
+        o = openai.AsyncOpenAI(base_url=rollouts["run.0.0"].base_url, api_key="x", max_retries=0)
+        got = await o.responses.create(model="gpt", input=[item, {"type": "message", "role": "user",  # type: ignore
+                                                                  "content": "hello there"}])
+        assert got.output_text == "hello there"
+    assert mock.bodies()[0]["messages"] == [USER]
+
+
+# -- a harness that hangs up mid-stream ---------------------------------------------------------------
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_a_client_cutting_a_stream_prints_nothing(api: str, mock_server: Callable[..., MockServer],
+                                                        capfd: pytest.CaptureFixture[str],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    long = " ".join(f"w{i}" for i in range(20000))
+    mock = mock_server("script", script=[long, "short"])
+    bodies = {"chat": {"messages": [USER], "stream": True}, "responses": {"input": "hi", "stream": True},
+              "messages": {"max_tokens": 8, "messages": [USER], "stream": True}}
+    async with _proxy(mock.base_url) as (_, rollouts, _unregister):
+        r = rollouts["run.0.0"]
+        async with aiohttp.ClientSession() as s:
+            resp = await s.post(r.base_url + _PATHS[api], json=bodies[api])
+            assert resp.status == 200
+            await resp.content.readline()  # the stream has begun: hang up
+            resp.close()
+        assert await _streamed_text(api, r.base_url) == "short"  # the rollout goes on
+    out, err = capfd.readouterr()
+    assert err == "" and out == ""
+    assert [rec for rec in caplog.records if rec.levelname in ("WARNING", "ERROR", "CRITICAL")] == []
+    assert [c.message["content"] for c in r.calls] == ["short"]
