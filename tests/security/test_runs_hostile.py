@@ -457,3 +457,41 @@ def test_distill_refuses_a_student_that_cannot_be_served_before_the_teacher_runs
     assert "Traceback" not in line
     assert teacher.requests() == 0
     assert snapshot(store) == before
+
+
+def test_eval_resume_of_a_run_made_with_a_registered_model_resolves_the_name_again(
+        cli: Callable[..., CliResult], cli_env: dict[str, str], tmp_path: Path, store: Path, seed: Seed,
+        mock_server: Callable[..., MockServer]) -> None:
+    """The registered model takes its key from a variable: the resumed run must use it (and its endpoint)."""
+    import signal
+    import subprocess
+
+    from tests.helpers import wait_for, workbench_argv
+
+    server = mock_server("script", "--require-key", "sk-resume-test",
+                         script=["3", "5", {"sleep": 600, "content": "7"}])
+    env = {**cli_env, "RESUME_TEST_KEY": "sk-resume-test"}
+    assert cli("models", "add", "mine", "--base-url", server.base_url, "--model-id", "mock-model",
+               "--api-key-env", "RESUME_TEST_KEY", env=env).rc == 0
+    env_file = write_file(tmp_path / "src" / "adder_env.py", ADDER_ENV)
+    proc = subprocess.Popen([*workbench_argv(), "eval", str(env_file), "-m", "mine", "-n", "3", "-c", "1"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: query(store, "SELECT COUNT(*) FROM rollout r JOIN run ON run.id = r.run_id "
+                                      "WHERE run.env_name = 'adder' AND run.id != ?", (seed.run_id,))[0][0] == 2,
+                 60, "two rollouts of the run to be stored", proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    [(run_id, status)] = query(store, "SELECT id, status FROM run WHERE id != ?", (seed.run_id,))
+    assert status == "interrupted"
+    res = cli("eval", "--resume", run_id, "--json", env={"RESUME_TEST_KEY": "sk-resume-test"})
+    assert res.rc == 0, res.stderr
+    assert query(store, "SELECT status FROM run WHERE id=?", (run_id,)) == [("completed",)]
+    assert query(store, "SELECT COUNT(*), COUNT(reward) FROM rollout WHERE run_id=?", (run_id,)) == [(3, 3)]
+    assert query(store, "SELECT COUNT(*) FROM rollout_error WHERE run_id=?", (run_id,)) == [(0,)]
+    assert query(store, "SELECT json_extract(config, '$.model_name') FROM run WHERE id=?", (run_id,)) == [("mine",)]
+    assert snapshot(store)["integrity"] == "ok"

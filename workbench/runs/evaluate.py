@@ -161,6 +161,12 @@ def resolve_endpoint(opts: EvalOptions, on_status: StatusCallback | None = None)
     return endpoint.ensure(opts.model, progress=on_status)
 
 
+def _is_registered(name: Any) -> bool:
+    from workbench.config.models import load_models
+
+    return isinstance(name, str) and bool(name) and name in load_models()
+
+
 def _registered(opts: EvalOptions) -> tuple[str, str] | None:
     """``-m NAME`` of a registered model (``workbench models add``): its endpoint, id, API, key and price
     go into ``opts``. A name that is no registered model but close to one is a typo: refused with the
@@ -209,7 +215,12 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
         cfg = run["config"]
         opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
         opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
-        opts.model, opts.base_url = opts.model or cfg.get("model"), opts.base_url or cfg.get("base_url")
+        registered = not opts.model and not opts.base_url and _is_registered(cfg.get("model_name"))
+        if registered:
+            # Made with a registered model: resolved again, so its endpoint, key, API and price are this run's.
+            opts.model = opts.model_name = cfg["model_name"]
+        else:
+            opts.model, opts.base_url = opts.model or cfg.get("model"), opts.base_url or cfg.get("base_url")
         opts.harness, opts.runtime = opts.harness or cfg.get("harness"), opts.runtime or cfg.get("runtime")
         if opts.temperature is None:
             opts.temperature = cfg.get("temperature")
