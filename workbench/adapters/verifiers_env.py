@@ -21,6 +21,7 @@ import inspect
 import re
 import time
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -53,6 +54,33 @@ _STATE_MACHINERY = frozenset({
 def is_verifiers_env(obj: Any) -> bool:
     """Whether ``obj`` is a verifiers ``Environment`` (checked without importing verifiers)."""
     return any(c.__module__.split(".")[0] == "verifiers" and c.__name__ == "Environment" for c in type(obj).__mro__)
+
+
+#: The base classes of verifiers' v1 API (``verifiers.v1``): a taskset, an env, a harness, exported by a
+#: package through ``__all__`` instead of a ``load_environment``.
+_V1_BASES = ("Taskset", "Env", "Harness")
+
+
+def v1_kind(obj: Any) -> str | None:
+    """What ``obj`` (a module, a class or an instance) is, when it is (or exports) a verifiers v1 taskset,
+    env or harness: one line saying so, as the adapter runs the legacy API only; else None. Checked
+    without importing verifiers."""
+    if isinstance(obj, type):
+        found = [obj]
+    elif isinstance(obj, ModuleType):
+        names = getattr(obj, "__all__", None)
+        values = [getattr(obj, n, None) for n in names] if isinstance(names, list | tuple) else list(vars(obj).values())
+        found = [v for v in values if isinstance(v, type)]
+    else:
+        found = [type(obj)]
+    for cls in found:
+        base = next((c for c in cls.__mro__ if c.__module__.startswith("verifiers.v1")
+                     and c.__name__ in _V1_BASES), None)
+        if base is not None and base is not cls:
+            return (f"{cls.__name__} is a verifiers v1 {base.__name__.lower()} (the verifiers.v1 API of verifiers "
+                    f"{verifiers_version()}), which Workbench's verifiers adapter does not support yet: it runs "
+                    "environments of the legacy API, a load_environment() returning a vf.Environment")
+    return None
 
 
 def verifiers_version() -> str:

@@ -289,6 +289,10 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
     fn = getattr(module, "load_environment", None)
     where = str(ref.path) if ref.path else ref.module
     if fn is None or not callable(fn):
+        from workbench.adapters.verifiers_env import v1_kind
+
+        if (v1 := v1_kind(module)) is not None:
+            raise EnvLoadError(f"{where}: {v1}")
         raise EnvLoadError(f"{where} defines no load_environment(**kwargs) function; an environment module must define one")
     try:
         sig = inspect.signature(fn)
@@ -315,6 +319,10 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
             _restore_signal_handlers(handlers)  # a verifiers Environment takes SIGINT and SIGTERM for itself
             env = wrap(env, ref.name)
     if not isinstance(env, Environment):
+        from workbench.adapters.verifiers_env import v1_kind
+
+        if (v1 := v1_kind(env)) is not None:
+            raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}: {v1}")
         raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment "
                            "(or a verifiers Environment)")
     env.source = str(ref.path) if ref.path else (ref.module or ref.name)
