@@ -130,7 +130,8 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         per_sandbox_nproc = self.pool.per_sandbox_nproc(uid)
         data = self.memory is None
         enter = enter_argv(self.memory) if self.memory is not None else []
-        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc, data=data) if iso.prlimit and not agent else []
+        limits = prlimit_args(iso.prlimit, lim, nproc=per_sandbox_nproc, data=data) \
+            if iso.prlimit and not agent else []
         drop = [iso.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None and iso.setpriv \
             else []
         pre_uid = uid if uid is not None and not drop and iso.mode != "setpriv" else None
