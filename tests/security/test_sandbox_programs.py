@@ -263,3 +263,28 @@ def test_real_mcp_servers_start_in_the_sandbox(cli, write_env, mock_server, stor
     result = next(m["content"] for m in r["messages"] if m["role"] == "tool")
     assert shows in result, result
     assert hides not in result, result
+
+
+# -- memory cgroups are removed --------------------------------------------------------------------------
+def _groups(parent: Path) -> set[str]:
+    return {d.name for d in parent.iterdir() if d.name.startswith("workbench-") and d.is_dir()}
+
+
+def test_memory_cgroups_go_with_their_sandboxes(cli, write_env, mock_server, store_path) -> None:
+    """A run removes the cgroups of its sandboxes, and one that a killed Workbench left behind is removed at the
+    next start."""
+    from local_runtime.sandbox.cgroup import Hierarchy, detect
+
+    found = detect()
+    if not isinstance(found, Hierarchy):
+        pytest.skip(f"this machine gives no memory cgroup ({found})")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = found.parent / f"workbench-{dead.pid}-0"
+    stale.mkdir()
+    before = _groups(found.parent)
+    _, r = _eval(cli, write_env, mock_server(), store_path, {"argv": ["echo", "ran"]})
+    assert r["status"] == "ok" and r["state"]["stdout"] == "ran\n", r
+    assert not stale.exists(), "the stale cgroup was swept"
+    left = [g for g in _groups(found.parent) - before if not Path(f"/proc/{g.split('-')[1]}").exists()]
+    assert left == [], left
