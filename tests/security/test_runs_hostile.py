@@ -495,3 +495,37 @@ def test_eval_resume_of_a_run_made_with_a_registered_model_resolves_the_name_aga
     assert query(store, "SELECT COUNT(*) FROM rollout_error WHERE run_id=?", (run_id,)) == [(0,)]
     assert query(store, "SELECT json_extract(config, '$.model_name') FROM run WHERE id=?", (run_id,)) == [("mine",)]
     assert snapshot(store)["integrity"] == "ok"
+
+
+# -- SFT data of another environment ----------------------------------------------------------------
+TRAIN_OTHER_ENV = [
+    ("other-env", [], ["--data {run} is a run of 'adder', not of 'arithmetic'", "--allow-other-env"]),
+    ("the-run-twice", ["--data", "{run}"], ["--data {run} is a run of 'adder'", "--allow-other-env"]),
+    ("bad-allow-value", ["--data.allow_other_env", "yes"], ["data.allow_other_env must be true or false"]),
+]
+
+
+@pytest.mark.parametrize(("extra", "says"), [c[1:] for c in TRAIN_OTHER_ENV], ids=[c[0] for c in TRAIN_OTHER_ENV])
+def test_sft_on_a_run_of_another_environment_is_refused_unless_allowed(
+        extra: list[str], says: list[str], cli: Callable[..., CliResult], store: Path, seed: Seed) -> None:
+    before = snapshot(store)
+    fill = [a.replace("{run}", seed.run_id) for a in extra]
+    res = cli("train", "arithmetic", "--algorithm.name", "sft", "--data", seed.run_id, *fill, "--max-steps", 1)
+    assert_user_error(res, *(s.replace("{run}", seed.run_id) for s in says))
+    assert snapshot(store) == before
+
+
+def test_sft_data_of_another_environment_allowed_names_what_it_mixes(store: Path, seed: Seed) -> None:
+    from workbench.errors import ConfigError
+    from workbench.training import sft_data
+
+    conn = sqlite3.connect(store)
+    try:
+        with pytest.raises(ConfigError, match="is a run of 'adder', not of 'arithmetic'"):
+            sft_data.select(conn, [seed.run_id], env_name="arithmetic")
+        items, counts = sft_data.select(conn, [seed.run_id], env_name="arithmetic", allow_other_env=True)
+        assert counts[seed.run_id]["other_env"] == "adder" and len(items) == 4
+        _, same = sft_data.select(conn, [seed.run_id], env_name="adder")
+        assert "other_env" not in same[seed.run_id]
+    finally:
+        conn.close()

@@ -47,12 +47,14 @@ def step_line(rec: dict[str, Any]) -> str:
 @click.option("--data", "data_runs", multiple=True, metavar="RUN",
               help="Train with SFT on this run's stored rollouts instead of sampling (repeatable; data.runs); "
                    "needs --algorithm.name sft.")
+@click.option("--allow-other-env", is_flag=True, help="Let --data name runs of another environment than ENV "
+              "(data.allow_other_env); the run says what it mixes.")
 @db_option
 @json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
 def train_command(ctx: click.Context, env: str | None, env_args: str | None, config_file: str | None, max_steps: int | None, sync: bool,
-                  dry_run: bool, resume: str | None, threads: int | None, data_runs: tuple[str, ...], db: str | None,
-                  as_json: bool) -> None:
+                  dry_run: bool, resume: str | None, threads: int | None, data_runs: tuple[str, ...],
+                  allow_other_env: bool, db: str | None, as_json: bool) -> None:
     """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
     --loop.groups_per_step 4, --algorithm.name rloo. With --data RUN (and --algorithm.name sft) it
     trains on stored trajectories (played, imported or sampled) instead of sampling."""
@@ -70,6 +72,8 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         overrides["loop.sync"] = True
     if data_runs:
         overrides["data.runs"] = list(data_runs)
+    if allow_other_env:
+        overrides["data.allow_other_env"] = True
     cfg = None
     if resume:
         extra = sorted(set(overrides) - {"loop.max_steps"})

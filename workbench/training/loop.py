@@ -378,11 +378,18 @@ def _choose_data(cfg: RunConfig, store: Store, env: Environment, rdir: Path,
         return list(schemas) if env_name == env.name and schemas else None
 
     min_reward = cfg.algorithm.get("min_reward")
-    items, counts = sft_data.select(store.conn, cfg.data, min_reward=min_reward, tools_for=tools_for)
+    allow = bool((cfg.raw.get("data") or {}).get("allow_other_env"))
+    items, counts = sft_data.select(store.conn, cfg.data, min_reward=min_reward, tools_for=tools_for,
+                                    env_name=env.name, allow_other_env=allow)
     sft_data.write(rdir, items)
     if log:
         log("SFT data: " + "; ".join(f"{run} ({c['kind']}): {c['rollouts']} rollouts, {c['rendered']} to render, "
                                      f"{c['errored']} errored left out" for run, c in counts.items()))
+        mixed = {run: c["other_env"] for run, c in counts.items() if "other_env" in c}
+        if mixed:
+            log(f"SFT data mixes environments: {env.name} is trained on "
+                + ", ".join(f"{sum(1 for i in items if i.run_id == run)} rollouts of {other!r} (run {run})"
+                            for run, other in mixed.items()) + " (--allow-other-env)")
 
 
 async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: RunConfig, run_id: str,

@@ -271,7 +271,9 @@ def _check_data(tables: dict[str, Any], algorithm: str) -> list[str]:
     """The ``[data]`` runs: SFT data needs the sft algorithm and the cross-entropy loss (a stored
     conversation has no sampler logprobs for a policy gradient); the default loss, pg, becomes ce."""
     tables.setdefault("data", {"runs": []})
-    _check_keys("data", tables["data"], ["runs"])
+    _check_keys("data", tables["data"], ["runs", "allow_other_env"])
+    if not isinstance(tables["data"].get("allow_other_env", False), bool):
+        raise ConfigError("data.allow_other_env must be true or false")
     runs = tables["data"].get("runs") or []
     if isinstance(runs, str):
         runs = [runs]

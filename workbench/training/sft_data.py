@@ -78,22 +78,37 @@ def _trace_tools(trace: Trace | None) -> list[dict[str, Any]] | None:
     return next((t for t in trace.call_tools if t), None)
 
 
+#: The environment name of an import that named none: conversations of no environment, not another's.
+NO_ENV = "imported"
+
+
 def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: float | None = None,
-           tools_for: Callable[[str], list[dict[str, Any]] | None] | None = None) -> tuple[list[DataItem], dict[str, Any]]:
+           tools_for: Callable[[str], list[dict[str, Any]] | None] | None = None, env_name: str | None = None,
+           allow_other_env: bool = False) -> tuple[list[DataItem], dict[str, Any]]:
     """The SFT data of ``run_ids``: (chosen rollouts in run then commit order, counts per run).
 
     ``tools_for(env_name)`` gives the tool schemas to render a conversation of that environment with when
-    the store has none for it. A run that does not exist, a run with no usable rollout, and a conversation
-    with no assistant turn are each a :class:`ConfigError` of one line."""
+    the store has none for it. A run that does not exist, a run with no usable rollout, a conversation
+    with no assistant turn, and (unless ``allow_other_env``) a run of an environment other than
+    ``env_name``, the one trained, are each a :class:`ConfigError` of one line. With ``allow_other_env``
+    such a run's counts name its environment (``other_env``)."""
     if not run_ids:
         raise ConfigError("no data runs: pass --data RUN (a run id from `workbench runs`)")
     items: list[DataItem] = []
     counts: dict[str, Any] = {}
+    run_envs: dict[str, str] = {}
     for run_id in dict.fromkeys(run_ids):
         row = conn.execute("SELECT kind, env_name FROM run WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise ConfigError(f"--data {run_id}: there is no run {run_id!r} in this store (see `workbench runs`)")
-        kind, env_name = row
+        run_envs[run_id] = row[1]
+    others = {r: e for r, e in run_envs.items() if env_name and e not in (env_name, NO_ENV)}
+    if others and not allow_other_env:
+        run_id, other = next(iter(others.items()))
+        raise ConfigError(f"--data {run_id} is a run of {other!r}, not of {env_name!r}, the environment trained; "
+                          f"pass --allow-other-env to train {env_name} on it anyway")
+    for run_id in run_envs:
+        kind, env_name_of_run = conn.execute("SELECT kind, env_name FROM run WHERE id = ?", (run_id,)).fetchone()
         sql = ("SELECT r.id, r.task_index, r.reward, r.status, r.source, r.messages, r.state, t.nodes, t.token_ids, "
                "t.logprobs, t.mask FROM rollout r LEFT JOIN trace t ON t.rollout_pk = r.pk WHERE r.run_id = ? "
                "ORDER BY r.pk")
@@ -120,7 +135,7 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
                                   "(SFT learns the assistant's messages); leave that run out or re-import without it")
             imported = (json.loads(state or "{}") or {}).get("import") or {}
             tools = _trace_tools(trace) or (imported.get("tools") if isinstance(imported, dict) else None) \
-                or (tools_for(env_name) if tools_for is not None else None)
+                or (tools_for(env_name_of_run) if tools_for is not None else None)
             chosen.append(DataItem(rid, run_id, group, reward, source, messages=msgs, tools=tools or None))
         if not chosen:
             why = ("it has no rollouts" if not total else
@@ -129,6 +144,8 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
             raise ConfigError(f"--data {run_id}: the {kind} run has no usable rollouts: {why}")
         counts[run_id] = {"kind": kind, "rollouts": len(chosen), "errored": errored, "below_min_reward": below,
                           "rendered": sum(1 for c in chosen if c.branches is None)}
+        if run_id in others:
+            counts[run_id]["other_env"] = env_name_of_run
         items += chosen
     return items, counts
 
