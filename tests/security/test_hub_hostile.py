@@ -258,7 +258,12 @@ def test_bad_cards_urls_and_concurrent_pulls(tmp_path: Path, adder: Path, packag
     me.json("hub", "push", adder)
     bad = {"nullcard": None, "numcard": 42, "listcard": [1], "wrongdesc": {"env": "wrongdesc", "hash": "0" * 64,
                                                                              "description": 5},
-           "wrongresults": {"env": "wrongresults", "hash": "0" * 64, "results": 3}}
+           "wrongresults": {"env": "wrongresults", "hash": "0" * 64, "results": 3},
+           "missing": {"env": "missing", "hash": "0" * 64},
+           "halfreward": {"env": "halfreward", "version": "0.1.0", "hash": "0" * 64, "env_version": "0" * 12,
+                          "rewards": [{"name": "r"}]},
+           "textpassk": {"env": "textpassk", "version": "0.1.0", "hash": "0" * 64, "env_version": "0" * 12,
+                         "results": [{"model": "m", "pass_at_k": {"1": "all"}}]}}
     for name, card in bad.items():
         _forged_wheel(index, adder, name, "0.1.0", card=card)
     found = me("hub", "search", "--json")

@@ -93,6 +93,10 @@ _ROW_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
                 "env_version": (str, type(None)), "date": (str, type(None)), "run_id": (str, type(None))},
 }
 
+#: What every card and each of its rows holds (what ``hub show`` prints).
+_REQUIRED = ("env", "version", "hash", "env_version")
+_ROW_REQUIRED = {"rewards": ("name", "kind", "weight", "doc"), "results": ("model",)}
+
 
 def card_problem(card: object) -> str | None:
     """Why ``card`` is not a usable eval card (not an object, a field of the wrong type), or None."""
@@ -101,15 +105,22 @@ def card_problem(card: object) -> str | None:
     for key, types in _FIELDS.items():
         if key in card and (not isinstance(card[key], types) or isinstance(card[key], bool)):
             return f"its field {key!r} is {type(card[key]).__name__}, not {' or '.join(t.__name__ for t in types)}"
-    if not isinstance(card.get("hash"), str) or not card["hash"]:
-        return "it has no content hash"
+    missing = [k for k in _REQUIRED if not card.get(k)]
+    if missing:
+        return f"it has no {', '.join(repr(k) for k in missing)}"
     for key, fields in _ROW_FIELDS.items():
         for i, row in enumerate(card.get(key) or []):
             if not isinstance(row, dict):
                 return f"{key}[{i}] is {type(row).__name__}, not an object"
+            gone = [f for f in _ROW_REQUIRED[key] if f not in row]
+            if gone:
+                return f"{key}[{i}] has no {', '.join(repr(f) for f in gone)}"
             for f, types in fields.items():
-                if f in row and not isinstance(row[f], types):
+                if f in row and (not isinstance(row[f], types) or isinstance(row[f], bool)):
                     return f"{key}[{i}].{f} is {type(row[f]).__name__}, not {' or '.join(t.__name__ for t in types)}"
+            passk = row.get("pass_at_k") or {} if key == "results" else {}
+            if any(not isinstance(v, int | float) or isinstance(v, bool) for v in passk.values()):
+                return f"{key}[{i}].pass_at_k holds a value that is not a number"
     return None
 
 
