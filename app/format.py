@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from workbench.format import clip, fcost, fnum, fpath, ftime
+from rich.text import Text
+from textual.content import Content
+
+from workbench.format import clip, esc, fcost, fnum, fpath, ftime, has_control, safe_text, visible
 
 ROLE_COLORS = {"system": "magenta", "user": "dodger_blue1", "assistant": "green", "tool": "yellow"}
 
@@ -40,4 +44,20 @@ def for_app(message: str) -> str:
     return message
 
 
-__all__ = ["ROLE_COLORS", "clip", "fcost", "fnum", "for_app", "fpath", "ftime"]
+def cell(value: Any) -> Any:
+    """A table cell from data, shown as text: a ``str`` never parsed as markup, control characters visible
+    (a ``Text`` built by the app keeps its styles unless its text holds a control character)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, Text) and has_control(value.plain):
+        return Text(visible(value.plain), style=value.style)
+    return value
+
+
+def title(value: Any) -> Content:
+    """A border title or label from data: plain text (Textual parses a ``str`` title as markup)."""
+    return Content(visible(value))
+
+
+__all__ = ["ROLE_COLORS", "cell", "clip", "esc", "fcost", "fnum", "for_app", "fpath", "ftime", "safe_text", "title",
+           "visible"]

@@ -1,9 +1,33 @@
-"""Formatting helpers shared by the CLI and the app: numbers, money, times, paths and clipped text."""
+"""Formatting helpers shared by the CLI and the app: numbers, money, times, paths and clipped text, and
+text from data made safe for a terminal.
+
+Anything that came from data (names, messages, answers, errors) is shown as text: its control characters
+made visible (``\x1b`` as ``␛``; newlines and tabs kept), never parsed as Rich markup. :func:`visible`,
+:func:`safe_text` (a ``rich.text.Text``) and :func:`esc` (for a markup template) do it, and
+:class:`SafeConsole`, the CLI's console, makes visible whatever control character still reaches it.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.errors import MarkupError
+from rich.markup import escape
+from rich.segment import Segment
+from rich.text import Text
+
+#: C0 controls (but tab and newline) as their Unicode control pictures (␛, ␍, ␇...), DEL as ␡, C1 controls
+#: and the bidirectional overrides as escapes: whatever a terminal would act on is shown instead.
+_VISIBLE: dict[int, str] = {i: chr(0x2400 + i) for i in range(32) if i not in (9, 10)}
+_VISIBLE[0x7F] = "\u2421"
+_VISIBLE.update({i: f"\\x{i:02x}" for i in range(0x80, 0xA0)})
+_VISIBLE.update({i: f"\\u{i:04x}" for i in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_NEEDS = re.compile("[" + "".join(re.escape(chr(i)) for i in _VISIBLE) + "]")
 
 
 def fnum(v: float | None, digits: int = 3) -> str:
@@ -36,3 +60,70 @@ def fpath(p: Path | str | None) -> str:
         return "~/" + str(path.relative_to(Path.home()))
     except ValueError:
         return str(path)
+
+
+def visible(text: Any) -> str:
+    """``text`` (any value, as ``str``) with its control characters made visible; ``\\r\\n`` becomes ``\\n``."""
+    text = text if isinstance(text, str) else str(text)
+    if not _NEEDS.search(text):
+        return text
+    return text.replace("\r\n", "\n").translate(_VISIBLE)
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`visible` would change."""
+    return _NEEDS.search(text) is not None
+
+
+def safe_text(value: Any, style: str = "") -> Text:
+    """Data as a ``rich.text.Text``: shown as it is (no markup), control characters visible."""
+    return Text(visible(value), style=style)
+
+
+def esc(value: Any) -> str:
+    """Data for a markup template (``f"[bold]{esc(name)}[/]"``): markup escaped, control characters visible."""
+    return escape(visible(value))
+
+
+def fsize(n: float) -> str:
+    """A byte count for people: 812 B, 4.1 kB, 59.8 MB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+def cut(text: str, limit: int = 10_000, lines: int = 400) -> str:
+    """``text`` up to ``limit`` characters and ``lines`` lines, and what was left out said with its size."""
+    if len(text) <= limit and text.count("\n", 0, limit + 1) < lines:
+        return text
+    head = text[:limit]
+    nl = -1
+    for _ in range(lines):
+        nl = head.find("\n", nl + 1)
+        if nl < 0:
+            break
+    if nl >= 0:
+        head = head[:nl]
+    rest = len(text[len(head):].encode("utf-8", "surrogatepass"))
+    return f"{head}\n… [{fsize(rest)} more, --full to print all]"
+
+
+class SafeConsole(Console):
+    """A Rich console that shows what it prints as text: a control character in any rendered text (data
+    that reached it unescaped) is made visible, and a print whose markup does not parse (data inside a
+    markup string) is printed without markup instead of failing. Rich's own styles and controls pass."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control is None and _NEEDS.search(seg.text):
+                yield Segment(visible(seg.text), seg.style)
+            else:
+                yield seg
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*objects, **kwargs)
+        except MarkupError:
+            super().print(*objects, **{**kwargs, "markup": False})

@@ -14,23 +14,24 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
-from app.format import ROLE_COLORS, fcost, fnum, ftime
+from app.format import ROLE_COLORS, cell, fcost, fnum, ftime, safe_text, title, visible
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
 from app.widgets.token_view import TokenView
 from workbench.analysis.mcp_calls import mcp_calls_table
+from workbench.config.redact import redact
 from workbench.rollouts.rollout import content_text
 
 
 def message_body(m: dict[str, Any]) -> Text:
-    body = Text(content_text(m.get("content")))
+    body = safe_text(content_text(m.get("content")))
     for tc in m.get("tool_calls") or []:
         fn = tc.get("function") or {}
         if body:
             body.append("\n")
         body.append("→ ", style="bold yellow")
-        body.append(f"{fn.get('name', '?')}", style="bold")
-        body.append(f"({fn.get('arguments', '')})", style="italic")
+        body.append(visible(fn.get("name", "?")), style="bold")
+        body.append(visible(f"({fn.get('arguments', '')})"), style="italic")
     if not body:
         body = Text("(empty)", style="dim")
     return body
@@ -40,14 +41,15 @@ def overview(r: dict[str, Any]) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
-    status = Text("ok", style="green") if r.get("status") == "ok" else Text(str(r.get("error_kind")), style="bold red")
-    t.add_row("rollout", f"{r['id']}   run {r.get('run_id', '-')}")
-    t.add_row("env / model", f"{r.get('env_name', '-')}  ·  {r.get('model', '-')}")
-    t.add_row("task", f"#{r.get('task_index', '-')} ({r.get('task_id', '-')}), sample {r.get('sample_index', '-')}")
+    status = Text("ok", style="green") if r.get("status") == "ok" else safe_text(r.get("error_kind"), "bold red")
+    t.add_row("rollout", safe_text(f"{r['id']}   run {r.get('run_id', '-')}"))
+    t.add_row("env / model", safe_text(f"{r.get('env_name', '-')}  ·  {r.get('model', '-')}"))
+    t.add_row("task", safe_text(f"#{r.get('task_index', '-')} ({r.get('task_id', '-')}), sample "
+                                f"{r.get('sample_index', '-')}"))
     t.add_row("status", status)
     t.add_row("reward", Text(fnum(r.get("reward")), style="bold"))
-    t.add_row("answer", Text(orjson.dumps(r.get("answer")).decode() if not isinstance(r.get("answer"), str)
-                             else repr(r.get("answer"))))
+    t.add_row("answer", safe_text(orjson.dumps(r.get("answer")).decode() if not isinstance(r.get("answer"), str)
+                                  else repr(r.get("answer"))))
     t.add_row("timing", f"{r.get('duration_s') or 0:.2f} s, {r.get('turns', 0)} turns, at {ftime(r.get('created_at'))}")
     t.add_row("tokens", f"{r.get('prompt_tokens', 0):,} prompt / {r.get('completion_tokens', 0):,} completion")
     t.add_row("cost", fcost(r.get("cost_usd")))
@@ -63,9 +65,9 @@ def scores_table(r: dict[str, Any]) -> Table | Text:
     t.add_column("kind")
     t.add_column("value", justify="right")
     for name, v in rewards.items():
-        t.add_row(name, "reward", fnum(v))
+        t.add_row(safe_text(name), "reward", fnum(v))
     for name, v in metrics.items():
-        t.add_row(name, Text("metric", style="dim"), fnum(v))
+        t.add_row(safe_text(name), Text("metric", style="dim"), fnum(v))
     return t
 
 
@@ -84,9 +86,10 @@ def calls_table(calls: list[dict[str, Any]]) -> Table:
     for col in cols:
         t.add_column(col, justify="left" if col in ("call", "api", "finish") else "right")
     for c, api in zip(calls, apis, strict=True):
-        t.add_row(str(c.get("index", "")), *([api] if "api" in cols else []), str(c.get("n_messages", "")),
-                  str(c.get("finish_reason") or "-"), str(c.get("prompt_tokens", 0)),
-                  str(c.get("completion_tokens", 0)), f"{(c.get('latency_ms') or 0):.0f} ms")
+        t.add_row(*(cell(str(x)) for x in (c.get("index", ""), *([api] if "api" in cols else []),
+                                            c.get("n_messages", ""), c.get("finish_reason") or "-",
+                                            c.get("prompt_tokens", 0), c.get("completion_tokens", 0))),
+                  f"{(c.get('latency_ms') or 0):.0f} ms")
     return t
 
 
@@ -118,8 +121,8 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
             if errors:
                 text = Text()
                 for e in errors:
-                    text.append(f"{e.get('kind')}", style="bold red")
-                    text.append(f" in {e.get('source')}: {e.get('message')}\n")
+                    text.append(visible(e.get("kind")), style="bold red")
+                    text.append(visible(f" in {redact(str(e.get('source')))}: {redact(str(e.get('message')))}") + "\n")
                 box = Static(text.rstrip() or text, id="rollout-errors", classes="section")
                 box.border_title = "errors"
                 yield box
@@ -128,7 +131,7 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
                 msg = Static(message_body(m), classes=f"message role-{role if role in ROLE_COLORS else 'other'}",
                              id=f"message-{i}")
                 name = m.get("name") or m.get("tool_call_id")
-                msg.border_title = role + (f" ({name})" if name else "")
+                msg.border_title = title(role + (f" ({name})" if name else ""))
                 yield msg
             calls = r.get("calls") or []
             if calls:

@@ -18,7 +18,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from app.format import fcost, fnum, ftime
+from app.format import fcost, fnum, ftime, safe_text, visible
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
@@ -44,15 +44,15 @@ def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
-    status = Text(s.get("status") or run.get("status", ""), style=STATUS_STYLE.get(run.get("status", ""), ""))
+    status = safe_text(s.get("status") or run.get("status", ""), style=STATUS_STYLE.get(run.get("status", ""), ""))
     if run.get("error"):
-        status.append(f" — {run['error']}", style="red")
-    t.add_row("run", f"{s['run_id']}  ({run.get('kind', 'eval')})")
+        status.append(visible(f" — {run['error']}"), style="red")
+    t.add_row("run", safe_text(f"{s['run_id']}  ({run.get('kind', 'eval')})"))
     stage = pipeline_line(run)
     if stage:
-        t.add_row("pipeline", stage)
-    t.add_row("env", f"{s['env']} @ {s.get('env_version') or '-'}")
-    t.add_row("model", s.get("model") or "-")
+        t.add_row("pipeline", safe_text(stage))
+    t.add_row("env", safe_text(f"{s['env']} @ {s.get('env_version') or '-'}"))
+    t.add_row("model", safe_text(s.get("model") or "-"))
     t.add_row("status", status)
     t.add_row("started", ftime(run.get("created_at")))
     t.add_row("rollouts", f"{s['rollouts']} over {s['tasks']} tasks, {s['errors']} errors")
@@ -66,10 +66,10 @@ def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
     for title, key in (("rewards", "rewards"), ("metrics", "metrics")):
         vals = s.get(key) or {}
         if vals:
-            t.add_row(title, "\n".join(f"{name}  {fnum(v)}" for name, v in vals.items()))
+            t.add_row(title, safe_text("\n".join(f"{name}  {fnum(v)}" for name, v in vals.items())))
     kinds = s.get("error_kinds") or {}
     if kinds:
-        t.add_row("error kinds", Text("\n".join(f"{k}  {c}" for k, c in kinds.items()), style="red"))
+        t.add_row("error kinds", safe_text("\n".join(f"{k}  {c}" for k, c in kinds.items()), style="red"))
     t.add_row("tokens", f"{s.get('prompt_tokens', 0):,} prompt / {s.get('completion_tokens', 0):,} completion")
     t.add_row("cost", fcost(s.get("cost_usd")))
     if s.get("mean_rollout_s") is not None:

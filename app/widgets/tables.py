@@ -1,5 +1,6 @@
 """The app's row tables: a :class:`~textual.widgets.DataTable` whose Home and End go to the first and
-last row (Textual's scroll to the first and last column, which a row cursor never leaves)."""
+last row (Textual's scroll to the first and last column, which a row cursor never leaves), and whose cells
+are shown as text: a string cell is never parsed as markup and its control characters are visible."""
 
 from __future__ import annotations
 
@@ -8,12 +9,23 @@ from typing import Any, ClassVar
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from app.format import cell
+
 
 class RowTable(DataTable[Any]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),
     ]
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> Any:
+        return super().add_row(*(cell(c) for c in cells), **kwargs)
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, **kwargs: Any) -> None:
+        super().update_cell(row_key, column_key, cell(value), **kwargs)
+
+    def update_cell_at(self, coordinate: Any, value: Any, **kwargs: Any) -> None:
+        super().update_cell_at(coordinate, cell(value), **kwargs)
 
     def selected_key(self) -> str | None:
         """The key of the row under the cursor, or None (an empty table)."""

@@ -24,6 +24,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from app.store_access import call_ui
+from workbench.format import visible
 
 Row = Any
 
@@ -262,7 +263,7 @@ class VirtualTable(ScrollView, can_focus=True):
                 continue
             if segs:
                 segs.append(Segment(" ", base))
-            text = " ".join(text.split())
+            text = visible(" ".join(text.split()))  # data: control characters shown, never sent to the terminal
             if col.right:
                 text = " " * max(0, w - cell_len(text)) + text
             text = set_cell_size(text, w)

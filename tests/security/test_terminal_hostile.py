@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CliResult, assert_user_error, query
+from tests.helpers import (
+    CliResult,
+    MockServer,
+    assert_user_error,
+    cli_environment,
+    last_json,
+    mock_args,
+    query,
+    run_workbench,
+    write_file,
+)
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -105,3 +117,190 @@ def test_a_stored_url_never_holds_its_credential(cli: Callable[..., CliResult], 
         res = cli(*args)
         assert res.rc == 0, res.stderr
         assert SECRET not in res.stdout + res.stderr, f"{args} printed the key"
+
+
+# -- escape sequences and markup in stored data ------------------------------------------------------
+#: What a hostile import or environment puts in names and text: unbalanced and balanced Rich markup, an
+#: OSC 52 clipboard write, clear-screen and a window title.
+HOSTILE = "[/x] [bold red]red[/] \x1b]52;c;SGVsbG8=\x07 \x1b[2J \x1b]0;title\x07 end"
+SHOWN = "[/x] [bold red]red[/] ␛]52;c;SGVsbG8=␇ ␛[2J ␛]0;title␇ end"  # the same, as the terminal must show it
+MODEL = "m[/x]\x1b]0;t\x07"
+MODEL_SHOWN = "m[/x]␛]0;t␇"
+HOSTILE_ENV = '''
+import workbench as wb
+
+HOSTILE = {hostile!r}
+
+
+def look_up(query: str) -> str:
+    """Look something up."""
+    return "found " + HOSTILE
+
+
+def correct(completion: str, answer: str) -> float:
+    return 1.0
+
+
+def wordy(completion: str) -> float:
+    return 0.5
+
+
+def load_environment() -> wb.Environment:
+    rubric = wb.Rubric()
+    rubric.reward(correct, name="correct" + HOSTILE)
+    rubric.metric(wordy, name="metric" + HOSTILE)
+    return wb.Environment(
+        name="hostile",
+        tasks=wb.TaskSet.from_records([{{"prompt": "say " + HOSTILE, "answer": HOSTILE}}]),
+        rubric=rubric,
+        harness=wb.ToolLoop(tools=[look_up], max_turns=3),
+    )
+'''
+#: The model calls the env's tool with hostile arguments, then a tool that does not exist (its name
+#: hostile), then answers hostile text.
+SCRIPT = [
+    {"tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "look_up", "arguments": json.dumps({"query": HOSTILE})}}]},
+    {"tool_calls": [{"id": "c2", "type": "function", "function": {"name": MODEL, "arguments": "{}"}}]},
+    "the answer " + HOSTILE,
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], list[str]]:
+    """A store holding two real eval runs (of 1, then 2 rollouts) whose model, env text, answer, tool and
+    reward names are hostile; (the CLI's environment, [run ids, newest first])."""
+    home = tmp_path_factory.mktemp("hostile")
+    env = cli_environment(home, home / "store.db")
+    path = write_file(home / "hostile.py", HOSTILE_ENV.format(hostile=HOSTILE))
+    mock = MockServer(mock_args("script", "--by-turn", script=SCRIPT, models=MODEL), home / "mock.log")
+    try:
+        for r in ("1", "2"):  # the second, newest, run has two rollouts
+            res = run_workbench(["eval", path, "--base-url", mock.base_url, "-m", MODEL, "-n", "1", "-r", r, "--json"],
+                                env)
+            assert res.rc == 0, res.stderr
+    finally:
+        mock.stop()
+    runs = [r["id"] for r in last_json(run_workbench(["runs", "--json"], env).stdout)["runs"]]
+    return env, runs
+
+
+#: (command, what its output must show): every command that prints stored names and text.
+SHOWS: list[tuple[list[str], list[str]]] = [
+    (["show", "{a}"], [MODEL_SHOWN, "correct" + SHOWN]),
+    (["show", "{a}.0.0"], [MODEL_SHOWN, "say " + SHOWN, "found " + SHOWN, "the answer " + SHOWN,
+                           "metric" + SHOWN, "look_up("]),
+    (["show", "{a}.0.0", "--full"], [MODEL_SHOWN, "say " + SHOWN]),
+    (["runs"], [MODEL_SHOWN]),
+    (["runs", "{a}"], [MODEL_SHOWN]),
+    (["diff", "{a}.0.0", "{a}.0.1"], [MODEL_SHOWN, "the answer " + SHOWN]),
+    (["compare", "{a}", "{b}"], [MODEL_SHOWN]),
+]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+@pytest.mark.parametrize(("args", "shown"), SHOWS, ids=[" ".join(a[:2]) + f" {i}" for i, (a, _) in enumerate(SHOWS)])
+def test_stored_text_is_printed_as_text(hostile_runs: tuple[dict[str, str], list[str]], args: list[str],
+                                        shown: list[str], terminal: bool) -> None:
+    env, (a, b) = hostile_runs
+    if terminal:  # Rich writes its own styles then: data's sequences must still not reach the terminal
+        env = {k: v for k, v in env.items() if k != "NO_COLOR"} | {"FORCE_COLOR": "1", "TERM": "xterm-256color"}
+    before = query(Path(env["WORKBENCH_DB"]), "SELECT count(*), total(reward) FROM rollout")
+    res = run_workbench([x.format(a=a, b=b) for x in args], env)
+    assert res.rc == 0 and "Traceback" not in res.stderr, res.stderr
+    out = res.stdout
+    for raw in ("\x1b]", "\x1b[2J", "\x07"):
+        assert raw not in out + res.stderr, f"{raw!r} reached the terminal"
+    if not terminal:
+        assert "\x1b" not in out, "an escape byte reached the terminal"
+        for text in shown:
+            assert text in out, f"{text!r} is not shown as it is in:\n{out[:3000]}"
+    else:
+        assert MODEL_SHOWN in out, out[:3000]
+    assert query(Path(env["WORKBENCH_DB"]), "SELECT count(*), total(reward) FROM rollout") == before
+
+
+def test_hub_show_prints_a_card_as_text(tmp_path: Path) -> None:
+    """``hub show``'s printer, given a card whose every field is hostile, in a real process."""
+    script = write_file(tmp_path / "card.py", f'''
+        from workbench.cli.hub_cmd import print_card
+        H = {HOSTILE!r}
+        print_card({{"env": H, "version": H, "index": H, "hash": H, "env_version": H, "tasks": H, "harness": H,
+                    "forked_from": {{"name": H, "version": H, "hash": H}}, "description": H,
+                    "rewards": [{{"name": H, "kind": H, "weight": 1.0, "doc": H}}],
+                    "results": [{{"model": H, "mean_reward": 0.5, "rollouts": H, "env_version": H, "date": H}}],
+                    "readme": H}})
+    ''')
+    env = cli_environment(tmp_path)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "\x1b" not in p.stdout and SHOWN in p.stdout and "[/x]" in p.stdout
+
+
+# -- a message of many megabytes ---------------------------------------------------------------------
+BIG_ENV = '''
+import workbench as wb
+
+
+def load_environment() -> wb.Environment:
+    return wb.Environment(
+        name="big",
+        tasks=wb.TaskSet.from_records([{"prompt": "x" * 3_000_000, "answer": "1"}]),
+        rubric=wb.Rubric(),
+        harness=wb.SingleTurn(),
+    )
+'''
+
+
+def test_a_long_message_is_cut_with_its_size_said(cli: Callable[..., CliResult], tmp_path: Path,
+                                                   mock_server: Callable[..., MockServer]) -> None:
+    mock = mock_server("echo")  # the answer is the 3 MB prompt again
+    res = cli("eval", write_file(tmp_path / "big.py", BIG_ENV), "--base-url", mock.base_url, "-m", "mock-model",
+              "-n", "1", "--json")
+    assert res.rc == 0, res.stderr
+    rollout = last_json(res.stdout)["run_id"] + ".0.0"
+    cut = cli("show", rollout)
+    assert cut.rc == 0, cut.stderr
+    assert len(cut.stdout) < 200_000, f"show printed {len(cut.stdout):,} characters"
+    assert cut.stdout.count("… [3.0 MB more, --full to print all]") == 2  # the prompt and the reply
+    full = cli("show", rollout, "--full")
+    assert full.rc == 0 and "x" * 100_000 in full.stdout.replace("│", "").replace(" ", "").replace("\n", "")
+    assert "--full to print all" not in full.stdout
+
+
+# -- the app -----------------------------------------------------------------------------------------
+async def test_the_app_shows_stored_text_as_text(hostile_runs: tuple[dict[str, str], list[str]], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The traces of the hostile run, then a rollout's detail, then the runs screen: nothing crashes, no
+    escape byte is drawn, the names are shown as they are."""
+    pytest.importorskip("textual")
+    from app.config import TuiConfig
+    from app.main import WorkbenchApp
+    from app.screens.rollout_detail import RolloutDetailScreen
+    from app.widgets.virtual_table import VirtualTable
+    from tests.app.conftest import SIZE, screen_text, wait_until
+
+    env, (a, _) = hostile_runs
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "PYTHON_KEYRING_BACKEND"):
+        monkeypatch.setenv(var, env[var])
+    app = WorkbenchApp(Path(env["WORKBENCH_DB"]), config=TuiConfig(export_dir=tmp_path / "exports"),
+                       discover_fn=list, watch=False, mode="traces")
+    async with app.run_test(size=SIZE) as pilot:
+        table = await wait_until(pilot, lambda: app.screen.query(VirtualTable) and app.screen.query_one(VirtualTable),
+                                 what="the traces table")
+        await wait_until(pilot, lambda: table.total == 3 and table.row(0) is not None, what="the three rollouts")
+        row = next(i for i in range(table.row_count) if table.row(i).id == f"{a}.0.0")
+        lines = "".join(seg.text for y in range(1, 4) for seg in table.render_line(y))
+        assert "\x1b" not in lines, lines
+        assert "m[/x]␛]0;" in lines and "the answer [/x] [bold red]red[/] ␛]52;c" in lines, lines
+        await pilot.press(*["down"] * row, "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RolloutDetailScreen),
+                                  what="the rollout's detail")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "\x1b" not in text and "\x07" not in text
+        for shown in (MODEL_SHOWN, "say " + SHOWN[:40], "correct" + SHOWN[:40], "found " + SHOWN[:40]):
+            assert shown in text, f"{shown!r} not shown in:\n{text}"
+        await pilot.press("3")  # the runs screen, with the run's summary
+        await wait_until(pilot, lambda: MODEL_SHOWN in screen_text(app), what="the runs screen")
+        assert "\x1b" not in screen_text(app)

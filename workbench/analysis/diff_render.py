@@ -9,6 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from workbench.analysis.diff import MessageSide, RolloutDiff, Span, ValueDiff
+from workbench.config.redact import redact
+from workbench.format import safe_text, visible
 
 #: How changed spans look on each side: A's removed words, B's added words (readable on light and dark).
 A_STYLE, B_STYLE = "bold reverse red", "bold reverse green"
@@ -48,8 +50,9 @@ def values_table(rows: list[ValueDiff], title: str = "") -> Table:
         t.add_column(col, justify="right")
     for v in rows:
         digits = _DIGITS.get(v.name, 3)
-        t.add_row(v.name, *([v.kind] if scores else []), fvalue(v.a, digits), fvalue(v.b, digits),
-                  fdelta(v.delta, digits), style="bold" if v.changed else "dim")
+        t.add_row(*(safe_text(c) for c in (v.name, *([v.kind] if scores else []), fvalue(v.a, digits),
+                                           fvalue(v.b, digits), fdelta(v.delta, digits))),
+                  style="bold" if v.changed else "dim")
     return t
 
 
@@ -61,8 +64,8 @@ def errors_text(d: RolloutDiff) -> Text | None:
             if text:
                 text.append("\n")
             text.append(f"{label} ", style="bold")
-            text.append(str(e.get("kind")), style="bold red")
-            text.append(f" in {e.get('source')}: {e.get('message')}")
+            text.append(visible(e.get("kind")), style="bold red")
+            text.append(visible(f" in {redact(str(e.get('source')))}: {redact(str(e.get('message')))}"))
     return text or None
 
 
@@ -70,6 +73,7 @@ def spans_text(spans: list[Span], changed_style: str, marks: tuple[str, str] | N
     """One side's text, changed spans styled (and bracketed by ``marks`` when given)."""
     text = Text()
     for piece, changed in spans:
+        piece = visible(piece)
         if not changed:
             text.append(piece)
         elif marks:
@@ -86,7 +90,7 @@ def message_body(side: MessageSide, changed_style: str, *, same: bool, full: boo
     if same:
         lines = side.text.splitlines()
         clipped = full or len(lines) <= SAME_LINES
-        body = Text(side.text if clipped else "\n".join(lines[:SAME_LINES]), style="dim")
+        body = safe_text(side.text if clipped else "\n".join(lines[:SAME_LINES]), style="dim")
         if not clipped:
             body.append(f"\n… {len(lines) - SAME_LINES} more lines", style="dim italic")
     else:
@@ -97,8 +101,8 @@ def message_body(side: MessageSide, changed_style: str, *, same: bool, full: boo
 def messages_table(d: RolloutDiff, *, full: bool = False, plain: bool = False) -> Table:
     """The conversations in two columns, one row per aligned pair (``plain``: bracket changed words)."""
     t = Table(expand=True, show_lines=True, header_style="bold")
-    t.add_column(f"A  {d.a['id']}", ratio=1)
-    t.add_column(f"B  {d.b['id']}", ratio=1)
+    t.add_column(safe_text(f"A  {d.a['id']}"), ratio=1)
+    t.add_column(safe_text(f"B  {d.b['id']}"), ratio=1)
     for p in d.messages:
         same = p.status == "same"
         cells: list[Text] = []
@@ -106,7 +110,7 @@ def messages_table(d: RolloutDiff, *, full: bool = False, plain: bool = False) -
             if side is None:
                 cells.append(Text("(no message here)", style="dim italic"))
                 continue
-            title = Text(side.title(), style=f"bold {ROLE_STYLES.get(side.role, '')}")
+            title = safe_text(side.title(), style=f"bold {ROLE_STYLES.get(side.role, '')}")
             if same:
                 title.append("  (same in both)", style="dim")
             body = message_body(side, style, same=same, full=full, marks=marks if plain else None)

@@ -11,7 +11,7 @@ import click
 import orjson
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
-from workbench.format import fnum
+from workbench.format import cut, esc, fnum, safe_text, visible
 
 
 @click.command("runs")
@@ -55,7 +55,7 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     rows = [(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
              fnum(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))) for r in runs]
     if not console.is_terminal:  # a pipe or a file: whole lines, tab-separated, nothing cut
-        sys.stdout.write("\n".join("\t".join(row) for row in [cols, *rows]) + "\n")
+        sys.stdout.write("\n".join("\t".join(_cell(c) for c in row) for row in [cols, *rows]) + "\n")
         return
     from rich.table import Table
 
@@ -66,8 +66,13 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
                      no_wrap=col in ("run", "started"), overflow="fold",
                      min_width=max(len(r[0]) for r in rows) if col == "run" else None)
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(safe_text(c) for c in row))
     console.print(t, soft_wrap=False)
+
+
+def _cell(value: str) -> str:
+    """A value as one tab-separated cell: control characters visible, no tab or newline inside."""
+    return visible(value).replace("\t", " ").replace("\n", " ")
 
 
 def show_run(store: Any, run_id: str, as_json: bool) -> None:
@@ -79,11 +84,11 @@ def show_run(store: Any, run_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"run": run, "steps": steps, "records": other})
         return
-    console.print(f"[bold]{run['kind']} run {run['id']}[/]  env {run['env_name']}  model {run['model']}  "
-                  f"status {run['status']}" + (f"  [red]{run['error']}[/]" if run["error"] else ""))
+    console.print(f"[bold]{esc(run['kind'])} run {esc(run['id'])}[/]  env {esc(run['env_name'])}  model "
+                  f"{esc(run['model'])}  status {esc(run['status'])}" + (f"  [red]{esc(run['error'])}[/]" if run["error"] else ""))
     summary = run["summary"]
     if summary:
-        console.print("  ".join(f"{k} {fnum(v) if isinstance(v, float) else v}" for k, v in summary.items()))
+        console.print(safe_text("  ".join(f"{k} {fnum(v) if isinstance(v, float) else v}" for k, v in summary.items())))
     if run["kind"] != "train":
         return
     from rich.table import Table
@@ -100,36 +105,44 @@ def show_run(store: Any, run_id: str, as_json: bool) -> None:
         m = rec["metrics"]
         detail = f"held-out reward {fnum(m.get('reward_mean'))} ({rec['message']})" if rec["kind"] == "eval" \
             else rec["message"]
-        console.print(f"{rec['kind']:>8} at step {rec['step']}: {detail}")
+        console.print(safe_text(f"{rec['kind']:>8} at step {rec['step']}: {detail}"))
 
 
-def print_transcript(r: dict[str, Any]) -> None:
+def print_transcript(r: dict[str, Any], full: bool = False) -> None:
+    """A rollout for a terminal. Everything from the rollout is shown as text (no markup, control characters
+    visible); a long message is cut with its size said, unless ``full``."""
     from rich.panel import Panel
+    from rich.text import Text
 
+    from workbench.config.redact import redact
     from workbench.rollouts.rollout import content_text
 
-    status = "[green]ok[/]" if r["status"] == "ok" else f"[red]{r['error_kind']}[/]"
-    console.print(f"[bold]rollout {r['id']}[/]  run {r['run_id']}  env {r['env_name']}  model {r['model']}  "
-                  f"task {r['task_index']} sample {r['sample_index']}  {status}")
+    clip = (lambda text: text) if full else cut
+    status = Text("ok", style="green") if r["status"] == "ok" else safe_text(r["error_kind"], "red")
+    console.print(Text.assemble(("rollout ", "bold"), safe_text(r["id"], "bold"), "  run ", safe_text(r["run_id"]),
+                                "  env ", safe_text(r["env_name"]), "  model ", safe_text(r["model"]),
+                                f"  task {r['task_index']} sample {r['sample_index']}  ", status))
     console.print(f"reward {fnum(r['reward'])}   turns {r['turns']}   {r['duration_s']:.2f}s   "
                   f"tokens {r['prompt_tokens']}/{r['completion_tokens']}   cost ${r['cost_usd']:.5f}")
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
     for m in r["messages"]:
-        role = m.get("role", "?")
-        body = content_text(m.get("content"))
+        role = str(m.get("role", "?"))
+        body = clip(content_text(m.get("content")))
         for tc in m.get("tool_calls") or []:
             fn = tc.get("function") or {}
-            body += f"\n→ {fn.get('name')}({fn.get('arguments')})"
+            body += clip(f"\n→ {fn.get('name')}({fn.get('arguments')})")
         title = role + (f" ({m.get('name')})" if m.get("name") else "")
-        console.print(Panel(body or "[dim](empty)[/]", title=title, title_align="left",
-                            border_style=colors.get(role, "white"), expand=True), markup=False, soft_wrap=False)
-    console.print(f"answer: {r['answer']!r}")
+        console.print(Panel(safe_text(body) if body else Text("(empty)", style="dim"), title=safe_text(title),
+                            title_align="left", border_style=colors.get(role, "white"), expand=True), soft_wrap=False)
+    answer = r["answer"]
+    console.print(Text.assemble("answer: ", safe_text(clip(repr(answer) if isinstance(answer, str) else str(answer)))))
     for name, v in (r.get("rewards") or {}).items():
-        console.print(f"  reward {name} = {v:.3f}")
+        console.print(Text.assemble("  reward ", safe_text(name), f" = {v:.3f}"))
     for name, v in (r.get("metrics") or {}).items():
-        console.print(f"  metric {name} = {v:.3f}")
+        console.print(Text.assemble("  metric ", safe_text(name), f" = {v:.3f}"))
     for e in r.get("errors") or []:
-        console.print(f"  [red]{e['kind']}[/] in {e['source']}: {e['message']}", markup=True, highlight=False)
+        console.print(Text.assemble("  ", safe_text(e["kind"], "red"), " in ", safe_text(redact(str(e["source"]))),
+                                    ": ", safe_text(clip(redact(str(e["message"]))))))
     from workbench.analysis.mcp_calls import mcp_calls_table
 
     mcp = mcp_calls_table(r.get("state"))
@@ -158,10 +171,12 @@ def print_tokens(store: Any, rollout: dict[str, Any], tokenizer_name: str | None
 @click.argument("target")
 @click.option("--tokens", is_flag=True, help="Show the rollout's tokens with their logprobs and any mismatch.")
 @click.option("--tokenizer", default=None, help="Model path or id whose tokenizer decodes and re-renders tokens.")
+@click.option("--full", is_flag=True, help="Print long messages in full (else each is cut at 10,000 characters "
+              "or 400 lines, with the size left out said).")
 @db_option
 @json_option()
 @click.pass_context
-def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str | None, db: str | None,
+def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str | None, full: bool, db: str | None,
                  as_json: bool) -> None:
     """Show a run's summary, or a rollout as a readable transcript (--tokens: its token trace)."""
     from workbench.errors import NotFoundError
@@ -185,7 +200,7 @@ def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str |
 
             summary.update({k: run["summary"].get(k) for k in ("rollouts_per_s", "unpriced") if k in run["summary"]})
             print_summary(summary)
-            console.print(f"status {run['status']}" + (f" — {run['error']}" if run["error"] else ""))
+            console.print(safe_text(f"status {run['status']}" + (f" — {run['error']}" if run["error"] else "")))
             return
         rollout = get_rollout(store.conn, target)
         if tokens:
@@ -196,7 +211,7 @@ def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str |
     if as_json:
         emit_json(rollout)
     else:
-        print_transcript(rollout)
+        print_transcript(rollout, full)
 
 
 @click.command("export")

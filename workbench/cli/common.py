@@ -9,10 +9,12 @@ from typing import Any
 
 import click
 import orjson
-from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
-console_err = Console(stderr=True, highlight=False, soft_wrap=True)
+from workbench.format import SafeConsole
+
+# Every command prints through these: a control character from data reaching them is shown, not obeyed.
+console = SafeConsole(highlight=False, soft_wrap=True)
+console_err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool = False,

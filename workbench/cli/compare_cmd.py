@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
-from workbench.format import fnum
+from workbench.format import esc, fnum, safe_text
 
 _SHOWN = 10
 
@@ -44,16 +44,16 @@ def _money(v: Any) -> str:
 def print_comparison(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]{r['env']}[/] ({r['env_version']}), {r['tasks']} tasks; baseline {r['baseline']}",
-                  highlight=False)
+    console.print(f"[bold]{esc(r['env'])}[/] ({esc(r['env_version'])}), {r['tasks']} tasks; baseline "
+                  f"{esc(r['baseline'])}", highlight=False)
     for note in r["notes"]:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(f"[yellow]note:[/] {esc(note)}", highlight=False)
     t = Table(box=None, show_edge=False, header_style="bold")
     for col in ("model", "run", "reward", "95% CI", "pass@1", "errors", "cost", "$/solved", "p50 s", "p95 s"):
         t.add_column(col, justify="left" if col in ("model", "run", "95% CI") else "right")
     for m in sorted(r["models"], key=lambda m: -(m["mean_reward"] or 0)):
         ci = m["mean_ci95"]
-        t.add_row(m["label"], m["run_id"], fnum(m["mean_reward"]),
+        t.add_row(safe_text(m["label"]), safe_text(m["run_id"]), fnum(m["mean_reward"]),
                   f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "-", fnum(m["pass_at_k"].get("pass@1")), str(m["errors"]),
                   _money(m["cost_usd"]), _money(m["cost_per_solved_task"]), fnum(m["latency_p50_s"]),
                   fnum(m["latency_p95_s"]))
@@ -63,14 +63,14 @@ def print_comparison(r: dict[str, Any]) -> None:
         verdict = "[green]better[/]" if p["significant"] and p["delta"] > 0 else \
             "[red]worse[/]" if p["significant"] else "no significant difference"
         ci_text = f"95% CI {ci[0]:+.3f} to {ci[1]:+.3f} ({p['ci_method']})" if ci else "no CI (one task)"
-        console.print(f"{p['label']} ({p['run_id']}) vs baseline: Δ {p['delta']:+.3f}, {ci_text}: {verdict}",
+        console.print(f"{esc(p['label'])} ({esc(p['run_id'])}) vs baseline: Δ {p['delta']:+.3f}, {ci_text}: {verdict}",
                       highlight=False)
         if p["regressions"]:
-            worst = ", ".join(f"{t} ({p['regression_deltas'][t]:+.2f})" for t in p["regressions"][:_SHOWN])
+            worst = esc(", ".join(f"{t} ({p['regression_deltas'][t]:+.2f})" for t in p["regressions"][:_SHOWN]))
             more = f" and {len(p['regressions']) - _SHOWN} more" if len(p["regressions"]) > _SHOWN else ""
             console.print(f"  regressed ({len(p['regressions'])}): {worst}{more}", highlight=False)
         if p["improvements"]:
-            best = ", ".join(p["improvements"][:_SHOWN])
+            best = esc(", ".join(str(t) for t in p["improvements"][:_SHOWN]))
             more = f" and {len(p['improvements']) - _SHOWN} more" if len(p["improvements"]) > _SHOWN else ""
             console.print(f"  improved ({len(p['improvements'])}): {best}{more}", highlight=False)
 

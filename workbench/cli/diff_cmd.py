@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.format import esc
 
 
 def print_diff(d: Any, show_all: bool = False) -> None:
@@ -14,10 +15,10 @@ def print_diff(d: Any, show_all: bool = False) -> None:
     Without colours (a pipe, ``NO_COLOR``) changed words are bracketed ``[-A's-]`` / ``{+B's+}``."""
     from workbench.analysis.diff_render import errors_text, messages_table, values_table
 
-    console.print(f"[bold]A[/] {d.a['id']}   [bold]B[/] {d.b['id']}")
+    console.print(f"[bold]A[/] {esc(d.a['id'])}   [bold]B[/] {esc(d.b['id'])}")
     if not d.same_task:
-        console.print(f"[yellow]different tasks:[/] A is {d.a.get('env_name')} task #{d.a.get('task_index')}, "
-                      f"B is {d.b.get('env_name')} task #{d.b.get('task_index')}")
+        console.print(f"[yellow]different tasks:[/] A is {esc(d.a.get('env_name'))} task #{esc(d.a.get('task_index'))}, "
+                      f"B is {esc(d.b.get('env_name'))} task #{esc(d.b.get('task_index'))}")
     console.print(values_table(d.fields))
     if d.scores:
         console.print()

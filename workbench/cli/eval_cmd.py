@@ -17,7 +17,7 @@ from workbench.cli.common import (
     model_options,
     open_store,
 )
-from workbench.format import fnum
+from workbench.format import esc, fnum, safe_text
 
 #: After SIGTERM or Ctrl-C, how long a command has to wind down (cancel its rollouts, close its sandboxes
 #: and its writer, record how the run ended) before it is interrupted wherever it is.
@@ -95,7 +95,7 @@ def print_summary(s: dict[str, Any]) -> None:
 
     mean = s.get("mean_reward")
     se = s.get("stderr")
-    head = f"[bold]{s['env']}[/] ({s['env_version']}) on [bold]{s['model']}[/] — run [cyan]{s['run_id']}[/]"
+    head = f"[bold]{esc(s['env'])}[/] ({esc(s['env_version'])}) on [bold]{esc(s['model'])}[/] — run [cyan]{esc(s['run_id'])}[/]"
     console.print(head)
     line = f"mean reward {fnum(mean)}" + (f" ± {se:.3f}" if se is not None else "")
     line += f"   rollouts {s['rollouts']}   errors {s['errors']}"
@@ -108,12 +108,12 @@ def print_summary(s: dict[str, Any]) -> None:
         t.add_column("kind")
         t.add_column("mean", justify="right")
         for name, v in s.get("rewards", {}).items():
-            t.add_row(name, "reward", fnum(v))
+            t.add_row(safe_text(name), "reward", fnum(v))
         for name, v in s.get("metrics", {}).items():
-            t.add_row(name, "metric", fnum(v))
+            t.add_row(safe_text(name), "metric", fnum(v))
         console.print(t)
     if s.get("error_kinds"):
-        console.print("errors by kind: " + ", ".join(f"{k} {v}" for k, v in s["error_kinds"].items()))
+        console.print(safe_text("errors by kind: " + ", ".join(f"{k} {v}" for k, v in s["error_kinds"].items())))
     cost = f"${s['cost_usd']:.4f}" if not s.get("unpriced") else "unknown (no price for this model; `workbench prices set`)"
     console.print(f"tokens {s['prompt_tokens']} in / {s['completion_tokens']} out   cost {cost}   "
                   f"{s.get('rollouts_per_s', 0):.1f} rollouts/s")
