@@ -74,13 +74,23 @@ def source_file(ref: EnvRef) -> Path | None:
 def safe_version(ref: EnvRef) -> str:
     try:
         return ref.version()
-    except OSError:
+    except (OSError, WorkbenchError):  # unreadable, or a file linking outside its folder
         return "?"
 
 
 def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
-    """Import and build the environment; never raises (a broken env is a result, not a crash)."""
+    """Import and build the environment; never raises (a broken env is a result, not a crash). A pulled
+    environment is described from its record, never imported here: its code runs when the user runs it."""
     version = safe_version(ref)
+    if ref.origin == "hub":
+        from workbench.hub.pull import record
+
+        rec = record(ref.name) or {}
+        desc = str(rec.get("description") or "").strip().splitlines()
+        tasks = rec.get("tasks") if isinstance(rec.get("tasks"), int) else None
+        framework = str(rec.get("framework") or "")
+        return LoadResult(ref.name, version, "ok", desc[0] if desc else "", tasks, reload, version,
+                          "" if framework == "workbench" else framework)
     try:
         env = discovery.load_ref(ref, reload=reload)
     except WorkbenchError as e:
