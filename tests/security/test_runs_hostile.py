@@ -529,3 +529,37 @@ def test_sft_data_of_another_environment_allowed_names_what_it_mixes(store: Path
         assert "other_env" not in same[seed.run_id]
     finally:
         conn.close()
+
+
+# -- play: input that is not a reply stores nothing --------------------------------------------------
+PLAY_INPUT = [
+    ("not-utf8", b"\xff\xfe 7\n", ["line 1: the reply is not UTF-8 text", "nothing was stored"]),
+    ("latin-1", b"", ["line 1: the reply is not UTF-8 text"]),
+    ("unknown-slash-command", b"/nosuch 7\n", ["line 1: unknown command /nosuch", "/call", "nothing was stored"]),
+    ("unknown-command-alone", b"/help\n", ["unknown command /help"]),
+]
+
+
+@pytest.mark.parametrize(("stdin", "says"), [c[1:] for c in PLAY_INPUT], ids=[c[0] for c in PLAY_INPUT])
+def test_play_refuses_input_that_is_not_a_reply_and_stores_nothing(stdin: bytes, says: list[str],
+                                                                   cli_env: dict[str, str], tmp_path: Path,
+                                                                   store: Path) -> None:
+    import subprocess
+
+    from tests.helpers import workbench_argv
+
+    if not stdin:
+        stdin = "caf\u00e9 7\n".encode("latin-1")
+    before = snapshot(store)
+    p = subprocess.run([*workbench_argv(), "play", "arithmetic"], input=stdin, capture_output=True, timeout=120,
+                       cwd=tmp_path, env={**cli_env, "WORKBENCH_USER_NAME": "alice"})
+    res = CliResult(p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
+    assert_user_error(res, *says)
+    assert snapshot(store) == before
+
+
+def test_a_reply_line_may_start_with_a_slash_written_twice() -> None:
+    from workbench.rollouts.human import parse_reply
+
+    assert parse_reply("//help is not a command", None)["content"] == "/help is not a command"
+    assert parse_reply("/usr/bin is a path", None)["content"] == "/usr/bin is a path"

@@ -14,6 +14,16 @@ from workbench.format import fnum
 HELP_LINE = "Write the assistant's reply; a tool call is /call NAME {json arguments} (one per line)."
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether a line read from the terminal or a pipe was UTF-8 (stdin hands undecodable bytes on as
+    surrogates, which no message, store or model can take)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class TerminalPolicy:
     """Replies from the terminal: at a terminal, the conversation so far and a prompt (a bad reply is said
     and asked again); from a pipe or file, one reply per line (a bad reply ends the session)."""
@@ -48,17 +58,23 @@ class TerminalPolicy:
         while True:
             if self.interactive and not self.quiet:
                 console.print("[bold green]assistant>[/] ", end="")
-            line = await asyncio.to_thread(self.stream.readline)
-            if not line:
+            line: str | None
+            try:
+                line = await asyncio.to_thread(self.stream.readline)
+            except UnicodeDecodeError:  # a stream that decodes strictly
+                line = None
+            if line == "":
                 raise PlayStopped(f"the input ended after {self.line_no} replies, before the rollout did: "
                                   "nothing was stored")
             self.line_no += 1
             try:
+                if line is None or not _is_utf8(line):
+                    raise ReplyError("the reply is not UTF-8 text")
                 msg = parse_reply(line.rstrip("\n"), tools)
             except ReplyError as e:
                 if not self.interactive:
                     raise PlayStopped(f"line {self.line_no}: {e.message}; nothing was stored") from None
-                console.print(f"[red]{e.message}[/]", highlight=False)
+                console.print(e.message, style="red", highlight=False, markup=False)
                 continue
             self.shown = len(messages) + 1
             return msg

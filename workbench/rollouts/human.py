@@ -10,6 +10,7 @@ run exactly as they do for a model (:meth:`Rollout.generate` asks the policy ins
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any, Protocol
 
@@ -17,6 +18,8 @@ import orjson
 
 Message = dict[str, Any]
 CALL_PREFIX = "/call"
+#: A line that starts as a command does (``/word``) but is not ``/call``: refused, not sent as the reply.
+_COMMAND = re.compile(r"/[A-Za-z][\w-]*(?=\s|$)")
 
 
 class ReplyError(ValueError):
@@ -88,6 +91,12 @@ def parse_reply(text: str, tools: list[dict[str, Any]] | None) -> Message:
     lines = text.strip("\n").split("\n")
     calls, content = [], []
     for line in lines:
+        if line.startswith("//"):  # a reply line that starts with a slash, written with two
+            content.append(line[1:])
+            continue
+        if (m := _COMMAND.match(line)) and m.group() != CALL_PREFIX:
+            raise ReplyError(f"unknown command {m.group()}: a tool call is {CALL_PREFIX} NAME {{json arguments}} "
+                             "(start a reply line that begins with a slash with // instead)")
         if line.startswith(CALL_PREFIX + " ") or line.strip() == CALL_PREFIX:
             rest = line[len(CALL_PREFIX):].strip()
             name, _, raw = rest.partition(" ")
