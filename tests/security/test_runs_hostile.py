@@ -563,3 +563,39 @@ def test_a_reply_line_may_start_with_a_slash_written_twice() -> None:
 
     assert parse_reply("//help is not a command", None)["content"] == "/help is not a command"
     assert parse_reply("/usr/bin is a path", None)["content"] == "/usr/bin is a path"
+
+
+# -- optimize: the seed prompt staying is an outcome, and a killed optimisation is not left running --
+REFLECTION = "A better instruction:\n```\nAnswer with a number. Think step by step.\n```"
+
+
+@pytest.fixture
+def optimize_models(cli: Callable[..., CliResult], mock_server: Callable[..., MockServer]) -> tuple[MockServer, MockServer]:
+    """A task model that never answers with a number (every prompt scores 0) and a reflection model."""
+    task = mock_server("instant", reply="no idea")
+    reflector = mock_server("script", script=[REFLECTION])
+    for name, mock in (("task", task), ("reflector", reflector)):
+        assert cli("models", "add", name, "--base-url", mock.base_url, "--model-id", "mock-model").rc == 0
+    return task, reflector
+
+
+OPTIMIZE_ARGS = ["optimize", "arithmetic", "-a", '{"n": 10}', "-m", "task", "--reflection-model", "reflector",
+                 "--heldout", "2", "--max-evals", "16"]
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_optimize_where_no_candidate_beats_the_seed_completes_and_keeps_the_seed(
+        as_json: bool, cli: Callable[..., CliResult], store_path: Path,
+        optimize_models: tuple[MockServer, MockServer]) -> None:
+    res = cli(*OPTIMIZE_ARGS, *(["--json"] if as_json else []))
+    assert res.rc == 0, res.stderr
+    assert "compare needs" not in res.stderr and "Traceback" not in res.stderr
+    if as_json:
+        out = last_json(res.stdout)
+        assert out["status"] == "completed" and out["seed_kept"] is True
+        assert out["best_prompt"] == out["seed_prompt"] == "Answer with a number."
+        assert out["heldout_before"]["run_id"] == out["heldout_after"]["run_id"]
+    else:
+        assert "the seed prompt stays" in res.stdout
+    assert query(store_path, "SELECT status FROM run WHERE kind = 'optimize'") == [("completed",)]
+    assert query(store_path, "SELECT COUNT(*) FROM run WHERE status != 'completed'") == [(0,)]

@@ -90,7 +90,8 @@ def _json(s: dict[str, Any]) -> dict[str, Any]:
             "delta": cmp.get("delta"), "delta_ci95": cmp.get("ci95"), "significant": cmp.get("significant"),
             "candidates": s["candidates"], "evals": s["evals"], "cost_usd": s["cost_usd"],
             "reflection_cost_usd": s["reflection_cost_usd"], "stopped_by": s.get("stopped_by"),
-            "applied": s.get("applied"), "status": s["status"]}
+            "applied": s.get("applied"), "status": s["status"],
+            "seed_kept": s["heldout_before"]["run_id"] == s["heldout_after"]["run_id"]}
 
 
 def _print(s: dict[str, Any]) -> None:
@@ -118,7 +119,8 @@ def _print(s: dict[str, Any]) -> None:
         verdict = "significant" if cmp.get("significant") else "not significant"
         console.print(f"paired Δ {cmp['delta']:+.3f}, 95% CI {lo:+.3f} to {hi:+.3f}: {verdict}", highlight=False)
     elif s["heldout_before"]["run_id"] == s["heldout_after"]["run_id"]:
-        console.print("no candidate beat the seed prompt on the training split", highlight=False)
+        console.print("no candidate beat the seed prompt on the training split: the seed prompt stays",
+                      highlight=False)
     console.print(f"{s['evals']} search rollouts, {s['reflection_calls']} reflection calls; cost ${s['cost_usd']:.4f} "
                   f"(reflection ${s['reflection_cost_usd']:.4f}); stopped by {s.get('stopped_by')}", highlight=False)
     console.print("best prompt:", highlight=False)

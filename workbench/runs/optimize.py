@@ -231,12 +231,13 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
 
 def _comparison(store: Store, before: str, after: str) -> dict[str, Any]:
     """Held-out before against after: each one's mean with its CI, and the paired difference."""
-    from workbench.analysis.compare import compare_runs, load_runs
+    from workbench.analysis.compare import compare_runs, load_run, load_runs
 
-    if before == after:
-        stats = load_runs(store.conn, [before])
-        one = compare_runs(stats)["models"][0]
-        return {"before": one, "after": one, "delta": 0.0, "ci95": [0.0, 0.0], "significant": False}
+    if before == after:  # the seed prompt stays: one run, nothing to pair it with
+        stats = load_run(store.conn, before, 1.0)
+        one = {**stats.as_dict(set(stats.task_means), 1.0), "baseline": True}
+        return {"before": one, "after": one, "delta": 0.0, "ci95": [0.0, 0.0], "significant": False,
+                "seed_kept": True}
     cmp = compare_runs(load_runs(store.conn, [before, after]))
     b, a = cmp["models"]
     return {"before": b, "after": a, "delta": a.get("delta"), "ci95": a.get("ci95"), "significant": a.get("significant")}
