@@ -28,9 +28,7 @@ timeout and cancellation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -53,7 +51,6 @@ from local_runtime.sandbox.cgroup import detect as detect_cgroup
 from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv, agent_code, warm_config
 from local_runtime.sandbox.fs import (
     PATH,
-    Capture,
     HostDir,
     WorkdirFiles,
     base_env,
@@ -64,6 +61,7 @@ from local_runtime.sandbox.fs import (
     seed,
     warn_once,
 )
+from local_runtime.sandbox.procs import Tail, communicate, killpg, pump, reaped
 from workbench.authoring.runtimes import Local
 from workbench.authoring.sandbox import (
     BRIDGE_DIR,
@@ -77,8 +75,6 @@ from workbench.authoring.sandbox import (
     network_policy,
 )
 from workbench.authoring.tasks import Task
-
-TIMEOUT_EXIT = 124
 
 
 # -- the sandbox -----------------------------------------------------------------------------------
@@ -186,25 +182,25 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True, **kw)
         self._running.add(proc)
         try:
-            return await _communicate(proc, stdin, timeout, self.limits.output_bytes, t0)
+            return await communicate(proc, stdin, timeout, self.limits.output_bytes, t0)
         finally:
             self._running.discard(proc)
             if proc.returncode is None:
-                _killpg(proc)
-                self.pool.track(_reaped(proc))  # reaped by asyncio, not by a garbage-collected Popen
+                killpg(proc)
+                self.pool.track(reaped(proc))  # reaped by asyncio, not by a garbage-collected Popen
 
 
     def kill_all(self) -> asyncio.Future[None] | None:
         """Kill every process of the sandbox; what to await for the agent's namespace to be gone, if any."""
         for proc in list(self._running):
-            _killpg(proc)
+            killpg(proc)
         return self.stop_agent()
 
     async def reset(self) -> asyncio.Future[None] | None:
         """Hand back: the per-command processes are killed and the agent resets its namespace (kept for the
         next rollout); an agent that fails that is killed. What to await before wiping the files, if any."""
         for proc in list(self._running):
-            _killpg(proc)
+            killpg(proc)
         agent = self.agent
         if agent is None or not agent.alive or self._agent_start is None or not self._agent_start.done():
             return self.stop_agent()
@@ -261,7 +257,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
             return await stdout.read(1 << 16)
 
         channel = AgentChannel(self.id, read, proc.stdin, lambda: errors.decode(errors="replace"))
-        self._agent_stderr = asyncio.ensure_future(_pump(stderr, _Tail(errors)))
+        self._agent_stderr = asyncio.ensure_future(pump(stderr, Tail(errors)))
         self.agent = channel
         await channel.open(self.pool.agent_config(self), program)
         self.pool.agent_ok = True
@@ -270,8 +266,8 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
     def _kill_orphan(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
         if not spawn.cancelled() and spawn.exception() is None:
             proc = spawn.result()
-            _killpg(proc)
-            self.pool.track(_reaped(proc))
+            killpg(proc)
+            self.pool.track(reaped(proc))
 
     def stop_agent(self) -> asyncio.Future[None] | None:
         """Kill the agent's namespace (every process of this sandbox) and forget the channel. Returns a
@@ -289,100 +285,8 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         if proc is None:
             return None
         if proc.returncode is None:
-            _killpg(proc)
-        return self.pool.track(_reaped(proc))
-
-
-class _Tail:
-    """The last 4 KiB of a stream (the agent's stderr, for error messages)."""
-
-    def __init__(self, buf: bytearray) -> None:
-        self.buf = buf
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        del self.buf[:-4096]
-
-
-def _killpg(proc: asyncio.subprocess.Process) -> None:
-    """Kill the process group the spawn started. ``proc.kill()`` only where that is refused: it polls the
-    process first and may reap it under asyncio's child watcher (which then warns about an unknown child)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-
-
-async def _reaped(proc: asyncio.subprocess.Process) -> None:
-    """Wait for a killed process to exit, then close its pipes (not left to the garbage collector)."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), 10)
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        with contextlib.suppress(Exception):
-            transport.close()
-
-
-async def _pump(stream: asyncio.StreamReader | None, cap: Capture | _Tail) -> None:
-    if stream is None:
-        return
-    while True:
-        chunk = await stream.read(1 << 16)
-        if not chunk:
-            return
-        cap.feed(chunk)
-
-
-async def _feed(proc: asyncio.subprocess.Process, data: str | bytes | None) -> None:
-    if data is None or proc.stdin is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(data.encode() if isinstance(data, str) else data)
-        await proc.stdin.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.close()
-
-
-async def _communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | None, timeout: float, cap: int,
-                       t0: float) -> ExecResult:
-    out, err = Capture.new(cap), Capture.new(cap)
-    tasks = [asyncio.ensure_future(_pump(proc.stdout, out)), asyncio.ensure_future(_pump(proc.stderr, err)),
-             asyncio.ensure_future(_feed(proc, stdin))]
-    waiter = asyncio.ensure_future(proc.wait())
-    timed_out = False
-    try:
-        done, _ = await asyncio.wait([*tasks[:2], waiter], timeout=timeout)
-        if len(done) < 3:
-            if waiter.done():  # exited, but something it started still holds the pipes
-                await asyncio.wait(tasks[:2], timeout=max(0.0, min(1.0, timeout - (time.perf_counter() - t0))))
-            if not all(t.done() for t in tasks[:2]) or not waiter.done():
-                timed_out = not waiter.done() or time.perf_counter() - t0 >= timeout
-                _killpg(proc)
-                # The whole tree goes with the pid namespace; keep what it wrote before it died.
-                await asyncio.wait([*tasks[:2], waiter], timeout=2.0)
-    except BaseException:
-        _killpg(proc)
-        raise
-    finally:
-        for t in [*tasks, waiter]:
-            if not t.done():
-                t.cancel()
-        for s in (proc.stdout, proc.stderr):
-            if s is not None and hasattr(s, "_transport") and s._transport is not None:  # type: ignore[attr-defined]
-                with contextlib.suppress(Exception):
-                    s._transport.close()  # type: ignore[attr-defined]
-    rc = proc.returncode
-    if timed_out:
-        code = TIMEOUT_EXIT
-    elif rc is None:
-        code = -1
-    else:
-        code = 128 - rc if rc < 0 else rc
-    return ExecResult(code, out.text(), err.text(), timed_out, out.truncated or err.truncated,
-                      time.perf_counter() - t0)
+            killpg(proc)
+        return self.pool.track(reaped(proc))
 
 
 # -- the pool --------------------------------------------------------------------------------------
