@@ -288,3 +288,17 @@ def test_memory_cgroups_go_with_their_sandboxes(cli, write_env, mock_server, sto
     assert not stale.exists(), "the stale cgroup was swept"
     left = [g for g in _groups(found.parent) - before if not Path(f"/proc/{g.split('-')[1]}").exists()]
     assert left == [], left
+
+
+@pytest.mark.parametrize(("env", "cgroup"), [({}, None), ({"WORKBENCH_SANDBOX_MEMORY": "rlimit"}, False)],
+                         ids=["this-machine", "no-cgroup"])
+def test_sandbox_status_says_how_memory_is_bounded(cli, env, cgroup) -> None:
+    expected = _cgroup() if cgroup is None else cgroup
+    res = cli("sandbox", "status", "--json", env=env)
+    assert res.rc == 0, res.stderr
+    memory = last_json(res.stdout)["local"]["memory"]
+    assert memory["cgroup"] is expected, memory
+    assert ("version" in memory) if expected else memory["reason"], memory
+    res = cli("sandbox", "status", env=env)
+    line = next(ln for ln in res.stdout.splitlines() if "memory:" in ln)
+    assert ("per sandbox bounds its resident memory" in line) if expected else ("RLIMIT_DATA" in line), line

@@ -72,13 +72,19 @@ def gc_command(everything: bool, as_json: bool) -> None:
 @sandbox_group.command("status")
 @json_option()
 def status_command(as_json: bool) -> None:
-    """How sandboxes would run here: bubblewrap isolation for wb.Local, the Docker engine and image."""
+    """How sandboxes would run here: bubblewrap isolation and the memory limit for wb.Local, the Docker engine
+    and image."""
+    from local_runtime.sandbox.cgroup import Hierarchy
+    from local_runtime.sandbox.cgroup import detect as detect_cgroup
     from local_runtime.sandbox.process_pool import detect
     from workbench.authoring.sandbox import DEFAULT_IMAGE, SandboxError
 
     iso = detect("auto")
+    found = detect_cgroup()
+    memory = {"cgroup": True, "version": found.version, "parent": str(found.parent)} \
+        if isinstance(found, Hierarchy) else {"cgroup": False, "reason": found}
     out: dict[str, Any] = {"local": {"isolated": iso.mode != "none", "mode": iso.mode, "reason": iso.reason,
-                                     "bwrap": iso.bwrap}}
+                                     "bwrap": iso.bwrap, "memory": memory}}
     try:
         from local_runtime.sandbox.docker_pool import LABEL
         from local_runtime.sandbox.image import image_exists
@@ -95,6 +101,10 @@ def status_command(as_json: bool) -> None:
     loc = out["local"]
     console.print("local:  " + (f"isolated with bubblewrap ({loc['mode']})" if loc["isolated"]
                                 else f"NOT isolated: {loc['reason']}"))
+    mem = loc["memory"]
+    console.print("        memory: " + (f"a cgroup (v{mem['version']}) per sandbox bounds its resident memory"
+                                        if mem["cgroup"] else
+                                        f"RLIMIT_DATA per process (no memory cgroup: {mem['reason']})"), markup=False)
     d = out["docker"]
     if d["running"]:
         img = "present" if d["default_image"] else "missing (`workbench sandbox image` builds it)"
