@@ -17,8 +17,23 @@ TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
 
 #: ChatML with a tools block. Rendering is prefix-stable: the prompt of turn N (with the generation
-#: prompt) is a prefix of the full rendering of turn N plus the assistant's reply.
+#: prompt) is a prefix of the full rendering of turn N plus the assistant's reply. What the assistant
+#: writes (its content, its tool calls and its ``<|im_end|>``) is inside ``{% generation %}`` markers, so
+#: ``apply_chat_template(..., return_assistant_tokens_mask=True)`` (TRL's ``assistant_only_loss``) finds
+#: it; the markers render nothing themselves.
 TINY_CHAT_TEMPLATE = (
+    "{%- macro body(m) -%}"
+    "{%- if m.content is string -%}{{- m.content -}}{%- endif -%}"
+    "{%- if m.tool_calls -%}"
+    "{%- for tc in m.tool_calls -%}"
+    "{%- set f = tc.function if tc.function is defined else tc -%}"
+    "{{- '<tool_call>{\"name\": ' + (f.name | tojson) + ', \"arguments\": ' -}}"
+    "{%- if f.arguments is string -%}{{- f.arguments -}}{%- else -%}{{- f.arguments | tojson -}}{%- endif -%}"
+    "{{- '}</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- endmacro -%}"
     "{%- set ns = namespace(sys=none) -%}"
     "{%- if messages and messages[0].role == 'system' -%}"
     "{%- set ns.sys = messages[0].content if messages[0].content is string else '' -%}"
@@ -35,16 +50,12 @@ TINY_CHAT_TEMPLATE = (
     "{%- for m in messages -%}"
     "{%- if not (loop.first and m.role == 'system') -%}"
     "{{- '<|im_start|>' + m.role + '\\n' -}}"
-    "{%- if m.content is string -%}{{- m.content -}}{%- endif -%}"
-    "{%- if m.tool_calls -%}"
-    "{%- for tc in m.tool_calls -%}"
-    "{%- set f = tc.function if tc.function is defined else tc -%}"
-    "{{- '<tool_call>{\"name\": ' + (f.name | tojson) + ', \"arguments\": ' -}}"
-    "{%- if f.arguments is string -%}{{- f.arguments -}}{%- else -%}{{- f.arguments | tojson -}}{%- endif -%}"
-    "{{- '}</tool_call>' -}}"
-    "{%- endfor -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{%- generation -%}{{- body(m) -}}{%- endgeneration -%}"
+    "{%- else -%}"
+    "{{- body(m) -}}"
     "{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
+    "{{- '\\n' -}}"
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"

@@ -5,8 +5,9 @@ chat template rendered by jinja2, configured as transformers configures it (a sa
 Importing transformers and building an ``AutoTokenizer`` takes seconds; this takes milliseconds, which is
 what a token view needs. It serves what the trace tools use — ``decode`` and ``apply_chat_template`` — and
 refuses (:class:`Unsupported`) a model it cannot serve the same way (no ``tokenizer.json``, no chat
-template, a template using transformers' own ``{% generation %}`` tag), so the caller falls back to
-transformers for it.
+template, a template jinja2 cannot compile), so the caller falls back to transformers for it.
+transformers' own ``{% generation %}`` tag (what ``return_assistant_tokens_mask`` reads) renders its body
+here, as it does there.
 """
 
 from __future__ import annotations
@@ -31,7 +32,19 @@ def _token_text(value: Any) -> str | None:
 @lru_cache(maxsize=16)
 def _compile(template: str) -> Any:
     import jinja2
+    from jinja2 import nodes
+    from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """``{% generation %}...{% endgeneration %}``: marks what the assistant writes; renders its body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body).set_lineno(lineno)
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
@@ -40,13 +53,14 @@ def _compile(template: str) -> Any:
                sort_keys: bool = False) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols", Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         return env.from_string(template)
-    except jinja2.exceptions.TemplateSyntaxError as e:  # e.g. transformers' own {% generation %} tag
+    except jinja2.exceptions.TemplateSyntaxError as e:
         raise Unsupported(f"the chat template needs transformers ({e})") from None
 
 

@@ -44,7 +44,7 @@ MODEL_ID = "workbench-tiny-v1"
 SERVED_NAME = "workbench-tiny"
 BUILD_FILE = "workbench_build.json"
 #: The version of the corpus and recipe; a cached build of another recipe is rebuilt at first use.
-RECIPE = 2
+RECIPE = 3
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 

@@ -317,3 +317,168 @@ def test_conversations_that_match_no_task_are_counted_and_not_rescored(cli: Call
     text = cli("rescore", env, "--run", run)
     assert text.rc == 0 and ("matches no task" in text.stdout) == bool(unmatched)
     assert snapshot(store_path) == before  # without --apply nothing is written
+
+
+# -- verifiers ToolEnv results, and SFT exports that load together ----------------------------------------
+_VF_TOOL_EVAL = '''
+import asyncio, os, sys
+from pathlib import Path
+from datasets import Dataset
+import verifiers as vf
+from verifiers.legacy.types import ClientConfig
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+def correct(completion, answer, **kw):
+    return 1.0 if str(answer) in (completion[-1].get("content") or "") else 0.0
+
+async def main(url, out):
+    ds = Dataset.from_list([{"question": "What is 2 + 3?", "answer": "5"}])
+    env = vf.ToolEnv(tools=[add], dataset=ds, eval_dataset=ds, rubric=vf.Rubric(funcs=[correct]), max_turns=4)
+    os.environ["VF_MOCK_KEY"] = "x"
+    client = ClientConfig(api_base_url=url, api_key_var="VF_MOCK_KEY", max_retries=0)
+    await env.evaluate(client=client, model="mock-model", num_examples=1, rollouts_per_example=2,
+                       results_path=Path(out), save_results=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+'''
+ADD_CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+
+
+@pytest.fixture
+def vf_tool_results(mock_server: Callable[..., Any], tmp_path: Path) -> Path:
+    """A real ``vf-eval -s`` results folder of a verifiers ToolEnv: the model calls ``add``, then answers."""
+    pytest.importorskip("verifiers")
+    server = mock_server("script", "--by-turn", script=[{"tool_calls": [ADD_CALL]}, "The answer is 5"])
+    out = tmp_path / "vf-tool"
+    script = write_file(tmp_path / "vf_tool.py", _VF_TOOL_EVAL)
+    proc = subprocess.run([sys.executable, script, server.base_url, out], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(isinstance(tc, str) for r in saved for m in r["completion"] for tc in m.get("tool_calls") or ())
+    return out
+
+
+def test_a_verifiers_tool_env_imports_and_exports_with_its_tools(cli: Callable[..., Any], vf_tool_results: Path,
+                                                                  tmp_path: Path, store_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    tool_run = cli("import", vf_tool_results, "--format", "verifiers", "--json")
+    assert tool_run.rc == 0, tool_run.stderr  # today: a traceback (tool calls saved as JSON strings)
+    out = last_json(tool_run.stdout)
+    assert out["rollouts"] == 2 and out["skipped"] == 0
+    plain = _jsonl(tmp_path / "plain.jsonl", [{"messages": [{"role": "user", "content": f"q{i}"},
+                                                            {"role": "assistant", "content": f"a{i}"}]}
+                                              for i in range(3)])
+    plain_run = last_json(cli("import", plain, "--format", "openai-jsonl", "--json").stdout)
+    files = []
+    for run in (plain_run["run_id"], out["run_id"]):
+        path = tmp_path / f"{run}.jsonl"
+        res = cli("export", run, "-o", path)
+        assert res.rc == 0, res.stderr
+        files.append(str(path))
+    rows = [json.loads(line) for line in Path(files[1]).read_text().splitlines()]
+    calls = rows[0]["messages"][1]["tool_calls"]
+    assert calls == [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]
+    tools = json.loads(rows[0]["tools"])
+    assert [t["function"]["name"] for t in tools] == ["add"] and tools[0]["type"] == "function"
+    meta = json.loads(rows[0]["metadata"])
+    assert meta["reward"] == 1.0 and meta["answer"] == "5" and meta["source"] == "imported"
+    # the files of both runs load together, whichever comes first: one schema
+    for order in (files, files[::-1]):
+        ds = datasets.load_dataset("json", data_files=order, split="train", cache_dir=str(tmp_path / "hf"))
+        assert len(ds) == 5
+        assert ds.features["metadata"] == datasets.Value("string") and ds.features["tools"] == datasets.Value("string")
+        by_run = {json.loads(r["metadata"])["run_id"]: r for r in ds}
+        tool_row = by_run[out["run_id"]]
+        assert tool_row["messages"][1]["tool_calls"][0]["function"]["name"] == "add"
+        assert json.loads(tool_row["tools"])[0]["function"]["name"] == "add"
+        assert json.loads(by_run[plain_run["run_id"]]["tools"]) == []
+
+
+# -- verifiers v1 environments: named for what they are -----------------------------------------------------
+_V1_PACKAGE = '''
+import verifiers.v1 as vf1
+
+
+class CountingTaskset(vf1.Taskset):
+    def load(self):
+        return []
+
+
+__all__ = ["CountingTaskset"]
+'''
+_V1_RETURNED = '''
+import verifiers.v1 as vf1
+
+
+class CountingTaskset(vf1.Taskset):
+    def load(self):
+        return []
+
+
+def load_environment():
+    return CountingTaskset(vf1.TasksetConfig())
+'''
+V1 = [("package", "v1pkg/__init__.py", _V1_PACKAGE), ("returned", "v1ret.py", _V1_RETURNED)]
+
+
+@pytest.mark.parametrize(("case", "name", "source"), V1, ids=[c for c, _, _ in V1])
+def test_a_verifiers_v1_environment_is_named_for_what_it_is(cli: Callable[..., Any], tmp_path: Path, store_path: Path,
+                                                            case: str, name: str, source: str) -> None:
+    pytest.importorskip("verifiers.v1")
+    path = write_file(tmp_path / "envs" / name, source)
+    target = path.parent if name.endswith("__init__.py") else path
+    line = assert_user_error(cli("eval", target, "-n", "1"), "CountingTaskset", "verifiers v1 taskset",
+                             "not support")
+    assert "defines no load_environment" not in line
+    assert not store_path.exists() or query(store_path, "SELECT COUNT(*) FROM run") == [(0,)]
+
+
+# -- the embedded model's template: assistant tokens marked, rendering unchanged ---------------------------
+ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}}}}}
+TOOLS_HEAD = ('<|im_start|>system\nTools:\n{"name": "add", "parameters": {"type": "object", "properties": {"a": '
+              '{"type": "integer"}}}}\nTo call a tool reply <tool_call>{"name": NAME, "arguments": ARGS}</tool_call>'
+              '<|im_end|>\n')
+CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call><|im_end|>'
+TEMPLATE_CASES = [  # (messages, tools, the full rendering as the template rendered it before the markers,
+    #                  the rendering of all but the last message with the generation prompt, the assistant's text)
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4"}], None,
+     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n",
+     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n",
+     "4<|im_end|>"),
+    ([{"role": "user", "content": "add 2 and 3"},
+      {"role": "assistant", "content": None, "tool_calls": [
+          {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "5"}, {"role": "assistant", "content": "It is 5"}], [ADD_TOOL],
+     TOOLS_HEAD + "<|im_start|>user\nadd 2 and 3<|im_end|>\n<|im_start|>assistant\n" + CALL_TEXT
+     + "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\nIt is 5<|im_end|>\n",
+     TOOLS_HEAD + "<|im_start|>user\nadd 2 and 3<|im_end|>\n<|im_start|>assistant\n" + CALL_TEXT
+     + "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n",
+     CALL_TEXT + "It is 5<|im_end|>"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(TEMPLATE_CASES)))
+def test_the_embedded_models_template_marks_the_assistant_and_renders_as_before(tiny_dir: Path, case: int) -> None:
+    """TRL's ``assistant_only_loss`` needs ``{% generation %}`` markers (``return_assistant_tokens_mask``);
+    the text the template renders stays byte for byte what it was, for the server and the fast tokenizer."""
+    from transformers import AutoTokenizer
+
+    from local_runtime.models.fast_tokenizer import FastTokenizer
+
+    messages, tools, full, prompt, assistant = TEMPLATE_CASES[case]
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    fast = FastTokenizer(tiny_dir)
+    for t in (tok, fast):
+        assert t.apply_chat_template(messages, tools=tools, tokenize=False) == full
+        assert t.apply_chat_template(messages[:-1], tools=tools, tokenize=False, add_generation_prompt=True) == prompt
+    out = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    assert len(mask) == len(ids) and any(mask)
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == assistant
+    assert ids == fast.encode(full)

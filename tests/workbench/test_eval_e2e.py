@@ -189,7 +189,7 @@ def test_export_to_a_file_replaces_it_whole(adder_run: Run) -> None:
     res = adder_run.cli("export", adder_run.summary["run_id"], "-o", out, "--min-reward", "1", "--db", adder_run.db)
     assert res.rc == 0, res.stderr
     rows = [json.loads(ln) for ln in out.read_text().splitlines()]
-    assert rows and all(r["metadata"]["reward"] >= 1 for r in rows) and "old contents" not in out.read_text()
+    assert rows and all(json.loads(r["metadata"])["reward"] >= 1 for r in rows) and "old contents" not in out.read_text()
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".part")]
 
 

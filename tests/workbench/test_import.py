@@ -49,9 +49,16 @@ def _jsonl(path: Path, rows: list[Any]) -> Path:
 
 
 def _export(cli: Callable[..., Any], run_id: str) -> list[dict[str, Any]]:
+    """The SFT rows of a run, their JSON-string columns decoded and the empty ``tool_calls`` every
+    assistant message carries in an export left out (so they compare with what was imported)."""
     res = cli("export", run_id)
     assert res.rc == 0, res.stderr
-    return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    for r in rows:
+        assert isinstance(r["metadata"], str) and isinstance(r["tools"], str)
+        r["metadata"], r["tools"] = json.loads(r["metadata"]), json.loads(r["tools"])
+        r["messages"] = [{k: v for k, v in m.items() if not (k == "tool_calls" and v == [])} for m in r["messages"]]
+    return rows
 
 
 def _import(cli: Callable[..., Any], *args: Any) -> dict[str, Any]:

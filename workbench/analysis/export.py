@@ -1,10 +1,20 @@
 """Exporting stored rollouts as JSON lines: ``workbench export`` and the app's Traces screen both call
 :func:`export_rollouts`.
 
-Formats: ``sft`` — chat rows ready for supervised fine-tuning (``messages`` plus a ``metadata`` object:
-run, rollout, env and its version, model, task, reward, status, answer, info); ``rollouts`` — every
-stored field of each rollout (messages, scores, model calls, errors). The rows are the rollouts a
-:class:`~workbench.store.queries.RolloutFilter` selects, read page by page in its order.
+Formats: ``sft`` — chat rows ready for supervised fine-tuning, with one schema whatever the rollouts
+hold, so files exported from different runs load together (``datasets.load_dataset("json",
+data_files=[...])``) and feed TRL's ``SFTTrainer`` as they are:
+
+- ``messages``: the conversation as OpenAI chat messages; every assistant message carries
+  ``tool_calls`` (a list, empty when it called no tool), so each row's messages are one JSON type;
+- ``tools``: the tool definitions the conversation was offered, as a JSON string of OpenAI tool
+  definitions (``"[]"`` without tools; TRL decodes a string ``tools`` column itself);
+- ``metadata``: a JSON string of run, rollout, env and its version, model, task, reward, status,
+  answer, info and source (a string, so no row's values change the column's type).
+
+``rollouts`` — every stored field of each rollout (messages, scores, model calls, errors). The rows
+are the rollouts a :class:`~workbench.store.queries.RolloutFilter` selects, read page by page in its
+order.
 
 A file is written to a temporary name beside it and renamed into place, so a failed export leaves
 the old file (or none); the store itself and its WAL and shared-memory files are never an output.
@@ -34,14 +44,44 @@ def run_filter(run_id: str | None, *, min_reward: float | None = None, include_e
                          source=source)
 
 
-def _sft_row(r: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    return {"messages": r["messages"],
-            "metadata": {"run_id": r["run_id"], "rollout_id": r["id"], "env": run.get("env_name"),
-                         "env_version": run.get("env_version"), "model": run.get("model"),
-                         "task_id": r.get("task_id"), "task_index": r["task_index"],
-                         "sample_index": r["sample_index"], "reward": r["reward"], "status": r["status"],
-                         "answer": r["answer"], "info": r["info"], "source": r.get("source", "model"),
-                         **({"human": r["state"]["human"]} if (r.get("state") or {}).get("human") else {})}}
+def _json(obj: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
+def _sft_message(m: Any) -> Any:
+    if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls"):
+        return {**m, "tool_calls": []}
+    return m
+
+
+def rollout_tools(conn: Any, r: dict[str, Any]) -> list[Any]:
+    """The tool definitions a rollout's conversation was offered: an imported one's from its file, a
+    model rollout's from its trace (the tools its last model call sent)."""
+    state = r.get("state") if isinstance(r.get("state"), dict) else {}
+    imported = state.get("import") if isinstance(state.get("import"), dict) else None
+    if imported is not None:
+        return imported.get("tools") or []
+    row = conn.execute("SELECT nodes FROM trace WHERE rollout_pk = ?", (r["pk"],)).fetchone()
+    if row is None:
+        return []
+    try:
+        doc = orjson.loads(row[0])
+    except orjson.JSONDecodeError:
+        return []
+    sets, per_call = doc.get("tool_sets") or [], doc.get("call_tools") or []
+    last = next((i for i in reversed(per_call) if isinstance(i, int) and 0 <= i < len(sets)), None)
+    return sets[last] if last is not None else []
+
+
+def _sft_row(r: dict[str, Any], run: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
+    return {"messages": [_sft_message(m) for m in r["messages"]],
+            "tools": _json(tools),
+            "metadata": _json({"run_id": r["run_id"], "rollout_id": r["id"], "env": run.get("env_name"),
+                               "env_version": run.get("env_version"), "model": run.get("model"),
+                               "task_id": r.get("task_id"), "task_index": r["task_index"],
+                               "sample_index": r["sample_index"], "reward": r["reward"], "status": r["status"],
+                               "answer": r["answer"], "info": r["info"], "source": r.get("source", "model"),
+                               **({"human": r["state"]["human"]} if (r.get("state") or {}).get("human") else {})})}
 
 
 def iter_rows(store: Any, query: RolloutFilter, fmt: str = "sft", page: int = 500) -> Iterator[dict[str, Any]]:
@@ -60,7 +100,7 @@ def iter_rows(store: Any, query: RolloutFilter, fmt: str = "sft", page: int = 50
                 continue
             if r["run_id"] not in runs:
                 runs[r["run_id"]] = store.get_run(r["run_id"])
-            yield _sft_row(r, runs[r["run_id"]])
+            yield _sft_row(r, runs[r["run_id"]], rollout_tools(conn, r))
         if len(rows) < page:
             return
         after = rows[-1].cursor(query.sort)
@@ -108,4 +148,4 @@ def export_rollouts(store: Any, query: RolloutFilter, dest: Path | BinaryIO, fmt
     return n
 
 
-__all__ = ["FORMATS", "check_output", "export_rollouts", "iter_rows", "run_filter"]
+__all__ = ["FORMATS", "check_output", "export_rollouts", "iter_rows", "rollout_tools", "run_filter"]

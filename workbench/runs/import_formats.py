@@ -173,6 +173,18 @@ def short_repr(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def decoded(v: Any, kind: type) -> Any:
+    """``v``, or the value of ``kind`` a JSON string ``v`` holds (how an SFT export writes its ``metadata``
+    and ``tools`` columns)."""
+    if type(v) is str and v[:1] in "{[":
+        try:
+            x = orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return v
+        return x if type(x) is kind else v
+    return v
+
+
 def info_object(v: Any, where: str) -> dict[str, Any] | str:
     """A conversation's ``info`` (an object), or why it is not one."""
     if v is None:
@@ -258,12 +270,12 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
                 if why is not None:
                     yield Problem(where, n, why)
                     continue
-            meta = obj.get("metadata")
+            meta = decoded(obj.get("metadata"), dict)  # `workbench export` writes it as a JSON string
             meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
             if type(info := info_object(obj["info"] if "info" in obj else meta.get("info"), where)) is str:
                 yield Problem(where, n, info)
                 continue
-            tools = obj.get("tools")
+            tools = decoded(obj.get("tools"), list)
             rid = obj.get("id")
             model = obj.get("model") or meta.get("model")
             yield Conversation(
