@@ -599,3 +599,55 @@ def test_optimize_where_no_candidate_beats_the_seed_completes_and_keeps_the_seed
         assert "the seed prompt stays" in res.stdout
     assert query(store_path, "SELECT status FROM run WHERE kind = 'optimize'") == [("completed",)]
     assert query(store_path, "SELECT COUNT(*) FROM run WHERE status != 'completed'") == [(0,)]
+
+
+def test_a_killed_optimisation_is_marked_interrupted_at_the_next_start_and_resumes(
+        cli: Callable[..., CliResult], cli_env: dict[str, str], tmp_path: Path, store_path: Path,
+        mock_server: Callable[..., MockServer]) -> None:
+    import signal
+    import subprocess
+
+    from tests.helpers import wait_for, workbench_argv
+
+    task = mock_server("arithmetic", "--latency", "0.05", "--accuracy", "0.5")
+    reflector = mock_server("script", script=[REFLECTION, "```\nAnswer with a number only.\n```"])
+    for name, mock in (("task", task), ("reflector", reflector)):
+        assert cli("models", "add", name, "--base-url", mock.base_url, "--model-id", "mock-model").rc == 0
+    args = ["optimize", "arithmetic", "-a", '{"n": 10}', "-m", "task", "--reflection-model", "reflector",
+            "--heldout", "2", "--max-evals", "60"]
+    proc = subprocess.Popen([*workbench_argv(), *args], env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    state_dir = store_path.with_name(store_path.name + ".optimize")
+    try:
+        saved = wait_for(lambda: list(state_dir.glob("opt-*/gepa_state.bin")), 120, "GEPA to save its state",
+                         proc=proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    pid = saved[0].parent.name
+    assert query(store_path, "SELECT status FROM run WHERE id=?", (pid,)) == [("running",)]
+    evals_at_kill = json.loads(query(store_path, "SELECT summary FROM run WHERE id=?", (pid,))[0][0])["evals"]
+
+    # The next start (here one that is refused) marks what the killed process left running.
+    assert_user_error(cli("optimize", "--resume", "opt-00000000"), "no run")
+    assert query(store_path, "SELECT COUNT(*) FROM run WHERE status = 'running'") == [(0,)]
+    assert query(store_path, "SELECT status FROM run WHERE id=?", (pid,)) == [("interrupted",)]
+
+    res = cli("optimize", "--resume", pid, "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["pipeline_id"] == pid and out["status"] == "completed"
+    assert out["evals"] >= evals_at_kill
+    assert query(store_path, "SELECT status FROM run WHERE id=?", (pid,)) == [("completed",)]
+    assert query(store_path, "SELECT COUNT(*) FROM run WHERE kind = 'optimize'") == [(1,)]
+    stages = query(store_path, "SELECT json_extract(config, '$.pipeline.stage'), status FROM run WHERE kind='eval'")
+    assert [s for s, _ in stages].count("heldout-before") == 1, "the held-out run before is kept, not run again"
+    assert all(st in ("completed", "interrupted") for _, st in stages)
+    assert query(store_path, "PRAGMA integrity_check") == [("ok",)]
+
+    again = cli("optimize", "--resume", pid)
+    assert_user_error(again, f"optimisation {pid} is already completed")
+    assert_user_error(cli("optimize", "arithmetic", "--resume", pid), "keeps its own options")

@@ -11,7 +11,7 @@ from workbench.format import fnum
 
 
 @click.command("optimize")
-@click.argument("env")
+@click.argument("env", required=False)
 @click.option("-m", "--model", default=None, help="The model whose prompt is optimised: a registered model "
               "(`workbench models`), or a model id with --base-url (default: the embedded model).")
 @click.option("--base-url", default=None, help="The task model's OpenAI-compatible endpoint.")
@@ -36,6 +36,8 @@ from workbench.format import fnum
 @click.option("--apply", is_flag=True, help="Keep the best prompt as an override of ENV that eval, train and "
               "package load (the environment's source is never edited).")
 @click.option("--unapply", is_flag=True, help="Remove ENV's override and exit.")
+@click.option("--resume", default=None, metavar="ID", help="Continue the optimisation ID that did not finish "
+              "(killed or interrupted) with its own options: GEPA from its saved state, the held-out run kept.")
 @db_option
 @json_option()
 @click.pass_context
@@ -43,7 +45,7 @@ def optimize_command(ctx: click.Context, env: str, model: str | None, base_url: 
                      reflection_model: str | None, reflection_base_url: str | None, budget_usd: float | None,
                      max_evals: int | None, env_args: str | None, n: int | None, heldout: int | None,
                      rollouts_per_task: int, concurrency: int, minibatch: int, seed: int, apply: bool, unapply: bool,
-                     db: str | None, as_json: bool) -> None:
+                     resume: str | None, db: str | None, as_json: bool) -> None:
     """Improve ENV's system prompt with GEPA: reflective evolution with a Pareto front, the env's rubric
     the metric on the training split, and the seed and best prompts evaluated on the held-out split.
     Every evaluation is a run (browse them with `workbench runs`); the optimisation is a run of kind
@@ -51,9 +53,21 @@ def optimize_command(ctx: click.Context, env: str, model: str | None, base_url: 
     from workbench.authoring import discovery, overrides
     from workbench.authoring.discovery import parse_env_args
     from workbench.cli.eval_cmd import run_async
+    from workbench.errors import ConfigError
     from workbench.runs.optimize import OptimizeOptions, optimize
 
+    if resume:
+        from click.core import ParameterSource
+
+        extra = [f"--{k.replace('_', '-')}" for k in ctx.params if k not in ("resume", "db", "as_json", "env")
+                 and ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)]
+        if env or extra:
+            raise ConfigError("a resumed optimisation keeps its own options; pass only --resume ID (and --db, "
+                                   f"--json); got {env or ', '.join(extra)}")
+    elif not env:
+        raise ConfigError("optimize needs an environment (e.g. `workbench optimize arithmetic`) or --resume ID")
     if unapply:
+        assert env is not None
         name = discovery.resolve(env).name
         removed = overrides.remove(name)
         if as_json:
@@ -61,7 +75,7 @@ def optimize_command(ctx: click.Context, env: str, model: str | None, base_url: 
         else:
             console.print(f"override of {name} removed" if removed else f"{name} has no override")
         return
-    opts = OptimizeOptions(env=env, model=model, reflection_model=reflection_model or "",
+    opts = None if resume else OptimizeOptions(env=env or "", model=model, reflection_model=reflection_model or "",
                            env_args=parse_env_args(env_args), base_url=base_url,
                            reflection_base_url=reflection_base_url, budget_usd=budget_usd, max_evals=max_evals, n=n,
                            heldout=heldout, rollouts_per_task=rollouts_per_task, concurrency=concurrency,
@@ -72,8 +86,9 @@ def optimize_command(ctx: click.Context, env: str, model: str | None, base_url: 
             console_err.print(line, highlight=False, markup=False)
 
     with open_store(ctx, db) as store:
-        outcome = run_async(optimize(opts, store, log=log,
-                                     on_start=lambda pid: log(f"optimisation {pid} started")))
+        outcome = run_async(optimize(opts, store, log=log, resume=resume,
+                                     on_start=lambda pid: log(f"optimisation {pid} " + (
+                                         "resumed" if resume else "started"))))
     s = outcome.summary
     if as_json:
         emit_json(_json(s))

@@ -100,9 +100,30 @@ def estimate_rollout_usd(env: Any, price: Any) -> tuple[float, int]:
     return (price.cost(prompt_tokens, completion_tokens) if price else 0.0), prompt_tokens + completion_tokens
 
 
-async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], None] | None = None,
-                   on_start: Callable[[str], None] | None = None) -> OptimizeOutcome:
+async def optimize(opts: OptimizeOptions | None, store: Store, *, log: Callable[[str], None] | None = None,
+                   on_start: Callable[[str], None] | None = None, resume: str | None = None) -> OptimizeOutcome:
+    """Run an optimisation, or (``resume``, with ``opts`` None) continue a stored one that did not finish:
+    its held-out evaluation before is kept where it completed, GEPA continues from its saved state and
+    the search's record from its summary. Runs of optimisations whose process died are marked
+    interrupted first."""
+    from workbench.runs import optimize_resume
+    from workbench.store.run_lock import run_lock
+
+    optimize_resume.mark_abandoned(store)
+    run = optimize_resume.resumable(store, resume) if resume else None
+    if run is not None:
+        opts = OptimizeOptions(**optimize_resume.options_of(run))
+    assert opts is not None
+    pid = run["id"] if run is not None else new_pipeline_id()
+    with run_lock(store.path, pid):  # others can tell a live optimisation from one whose process died
+        return await _optimize(opts, store, pid, run, log, on_start)
+
+
+async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str, Any] | None,
+                    log: Callable[[str], None] | None, on_start: Callable[[str], None] | None) -> OptimizeOutcome:
     import gepa
+
+    from workbench.runs import optimize_resume
 
     opts.validate()
     ref = discovery.resolve(opts.env)
@@ -136,21 +157,26 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
         raise ConfigError(f"--max-evals {max_evals} is below one evaluation of the training split ({len(train)} "
                           "tasks, one rollout each): raise it or use fewer tasks with -n")
 
-    pid = new_pipeline_id()
     pipeline = {"id": pid, "kind": KIND, "stage": KIND}
     state = SearchState()
     record: dict[str, Any] = {
         "pipeline_id": pid, "env": env.name, "env_version": env.version, "model": model,
         "reflection_model": r_model, "seed_prompt": seed_prompt, "train_tasks": len(train),
         "heldout_tasks": len(held), "max_evals": max_evals, "budget_usd": opts.budget_usd, "status": "running"}
-    store.create_run(pid, kind=KIND, env_name=env.name, env_version=env.version, env_source=env.source,
-                     env_args=opts.env_args, model=model, base_url=base_url, harness=env.harness.describe(),
-                     runtime=getattr(env.runtime, "kind", ""), n_tasks=len(train), rollouts_per_task=1,
-                     concurrency=opts.concurrency, sampling=dataclasses.asdict(env.sampling),
-                     config={"env": opts.env, "env_args": opts.env_args, "model": model, "base_url": base_url,
-                             "reflection_model": r_model, "reflection_base_url": r_url, "pipeline": pipeline,
-                             "max_evals": max_evals, "budget_usd": opts.budget_usd, "heldout": held,
-                             "train": train})
+    if run is None:
+        options = {k: getattr(opts, k) for k in optimize_resume.OPTION_FIELDS}
+        store.create_run(pid, kind=KIND, env_name=env.name, env_version=env.version, env_source=env.source,
+                         env_args=opts.env_args, model=model, base_url=base_url, harness=env.harness.describe(),
+                         runtime=getattr(env.runtime, "kind", ""), n_tasks=len(train), rollouts_per_task=1,
+                         concurrency=opts.concurrency, sampling=dataclasses.asdict(env.sampling),
+                         config={"env": opts.env, "env_args": opts.env_args, "model": model, "base_url": base_url,
+                                 "reflection_model": r_model, "reflection_base_url": r_url, "pipeline": pipeline,
+                                 "max_evals": max_evals, "budget_usd": opts.budget_usd, "heldout": held,
+                                 "train": train, "options": options})
+    else:
+        optimize_resume.restore(state, run["summary"])
+        record.update({k: v for k, v in run["summary"].items() if k in ("heldout_before", "best_prompt")})
+        store.update_run(pid, status="running", error="", finished_at=None)
     if on_start:
         on_start(pid)
 
@@ -170,8 +196,8 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
     try:
         heldout = dataclasses.replace(base, task_indices=held, rollouts_per_task=opts.rollouts_per_task,
                                       comparison_id=pid)
-        before = await evaluate(dataclasses.replace(heldout, system_prompt=seed_prompt or None,
-                                                    pipeline={**pipeline, "stage": "heldout-before"}), store)
+        before = await _heldout(store, pid, "heldout-before", dataclasses.replace(
+            heldout, system_prompt=seed_prompt or None, pipeline={**pipeline, "stage": "heldout-before"}))
         state.spent_usd += float(before.summary.get("cost_usd") or 0.0)
         publish(heldout_before={"run_id": before.run_id, "mean_reward": before.summary.get("mean_reward")})
         if log:
@@ -188,7 +214,8 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
                 gepa.optimize, seed_candidate={COMPONENT: seed_prompt}, trainset=train, valset=train, adapter=adapter,
                 reflection_lm=reflection, candidate_selection_strategy="pareto", reflection_minibatch_size=opts.minibatch,
                 max_metric_calls=max_evals, stop_callbacks=[stopper], logger=ProgressLog(log), seed=opts.seed,
-                raise_on_exception=True, display_progress_bar=False)
+                raise_on_exception=True, display_progress_bar=False,
+                run_dir=str(optimize_resume.gepa_dir(store, pid)))
         except (asyncio.CancelledError, KeyboardInterrupt):
             bridge.stop.set()
             raise
@@ -206,8 +233,8 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
         if best_prompt == seed_prompt:
             after = before
         else:
-            after = await evaluate(dataclasses.replace(heldout, system_prompt=best_prompt or None,
-                                                       pipeline={**pipeline, "stage": "heldout-after"}), store)
+            after = await _heldout(store, pid, "heldout-after", dataclasses.replace(
+                heldout, system_prompt=best_prompt or None, pipeline={**pipeline, "stage": "heldout-after"}))
             state.spent_usd += float(after.summary.get("cost_usd") or 0.0)
         comparison = _comparison(store, before.run_id, after.run_id)
         publish(heldout_after={"run_id": after.run_id, "mean_reward": after.summary.get("mean_reward")},
@@ -227,6 +254,23 @@ async def optimize(opts: OptimizeOptions, store: Store, *, log: Callable[[str], 
         publish(status=status, **({"error": error} if error else {}))
         store.update_run(pid, status=status, error=error, finished_at=time.time())
     return OptimizeOutcome(pid, record)
+
+
+async def _heldout(store: Store, pid: str, stage: str, opts: EvalOptions) -> Any:
+    """A held-out evaluation of the optimisation: run, or where a resumed optimisation has one of the
+    same prompt already, kept (completed) or finished (``eval --resume``)."""
+    from workbench.runs import optimize_resume
+    from workbench.runs.evaluate import EvalOutcome
+
+    done = optimize_resume.stage_run(store, pid, stage)
+    if done is not None and done["config"].get("system_prompt") == opts.system_prompt:
+        if done["status"] == "completed":
+            return EvalOutcome(done["id"], done["summary"], None, 0.0)  # type: ignore[arg-type]
+        opts = dataclasses.replace(opts, resume=done["id"])
+    outcome = await evaluate(opts, store)
+    if outcome.interrupted:  # Ctrl-C or SIGTERM: the optimisation stops here, resumable
+        raise asyncio.CancelledError
+    return outcome
 
 
 def _comparison(store: Store, before: str, after: str) -> dict[str, Any]:
