@@ -306,6 +306,11 @@ def test_an_impostor_card_and_a_killed_pull_leave_the_installed_version_whole(
     before = listing(hub_dir(you))
     assert_user_error(you("hub", "pull", "impostor"), "names environment 'adder'", "nothing was installed")
     assert listing(hub_dir(you)) == before
+    other = write_file(tmp_path / "src" / "other" / "__init__.py", ADDER).parent
+    me.json("hub", "push", other)
+    assert_user_error(you("hub", "pull", "other", "--as", "adder"), "'adder' here is a pull of 'adder', not 'other'",
+                      "hub remove adder")
+    assert listing(hub_dir(you)) == before
     assert you.json("envs")["envs"] and json.loads((hub_dir(you) / "records" / "adder.json").read_text()) == \
         json.loads(json.dumps(first))
 

@@ -220,6 +220,14 @@ def _old_paths(rec: dict[str, Any] | None) -> list[Path]:
     return [Path(p) for p in (rec.get("path"), rec.get("deps")) if isinstance(p, str)]
 
 
+def _other_project(name: str, published_as: str) -> None:
+    """Refuse to install ``published_as`` under ``name`` when ``name`` holds a pull of another project."""
+    held = (record(name) or {}).get("published_as")
+    if held is not None and project_name(str(held)) != project_name(published_as):
+        raise ConfigError(f"{name!r} here is a pull of {held!r}, not {published_as!r}; nothing was installed: "
+                          f"`workbench hub remove {name}` first, or pull it under another name with --as NAME")
+
+
 def pull(spec: str, index: str | None = None, *, local_name: str | None = None) -> dict[str, Any]:
     """Install ``NAME[==VERSION]`` without running any of its code. Its files and dependencies are staged
     in a folder of their own inside the hub folder (locked while it fills); the record, replaced
@@ -235,6 +243,7 @@ def pull(spec: str, index: str | None = None, *, local_name: str | None = None) 
     if other is not None and other.origin != "hub":
         raise ConfigError(f"an environment named {name!r} exists here ({other.origin}: {other.path or other.module}); "
                           f"pull it under another name with --as NAME, or fork it with `workbench hub fork`")
+    _other_project(name, fetched.name)
     root = paths.hub_dir()
     installed_dir().mkdir(parents=True, exist_ok=True)
     with _stage_lock(name):
@@ -254,6 +263,7 @@ def pull(spec: str, index: str | None = None, *, local_name: str | None = None) 
                "framework": card.get("framework"), "description": card.get("description"), "error": None}
         with _name_lock(name):
             old = record(name)
+            _other_project(name, fetched.name)  # again, under the lock: a pull of another project may have won
             safe_fs.write_inside(root, records_dir() / f"{name}.json",
                                  json.dumps(rec, indent=1, sort_keys=True).encode())
             for p in _old_paths(old):
