@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
 
-from app.format import fnum
+from app.format import fnum, safe_text, title, visible
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
@@ -51,7 +51,7 @@ def leaderboard(result: dict[str, Any]) -> Table:
         cost = m["cost_per_solved_task"]
         reward = "-" if m["mean_reward"] is None else f"{m['mean_reward']:.2f}" + (
             f"±{(ci[1] - ci[0]) / 2:.2f}" if ci else "")
-        t.add_row(m["label"], reward, fnum(m["pass_at_k"].get("pass@1")),
+        t.add_row(safe_text(m["label"]), reward, fnum(m["pass_at_k"].get("pass@1")),
                   "-" if cost is None else f"${cost:.4f}", Text(delta, style=style))
     return t
 
@@ -83,7 +83,7 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
         with Vertical():
             with Horizontal(id="compare-top"):
                 board = Static(leaderboard(self.result), id="compare-board", classes="section")
-                board.border_title = f"{self.result['env']}: {self.result['tasks']} tasks"
+                board.border_title = title(f"{self.result['env']}: {self.result['tasks']} tasks")
                 yield board
                 yield PlotextPlot(id="compare-plot")
             yield RowTable(id="compare-matrix", cursor_type="cell", zebra_stripes=True)
@@ -92,7 +92,7 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = f"baseline {self.result['baseline']}"
         for note in self.result["notes"]:
-            self.notify(note, severity="warning")
+            self.notify(visible(note), severity="warning", markup=False)
         models = self.result["models"]
         points = [(m["cost_usd"], m["mean_reward"] or 0.0) for m in models]
         front = set(pareto(points))

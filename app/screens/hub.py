@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Header, Input, Static
 
-from app.format import fnum
+from app.format import fnum, safe_text, visible
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
@@ -29,31 +29,31 @@ from workbench.errors import WorkbenchError
 
 
 def card_renderable(card: dict[str, Any]) -> Group:
-    head = Text.assemble((f"{card['env']} {card['version']}", "bold"), f"  on {card.get('index', '-')}\n",
-                         f"hash {str(card['hash'])[:12]}, env version {card['env_version']}, "
-                         f"{card.get('tasks', '-')} tasks, {card.get('harness', '-')}")
+    head = Text.assemble((visible(f"{card['env']} {card['version']}"), "bold"), visible(f"  on {card.get('index', '-')}"),
+                         "\n", visible(f"hash {str(card['hash'])[:12]}, env version {card['env_version']}, "
+                                       f"{card.get('tasks', '-')} tasks, {card.get('harness', '-')}"))
     parts: list[Any] = [head]
     if card.get("forked_from"):
         f = card["forked_from"]
-        parts.append(Text(f"forked from {f.get('name')} {f.get('version')}", style="italic"))
+        parts.append(safe_text(f"forked from {f.get('name')} {f.get('version')}", style="italic"))
     if card.get("description"):
-        parts.append(Text(card["description"]))
+        parts.append(safe_text(card["description"]))
     rewards = Table(title="reward design", box=None, show_edge=False, header_style="bold", title_justify="left")
     for col in ("function", "kind", "weight", "what"):
         rewards.add_column(col)
     for r in card.get("rewards", []):
-        rewards.add_row(r["name"], r["kind"], f"{r['weight']:g}", r["doc"])
+        rewards.add_row(safe_text(r["name"]), safe_text(r["kind"]), f"{r['weight']:g}", safe_text(r["doc"]))
     parts.append(rewards)
     results = Table(title="results", box=None, show_edge=False, header_style="bold", title_justify="left")
     for col in ("model", "reward", "n", "env version", "date"):
         results.add_column(col)
     for r in card.get("results", []):
         se = f"±{r['stderr']:.3f}" if r.get("stderr") is not None else ""
-        results.add_row(r["model"], fnum(r.get("mean_reward")) + se, str(r.get("rollouts")), str(r.get("env_version")),
-                        str(r.get("date")))
+        results.add_row(safe_text(r["model"]), fnum(r.get("mean_reward")) + se, safe_text(r.get("rollouts")),
+                        safe_text(r.get("env_version")), safe_text(r.get("date")))
     parts.append(results if card.get("results") else Text("no results were published with this version", style="dim"))
     if card.get("readme"):
-        parts.append(Text(card["readme"].strip(), style="dim"))
+        parts.append(safe_text(card["readme"].strip(), style="dim"))
     return Group(*parts)
 
 

@@ -22,7 +22,7 @@ from textual.timer import Timer
 from textual.validation import Number
 from textual.widgets import Header, Input, Static
 
-from app.format import fnum, ftime
+from app.format import fnum, ftime, safe_text
 from app.screens.export import ExportScreen, default_export_path
 from app.store_access import call_ui, post_ui
 from app.trace_source import SORTS, SOURCES, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
@@ -203,8 +203,8 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         desc = self.filters.describe()
         new = f" · {self._new:+,} since loaded: press r" if self._new else ""
         mark = f" · marked {self.marked}: D on another rollout diffs them" if self.marked else ""
-        self.query_one("#traces-status", Static).update(
-            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else "") + mark)
+        self.query_one("#traces-status", Static).update(safe_text(  # the filters hold what was typed
+            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else "") + mark))
 
     def on_screen_resume(self) -> None:
         """Back on Traces (from another screen): say if the store changed, without moving the list."""
