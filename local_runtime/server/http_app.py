@@ -298,7 +298,7 @@ async def health(request: web.Request) -> web.Response:
     return json_response({
         "status": "ok", "model": engine.lm.name, "source": engine.lm.source, "pid": os.getpid(),
         "policy_version": engine.policy_version(engine.lm.name), "adapters": sorted(engine.adapters),
-        "context_len": engine.lm.context_len, "device": engine.lm.device, "max_batch": sched.max_batch,
+        "context_len": engine.lm.context_len, "warnings": list(engine.lm.warnings), "device": engine.lm.device, "max_batch": sched.max_batch,
         "max_queue": sched.max_queue, "queued": sched.queued, "running": sched.running, "batches": st.batches,
         "sequences": st.sequences, "max_batch_seen": st.max_batch_seen, "last_batch": st.last_batch,
         "batch_sizes": {str(k): v for k, v in sorted(st.batch_sizes.items())}, "rejected": st.rejected,

@@ -76,7 +76,10 @@ def _param(req: Any) -> str:
 
 class PromptCache:
     """The token ids of the chat prompts rendered last: the rollouts of one group send the same
-    messages, so the chat template and the tokenizer run once for all of them."""
+    messages, so the chat template and the tokenizer run once for all of them.
+
+    The key is the exact rendering input, its keys in the order they came: a template renders a tool's
+    schema as JSON in that order, so two requests that differ only in key order render differently."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -85,7 +88,7 @@ class PromptCache:
 
     def prompt(self, req: ChatRequest, render: Callable[[], list[int]]) -> list[int]:
         key = orjson.dumps([req.messages, req.tools, req.add_generation_prompt, req.continue_final_message,
-                            req.chat_template_kwargs], option=orjson.OPT_SORT_KEYS)
+                            req.chat_template_kwargs])
         ids = self.ids.get(key)
         if ids is None:
             ids = self.ids[key] = render()

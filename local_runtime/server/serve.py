@@ -81,6 +81,9 @@ def build(args: argparse.Namespace) -> Any:
     lm = load(args.model, served_name=args.served_model_name, dtype=args.dtype, device=args.device,
               chat_template=args.chat_template, max_model_len=args.max_model_len,
               allow_download=args.allow_download, trust_remote_code=args.trust_remote_code, log=log)
+    if args.max_model_len and args.max_model_len > lm.context_len:
+        lm.warnings.append(f"--max-model-len {args.max_model_len} is more than {lm.name} supports; its context "
+                           f"is capped at {lm.context_len} tokens")
     for w in lm.warnings:
         log(f"warning: {w}")
     engine = Engine(lm, logprobs_mode=args.logprobs_mode)

@@ -1,7 +1,9 @@
 """``/v1/responses`` (the OpenAI Responses API) and ``/v1/messages`` (the Anthropic Messages API) on the
 embedded server: each request is translated to a chat request (:mod:`workbench.wire`), runs exactly as
 ``/v1/chat/completions`` runs it — sampling, constraints, tool calls — and the answer is translated back,
-whole or streamed. ``previous_response_id`` finds the conversations of the server's recent responses."""
+whole or streamed. ``previous_response_id`` finds the conversations of the server's recent responses, and
+``GET /v1/responses/{id}`` the responses themselves; ``/v1/messages/count_tokens`` counts a Messages
+request's prompt."""
 
 from __future__ import annotations
 
@@ -90,12 +92,45 @@ async def create_message(request: web.Request) -> web.StreamResponse:
         model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
         return await http_app._chat(request, req, _MessagesTranslation(model, body))
     except http_app.HTTPError as e:
-        where = f" ({e.param})" if e.param and e.param not in e.message else ""
-        return web.Response(body=orjson.dumps(anthropic.error_body(e.status, e.message + where)), status=e.status,
-                            content_type="application/json")
+        return _anthropic_error(e)
+
+
+async def get_response(request: web.Request) -> web.Response:
+    """``GET /v1/responses/{id}``: one of the server's recent responses, as it was answered."""
+    rid = request.match_info["response_id"]
+    found = request.app[RESPONSE_STORE].response(rid)
+    if found is None:
+        raise http_app.HTTPError(404, f"No response with id '{rid}' found.", param="response_id")
+    return http_app.json_response(found)
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """``POST /v1/messages/count_tokens``: the tokens of the prompt the request's messages, system and
+    tools render to (``{"input_tokens": N}``); errors in Anthropic's shape."""
+    try:
+        body = await http_app.read_json(request)
+        try:
+            chat = anthropic.count_request_to_chat(body)
+        except WireError as e:
+            raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
+        req = _chat_request(chat)
+        engine = request.app[http_app.ENGINE]
+        http_app.resolve_model(engine, req.model)
+        ids, _ = http_app.render_chat(engine.lm, req, request.app[http_app.PROMPTS])
+        return http_app.json_response({"input_tokens": len(ids)})
+    except http_app.HTTPError as e:
+        return _anthropic_error(e)
+
+
+def _anthropic_error(e: http_app.HTTPError) -> web.Response:
+    where = f" ({e.param})" if e.param and e.param not in e.message else ""
+    return web.Response(body=orjson.dumps(anthropic.error_body(e.status, e.message + where)), status=e.status,
+                        content_type="application/json")
 
 
 def add_routes(app: web.Application) -> None:
     app[RESPONSE_STORE] = responses.ResponseStore()
     app.router.add_post("/v1/responses", create_response)
+    app.router.add_get("/v1/responses/{response_id}", get_response)
     app.router.add_post("/v1/messages", create_message)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)

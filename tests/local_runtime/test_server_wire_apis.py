@@ -121,7 +121,8 @@ def test_bad_messages_are_one_clear_anthropic_error(server: str, body: dict[str,
     ({"model": SERVED}, "input"),
     ({"model": SERVED, "input": 5}, "input"),
     ({"model": SERVED, "input": "x", "tools": [{"type": "namespace", "name": "ns"}]}, "namespace"),
-    ({"model": SERVED, "input": [{"type": "computer_call_output"}]}, "computer_call_output"),
+    ({"model": SERVED, "input": [{"type": 7}]}, "input[0].type"),
+    ({"model": SERVED, "input": [{"type": "computer_call_output"}]}, "nothing a chat model reads"),
     ({"model": SERVED, "input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
 ])
 def test_bad_responses_requests_are_one_clear_error(client: Any, body: dict[str, Any], needle: str) -> None:

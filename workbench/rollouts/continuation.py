@@ -17,7 +17,8 @@ so does the adapter gate in front of vLLM on Modal, ``cloud_runtime.vllm_tokens`
 renderings come from the server's ``/tokenize`` (vLLM's route), so the chat template lives in one
 place. :func:`continuation_for` turns continuation on for the embedded server by its name and for
 any other server that answers a probe of both routes. Where the template is not append-only (it rewrites earlier turns, e.g. strips
-reasoning), the call falls back to the server's own rendering and the trace records the branch.
+reasoning), or where this call sends other tools than the call it follows (the recorded tokens hold that
+call's tools block), the call falls back to the server's own rendering and the trace records the branch.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ class TokenContinuation:
             return None
         path, used = trace.path_for(messages)
         if not path or path[-1].kind != "assistant" or not path[-1].tokens or used >= len(messages):
+            return None
+        last = path[-1].call
+        if last is None or orjson.dumps(trace.tools_of(last) or []) != orjson.dumps(tools or []):
+            # the path's tokens hold the tools block that call rendered: this call's tools render another
+            self.fallbacks += 1
             return None
         try:
             (before, after), closing = await asyncio.gather(
