@@ -482,3 +482,17 @@ def test_the_embedded_models_template_marks_the_assistant_and_renders_as_before(
     assert len(mask) == len(ids) and any(mask)
     assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == assistant
     assert ids == fast.encode(full)
+
+
+def test_an_sft_row_of_a_model_rollout_carries_the_tools_its_calls_sent(cli: Callable[..., Any],
+                                                                        mock_server: Callable[..., Any],
+                                                                        tmp_path: Path) -> None:
+    server = mock_server("instant", "--tokens")  # a token-returning server: the trace keeps each call's tools
+    res = cli("eval", "doc_search", "-m", "mock-model", "--base-url", server.base_url, "-n", "1", "--json")
+    assert res.rc == 0, res.stderr
+    run = last_json(res.stdout)["run_id"]
+    exp = cli("export", run)
+    assert exp.rc == 0, exp.stderr
+    [row] = [json.loads(line) for line in exp.stdout.splitlines() if line.strip()]
+    assert [t["function"]["name"] for t in json.loads(row["tools"])] == ["search", "read"]
+    assert json.loads(row["metadata"])["env"] == "doc_search"
