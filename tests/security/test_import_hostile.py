@@ -496,3 +496,19 @@ def test_an_sft_row_of_a_model_rollout_carries_the_tools_its_calls_sent(cli: Cal
     [row] = [json.loads(line) for line in exp.stdout.splitlines() if line.strip()]
     assert [t["function"]["name"] for t in json.loads(row["tools"])] == ["search", "read"]
     assert json.loads(row["metadata"])["env"] == "doc_search"
+
+
+def test_an_inspect_log_that_unpacks_past_the_limit_is_refused_before_it_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from workbench.errors import ConfigError
+    from workbench.runs import import_inspect
+
+    monkeypatch.setattr(import_inspect, "MAX_LOG_BYTES", 1 << 20)
+    path = tmp_path / "bomb.eval"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("samples/1_epoch_1.json", b"0" * (4 << 20))  # 4 MiB of zeros, a few KiB packed
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(ConfigError, match="unpacks to .* over the"):
+        import_inspect.read_inspect(path)

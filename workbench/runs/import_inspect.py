@@ -67,9 +67,30 @@ def _inspect_scores(scores: dict[str, Any], to_float: Any) -> tuple[dict[str, fl
     return named, None
 
 
+#: The most an Inspect log may hold, unpacked: it is read into memory whole.
+MAX_LOG_BYTES = 2 << 30
+
+
+def _log_size(path: Path) -> int:
+    """What reading the log takes in: a ``.eval`` zip's members unpacked (as their headers declare them), else
+    the file's size."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                return sum(info.file_size for info in z.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return path.stat().st_size  # read_eval_log names what is wrong with it
+    return path.stat().st_size
+
+
 def read_inspect(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not an Inspect AI log; give one .eval (or .json) log file")
+    if (size := _log_size(path)) > MAX_LOG_BYTES:
+        raise ConfigError(f"{path} unpacks to {size / (1 << 30):.1f} GiB, over the {MAX_LOG_BYTES >> 30} GiB an Inspect "
+                          "log may hold here; split the eval into smaller logs")
     from inspect_ai.log import read_eval_log  # heavy: only for this format
     from inspect_ai.scorer import value_to_float
 
