@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 
 from app.commands import WorkbenchCommands
 from app.config import TuiConfig, load_config
-from app.format import fpath
+from app.format import fpath, visible
 from app.screens.costs import CostsScreen
 from app.screens.debugger import DebuggerScreen
 from app.screens.environments import EnvironmentsScreen
@@ -104,6 +104,12 @@ class WorkbenchApp(App[None]):
                         "traces and costs; quick eval, launch and live debugging are off until it is writable "
                         "(its permissions, `chattr -i`, or the mount)", title="read-only store",
                         severity="warning", timeout=12)
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        """A notification, as text: what it says often holds data (an error's text, a name), so it is never
+        parsed as markup (a screen's ``notify`` passes ``markup=True``: overruled) and its control characters
+        are shown."""
+        super().notify(visible(message), **{**kwargs, "markup": False})
 
     def require_writable(self, what: str) -> bool:
         """True if the store can be written; else one clear error saying ``what`` needs it, and False."""

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Header, Input, Static
 
-from app.format import fnum, safe_text, visible
+from app.format import esc, fnum, safe_text, visible
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
@@ -72,7 +72,7 @@ class ForkNameScreen(ModalScreen["str | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="fork-box"):
-            yield Static(f"[b]Fork {self.source}[/b] into your env folder as:")
+            yield Static(f"[b]Fork {esc(self.source)}[/b] into your env folder as:")
             yield Input(f"my_{self.source}", id="fork-name")
 
     @on(Input.Submitted, "#fork-name")
@@ -167,8 +167,8 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
                 here = Text(f"{r['here']} (U: {r['latest']})", style="yellow")
             table.add_row(r["name"], r["latest"], str(r["versions"]), here, r["summary"], key=r["name"])
         if not rows:
-            self.query_one("#hub-card", Static).update(f"no environment on index {index}"
-                                                        + (f" matching {self.query_text!r}" if self.query_text else ""))
+            self.query_one("#hub-card", Static).update(safe_text(
+                f"no environment on index {index}" + (f" matching {self.query_text!r}" if self.query_text else "")))
         else:
             self._card(self._selected() or rows[0]["name"])
 

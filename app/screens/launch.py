@@ -26,7 +26,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 
-from app.format import for_app
+from app.format import esc, for_app
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.forecast import ConfigPicker, cloud_text, local_text
@@ -141,7 +141,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-box"):
-            yield Static(f"[b]Launch a training run of {self.env}[/b]", id="launch-title")
+            yield Static(f"[b]Launch a training run of {esc(self.env)}[/b]", id="launch-title")
             with RadioSet(id="launch-backend"):
                 yield RadioButton("local (this machine's CPU)", value=True, id="backend-local")
                 yield RadioButton(f"modal — {MODAL_REASON}", id="backend-modal")

@@ -304,3 +304,6 @@ async def test_the_app_shows_stored_text_as_text(hostile_runs: tuple[dict[str, s
         await pilot.press("3")  # the runs screen, with the run's summary
         await wait_until(pilot, lambda: MODEL_SHOWN in screen_text(app), what="the runs screen")
         assert "\x1b" not in screen_text(app)
+        app.screen.notify("failed: " + HOSTILE, severity="error")  # an error's text holds data too
+        await pilot.pause(0.3)  # drawn: markup in it would raise here, a control character would be drawn
+        assert [n.message for n in app._notifications] == ["failed: " + SHOWN]

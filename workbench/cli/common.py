@@ -42,7 +42,11 @@ def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool 
 
 def emit_json(obj: Any) -> None:
     """Print one JSON object as the last line of stdout."""
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode() + "\n")
+    from workbench.config.redact import (
+        redact,  # a key in a URL (a store of an older version) is never printed
+    )
+
+    sys.stdout.write(redact(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode()) + "\n")
     sys.stdout.flush()
 
 

@@ -21,6 +21,7 @@ from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.types import CallToolResult, TextContent
 
 from workbench.cli.mcp_resources import error_line, list_env_resources, read_env_uri, readme_uri
+from workbench.config.redact import redact
 from workbench.errors import ConfigError
 
 TOOLS = ("list_environments", "validate_environment", "run_eval", "list_runs", "show_rollout", "search_rollouts",
@@ -39,8 +40,10 @@ _UNAUTHORIZED = orjson.dumps({"error": "unauthorized: send the token `workbench 
 
 
 def _jsonable(obj: Any) -> dict[str, Any]:
-    """``obj`` as plain JSON types (what ``--json`` prints: non-JSON values as strings, NaN as null)."""
-    return orjson.loads(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str))
+    """``obj`` as plain JSON types (what ``--json`` prints: non-JSON values as strings, NaN as null), with
+    every secret this process holds and the credentials of any URL in it redacted (a store written by an
+    older version may still hold a key in a URL)."""
+    return orjson.loads(redact(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=str).decode()))
 
 
 class _Progress:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 _MIN_LEN = 8  # shorter values are not secrets worth the false positives
 _lock = threading.Lock()
@@ -31,7 +31,8 @@ def register(value: str | None) -> None:
 _SECRET_PARAMS = frozenset({"key", "sig", "signature", "auth", "authorization", "pass", "pwd", "passwd", "password",
                             "secret", "token", "jwt", "bearer", "credential", "credentials", "session", "sessionid"})
 _SECRET_ENDINGS = ("key", "token", "secret", "password", "signature", "credential", "credentials", "sig")
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_URL_TAIL = re.compile(r"[^\s'\"<>`]+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 
 
 def secret_param(name: str) -> bool:
@@ -84,12 +85,32 @@ def redact_url(url: str) -> str:
     return head + "?" + "&".join(pairs) + h + fragment
 
 
+def _redact_urls(text: str) -> str:
+    """Every ``scheme://...`` in ``text`` through :func:`redact_url` (found from each ``://``: linear time)."""
+    out: list[str] = []
+    pos, i = 0, text.find("://")
+    while i >= 0:
+        start = i
+        while start > pos and i - start < 32 and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < i and not text[start].isalpha():
+            start += 1
+        tail = _URL_TAIL.match(text, i + 3)
+        end = tail.end() if tail else i + 3
+        if start < i:
+            out += [text[pos:start], redact_url(text[start:end])]
+            pos = end
+        i = text.find("://", end)
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact(text: str) -> str:
     """``text`` with every registered secret, and the credentials in any URL in it, replaced by ``[redacted]``."""
     if not text:
         return text
     if "://" in text:
-        text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+        text = _redact_urls(text)
     if not _secrets:
         return text
     for secret in sorted(_secrets, key=len, reverse=True):
