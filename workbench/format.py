@@ -21,6 +21,8 @@ from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
+from workbench.config.redact import redact
+
 #: C0 controls (but tab and newline) as their Unicode control pictures (␛, ␍, ␇...), DEL as ␡, C1 controls
 #: and the bidirectional overrides as escapes: whatever a terminal would act on is shown instead.
 _VISIBLE: dict[int, str] = {i: chr(0x2400 + i) for i in range(32) if i not in (9, 10)}
@@ -63,8 +65,9 @@ def fpath(p: Path | str | None) -> str:
 
 
 def visible(text: Any) -> str:
-    """``text`` (any value, as ``str``) with its control characters made visible; ``\\r\\n`` becomes ``\\n``."""
-    text = text if isinstance(text, str) else str(text)
+    """``text`` (any value, as ``str``) as it may be shown: the secrets this process holds and the
+    credentials of any URL in it redacted, its control characters made visible (``\\r\\n`` becomes ``\\n``)."""
+    text = redact(text if isinstance(text, str) else str(text))
     if not _NEEDS.search(text):
         return text
     return text.replace("\r\n", "\n").translate(_VISIBLE)

@@ -113,6 +113,8 @@ def test_a_stored_url_never_holds_its_credential(cli: Callable[..., CliResult], 
         store.update_run("0000-keyed", error=f"cannot reach the model endpoint {url} (refused)")
     raw = sqlite3.connect(made_store).execute("SELECT base_url, config, error FROM run").fetchone()
     assert SECRET not in "".join(raw) and "[redacted]" in raw[0]
+    with sqlite3.connect(made_store) as conn:  # as a store written by an older version holds it
+        conn.execute("UPDATE run SET base_url=?, error=?", (url, f"failed at {url}"))
     for args in (["show", "0000-keyed"], ["runs", "0000-keyed", "--json"], ["runs"], ["show", "0000-keyed", "--json"]):
         res = cli(*args)
         assert res.rc == 0, res.stderr
