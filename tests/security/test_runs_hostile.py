@@ -251,13 +251,33 @@ def test_eval_refuses_dev_null_as_its_store(cli: Callable[..., CliResult], arith
 
 
 # -- task sets bounded by the run, and signals that always end a command ----------------------------
+BILLION = '{"n": 1000000000}'
+
+
 def test_a_billion_task_arithmetic_run_of_one_task_builds_one(cli: Callable[..., CliResult],
                                                                arith_server: MockServer, store_path: Path) -> None:
-    res = cli("eval", "arithmetic", "-a", '{"n": 1000000000}', "-n", 1, "--base-url", arith_server.base_url,
+    res = cli("eval", "arithmetic", "-a", BILLION, "-n", 1, "--base-url", arith_server.base_url,
               "-m", "mock-model", "--json", timeout=120)
     assert res.rc == 0, res.stderr
     assert last_json(res.stdout)["rollouts"] == 1
     assert query(store_path, "SELECT n_tasks FROM run") == [(1,)]
+
+
+def test_play_and_probe_of_a_billion_task_set_read_only_what_they_use(cli_env: dict[str, str], tmp_path: Path,
+                                                                      cli: Callable[..., CliResult],
+                                                                      store_path: Path) -> None:
+    import subprocess
+
+    from tests.helpers import workbench_argv
+
+    p = subprocess.run([*workbench_argv(), "play", "arithmetic", "-a", BILLION, "--task", "2", "--json"],
+                       input="7\n", capture_output=True, text=True, timeout=120, cwd=tmp_path, env=cli_env)
+    assert p.returncode == 0, p.stderr
+    assert last_json(p.stdout)["status"] == "ok"
+    res = cli("probe", "arithmetic", "-a", BILLION, "-n", 2, "--json", timeout=120)
+    assert res.rc in (0, 1), res.stderr  # 1: a policy found an exploit, which is the probe's own verdict
+    assert last_json(res.stdout)["tasks"] == 2
+    assert query(store_path, "PRAGMA integrity_check") == [("ok",)]
 
 
 STUCK_ENV = '''

@@ -6,6 +6,7 @@ as the one rollout of a ``play`` run, with ``source = "human"`` and the person's
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,10 +70,13 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
     and it propagates. A simulated user (``wb.UserSim``) still needs a model: ``base_url``/``model`` (else the
     embedded model, started on demand)."""
     env = discovery.load(env_spec, env_args or {})
-    n = len(env.tasks)
-    if not 0 <= task_index < n:
+    if task_index < 0:
+        raise ConfigError(f"--task must be 0 or more, not {task_index}")
+    head = list(itertools.islice(env.tasks, task_index + 1))  # no more than the task played
+    if not 0 <= task_index < len(head):
+        n = len(head)
         raise ConfigError(f"environment {env.name!r} has {n} tasks (0..{n - 1}); --task {task_index} is out of range")
-    task = env.tasks[task_index]
+    task = head[task_index]
     assert isinstance(task, Task)
     if not isinstance(env.harness, Human):
         env.harness = Human(env.harness)

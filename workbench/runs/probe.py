@@ -14,6 +14,7 @@ example, and the gold rollout of the same task is named beside it for ``workbenc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -136,8 +137,7 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
     if not 0 < threshold <= 1:
         raise ConfigError(f"--threshold must be above 0 and at most 1, not {threshold}")
     env = discovery.load(spec, env_args)
-    all_tasks = list(env.tasks)
-    tasks = list(enumerate(all_tasks[: n or DEFAULT_TASKS]))
+    tasks = list(enumerate(itertools.islice(env.tasks, n or DEFAULT_TASKS)))  # no more than it plays
     if not tasks:
         raise ConfigError(f"environment {env.name!r} has no tasks to probe")
     store.register_env(env.name, env.version, env.source, env.description)
