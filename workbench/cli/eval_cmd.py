@@ -19,9 +19,10 @@ from workbench.cli.common import (
 )
 from workbench.format import esc, fnum, safe_text
 
-#: After SIGTERM or Ctrl-C, how long a command has to wind down (cancel its rollouts, close its sandboxes
-#: and its writer, record how the run ended) before it is interrupted wherever it is.
-STOP_GRACE_S = 10.0
+#: After SIGTERM or Ctrl-C, how long a command whose event loop took the cancellation has to wind down
+#: (cancel its rollouts, close its sandboxes and its writer, stop a trainer's processes, record how the run
+#: ended) before it is interrupted wherever it is: a backstop, as each of those steps is bounded itself.
+STOP_GRACE_S = 30.0
 
 
 def run_async(coro: Any) -> Any:
