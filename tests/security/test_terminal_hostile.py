@@ -80,6 +80,29 @@ def test_a_url_with_a_credential_is_refused(cli: Callable[..., CliResult], cli_e
     assert query(made_store, "PRAGMA integrity_check") == [("ok",)]
 
 
+KEYED = f"http://127.0.0.1:9/v1?api_key={SECRET}"
+#: Every option that takes an endpoint's URL.
+URL_OPTIONS = [
+    ["debug", "arithmetic", "--base-url", KEYED, "-m", "m"],
+    ["probe", "arithmetic", "--base-url", KEYED, "-m", "m"],
+    ["validate", "arithmetic", "--base-url", KEYED, "--model", "m"],
+    ["optimize", "arithmetic", "-m", "m", "--base-url", KEYED, "--reflection-model", "m"],
+    ["optimize", "arithmetic", "-m", "m", "--reflection-base-url", KEYED, "--reflection-model", "m"],
+    ["distill", "arithmetic", "--teacher", "m", "--teacher-base-url", KEYED, "--student", "tiny"],
+    ["play", "arithmetic", "--base-url", KEYED],
+]
+
+
+@pytest.mark.parametrize("args", URL_OPTIONS, ids=[f"{a[0]} {a[-4] if a[0] == 'optimize' else ''}" for a in URL_OPTIONS])
+def test_every_url_option_refuses_a_credential(cli: Callable[..., CliResult], made_store: Path,
+                                               args: list[str]) -> None:
+    counts = _counts(made_store)
+    res = cli(*args)
+    assert_user_error(res, "credential", "[redacted]")
+    assert SECRET not in res.stderr + res.stdout and res.rc == 2
+    assert _counts(made_store) == counts
+
+
 def test_a_url_without_a_credential_is_kept(cli: Callable[..., CliResult], cli_env: dict[str, str]) -> None:
     url = "http://127.0.0.1:9/v1?api-version=2024-01-01"
     res = cli("models", "add", "azure", "--base-url", url, "--model-id", "m")

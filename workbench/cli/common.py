@@ -63,6 +63,17 @@ def json_option(help: str = JSON_HELP) -> Callable[[Callable[..., Any]], Callabl
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def no_credentials(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--*-base-url`` option's check: a URL holding a credential (``user:password@``, ``?key=...``) is
+    refused before the command starts, since URLs are stored and printed."""
+    if value:
+        from workbench.config.redact import check_url
+
+        check_url(value, f"--{(param.name or '').replace('_', '-')}", "a URL is stored and printed, so pass the "
+                  "key with --api-key or WORKBENCH_API_KEY (or `workbench models add NAME --api-key-env VAR`)")
+    return value
+
+
 def model_options(f: Callable[..., Any] | None = None, *, several: bool = False) -> Any:
     """The hot-swap flags every command that runs rollouts takes (``several``: ``-m`` may repeat)."""
     if f is None:
@@ -74,7 +85,7 @@ def model_options(f: Callable[..., Any] | None = None, *, several: bool = False)
                      "(default: the embedded model).")
     opts = [
         model,
-        click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL",
+        click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL", callback=no_credentials,
                      help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: embedded server)."),
         click.option("--api-key", default=None, help="API key (else WORKBENCH_API_KEY, then OPENAI_API_KEY, or for api.anthropic.com "
                      "ANTHROPIC_API_KEY, then for those two APIs the `workbench login` token)."),

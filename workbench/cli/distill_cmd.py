@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    json_option,
+    no_credentials,
+    open_store,
+)
 
 
 @click.command("distill")
@@ -12,7 +20,7 @@ from workbench.cli.common import console, console_err, db_option, emit_json, jso
 @click.option("--teacher", required=True, metavar="MODEL",
               help="The teacher: a registered model (`workbench models`), a model id at --teacher-base-url, or "
                    "an embedded model.")
-@click.option("--teacher-base-url", default=None, metavar="URL",
+@click.option("--teacher-base-url", default=None, callback=no_credentials, metavar="URL",
               help="The teacher's OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--student", required=True, metavar="MODEL",
               help="The student the local trainer fine-tunes: tiny, a model directory or a cached Hugging Face id.")

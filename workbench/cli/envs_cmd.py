@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, console_err, db_option, emit_json, json_option
+from workbench.cli.common import console, console_err, db_option, emit_json, json_option, no_credentials
 
 
 @click.command("envs")
@@ -109,7 +109,7 @@ def _version(ref: Any) -> tuple[str, str | None, str, Any]:
 @click.option("--sample", type=int, default=20, show_default=True, help="How many tasks to score.")
 @click.option("-m", "--model", default=None,
               help="Also run a few rollouts on this model and check multi-turn token consistency.")
-@click.option("--base-url", default=None, envvar="WORKBENCH_BASE_URL", help="Endpoint for --model (default: embedded).")
+@click.option("--base-url", default=None, callback=no_credentials, envvar="WORKBENCH_BASE_URL", help="Endpoint for --model (default: embedded).")
 @click.option("--api-key", default=None, help="API key for --base-url.")
 @click.option("--rollouts", type=int, default=3, show_default=True, help="Rollouts to run with --model.")
 @click.option("--tokenizer", default=None, help="Tokenizer (model path or id) to re-render traces with.")

@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    json_option,
+    no_credentials,
+    open_store,
+)
 from workbench.format import fnum
 
 
@@ -14,11 +22,11 @@ from workbench.format import fnum
 @click.argument("env", required=False)
 @click.option("-m", "--model", default=None, help="The model whose prompt is optimised: a registered model "
               "(`workbench models`), or a model id with --base-url (default: the embedded model).")
-@click.option("--base-url", default=None, help="The task model's OpenAI-compatible endpoint.")
+@click.option("--base-url", default=None, callback=no_credentials, help="The task model's OpenAI-compatible endpoint.")
 @click.option("--reflection-model", "reflection_model", default=None,
               help="The model that reads the rollouts and proposes new prompts (a registered model, or an id "
                    "with --reflection-base-url).")
-@click.option("--reflection-base-url", default=None, help="The reflection model's OpenAI-compatible endpoint.")
+@click.option("--reflection-base-url", default=None, callback=no_credentials, help="The reflection model's OpenAI-compatible endpoint.")
 @click.option("--budget", "budget_usd", type=float, default=None,
               help="Stop when the spend (task and reflection tokens) would leave too little for the held-out "
                    "evaluation, in USD.")

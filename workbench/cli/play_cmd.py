@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.cli.common import console, db_option, emit_json, json_option, no_credentials, open_store
 from workbench.format import fnum
 
 HELP_LINE = "Write the assistant's reply; a tool call is /call NAME {json arguments} (one per line)."
@@ -84,7 +84,7 @@ class TerminalPolicy:
 @click.argument("env")
 @click.option("--task", "task", type=int, default=0, show_default=True, help="Index of the task to play.")
 @click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
-@click.option("--base-url", default=None, help="Where a simulated user's model is served (default: the embedded model).")
+@click.option("--base-url", default=None, callback=no_credentials, help="Where a simulated user's model is served (default: the embedded model).")
 @click.option("-m", "--model", default=None, help="The simulated user's model (with --base-url).")
 @db_option
 @json_option()

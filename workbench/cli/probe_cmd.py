@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    json_option,
+    no_credentials,
+    open_store,
+)
 from workbench.format import fnum
 
 
@@ -20,7 +28,7 @@ from workbench.format import fnum
               help="Your own wb.Probe subclass too (repeatable).")
 @click.option("-m", "--model", default=None, help="The simulated user's model, for an env with a wb.UserSim that "
               "names none (default: the embedded model); the probe itself calls no model.")
-@click.option("--base-url", default=None, help="That model's OpenAI-compatible endpoint.")
+@click.option("--base-url", default=None, callback=no_credentials, help="That model's OpenAI-compatible endpoint.")
 @db_option
 @json_option()
 @click.pass_context
