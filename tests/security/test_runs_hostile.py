@@ -667,6 +667,7 @@ def test_a_killed_optimisation_is_marked_interrupted_at_the_next_start_and_resum
     assert [s for s, _ in stages].count("heldout-before") == 1, "the held-out run before is kept, not run again"
     assert all(st in ("completed", "interrupted") for _, st in stages)
     assert query(store_path, "PRAGMA integrity_check") == [("ok",)]
+    assert not (state_dir / pid).exists(), "a finished optimisation's search state is removed"
 
     again = cli("optimize", "--resume", pid)
     assert_user_error(again, f"optimisation {pid} is already completed")

@@ -244,6 +244,7 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
                                                                base_version=env.version))
             publish(applied=str(path))
         status = "completed"
+        optimize_resume.forget_search(store, pid)  # GEPA's saved state: only a resume needs it
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "interrupted"
         raise

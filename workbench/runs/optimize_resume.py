@@ -39,6 +39,15 @@ def gepa_dir(store: Store, pipeline_id: str) -> Path:
     return path
 
 
+def forget_search(store: Store, pipeline_id: str) -> None:
+    """Remove GEPA's state folder of a finished optimisation (resolved, and inside ``<store>.optimize``)."""
+    import shutil
+
+    path = gepa_dir(store, pipeline_id)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def mark_abandoned(store: Store) -> list[str]:
     """Mark ``interrupted`` every run of an optimisation (its own run, and its evaluations) that is
     ``running`` while no process holds its lock; the ids marked."""
@@ -98,4 +107,4 @@ def restore(state: Any, summary: dict[str, Any]) -> None:
     state.reflection_usd = float(summary.get("reflection_cost_usd") or 0.0)
 
 
-__all__ = ["OPTION_FIELDS", "gepa_dir", "mark_abandoned", "options_of", "restore", "resumable", "stage_run"]
+__all__ = ["OPTION_FIELDS", "forget_search", "gepa_dir", "mark_abandoned", "options_of", "restore", "resumable", "stage_run"]
