@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,6 +261,30 @@ def test_hub_show_prints_a_card_as_text(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "\x1b" not in p.stdout and SHOWN in p.stdout and "[/x]" in p.stdout
+
+
+def test_hub_show_of_a_hostile_card_from_an_index(tmp_path: Path, package_index: Callable[..., Any]) -> None:
+    """``workbench hub show`` against a real index whose card is hostile wherever the hub lets a card be."""
+    from tests.hub.test_hub import ADDER, README, Home
+    from tests.security.test_hub_hostile import _forged_wheel
+
+    write_file(tmp_path / "src" / "adder" / "README.md", README)
+    adder = write_file(tmp_path / "src" / "adder" / "__init__.py", ADDER).parent
+    index = package_index(private=True)
+    card = {"env": "hostilecard", "version": "0.1.0", "hash": "0" * 64, "env_version": "0" * 12, "tasks": 3,
+            "description": HOSTILE, "harness": HOSTILE, "readme": HOSTILE,
+            "rewards": [{"name": "r" + HOSTILE, "kind": "reward", "weight": 1.0, "doc": HOSTILE}],
+            "results": [{"model": MODEL, "mean_reward": 0.5, "rollouts": 3, "env_version": "0" * 12,
+                         "date": "2026-01-01", "pass_at_k": {"pass@1": 0.5}}]}
+    _forged_wheel(index, adder, "hostilecard", "0.1.0", card=card)
+    you = Home(tmp_path / "you", index)
+    for env in ({}, {"FORCE_COLOR": "1", "TERM": "xterm-256color", "NO_COLOR": ""}):
+        res = you("hub", "show", "hostilecard", env=env)
+        assert res.rc == 0 and "Traceback" not in res.stderr, res.stderr
+        for raw in ("\x1b]", "\x1b[2J", "\x07"):
+            assert raw not in res.stdout, f"{raw!r} reached the terminal"
+        if not env:
+            assert "\x1b" not in res.stdout and SHOWN in res.stdout and MODEL_SHOWN in res.stdout, res.stdout
 
 
 # -- a message of many megabytes ---------------------------------------------------------------------
