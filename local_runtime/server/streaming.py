@@ -102,7 +102,11 @@ async def _drive(request: web.Request, seqs: list[Sequence], q: asyncio.Queue[Sn
         await fut
         tail = encode(last())
         await resp.write(tail + (b"data: [DONE]\n\n" if translation is None else translation.finish(acc)))
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:  # the client hung up: its sequences stop, and nothing is left to answer
+        for s in seqs:
+            s.cancelled = True
+        return resp
+    except asyncio.CancelledError:
         for s in seqs:
             s.cancelled = True
         raise

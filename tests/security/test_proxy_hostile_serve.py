@@ -13,6 +13,7 @@ import json
 import random
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,7 @@ async def test_count_tokens_counts_the_rendered_prompt_on_serve_and_through_the_
 
 @contextlib.contextmanager
 def _server_lines(model: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
-    """A server subprocess; yields (root URL, the lines it wrote up to serving)."""
+    """A server subprocess; yields (root URL, the lines it wrote: up to serving, and the rest once it ends)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "local_runtime.server", "--model", str(model), "--port", str(port),
                              "--threads", "1", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -171,6 +172,9 @@ def _server_lines(model: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        if proc.stderr is not None:
+            lines.extend(proc.stderr.read().splitlines())
+            proc.stderr.close()
 
 
 def test_a_capped_max_model_len_is_said_at_start_and_in_health(tiny_dir: Path) -> None:
@@ -181,3 +185,19 @@ def test_a_capped_max_model_len_is_said_at_start_and_in_health(tiny_dir: Path) -
     said = [ln for ln in lines if "--max-model-len 1000000" in ln]
     assert len(said) == 1 and said[0].startswith("workbench serve: warning:") and str(ctx) in said[0], lines
     assert any("--max-model-len 1000000" in w and str(ctx) in w for w in health["warnings"]), health
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_a_client_cutting_a_stream_leaves_nothing_on_serves_stderr(tiny_dir: Path, api: str) -> None:
+    bodies = {"chat": {"model": SERVED, "messages": ASK, "stream": True, "max_tokens": 400, "ignore_eos": True},
+              "responses": {"model": SERVED, "input": "hi", "stream": True, "max_output_tokens": 400},
+              "messages": {"model": SERVED, "max_tokens": 400, "messages": ASK, "stream": True}}
+    with _server_lines(tiny_dir, "--served-model-name", SERVED) as (root, lines):
+        req = urllib.request.Request(root + "/v1" + _PATHS[api], data=json.dumps(bodies[api]).encode(),
+                                     headers={"Content-Type": "application/json"})
+        resp = urllib.request.urlopen(req, timeout=60)
+        resp.readline()  # the stream has begun: hang up
+        resp.close()
+        status, _ = post_json(root + "/v1/chat/completions", {"model": SERVED, "messages": ASK, "max_tokens": 2})
+        assert status == 200
+    assert not [ln for ln in lines if "Traceback" in ln or "Error handling request" in ln], lines
