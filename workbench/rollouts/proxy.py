@@ -19,8 +19,8 @@ import hmac
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ from workbench.rollouts.proxy_relay import relay_completions, relay_stream
 from workbench.rollouts.rollout import Rollout
 from workbench.wire import WireError, anthropic
 from workbench.wire.responses import ResponseStore
-
 
 #: The answer to a URL that names no running rollout, or names one without its secret.
 UNKNOWN = "no running rollout behind this URL (each rollout calls only the base URL it was given)"
