@@ -192,7 +192,7 @@ def test_the_writer_keeps_a_batch_whose_rows_the_store_refuses(tmp_path: Path) -
     assert rows == [(0, "ok", None, 1.0), (1, "ok", None, None), (2, "error", "store", None)]
     kinds = query(tmp_path / "w.db", "SELECT r.task_index, e.kind FROM rollout_error e JOIN rollout r "
                                      "ON r.pk = e.rollout_pk ORDER BY r.task_index")
-    assert kinds == [(1, "reward"), (2, "store")]
+    assert kinds == [(1, "reward"), (1, "reward"), (2, "store")]
     assert query(tmp_path / "w.db", "SELECT COUNT(*) FROM score") == [(1,)]
     assert query(tmp_path / "w.db", "PRAGMA integrity_check") == [("ok",)]
 

@@ -12,6 +12,7 @@ rollouts).
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import queue
@@ -131,9 +132,13 @@ def _group_payload(records: list[RolloutRecord]) -> bytes:
         errors = [(e.kind, e.source, e.message) for e in r.errors]
         if sc.errors:
             errors += [("reward", name, msg) for name, msg in sc.errors]
+        reward = r.reward
+        if reward is not None and not math.isfinite(reward):  # JSON has no inf: said here, stored as none
+            errors.append(("reward", "total", f"the total reward {reward} is not a finite number; not stored"))
+            reward = None
         rollouts.append((
             r.id, r.run_id, r.env_name, r.model, t.id, r.task_index, r.sample_index, r.status, r.error_kind,
-            r.reward, u.prompt_tokens, u.completion_tokens, u.cost_usd, r.duration_s, r.turns, r.created_at,
+            reward, u.prompt_tokens, u.completion_tokens, u.cost_usd, r.duration_s, r.turns, r.created_at,
             r.completion, r.messages, _clean_state(r.state), sc.rewards, sc.metrics,
             [(c.index, c.n_messages, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.latency_s * 1000.0,
               c.extra or None) for c in r.calls],
