@@ -39,6 +39,8 @@ class WireAPI:
         tools = body.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
             raise WireError("tools must be a list of objects", "tools")
+        if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+            raise WireError("stream_options must be an object", "stream_options")
         return body
 
     def from_chat(self, data: dict[str, Any], raw: bytes) -> bytes:
