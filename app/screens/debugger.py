@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, Select, Static
 
 from app.env_state import env_spec
-from app.format import clip, for_app
+from app.format import clip, for_app, safe_text
 from app.loop_thread import LoopThread
 from app.typed import WorkbenchAppMixin
 from app.widgets.debug_panels import (
@@ -329,7 +329,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         if view is None:
             view = DebugView("", "pick an environment and a task, then n (next turn) or r (run to end)")
         self.sub_title = view.title
-        self.query_one("#dbg-status", Static).update(view.status)
+        self.query_one("#dbg-status", Static).update(safe_text(view.status))  # holds an error's text
         self.query_one("#dbg-transcript", Static).update(transcript(view))
         self.query_one("#dbg-turns", Static).update(turns_table(view))
         self.query_one("#dbg-scores", Static).update(scores_table(view))

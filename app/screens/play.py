@@ -26,7 +26,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Header, Input, Static, TextArea
 
-from app.format import clip, fnum, for_app
+from app.format import clip, fnum, for_app, safe_text
 from app.loop_thread import LoopThread
 from app.screens.rollout_detail import scores_table
 from app.store_access import StoreHandle, post_ui
@@ -361,7 +361,7 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
 
     def _reply_error(self, message: str) -> None:
         err = self.query_one("#play-reply-error", Static)
-        err.update(message)
+        err.update(safe_text(message))
         err.set_class(bool(message), "-shown")
 
     def action_focus_reply(self) -> None:

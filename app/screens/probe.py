@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from app.format import fnum
+from app.format import fnum, safe_text
 from app.store_access import call_ui
 from app.typed import WorkbenchAppMixin
 from app.widgets.footer import WorkbenchFooter
@@ -39,7 +39,7 @@ class ProbeScreen(WorkbenchAppMixin, Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"probing {self.env_name}: every policy plays its tasks…", id="probe-head")
+        yield Static(safe_text(f"probing {self.env_name}: every policy plays its tasks…"), id="probe-head")
         yield RowTable(id="probe-table", cursor_type="row", zebra_stripes=True)
         yield WorkbenchFooter()
 

@@ -15,7 +15,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from app.format import ROLE_COLORS, fcost, fnum
+from app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
 from app.screens.rollout_detail import message_body
 from workbench.cost.pricing import Price
 from workbench.runs.debug_report import ScoreLine
@@ -104,7 +104,7 @@ def transcript(view: DebugView) -> RenderableType:
         role = str(m.get("role", "?"))
         name = m.get("name") or m.get("tool_call_id")
         title = role + (f" ({name})" if name else "")
-        parts.append(Panel(message_body(m), title=title, title_align="left",
+        parts.append(Panel(message_body(m), title=safe_text(title), title_align="left",
                            border_style=ROLE_COLORS.get(role, "white"), expand=True))
     return Group(*parts)
 
@@ -130,7 +130,7 @@ def scores_table(view: DebugView) -> RenderableType:
     for col in ("function", "kind", "weight", "value"):
         t.add_column(col, justify="right" if col in ("weight", "value") else "left")
     for s in view.scores:
-        t.add_row(s.name, Text(s.kind, style="dim" if s.kind == "metric" else ""),
+        t.add_row(safe_text(s.name), Text(s.kind, style="dim" if s.kind == "metric" else ""),
                   "-" if s.weight is None else f"{s.weight:g}", fnum(s.value))
     return Group(Text.assemble(("total reward ", "bold"), (fnum(view.reward), "bold")), t)
 
@@ -138,7 +138,7 @@ def scores_table(view: DebugView) -> RenderableType:
 def errors_text(view: DebugView) -> Text:
     out = Text()
     for e in view.errors:
-        out.append(str(e.get("kind")), style="bold red")
-        out.append(f" in {e.get('source')}: {e.get('message')}\n")
+        out.append(visible(e.get("kind")), style="bold red")
+        out.append(visible(f" in {e.get('source')}: {e.get('message')}") + "\n")
     out.rstrip()
     return out

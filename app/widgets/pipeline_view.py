@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from app.format import fcost, fnum
+from app.format import fcost, fnum, safe_text
 
 PROMPT_CHARS = 90
 
@@ -30,9 +30,11 @@ def optimize_renderable(run: dict[str, Any]) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column()
-    head.add_row("optimisation", f"{run['id']}  ({s.get('status') or run.get('status', '')})")
-    head.add_row("env", f"{s.get('env', run.get('env_name'))} @ {s.get('env_version') or run.get('env_version') or '-'}")
-    head.add_row("model", f"{s.get('model') or run.get('model') or '-'}; reflection by {s.get('reflection_model') or '-'}")
+    head.add_row("optimisation", safe_text(f"{run['id']}  ({s.get('status') or run.get('status', '')})"))
+    head.add_row("env", safe_text(f"{s.get('env', run.get('env_name'))} @ "
+                                  f"{s.get('env_version') or run.get('env_version') or '-'}"))
+    head.add_row("model", safe_text(f"{s.get('model') or run.get('model') or '-'}; reflection by "
+                                    f"{s.get('reflection_model') or '-'}"))
     head.add_row("search", f"{s.get('evals', 0)} of {s.get('max_evals', '-')} rollouts, "
                            f"{s.get('reflection_calls', 0)} reflection calls, cost {fcost(s.get('cost_usd'))}")
     before, after = s.get("heldout_before") or {}, s.get("heldout_after") or {}
@@ -45,7 +47,7 @@ def optimize_renderable(run: dict[str, Any]) -> Group:
         held += f"   Δ {cmp['delta']:+.3f} (95% CI {lo:+.3f} to {hi:+.3f}{', significant' if cmp.get('significant') else ''})"
     head.add_row(f"held-out ({s.get('heldout_tasks', '-')} tasks)", held)
     if run.get("error"):
-        head.add_row("error", Text(str(run["error"]), style="red"))
+        head.add_row("error", safe_text(run["error"], style="red"))
     cands = Table(box=None, show_edge=False, header_style="bold", pad_edge=False)
     for col in ("#", "from", "score", "mean", "n", "prompt"):
         cands.add_column(col, justify="left" if col == "prompt" else "right", no_wrap=col != "prompt")

@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from app.format import clip, fnum
+from app.format import clip, fnum, safe_text
 from workbench.analysis.rescore import RescoreResult
 from workbench.analysis.reward_stats import Distribution
 
@@ -107,7 +107,7 @@ class RewardCompare(Vertical):
         t.add_row(Text("weighted total", style="bold"), "", fnum(res.before.mean), fnum(res.after.mean),
                   f"{res.changed:,}", f"{res.failed:,}")
         for f in res.functions:
-            t.add_row(f.name, f.kind, fnum(f.before.mean), fnum(f.after.mean), f"{f.changed:,}",
+            t.add_row(safe_text(f.name), f.kind, fnum(f.before.mean), fnum(f.after.mean), f"{f.changed:,}",
                       Text(f"{f.errors:,}", style="bold red" if f.errors else ""))
         notes = [Text.assemble((f"{name}: ", "bold red"), clip(res.error_examples.get(name, ""), 160))
                  for name in res.errors]

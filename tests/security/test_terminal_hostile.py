@@ -351,6 +351,10 @@ async def test_the_app_shows_stored_text_as_text(hostile_runs: tuple[dict[str, s
         assert "\x1b" not in text and "\x07" not in text
         for shown in (MODEL_SHOWN, "say " + SHOWN[:40], "correct" + SHOWN[:40], "found " + SHOWN[:40]):
             assert shown in text, f"{shown!r} not shown in:\n{text}"
+        await pilot.press("d")  # the same rollout in the Debugger, read-only
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "DebuggerScreen", what="the debugger")
+        await wait_until(pilot, lambda: "say " + SHOWN[:20] in screen_text(app), what="the debugger's transcript")
+        assert "\x1b" not in screen_text(app)
         await pilot.press("3")  # the runs screen, with the run's summary
         await wait_until(pilot, lambda: MODEL_SHOWN in screen_text(app), what="the runs screen")
         assert "\x1b" not in screen_text(app)
