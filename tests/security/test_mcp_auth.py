@@ -5,6 +5,7 @@ the tools that load code take only a discovered environment's name, never a path
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import warnings
@@ -79,14 +80,47 @@ def token_of(line: str) -> str:
     return line.split("bearer token ", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("source", ["generated", "env"])
+#: A keyring backend keeping its entries in a JSON file (the machine's keyring, for a subprocess).
+FILE_KEYRING = """
+import json, os
+import keyring.backend
+
+class FileKeyring(keyring.backend.KeyringBackend):
+    priority = 1
+    path = os.environ["TEST_KEYRING_FILE"]
+
+    def _all(self):
+        return json.load(open(self.path)) if os.path.exists(self.path) else {}
+
+    def get_password(self, service, username):
+        return self._all().get(f"{service}/{username}")
+
+    def set_password(self, service, username, password):
+        entries = self._all()
+        entries[f"{service}/{username}"] = password
+        json.dump(entries, open(self.path, "w"))
+
+    def delete_password(self, service, username):
+        entries = self._all()
+        entries.pop(f"{service}/{username}")
+        json.dump(entries, open(self.path, "w"))
+"""
+
+
+@pytest.mark.parametrize("source", ["generated", "env", "keyring"])
 async def test_http_needs_the_bearer_token(cli_env: dict[str, str], tmp_path: Path, closed_port: int,
                                            source: str) -> None:
-    env = {**cli_env, "WORKBENCH_MCP_TOKEN": CHOSEN} if source == "env" else cli_env
+    env = {**cli_env, "WORKBENCH_MCP_TOKEN": CHOSEN} if source == "env" else dict(cli_env)
+    if source == "keyring":
+        write_file(tmp_path / "kr" / "file_keyring.py", FILE_KEYRING)
+        (tmp_path / "keyring.json").write_text(json.dumps({"workbench/mcp": CHOSEN}))
+        env.update(PYTHONPATH=str(tmp_path / "kr"), PYTHON_KEYRING_BACKEND="file_keyring.FileKeyring",
+                   TEST_KEYRING_FILE=str(tmp_path / "keyring.json"))
     with http_server(env, tmp_path, closed_port) as line:
-        token = CHOSEN if source == "env" else token_of(line)
-        if source == "env":
-            assert CHOSEN not in line, "a token the user chose is never printed"
+        token = token_of(line) if source == "generated" else CHOSEN
+        if source != "generated":
+            assert CHOSEN not in line and f"bearer token from {'$WORKBENCH_MCP_TOKEN' if source == 'env' else 'the keyring'}" \
+                in line, f"a token the user chose is never printed: {line}"
         refused: list[tuple[str, dict[str, str]]] = [
             ("no token", {}),
             ("a wrong token", {"Authorization": "Bearer " + token[:-1] + ("x" if token[-1] != "x" else "y")}),
