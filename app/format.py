@@ -47,8 +47,8 @@ def for_app(message: str) -> str:
 def cell(value: Any) -> Any:
     """A table cell from data, shown as text: a ``str`` never parsed as markup, control characters visible
     (a ``Text`` built by the app keeps its styles unless its text holds a control character)."""
-    if isinstance(value, str):
-        return safe_text(value)
+    if isinstance(value, str):  # a plain one stays a str (what DataTable.get_row returns): it has nothing to parse
+        return safe_text(value) if "[" in value or visible(value) != value else value
     if isinstance(value, Text) and has_control(value.plain):
         return Text(visible(value.plain), style=value.style)
     return value
