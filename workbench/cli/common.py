@@ -20,16 +20,19 @@ console_err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool = False,
                existing: bool = False) -> Any:
     """The command's store. ``read_only_ok`` (commands that only read): a store this process cannot write
-    is opened read-only instead of refused. ``existing``: a store that is not there is refused, not
-    created (the commands that only read it: nothing to read means a wrong --db)."""
+    is opened read-only instead of refused. ``existing``: a named store (``--db``, ``WORKBENCH_DB``) that is not
+    there is refused, not created (the commands that only read it: nothing to read means a wrong --db);
+    Workbench's own default store is created on first use, so a fresh install lists no runs and the
+    default prices."""
     from pathlib import Path
 
     from workbench.config.paths import default_db
     from workbench.errors import StoreError
     from workbench.store import Store, StoreReadOnlyError
 
-    path = db or (ctx.find_root().obj or {}).get("db") or default_db()
-    if existing and not os.path.lexists(Path(path).expanduser()):
+    named = db or (ctx.find_root().obj or {}).get("db")
+    path = named or default_db()
+    if existing and named and not os.path.lexists(Path(path).expanduser()):
         raise StoreError(f"no store at {path}: nothing has been stored there (the first `workbench eval` "
                          "creates it); pass the --db of an existing store")
     try:
