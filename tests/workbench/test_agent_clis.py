@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import sqlite3
@@ -119,8 +120,10 @@ def test_claude_code_uses_workbench_mcp(agent_clis: Path, cli: Callable[..., Cli
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    token = secrets.token_urlsafe(24)
     server = subprocess.Popen([sys.executable, "-m", "workbench.cli", "mcp", "--http", str(port)],
-                              env={**cli_env, "WORKBENCH_DB": str(tmp_path / "mcp-store.db")},
+                              env={**cli_env, "WORKBENCH_DB": str(tmp_path / "mcp-store.db"),
+                                   "WORKBENCH_MCP_TOKEN": token},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -134,7 +137,8 @@ def test_claude_code_uses_workbench_mcp(agent_clis: Path, cli: Callable[..., Cli
         call = {"id": "toolu_1", "type": "function", "function": {"name": tool, "arguments": "{}"}}
         mock = mock_server("script", "--tokens", script=[{"tool_calls": [call]}, "all done"])
         claude = str(agent_clis / "node_modules" / ".bin" / "claude")
-        config = json.dumps({"mcpServers": {"workbench": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}}})
+        config = json.dumps({"mcpServers": {"workbench": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp",
+                                                            "headers": {"Authorization": f"Bearer {token}"}}}})
         home = {"HOME": "/tmp/home", "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                 "DISABLE_AUTOUPDATER": "1"}
         env = write_env(f'''
