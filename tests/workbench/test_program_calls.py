@@ -189,3 +189,15 @@ def test_a_harness_calling_the_model_directly_records_its_tools(
     db = sqlite3.connect(store_path)
     doc = orjson.loads(db.execute("SELECT nodes FROM trace").fetchone()[0])
     assert len(doc["tool_sets"]) == 1 and doc["call_tools"] == [0, 0]  # the same schemas are stored once
+
+
+def test_a_program_killed_by_a_signal_exits_as_a_shell_reports_it(
+        tmp_path: Path, mock_server: Callable[..., MockServer], cli: Callable[..., CliResult], store_path: Path,
+        write_env: Callable[..., Path]) -> None:
+    """A program that dies of signal N ends its rollout with exit code 128+N, as a shell says it."""
+    agent = agent_script(tmp_path, "killed.py", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    env = _program_env(write_env, agent)
+    res = cli("eval", env, "--base-url", mock_server("echo", "--tokens").base_url, "-m", "mock-model", "--json")
+    assert last_json(res.stdout)["errors"] == 1, res.stderr
+    (state,) = sqlite3.connect(store_path).execute("SELECT state FROM rollout").fetchone()
+    assert json.loads(state)["exit_code"] == 137

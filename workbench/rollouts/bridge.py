@@ -68,7 +68,8 @@ def main():
     except OSError as e:
         sys.stderr.write(f"cannot start {argv[0]}: {e.strerror or e}\n")
         return 127
-    return proc.wait()
+    code = proc.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128+N
 
 
 if __name__ == "__main__":
