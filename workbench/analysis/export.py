@@ -22,7 +22,6 @@ the old file (or none); the store itself and its WAL and shared-memory files are
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_open
+from workbench.rollouts.rollout import OFFERED_TOOLS
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 
 FORMATS = ("sft", "rollouts")
@@ -56,11 +57,16 @@ def _sft_message(m: Any) -> Any:
 
 def rollout_tools(conn: Any, r: dict[str, Any]) -> list[Any]:
     """The tool definitions a rollout's conversation was offered: an imported one's from its file, a
-    model rollout's from its trace (the tools its last model call sent)."""
+    model rollout's from its state (:data:`~workbench.rollouts.rollout.OFFERED_TOOLS`: the tools its
+    latest call that sent tools offered, kept with or without a token trace), else, for a rollout
+    stored before the state kept them, from its trace."""
     state = r.get("state") if isinstance(r.get("state"), dict) else {}
     imported = state.get("import") if isinstance(state.get("import"), dict) else None
     if imported is not None:
         return imported.get("tools") or []
+    offered = state.get(OFFERED_TOOLS)
+    if isinstance(offered, list) and offered:
+        return offered
     row = conn.execute("SELECT nodes FROM trace WHERE rollout_pk = ?", (r["pk"],)).fetchone()
     if row is None:
         return []
@@ -134,17 +140,11 @@ def export_rollouts(store: Any, query: RolloutFilter, dest: Path | BinaryIO, fmt
         dest.flush()
         return n
     out = check_output(dest, getattr(store, "path", None))
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_open(out) as f:
             n = export_rollouts(store, query, f, fmt)
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
     except OSError as e:
         raise ConfigError(f"cannot write {dest} ({e.strerror or e}); choose another output file") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
     return n
 
 

@@ -64,6 +64,11 @@ class RolloutFailed(Exception):
         self.kind, self.source, self.message = kind, source, message
 
 
+#: The key of a rollout's ``state`` that holds the tool definitions (OpenAI chat format) its latest
+#: model call that sent tools offered; Workbench sets it, so harness code leaves the key to it.
+OFFERED_TOOLS = "offered_tools"
+
+
 @dataclass(slots=True)
 class Rollout:
     """One attempt of a model at one task. Harnesses drive it; rewards read it."""
@@ -143,8 +148,12 @@ class Rollout:
     def record_call(self, msgs: list[Message], resp: ChatResponse, latency_s: float,
                     tools: list[dict[str, Any]] | None = None) -> None:
         """Record one model call (made directly or through the interception proxy) in the trace, with the
-        tool schemas it sent (OpenAI chat format): the chat template renders them into its prompt."""
+        tool schemas it sent (OpenAI chat format): the chat template renders them into its prompt. The
+        tools of the latest call that sent any are also kept in the rollout's state under
+        :data:`OFFERED_TOOLS`, stored with every rollout, token trace or not (what an SFT export offers)."""
         self.last_request = msgs
+        if tools:
+            self.state[OFFERED_TOOLS] = tools
         keys = None
         if self.conversations is not None:
             keys = [message_key(m) for m in msgs]

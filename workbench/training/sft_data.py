@@ -8,15 +8,15 @@ tool schemas it was offered, for the trainer to render with the trained model's 
 (``local_runtime.training.render``: the domain never tokenizes). The choice goes to the run directory
 as ``data.json`` (:func:`write`, :func:`read`), which the trainer reads and cycles through in epochs.
 
-Where a conversation's tools come from: its trace (each call's tool schemas), an import's own
-``tools``, else the trained environment's harness when the data run is of that environment.
+Where a conversation's tools come from: its trace (each call's tool schemas), the tools its rollout
+was offered (kept in its state), an import's own ``tools``, else the trained environment's harness
+when the data run is of that environment.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
+from workbench.rollouts.rollout import OFFERED_TOOLS
 from workbench.rollouts.trace import Trace
 from workbench.training.algorithms import Branch, TrainRollout
 
@@ -133,8 +135,11 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
             if not isinstance(msgs, list) or not _has_assistant(msgs):
                 raise ConfigError(f"--data {run_id}: rollout {rid} has no assistant turn to train on "
                                   "(SFT learns the assistant's messages); leave that run out or re-import without it")
-            imported = (json.loads(state or "{}") or {}).get("import") or {}
-            tools = _trace_tools(trace) or (imported.get("tools") if isinstance(imported, dict) else None) \
+            kept = json.loads(state or "{}") or {}
+            imported = kept.get("import") or {}
+            offered = kept.get(OFFERED_TOOLS)
+            tools = _trace_tools(trace) or (offered if isinstance(offered, list) else None) \
+                or (imported.get("tools") if isinstance(imported, dict) else None) \
                 or (tools_for(env_name_of_run) if tools_for is not None else None)
             chosen.append(DataItem(rid, run_id, group, reward, source, messages=msgs, tools=tools or None))
         if not chosen:
@@ -153,9 +158,7 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
 def write(run_dir: Path, items: Sequence[DataItem]) -> Path:
     """The chosen data as ``run_dir/data.json`` (written to a temporary name, then renamed)."""
     path = run_dir / DATA_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps([i.to_json() for i in items]))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps([i.to_json() for i in items]))
     return path
 
 
