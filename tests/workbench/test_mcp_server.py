@@ -260,3 +260,34 @@ async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_p
             proc.kill()
             proc.wait(15)
         log.close()
+
+
+# (case, the environment's arguments): run_eval of one task reads one task of the set, however large
+TASK_SETS = [("the default set", None), ("a billion tasks", {"n": 1_000_000_000})]
+PEAK_RSS_LIMIT = 1 << 30  # a billion tasks built would take hundreds of GiB; one task set read lazily, far less
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident memory in bytes (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+@pytest.mark.parametrize(("case", "env_args"), TASK_SETS, ids=[c for c, _ in TASK_SETS])
+async def test_run_eval_of_one_task_of_a_huge_task_set_answers_in_bounded_memory(
+        cli_env: dict[str, str], tmp_path: Path, arith_server: MockServer, case: str,
+        env_args: dict[str, Any] | None) -> None:
+    import psutil
+
+    async with serve(cli_env, tmp_path) as s:
+        [server] = [p for p in psutil.Process().children(recursive=True)
+                    if "mcp" in p.cmdline() and "--max-rollouts" in p.cmdline()]
+        res = await s.call_tool("run_eval", {**eval_args(arith_server, n=1, r=1),
+                                             **({"args": env_args} if env_args else {})})
+        assert not res.isError, f"{case}: {res.content}"
+        summary = res.structuredContent
+        assert summary is not None and summary["rollouts"] == 1 and summary["status"] == "completed", summary
+        assert [r["rollouts"] for r in (await call(s, "list_runs"))["runs"]] == [1]
+        assert _peak_rss(server.pid) < PEAK_RSS_LIMIT, f"{case}: peak RSS {_peak_rss(server.pid)} bytes"
