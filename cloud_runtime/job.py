@@ -33,6 +33,7 @@ from typing import Any
 
 from cloud_runtime.stream import EventLog, Exporter, open_log
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.fsutil import atomic_write
 
 
 class CostLedger(threading.Thread):
@@ -118,7 +119,7 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
             raise ConfigError(f"cannot resume run {run_id}: its config is not at {saved}")
         tables = json.loads(saved.read_text())
         tables["env"]["name"] = env_ref
-        saved.write_text(json.dumps(validate_tables(tables).raw, indent=1))
+        atomic_write(saved, json.dumps(validate_tables(tables).raw, indent=1))
     else:
         tables = json.loads(json.dumps(config))
         tables["env"]["name"] = env_ref

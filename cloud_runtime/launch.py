@@ -24,6 +24,7 @@ from typing import Any
 from cloud_runtime.stream import FINISHED, Event, follow, open_log
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
 
 LOCAL_PROVIDER, LOCAL_DEVICE = "local", "cpu"
 
@@ -71,7 +72,7 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
     if on_start:
         on_start(run_id)
     work.mkdir(parents=True, exist_ok=True)
-    (work / "spec.json").write_text(json.dumps(spec, indent=1))
+    atomic_write(work / "spec.json", json.dumps(spec, indent=1))
     env = dict(os.environ)
     env["XDG_DATA_HOME"] = str(work / "data")  # the remote side's own run directories
     root = str(Path(__file__).resolve().parent.parent)

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from workbench.cost.budgets import spent_usd
+from workbench.fsutil import atomic_write
 
 Event = dict[str, Any]
 _CHILDREN = ("score", "model_call", "rollout_error", "trace")  # rows keyed by rollout_pk
@@ -106,7 +107,7 @@ class DirLog:
         return out
 
     def request_stop(self, reason: str) -> None:
-        (self.dir / "stop").write_text(reason)
+        atomic_write(self.dir / "stop", reason)
 
     def stop_requested(self) -> str | None:
         with contextlib.suppress(FileNotFoundError):

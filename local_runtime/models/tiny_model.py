@@ -39,6 +39,7 @@ from local_runtime.models.tiny_corpus import (
     tokenizer_corpus,
     tool_examples,
 )
+from workbench.fsutil import atomic_write
 
 MODEL_ID = "workbench-tiny-v1"
 SERVED_NAME = "workbench-tiny"
@@ -372,9 +373,7 @@ def _progress_writer(target: Path) -> Callable[[str, int, int], None]:
     path = progress_file(target)
 
     def write(phase: str, done: int, total: int) -> None:
-        tmp = path.with_name(path.name + f".{os.getpid()}")
-        tmp.write_text(json.dumps({"phase": phase, "done": done, "total": total, "at": time.time()}))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps({"phase": phase, "done": done, "total": total, "at": time.time()}))
 
     return write
 

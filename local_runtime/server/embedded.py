@@ -23,6 +23,7 @@ from typing import Any
 
 from local_runtime.models.loading import TINY_ALIASES
 from workbench.errors import EndpointError
+from workbench.fsutil import atomic_write
 
 START_TIMEOUT_S = 600.0  # a first run builds the tiny model (about a minute and a half on two cores) before serving
 #: An on-demand server exits after this long without requests (``WORKBENCH_EMBEDDED_IDLE_S``; 0: never).
@@ -202,9 +203,7 @@ def ensure_server(model: str | None = None, *, timeout: float = START_TIMEOUT_S,
             return found
         statefile.unlink(missing_ok=True)
         state = start_server(spec, timeout=timeout, log=log, progress=progress)
-        tmp = statefile.with_name(statefile.name + ".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, statefile)
+        atomic_write(statefile, json.dumps(state))
         return f"http://127.0.0.1:{state['port']}/v1", str(state["model"])
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.fsutil import atomic_write
 
 
 def default_threads() -> int:
@@ -120,10 +121,8 @@ async def serve(app: Any, args: argparse.Namespace) -> None:
     log(f"serving {lm.name} at http://{args.host}:{port}/v1 (context {lm.context_len}, device {lm.device}, "
         f"max batch {args.max_batch}, {args.threads} thread{'s' if args.threads != 1 else ''})")
     if args.ready_file:
-        ready = Path(args.ready_file)
-        tmp = ready.with_name(ready.name + ".tmp")
-        tmp.write_text(json.dumps({"host": args.host, "port": port, "pid": os.getpid(), "model": lm.name}))
-        os.replace(tmp, ready)
+        atomic_write(Path(args.ready_file), json.dumps({"host": args.host, "port": port, "pid": os.getpid(),
+                                                          "model": lm.name}))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workbench.config import paths
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
 
 BUNDLED_FILE = "workbench_override.json"
 
@@ -103,9 +103,7 @@ def save(env_name: str, override: Override) -> Path:
     path = override_path(env_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     override.created_at = override.created_at or time.time()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(override.to_json())
-    os.replace(tmp, path)
+    atomic_write(path, override.to_json())
     return path
 
 

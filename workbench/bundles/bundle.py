@@ -47,6 +47,7 @@ from workbench.authoring.discovery import EnvRef, resolve
 from workbench.authoring.env_files import LOCK_NAME, content_hash, read_env_files
 from workbench.bundles.secrets_scan import check_files
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.fsutil import atomic_write
 
 FORMAT = 1
 MANIFEST = "bundle.json"
@@ -328,6 +329,4 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    atomic_write(path, data)

@@ -26,6 +26,7 @@ from workbench.bundles.bundle import (
 )
 from workbench.bundles.secrets_scan import check_files
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
 
 
 def _expected(expected_hash: str) -> str:
@@ -153,5 +154,5 @@ def bundle_env_ref(path: str | Path, dest: str | Path | None = None) -> str:
             raise BundleMismatchError(f"refusing to run bundle {d} ({env}): it holds an unsafe path {rel!r}")
         target = base / rel if kind == "module" else base.joinpath(name, *parts)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        atomic_write(target, data)
     return str(base / files[0][0]) if kind == "module" else str(base / name)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from workbench.config import paths
 from workbench.config.redact import redact_url, url_credentials
 from workbench.errors import ConfigError, NotFoundError
+from workbench.fsutil import atomic_write
 
 MODELS_FILE = "models.json"
 PROVIDERS = ("openai", "anthropic")
@@ -118,10 +119,8 @@ def save_models(models: dict[str, ModelEndpoint], path: Path | None = None) -> P
     """Write the registry at once (a temp file renamed over it, so a crash never leaves half a file)."""
     p = path or models_path()
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".json.tmp")
     body = {n: {k: v for k, v in m.as_dict().items() if k != "name" and v is not None} for n, m in sorted(models.items())}
-    tmp.write_text(json.dumps(body, indent=2) + "\n")
-    os.replace(tmp, p)
+    atomic_write(p, json.dumps(body, indent=2) + "\n")
     return p
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
 from workbench.training.algorithms import nearest
 
 
@@ -140,9 +141,7 @@ def set_price(provider: str, gpu: str, usd_per_gpu_s: float, source: str = "user
     rows.append({"provider": price.provider, "gpu": price.gpu, "usd_per_gpu_s": price.usd_per_gpu_s,
                  "source": price.source})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"prices": rows}, indent=2) + "\n")
-    tmp.replace(path)
+    atomic_write(path, json.dumps({"prices": rows}, indent=2) + "\n")
     return price
 
 
@@ -154,7 +153,7 @@ def delete_price(provider: str, gpu: str, path: Path | None = None) -> bool:
     kept = [r for r in rows if (r.get("provider"), r.get("gpu")) != key]
     if len(kept) == len(rows):
         return False
-    path.write_text(json.dumps({"prices": kept}, indent=2) + "\n")
+    atomic_write(path, json.dumps({"prices": kept}, indent=2) + "\n")
     return True
 
 

@@ -2,8 +2,8 @@
 
 A path is taken as its parent resolved (symlinks and ``..`` followed) plus its own name, so a symlink is
 removed as a link, never followed; the result must lie strictly inside the resolved root, else nothing is
-touched and the refusal names the path. Writes go to a temporary file beside the target and are renamed
-over it, so a reader (or a kill) sees the old content or the new, never half of one.
+touched and the refusal names the path. Writes go through :func:`workbench.fsutil.atomic_write`, so a
+reader (or a kill) sees the old content or the new, never half of one.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from workbench.errors import ConfigError
+from workbench.fsutil import atomic_write
 
 
 def inside(root: Path, path: Path) -> Path:
@@ -46,19 +46,7 @@ def remove_inside(root: Path, path: Path) -> bool:
 def write_inside(root: Path, path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` inside ``root`` atomically (a temporary sibling renamed over it)."""
     target = inside(root, path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return target
+    return atomic_write(target, data, mkdirs=True)
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from workbench.fsutil import atomic_write
 from workbench.rollouts.client import ChatClient, ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import relay_completions, relay_stream
@@ -122,10 +123,7 @@ class InterceptionProxy:
         if folder is None:
             return
         src = Path(__file__).with_name("bridge.py")
-        tmp = folder / ".bridge.py.part"
-        tmp.write_bytes(src.read_bytes())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, folder / "bridge.py")
+        atomic_write(folder / "bridge.py", src.read_bytes(), mode=0o644)
         await self.serve_unix(folder / "proxy.sock")
 
     def _secret(self, rollout_id: str) -> str:

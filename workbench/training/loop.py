@@ -35,6 +35,7 @@ from workbench.authoring.environment import Environment
 from workbench.authoring.tasks import Task
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.fsutil import atomic_write
 from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
@@ -283,13 +284,13 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         if max_steps is not None:  # the continuation may go further than the run first planned
             tables["loop"]["max_steps"] = max_steps
         cfg = validate_tables(tables)
-        (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
+        atomic_write(rdir / "config.json", json.dumps(cfg.raw, indent=1))
     else:
         assert cfg is not None
         run_id = run_id or new_run_id()
         rdir = run_dir(run_id)
         rdir.mkdir(parents=True, exist_ok=True)
-        (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
+        atomic_write(rdir / "config.json", json.dumps(cfg.raw, indent=1))
     env = discovery.load(cfg.env, cfg.env_args)
     if cfg.loop.temperature is not None:
         env.sampling.temperature = cfg.loop.temperature
@@ -297,7 +298,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
         env.sampling.max_tokens = cfg.loop.max_tokens
     if abs(env.sampling.temperature - float(cfg.trainer.get("temperature", 1.0))) > 1e-9:
         cfg.trainer["temperature"] = env.sampling.temperature  # trainer logprobs must match the sampler's
-        (rdir / "config.json").write_text(json.dumps(cfg.raw, indent=1))
+        atomic_write(rdir / "config.json", json.dumps(cfg.raw, indent=1))
     train_tasks, eval_tasks = split_tasks(env, cfg)
     if cfg.data and not resume:
         _choose_data(cfg, store, env, rdir, log)

@@ -14,11 +14,12 @@ is the roles' business:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
+
+from workbench.fsutil import atomic_write
 
 #: In the run directory: the inference server's root URL, for a trainer started before the server was up.
 SERVER_ROOT_FILE = "server_root"
@@ -61,9 +62,7 @@ class TrainRoles(Protocol):
 
 def write_server_root(rdir: Path, root: str) -> None:
     """Tell a trainer that started first where the server is (atomically: it never reads half a URL)."""
-    tmp = rdir / f".{SERVER_ROOT_FILE}.tmp"
-    tmp.write_text(root)
-    os.replace(tmp, rdir / SERVER_ROOT_FILE)
+    atomic_write(rdir / SERVER_ROOT_FILE, root)
 
 
 __all__ = ["SERVER_ROOT_FILE", "Inference", "TrainRoles", "WorkerProcess", "write_server_root"]
