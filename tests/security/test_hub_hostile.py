@@ -338,3 +338,34 @@ def test_an_impostor_card_and_a_killed_pull_leave_the_installed_version_whole(
     assert [p.name for p in installed.iterdir()] == [Path(again["install"]).name], "the killed pull's folder is gone"
     assert sorted(p.name for p in (hub_dir(you) / "records").iterdir()) == ["adder.json"]
     assert Path(again["path"], "more.txt").read_text() == "a second version\n"
+
+
+# (project, the files the index holds for it): an environment project that has no wheel to read a card from
+NO_WHEEL = [("sdistonly", ["workbench_env_sdistonly-0.1.0.tar.gz"]),
+            ("ziponly", ["workbench_env_ziponly-0.2.0.zip", "workbench_env_ziponly-0.3.0.tar.gz"])]
+
+
+def test_search_names_a_project_that_has_no_wheel(tmp_path: Path, adder: Path,
+                                                  package_index: Callable[..., Any]) -> None:
+    index = package_index(private=True)
+    me = Home(tmp_path / "me", index)
+    me.json("hub", "push", adder)
+    for _, files in NO_WHEEL:
+        for filename in files:
+            (index.packages / filename).write_bytes(b"not a wheel")
+    before = listing(hub_dir(me))
+    found = me("hub", "search", "--json")
+    assert found.rc == 0 and "Traceback" not in found.stderr, found.stderr
+    out = last_json(found.stdout)
+    assert [e["name"] for e in out["environments"]] == ["adder"]
+    skipped = {s["name"]: s for s in out["skipped"]}
+    assert sorted(skipped) == sorted(name for name, _ in NO_WHEEL)
+    for name, files in NO_WHEEL:
+        assert skipped[name]["version"] is None and "has no wheel" in skipped[name]["reason"]
+        assert f"{len(files)} other file" in skipped[name]["reason"]
+        [line] = [ln for ln in found.stderr.splitlines() if f"skipped {name}:" in ln]
+        assert line.startswith("warning: ") and f"workbench-env-{name}" in line and "has no wheel" in line
+    plain = me("hub", "search")
+    assert plain.rc == 0 and "adder" in plain.stdout
+    assert all(f"skipped {name}:" in plain.stderr for name, _ in NO_WHEEL), plain.stderr
+    assert listing(hub_dir(me)) == before  # searching installs nothing

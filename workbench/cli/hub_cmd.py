@@ -58,7 +58,8 @@ def search_command(text: str | None, index: str | None, as_json: bool) -> None:
 
     out = search(text, index)
     for skip in out["skipped"]:
-        console_err.print(f"warning: skipped {skip['name']} {skip['version']}: {skip['reason']}", highlight=False,
+        version = f" {skip['version']}" if skip["version"] else ""
+        console_err.print(f"warning: skipped {skip['name']}{version}: {skip['reason']}", highlight=False,
                           markup=False)
     if as_json:
         emit_json(out)

@@ -12,7 +12,7 @@ from typing import Any
 from workbench.config import paths
 from workbench.errors import EndpointError, NotFoundError
 from workbench.hub.indexes import resolve_index
-from workbench.hub.publish import read_card, sorted_versions
+from workbench.hub.publish import project_name, read_card, sorted_versions, wheel_versions
 from workbench.hub.pull import env_projects, parse_spec, pick_version, versions_of
 from workbench.hub.safe_fs import write_inside
 from workbench.hub.simple_api import IndexClient, IndexFile
@@ -39,7 +39,16 @@ def _summary(card: dict[str, Any]) -> str:
     return text[0][:120] if text else ""
 
 
+def _no_wheel(client: IndexClient, env: str, files: list[IndexFile]) -> str:
+    what = f"{len(files)} other file{'s' if len(files) != 1 else ''}" if files else "no files"
+    return (f"project {project_name(env)} on index {client.index.name} has no wheel to read an eval card from "
+            f"({what}); an environment is published as a wheel (`workbench hub push`)")
+
+
 def search(text: str | None = None, index: str | None = None) -> dict[str, Any]:
+    """The index's environments whose name, description or README holds ``text`` (all without one); a
+    project with no wheel or no usable card is left out and named in ``skipped`` (its version None
+    when it has none)."""
     idx = resolve_index(index)
     client = IndexClient(idx)
     needle = (text or "").lower().replace("-", "_")
@@ -47,8 +56,12 @@ def search(text: str | None = None, index: str | None = None) -> dict[str, Any]:
     for name in env_projects(client):
         env = name.replace("-", "_")
         try:
-            found = versions_of(client, env)
+            files = client.files(project_name(env))
         except NotFoundError:
+            files = []
+        found = wheel_versions(files)
+        if not found:  # a project without a wheel is skipped and named, as a bad card is
+            skipped.append({"name": env, "version": None, "reason": _no_wheel(client, env, files)})
             continue
         latest = sorted_versions(list(found))[-1]
         try:
