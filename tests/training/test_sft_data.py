@@ -83,7 +83,9 @@ def test_a_played_rollout_renders_as_the_templates_tokens_with_the_assistant_tur
 
     conn = sqlite3.connect(played.db)
     [item], counts = sft_data.select(conn, [played.run_id], tools_for=lambda env: _tools() if env == "calc" else None)
-    assert item.branches is None and item.source == "human" and item.reward == 1.0 and item.tools == _tools()
+    assert item.branches is None and item.source == "human" and item.reward == 1.0
+    # the tools the player was offered, kept with the rollout, not the ones tools_for gives today (``_add``)
+    assert [t["function"]["name"] for t in item.tools or []] == ["add"] and item.tools != _tools()
     assert counts[played.run_id] == {"kind": "play", "rollouts": 1, "errored": 0, "below_min_reward": 0, "rendered": 1}
     assert [m["role"] for m in item.messages or []] == ["user", "assistant", "tool", "assistant"]
     tok = load_tokenizer(str(tiny_dir))
