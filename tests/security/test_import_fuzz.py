@@ -214,7 +214,9 @@ n, bad, finite, ok = snapshot()
 if bad or not finite or ok != "ok":
     print(f"seed {seed}: the store holds non-finite values or fails its check: {bad} {finite} {ok}")
     sys.exit(1)
-self_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+# VmHWM is this process's own peak (ru_maxrss would carry the forking pytest's peak across the exec)
+self_mib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmHWM:")) // 1024
 child_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
 print(json.dumps({**done, "rollouts": n, "self_mib": self_mib, "child_mib": child_mib}))
 '''
