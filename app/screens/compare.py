@@ -141,16 +141,16 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
     def _open_diff(self, base_run: str, run: str, task_id: str) -> None:
         from app.screens.rollout_diff import RolloutDiffScreen
         from workbench.analysis.diff import load_diff
+        from workbench.store.run_lookups import first_rollout_of_task
 
         conn = self.workbench_app.store.get().conn
         ids = []
         for r in (base_run, run):
-            row = conn.execute("SELECT id FROM rollout WHERE run_id = ? AND task_id = ? ORDER BY sample_index LIMIT 1",
-                               (r, task_id)).fetchone()
-            if row is None:
+            rollout_id = first_rollout_of_task(conn, r, task_id)
+            if rollout_id is None:
                 call_ui(self.app, self.notify, f"run {r} has no rollout of task {task_id}", severity="warning")
                 return
-            ids.append(row[0])
+            ids.append(rollout_id)
         try:
             diff = load_diff(conn, ids[0], ids[1])
         except Exception as e:

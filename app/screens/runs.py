@@ -26,17 +26,10 @@ from app.widgets.pipeline_view import optimize_renderable, pipeline_line
 from app.widgets.tables import RowTable
 from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
+from workbench.store.run_lookups import comparison_of, run_counts
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
 TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
-
-
-def run_counts(conn: Any, run_id: str) -> tuple[int, int, float | None]:
-    """(rollouts, errors, mean reward) of a run as stored now, counted as ``list_runs`` counts a run
-    still running (errors: rollouts without a reward), on the run/reward index alone."""
-    n, scored, mean = conn.execute("SELECT COUNT(*), COUNT(reward), AVG(reward) FROM rollout WHERE run_id = ?",
-                                   (run_id,)).fetchone()
-    return n, n - scored, mean
 
 
 def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
@@ -174,16 +167,12 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
 
         conn = self.workbench_app.store.get().conn
         if runs is None:
-            row = conn.execute("SELECT json_extract(config, '$.comparison_id') FROM run WHERE id = ?",
-                               (of_run,)).fetchone()
-            if (not row or not row[0]) and conn.execute(  # a pipeline's own run: the comparison it made
-                    "SELECT 1 FROM run WHERE json_extract(config, '$.comparison_id') = ? LIMIT 1", (of_run,)).fetchone():
-                row = (of_run,)
-            if not row or not row[0]:
+            comparison = comparison_of(conn, of_run or "")
+            if comparison is None:
                 call_ui(self.app, self.notify, "mark two runs or more with m, or pick a run of a comparison "
                         "(`workbench eval ENV -m A -m B`)", severity="warning")
                 return
-            runs = [row[0]]
+            runs = [comparison]
         try:
             result, means = load_comparison(conn, runs)
         except WorkbenchError as e:
