@@ -106,6 +106,17 @@ def _readline(stream: Any, timeout: float) -> str:
     return box[0].decode() if box and isinstance(box[0], bytes) else (box[0] if box else "")
 
 
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """End a server the test started: SIGTERM, then SIGKILL if it has not exited 15 s later."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+
+
 class MockServer:
     """``python -m workbench.testing.mock_openai`` (or another mock ``module``, e.g. ``mock_anthropic``) as a
     subprocess on a free port of 127.0.0.1."""
@@ -136,13 +147,7 @@ class MockServer:
             return list(json.loads(resp.read())["requests"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
+        stop_process(self.proc)
         if self.proc.stdout:
             self.proc.stdout.close()
         self._log.close()

@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers import stop_process
+
 USER, PASSWORD = "alice", "s3cret pw:with colon"
 START_TIMEOUT_S = 60.0
 
@@ -31,13 +33,7 @@ class PackageIndex:
         return self.root + "simple/"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
+        stop_process(self.proc)
 
 
 def _free_port() -> int:

@@ -18,7 +18,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from tests.helpers import _readline, wait_for, workbench_argv, write_file
+from tests.helpers import _readline, stop_process, wait_for, workbench_argv, write_file
 
 CHOSEN = "a-token-chosen-by-the-user-0123456789"
 #: Code a hostile process writes and asks the server to load: if it ever runs, the marker file appears.
@@ -51,12 +51,7 @@ def http_server(env: dict[str, str], cwd: Path, port: int) -> Iterator[str]:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         yield line
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
+        stop_process(proc)
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 
-from tests.helpers import ADDER_ENV, REPO, MockServer, workbench_argv, write_file
+from tests.helpers import ADDER_ENV, REPO, MockServer, stop_process, workbench_argv, write_file
 
 TOOLS = {"list_environments", "validate_environment", "run_eval", "list_runs", "show_rollout", "search_rollouts",
          "diff_rollouts", "rescore", "plan_launch"}
@@ -253,12 +253,7 @@ async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_p
                 readme = (await s.read_resource("env://arithmetic/README.md")).contents[0]
                 assert readme.text.startswith("# arithmetic")  # type: ignore[union-attr]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
+        stop_process(proc)
         log.close()
 
 
