@@ -244,9 +244,9 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
         except WorkbenchError as e:
             call_ui(self.app, self._failed, str(e))
             return
-        note = f"; it does not load here: {rec['error']}" if rec["error"] else ""
-        call_ui(self.app, self.notify, f"{what}ed {rec['name']} {rec['version']} from {rec['index']}{note}",
-                title="hub", severity="warning" if rec["error"] else "information")
+        # a pull runs none of the env's code, so whether it loads is for validate to say, not the pull
+        call_ui(self.app, self.notify, f"{what}ed {rec['name']} {rec['version']} from {rec['index']}",
+                title="hub", severity="information")
         call_ui(self.app, self._load)
 
     def action_fork(self) -> None:
