@@ -7,6 +7,7 @@ request's prompt."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -80,15 +81,20 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     return await http_app._chat(request, req, _ResponsesTranslation(model, body, conversation, store))
 
 
+async def _messages_request(request: web.Request, translate: Callable[[Any], dict[str, Any]]) -> tuple[Any, ChatRequest]:
+    """A Messages API body and the chat request ``translate`` makes of it; a body it cannot read is a 400."""
+    body = await http_app.read_json(request)
+    try:
+        chat = translate(body)
+    except WireError as e:
+        raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
+    return body, _chat_request(chat)
+
+
 async def create_message(request: web.Request) -> web.StreamResponse:
     """Errors in Anthropic's shape (``{"type": "error", "error": {...}}``), which its SDK reads."""
     try:
-        body = await http_app.read_json(request)
-        try:
-            chat = anthropic.request_to_chat(body)
-        except WireError as e:
-            raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
-        req = _chat_request(chat)
+        body, req = await _messages_request(request, anthropic.request_to_chat)
         model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
         return await http_app._chat(request, req, _MessagesTranslation(model, body))
     except http_app.HTTPError as e:
@@ -108,12 +114,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the tokens of the prompt the request's messages, system and
     tools render to (``{"input_tokens": N}``); errors in Anthropic's shape."""
     try:
-        body = await http_app.read_json(request)
-        try:
-            chat = anthropic.count_request_to_chat(body)
-        except WireError as e:
-            raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
-        req = _chat_request(chat)
+        _, req = await _messages_request(request, anthropic.count_request_to_chat)
         engine = request.app[http_app.ENGINE]
         http_app.resolve_model(engine, req.model)
         ids, _ = http_app.render_chat(engine.lm, req, request.app[http_app.PROMPTS])
