@@ -17,7 +17,8 @@ from workbench.errors import WorkbenchError
 from workbench.runs.validate import ValidationReport
 
 if TYPE_CHECKING:
-    from app.store_access import AsyncRunner
+    from workbench_app.store_access import AsyncRunner
+
     from workbench.analysis.rescore import RescoreResult
     from workbench.store import Store
 

@@ -9,20 +9,20 @@ from typing import Any, ClassVar
 from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
+from workbench_app.commands import WorkbenchCommands
+from workbench_app.config import TuiConfig, load_config
+from workbench_app.format import fpath, visible
+from workbench_app.screens.costs import CostsScreen
+from workbench_app.screens.debugger import DebuggerScreen
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.help import HelpScreen, binding_rows
+from workbench_app.screens.play import PlayScreen
+from workbench_app.screens.rollout_detail import RolloutDetailScreen
+from workbench_app.screens.rollout_diff import RolloutDiffScreen
+from workbench_app.screens.runs import RunsScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.store_access import StoreHandle
 
-from app.commands import WorkbenchCommands
-from app.config import TuiConfig, load_config
-from app.format import fpath, visible
-from app.screens.costs import CostsScreen
-from app.screens.debugger import DebuggerScreen
-from app.screens.environments import EnvironmentsScreen
-from app.screens.help import HelpScreen, binding_rows
-from app.screens.play import PlayScreen
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.rollout_diff import RolloutDiffScreen
-from app.screens.runs import RunsScreen
-from app.screens.traces import TracesScreen
-from app.store_access import StoreHandle
 from workbench.authoring import discovery
 from workbench.authoring.discovery import EnvRef
 from workbench.config import paths
@@ -31,7 +31,7 @@ from workbench.config import paths
 class WorkbenchApp(App[None]):
     """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3/4.
 
-    Screens reach these attributes through ``workbench_app`` (:class:`app.typed.WorkbenchAppMixin`);
+    Screens reach these attributes through ``workbench_app`` (:class:`workbench_app.typed.WorkbenchAppMixin`);
     what their workers produce for another screen arrives here as typed messages (the ``@on`` handlers)."""
 
     TITLE = "Workbench"
@@ -70,7 +70,7 @@ class WorkbenchApp(App[None]):
         """``db`` is the store file. ``discover_fn`` lists the environments (default: bundled, user and
         installed ones); ``watch`` turns hot reload on; ``mode`` is the first screen; ``launcher`` and
         ``modal_launcher`` run a launch from the Environments screen on the local and modal backends
-        (default: the backend's own, ``cloud_runtime.launch.launch_local`` for local)."""
+        (default: the backend's own, ``workbench_cloud.launch.launch_local`` for local)."""
         if mode is not None:
             self.DEFAULT_MODE = mode  # type: ignore[misc]  # read by App.__init__
         super().__init__()

@@ -9,7 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from app.store_access import StoreHandle
+from workbench_app.store_access import StoreHandle
+
 from workbench.store.queries import (
     RolloutFilter,
     RolloutSummary,
@@ -62,7 +63,7 @@ class Filters:
 
 
 class RolloutSource:
-    """A :class:`~app.widgets.virtual_table.PageSource` over the store's rollouts.
+    """A :class:`~workbench_app.widgets.virtual_table.PageSource` over the store's rollouts.
 
     Pages next to a cached page are read by keyset (constant cost at any depth); a page far from
     any cached one is read by offset from whichever end of the order is nearer.

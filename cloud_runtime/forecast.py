@@ -1,9 +1,9 @@
 """What a planned run will cost, and whether the budgets allow it — the numbers the app's Launch
 dialog and Costs screen show before anything starts.
 
-Nothing here estimates on its own account: a cloud forecast is :func:`cloud_runtime.plan.make_plan`
+Nothing here estimates on its own account: a cloud forecast is :func:`workbench_cloud.plan.make_plan`
 (what ``workbench launch --plan`` prints) judged by the very checks ``workbench launch`` refuses with
-(:func:`~cloud_runtime.plan.check_budget`, :func:`workbench.cost.budgets.check_monthly`, the memory fit);
+(:func:`~workbench_cloud.plan.check_budget`, :func:`workbench.cost.budgets.check_monthly`, the memory fit);
 a local forecast is the local backend's cost formula — device-seconds × the local price
 (``workbench gpu-prices set local cpu``) — with device-seconds per step measured from the cost
 ledgers of earlier local launches, and the cap its budget guard will enforce
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloud_runtime.launch import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
-from cloud_runtime.plan import Plan, check_budget, load_launch_config, make_plan
+from workbench_cloud.launch import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
+from workbench_cloud.plan import Plan, check_budget, load_launch_config, make_plan
+
 from workbench.cost.budgets import check_monthly, month_spent_usd, monthly_budget_usd, run_cap
 from workbench.errors import ConfigError
 

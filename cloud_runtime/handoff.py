@@ -1,7 +1,7 @@
 """The batch hand-off between the orchestrator and a trainer that does not share its store.
 
 On Modal the orchestrator's SQLite store is on its own container's disk; the trainer nodes are
-other containers. So the two meet in two append-only event logs (``cloud_runtime.stream``: a
+other containers. So the two meet in two append-only event logs (``workbench_cloud.stream``: a
 ``modal.Dict`` there, a directory for ``workbench launch --backend local``, which runs exactly this
 code path on one machine):
 
@@ -13,7 +13,7 @@ code path on one machine):
   and event records, which the bridge copies into the orchestrator's store — where
   :class:`workbench.training.loop.Orchestrator` and the stream exporter already look for them.
 
-:class:`LogFeed` is the trainer's ``local_runtime.training.feed.TrainFeed``; its cursor is the batch
+:class:`LogFeed` is the trainer's ``workbench_local.training.feed.TrainFeed``; its cursor is the batch
 log's sequence number, recorded as ``last_pk`` with every step, so a resumed trainer re-reads from
 the checkpointed step's position. Rank 0 still broadcasts each batch to the other ranks.
 
@@ -21,9 +21,9 @@ Exactly-once: the bridge resumes its batch position from the log itself (every e
 store pk it had shipped up to), copies records and advances its record cursor in one SQLite
 transaction, and the feed skips a rollout id it has already seen.
 
-    python -m cloud_runtime.handoff --handoff JSON --run RUN --server URL --dir RUN_DIR
+    python -m workbench_cloud.handoff --handoff JSON --run RUN --server URL --dir RUN_DIR
 
-runs the training worker (``local_runtime.training.worker``) with a :class:`LogFeed` over the logs
+runs the training worker (``workbench_local.training.worker``) with a :class:`LogFeed` over the logs
 that ``JSON`` names (see :func:`open_handoff`).
 """
 
@@ -40,8 +40,8 @@ from array import array
 from typing import Any
 
 import orjson
+from workbench_cloud.stream import DirLog, Event, EventLog, KeyValueLog
 
-from cloud_runtime.stream import DirLog, Event, EventLog, KeyValueLog
 from workbench.training.algorithms import Branch, TrainRollout
 from workbench.training.data import load_rollouts
 
@@ -104,7 +104,7 @@ def _read_all(log: EventLog, after: int) -> list[Event]:
 
 # -- the trainer's side ------------------------------------------------------------------------------
 class LogFeed:
-    """The trainer's feed over the two logs (``local_runtime.training.feed.TrainFeed``)."""
+    """The trainer's feed over the two logs (``workbench_local.training.feed.TrainFeed``)."""
 
     def __init__(self, batches: EventLog, records: EventLog, *, orphan_after_s: float = ORPHAN_AFTER_S,
                  parent_pid: int | None = None) -> None:
@@ -248,17 +248,17 @@ class HandoffBridge(threading.Thread):
 
 # -- the trainer's command line ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """``local_runtime.training.worker``'s command line with ``--handoff JSON`` instead of ``--db``."""
+    """``workbench_local.training.worker``'s command line with ``--handoff JSON`` instead of ``--db``."""
     import argparse
 
-    from local_runtime.training import worker as train_worker
+    from workbench_local.training import worker as train_worker
 
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--handoff", required=True, help="JSON: the hand-off logs (see open_handoff)")
     ap.add_argument("--parent-pid", type=int, default=None)
     args, rest = ap.parse_known_args(argv)
     spec = json.loads(args.handoff)
-    return train_worker.main(rest, prog="python -m cloud_runtime.handoff",
+    return train_worker.main(rest, prog="python -m workbench_cloud.handoff",
                              open_feed=lambda: LogFeed(*open_handoff(spec), parent_pid=args.parent_pid))
 
 

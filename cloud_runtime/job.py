@@ -1,22 +1,22 @@
 """The remote side of a launched run: verify the bundle, train, stream everything back.
 
 ``run_remote`` is what the Modal orchestrator function calls, and what ``workbench launch
---backend local`` runs in a local process (``python -m cloud_runtime.job``): the same code, only
+--backend local`` runs in a local process (``python -m workbench_cloud.job``): the same code, only
 where it runs differs. Before any (GPU) work it checks the bundle's content hash against the one
 the laptop computed and refuses a mismatch. Then it runs :func:`workbench.training.loop.train` into its own
 store (on Modal: a Volume), while
 
-* an :class:`~cloud_runtime.stream.Exporter` streams every new row (rollouts, step metrics, cost
+* an :class:`~workbench_cloud.stream.Exporter` streams every new row (rollouts, step metrics, cost
   events, the run's status) into the event log the laptop follows, and
 * a cost ledger records what the run's GPUs cost so far (``gpu_seconds`` cost events: GPUs ×
   elapsed seconds × the GPU's price per second), so the laptop's budget guard sees the spend;
-* a :class:`~cloud_runtime.handoff.HandoffBridge` hands finished rollouts to the trainer and its
+* a :class:`~workbench_cloud.handoff.HandoffBridge` hands finished rollouts to the trainer and its
   records back through the hand-off logs (a directory here, a ``modal.Dict`` on Modal): the trainer
-  never opens this store, wherever it runs (``cloud_runtime.roles``);
+  never opens this store, wherever it runs (``workbench_cloud.roles``);
 
 and it stops within one step when the log's stop flag is raised (``workbench stop``, a budget).
 With ``resume`` it continues a run whose store was restored (a hand-over at Modal's 24 h limit:
-``cloud_runtime.resume``).
+``workbench_cloud.resume``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cloud_runtime.stream import EventLog, Exporter, open_log
+from workbench_cloud.stream import EventLog, Exporter, open_log
+
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.fsutil import atomic_write
 
@@ -98,11 +99,12 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
     """Verify the bundle, then train ``config`` (resolved run tables) streaming into ``log``;
     returns the run's final status. ``cost``: ``gpus``, ``usd_per_gpu_s``, ``gpu``, ``provider``.
     ``handoff`` names the hand-off logs (default: a directory in ``workdir``); ``roles`` places the
-    inference server and trainer (default: local processes, ``cloud_runtime.roles.HandoffRoles``);
+    inference server and trainer (default: local processes, ``workbench_cloud.roles.HandoffRoles``);
     ``should_stop`` is asked between steps too (the 24 h hand-over); ``resume`` continues the run
     in ``workdir``'s store from its checkpoint."""
-    from cloud_runtime.handoff import HandoffBridge, open_handoff
-    from cloud_runtime.roles import HandoffRoles
+    from workbench_cloud.handoff import HandoffBridge, open_handoff
+    from workbench_cloud.roles import HandoffRoles
+
     from workbench.bundles.verify import bundle_env_ref, verify_bundle
     from workbench.store import Store
     from workbench.training.loop import run_dir, train
@@ -157,7 +159,7 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cloud_runtime.job", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m workbench_cloud.job", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--hash", required=True)
     ap.add_argument("--spec", required=True, help="JSON: run_id, config (run tables), stream (log spec), cost")

@@ -2,7 +2,7 @@
 
 Both backends run the same pipeline: :func:`workbench.bundles.bundle.build_bundle` (refuses secrets,
 gives the content hash), a run row in the local store that names the bundle hash and where the
-run's event log lives, the remote job (:mod:`cloud_runtime.job`: hash check before any work,
+run's event log lives, the remote job (:mod:`workbench_cloud.job`: hash check before any work,
 orchestrator + trainer + inference server, cost ledger, exporter), and :func:`follow` ingesting
 its stream into the local store with the budget guard. ``--backend local`` runs the job as a local
 process on the CPU, its log a directory; ``--backend modal`` runs it as Modal functions, its log a
@@ -18,10 +18,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from cloud_runtime.stream import FINISHED, Event, follow, open_log
+from workbench_cloud.stream import FINISHED, Event, follow, open_log
+
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
 from workbench.fsutil import atomic_write
@@ -75,9 +75,7 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
     atomic_write(work / "spec.json", json.dumps(spec, indent=1))
     env = dict(os.environ)
     env["XDG_DATA_HOME"] = str(work / "data")  # the remote side's own run directories
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "cloud_runtime.job", "--bundle", str(bundle.path), "--hash", bundle.hash,
+    cmd = [sys.executable, "-m", "workbench_cloud.job", "--bundle", str(bundle.path), "--hash", bundle.hash,
            "--spec", str(work / "spec.json"), "--workdir", str(work)]
     if threads:
         cmd += ["--threads", str(threads)]

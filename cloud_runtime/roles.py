@@ -1,10 +1,10 @@
 """Where a launched run's inference server and trainer run (``workbench.training.roles.TrainRoles``).
 
-Both backends hand batches to the trainer through the hand-off logs (``cloud_runtime.handoff``),
+Both backends hand batches to the trainer through the hand-off logs (``workbench_cloud.handoff``),
 never through the orchestrator's store, so ``--backend local`` runs the code path Modal runs:
 
 * :class:`HandoffRoles` (``--backend local``): the embedded server and a local trainer process
-  (``python -m cloud_runtime.handoff``) reading directory logs.
+  (``python -m workbench_cloud.handoff``) reading directory logs.
 * :class:`ModalRoles` (on Modal, inside the ``orchestrator`` function): the inference function's
   URL, which the orchestrator waited for (nothing to start or stop here), and the
   ``@modal.clustered`` trainer, spawned with the same worker command line; its
@@ -20,11 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from local_runtime.training.roles import LocalRoles
+from workbench_local.training.roles import LocalRoles
+
 from workbench.errors import ConfigError
 from workbench.training.roles import Inference
 
-HANDOFF_MODULE = "cloud_runtime.handoff"
+HANDOFF_MODULE = "workbench_cloud.handoff"
 
 
 def handoff_argv(handoff: dict[str, Any], run_id: str, server_root: str, rdir: Path | str) -> list[str]:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from local_runtime.models.chat_template import ChatFormatError, forced_tool_prefix, parse_tool_calls
+from workbench_local.models.chat_template import ChatFormatError, forced_tool_prefix, parse_tool_calls
 
 #: Tool-call formats the route can parse (ModalSpec.tool_call_parser); "" means no tools are parsed.
 PARSERS = frozenset({"hermes", ""})

@@ -34,7 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import envs.coding as coding  # noqa: E402
+import workbench_envs.coding as coding  # noqa: E402
+
 import workbench as wb  # noqa: E402
 from workbench.rollouts.client import ChatClient  # noqa: E402
 from workbench.rollouts.engine import RolloutEngine  # noqa: E402

@@ -42,7 +42,7 @@ def _health(root: str) -> dict[str, Any] | None:
 def start(model: str, threads: int, max_batch: int) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "local_runtime.server", "--model", model, "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "workbench_local.server", "--model", model, "--port", str(port),
                              "--threads", str(threads), "--max-batch", str(max_batch)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = f"http://127.0.0.1:{port}"

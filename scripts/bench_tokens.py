@@ -62,7 +62,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-tokens-"))
     model = args.model
     if model is None:
-        from local_runtime.models.tiny_model import build_tiny_model
+        from workbench_local.models.tiny_model import build_tiny_model
 
         model = build_tiny_model(tmp / "models" / "workbench-tiny-v1", seed=0, fast=True)
     from tests.local_runtime.helpers import run_server

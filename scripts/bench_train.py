@@ -52,7 +52,7 @@ import random
 from typing import Any
 
 import workbench as wb
-from envs.arithmetic import load_environment as load_arithmetic
+from workbench_envs.arithmetic import load_environment as load_arithmetic
 
 
 def delay_s(seed: int, task_id: str, sample: int, median_s: float, sigma: float, max_s: float) -> float:

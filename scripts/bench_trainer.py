@@ -72,7 +72,7 @@ MODES = {"lora": {"lora": True}, "lora-per-sample": {"lora": True, "shared_prefi
 def bench(model: str, batch: list[Any], steps: int, mbt: int) -> list[dict[str, Any]]:
     """LoRA and full fine-tuning, their timed steps interleaved so that load from other processes
     on the machine falls on both alike."""
-    from local_runtime.training.trainer import Trainer, TrainerConfig
+    from workbench_local.training.trainer import Trainer, TrainerConfig
 
     runs: dict[str, dict[str, Any]] = {}
     for mode, opts in MODES.items():
@@ -122,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab = a.vocab
         if a.model:
             from transformers import AutoConfig
-
-            from local_runtime.models.loading import resolve
+            from workbench_local.models.loading import resolve
 
             vocab = AutoConfig.from_pretrained(resolve(a.model)[0]).vocab_size
         batch = samples(a.samples, a.seq, vocab, a.group_size, a.prompt_share)

@@ -30,11 +30,10 @@ T_PROCESS = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from textual.geometry import Region  # noqa: E402
-
-from app.config import TuiConfig  # noqa: E402
-from app.main import WorkbenchApp  # noqa: E402
-from app.screens.traces import TracesScreen  # noqa: E402
-from app.widgets.virtual_table import VirtualTable  # noqa: E402
+from workbench_app.config import TuiConfig  # noqa: E402
+from workbench_app.main import WorkbenchApp  # noqa: E402
+from workbench_app.screens.traces import TracesScreen  # noqa: E402
+from workbench_app.widgets.virtual_table import VirtualTable  # noqa: E402
 
 FILTERS = [("env", {"env": "wordle"}), ("reward 0.2..0.4", {"min_reward": "0.2", "max_reward": "0.4"}),
            ("text 'quokka'", {"text": "quokka"}), ("error any", {"error_kind": "any"})]

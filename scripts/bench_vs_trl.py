@@ -126,7 +126,7 @@ def run_workbench(args: argparse.Namespace, cfg: Any, over: dict[str, Any], tmp:
     since_launch = created - launched  # the command's start: imports, the server and the trainer starting
     curve = [{"step": r["step"], "wall_s": round(r["wall_s"] + since_launch if r["step"] else 0.0, 2),
               "heldout": r["eval_reward_mean"]} for r in rows if r["eval_reward_mean"] is not None]
-    from local_runtime.server.serve import default_threads
+    from workbench_local.server.serve import default_threads
 
     steps = [r for r in rows if r["step"]]
     return {"trainer": "workbench", "run_id": summary["run_id"], "curve": curve,
@@ -371,7 +371,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_vs_trl_") as d:
         tmp = Path(d)
         if args.model is None:
-            from local_runtime.models.tiny_model import build_tiny_model
+            from workbench_local.models.tiny_model import build_tiny_model
 
             print("building the tiny model (about 100 s; --model DIR reuses a build)", file=sys.stderr, flush=True)
             args.model = str(build_tiny_model(tmp / "model", seed=0))

@@ -11,7 +11,7 @@ vocabulary size, and then loaded only through the repo's own code:
    ``--steps`` timed policy-gradient steps on synthetic token batches; train tokens/s, then the adapter
    is saved as the training worker saves it (``save_adapter``).
 2. ``full``: the same for full fine-tuning; the saved full weights are what the worker publishes.
-3. ``serve``: the embedded server (``local_runtime.server.serve.build`` and ``serve``) runs in this
+3. ``serve``: the embedded server (``workbench_local.server.serve.build`` and ``serve``) runs in this
    process on the device with the saved base model; the full weights go in through ``/update_weights``
    and the adapter through ``/v1/load_lora_adapter`` (the worker's own ``_post``), and after each one
    batched ``/v1/completions`` request (``ignore_eos``, a fixed length) measures generated tokens/s.
@@ -110,9 +110,8 @@ def build_model(path: Path, a: argparse.Namespace, device: str, dtype: Any) -> i
 def train_phase(mode: str, model: str, a: argparse.Namespace, device: str, dtype: str, out: Path) -> dict[str, Any]:
     """``--steps`` timed optimizer steps of the repo's Trainer, then its weights saved for publishing."""
     import torch
-
-    from local_runtime.training.losses import build_loss
-    from local_runtime.training.trainer import Trainer, TrainerConfig
+    from workbench_local.training.losses import build_loss
+    from workbench_local.training.trainer import Trainer, TrainerConfig
 
     table = {"model": model, "lora": mode == "lora", "lora_rank": 16, "lora_alpha": 32.0,
              "target_modules": "all-linear", "lr": 1e-5, "dtype": dtype, "device": device,
@@ -129,7 +128,7 @@ def train_phase(mode: str, model: str, a: argparse.Namespace, device: str, dtype
         times.append(dt)
         rates.append(res.metrics["tokens"] / dt)
         last = res.metrics
-    from local_runtime.training.worker import adapter_name
+    from workbench_local.training.worker import adapter_name
 
     kind = "adapters" if mode == "lora" else "weights"  # the run directory's layout (TrainLoop._publish)
     saved, save_s = timed(device, trainer.save_adapter, out / kind / adapter_name(trainer.step_count))
@@ -148,7 +147,7 @@ class Server:
     """The embedded server (``serve.build`` + ``serve.serve``) on an event loop in a background thread."""
 
     def __init__(self, model: str, device: str, dtype: str, threads: int, max_batch: int, ready: Path) -> None:
-        from local_runtime.server import serve
+        from workbench_local.server import serve
 
         self.args = serve.build_parser().parse_args(
             ["--model", model, "--served-model-name", SERVED, "--device", device, "--dtype", dtype, "--port", "0",
@@ -209,7 +208,7 @@ def generate(server: Server, model: str, a: argparse.Namespace, device: str) -> 
 def serve_phase(base: str, lora: dict[str, Any] | None, full: dict[str, Any] | None, a: argparse.Namespace,
                 device: str, dtype: str, tmp: Path) -> dict[str, Any]:
     """Start the server on the base model, publish the trained weights as the worker does, generate."""
-    from local_runtime.training.worker import _post, adapter_name
+    from workbench_local.training.worker import _post, adapter_name
 
     peak_gib(device, reset=True)
     server, load_s = timed(device, Server, base, device, dtype, a.threads, max(a.gen_batch, 1), tmp / "ready.json")

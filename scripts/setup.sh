@@ -2,14 +2,14 @@
 # Set up what Workbench and its tests need: the system packages and the Docker engine
 # (scripts/system_setup.sh: installed and started when run as root with apt, named otherwise), then the
 # project's virtual environment in .venv. Idempotent and quick when nothing changed: the venv is
-# reinstalled only when pyproject.toml or this script changes.
+# reinstalled only when pyproject.toml, setup.py or this script changes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/system_setup.sh"
 VENV="${WORKBENCH_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 STAMP="$VENV/.workbench-setup"
-want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi

@@ -112,7 +112,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("WORKBENCH_TEST_TINY_DIR")
     if given:
         return Path(given)
-    from local_runtime.models.tiny_model import build_tiny_model
+    from workbench_local.models.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "workbench-tiny-v1", seed=0, fast=True)
 
@@ -125,7 +125,7 @@ def default_tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("WORKBENCH_TEST_DEFAULT_TINY_DIR")
     if given:
         return Path(given)
-    from local_runtime.models.tiny_model import build_tiny_model
+    from workbench_local.models.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("default-model") / "workbench-tiny-v1", seed=0)
 

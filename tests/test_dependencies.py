@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
 
-FIRST_PARTY = {"workbench", "app", "local_runtime", "cloud_runtime", "envs"}
+FIRST_PARTY = {"workbench", "workbench_app", "workbench_local", "workbench_cloud", "workbench_envs"}
 FEATURES = {"hf", "verifiers", "inspect"}  # optional features of the domain, imported inside functions
 
 # (folder, folders left to another row, extras its module-level imports may use, extras its imports inside

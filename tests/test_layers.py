@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from setup import FOLDERS
 from tests.helpers import REPO, cli_environment, last_json, run_workbench, write_file
 
-HEAVY = ("torch", "transformers", "peft", "textual", "modal", "docker", "local_runtime", "cloud_runtime", "app")
+HEAVY = ("torch", "transformers", "peft", "textual", "modal", "docker", "workbench_local", "workbench_cloud",
+         "workbench_app")
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:
@@ -80,14 +82,14 @@ def test_domain_contract_covers_every_module_but_the_cli() -> None:
 PLANTED = [
     pytest.param("workbench/analysis/probe.py", "def f():\n    import torch\n\n    return torch\n", False,
                  ["workbench is not allowed to import torch", "workbench.analysis.probe -> torch"], id="deferred"),
-    pytest.param("workbench/wire/planted.py", "import torch\n\n\ndef f():\n    import app\n    import local_runtime\n",
+    pytest.param("workbench/wire/planted.py", "import torch\n\n\ndef f():\n    import workbench_app\n    import workbench_local\n",
                  False, ["workbench is not allowed to import torch", "workbench.wire.planted -> torch",
-                         "workbench is not allowed to import app", "workbench.wire.planted -> app",
-                         "workbench.wire.planted -> local_runtime"], id="wire"),
+                         "workbench is not allowed to import workbench_app",
+                         "workbench.wire.planted -> workbench_app", "workbench.wire.planted -> workbench_local"], id="wire"),
     pytest.param("workbench/__init__.py", "\n\ndef _planted():\n    import modal\n", True,
                  ["workbench is not allowed to import modal", "workbench -> modal"], id="root-package"),
-    pytest.param("workbench/planted.py", "import cloud_runtime\n", False,
-                 ["workbench is not allowed to import cloud_runtime", "workbench.planted -> cloud_runtime"],
+    pytest.param("workbench/planted.py", "import workbench_cloud\n", False,
+                 ["workbench is not allowed to import workbench_cloud", "workbench.planted -> workbench_cloud"],
                  id="root-module"),
     pytest.param("workbench/brand_new/deep/mod.py", "import textual\n", False,
                  ["workbench is not allowed to import textual", "workbench.brand_new.deep.mod -> textual"],
@@ -105,10 +107,10 @@ def test_layer_contracts_catch_a_planted_import(tmp_path: Path, rel: str, code: 
     or not, in a subpackage written today, breaks them."""
     import shutil
 
-    for name in ("workbench", "local_runtime", "cloud_runtime", "app", "envs"):
-        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, folder in FOLDERS.items():  # under their installed names, found before the installed ones
+        shutil.copytree(REPO / folder, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
-    target = tmp_path / rel
+    target = tmp_path / rel  # every planted row is under workbench/, whose folder is its name
     target.parent.mkdir(parents=True, exist_ok=True)
     for folder in target.relative_to(tmp_path).parents[:-1]:
         (tmp_path / folder / "__init__.py").touch()

@@ -20,12 +20,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
-
-from app.format import fnum, safe_text, title, visible
-from app.store_access import call_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.tables import RowTable
+from workbench_app.format import fnum, safe_text, title, visible
+from workbench_app.store_access import call_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.tables import RowTable
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -139,7 +138,8 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="compare-diff", exclusive=True)
     def _open_diff(self, base_run: str, run: str, task_id: str) -> None:
-        from app.screens.rollout_diff import RolloutDiffScreen
+        from workbench_app.screens.rollout_diff import RolloutDiffScreen
+
         from workbench.analysis.diff import load_diff
         from workbench.store.run_lookups import first_rollout_of_task
 

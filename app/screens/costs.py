@@ -1,7 +1,7 @@
 """Costs: the cost ledger by run, provider or day, its totals, budgets as progress bars — each
 launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd`` —
 and the forecast of a planned run: a run config's plan (``workbench launch --plan``) against what is
-left of the month (:func:`cloud_runtime.forecast.cloud_forecast`)."""
+left of the month (:func:`workbench_cloud.forecast.cloud_forecast`)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Label, ProgressBar, Select, Static
+from workbench_app.config import config_path
+from workbench_app.format import fcost, for_app, fpath, ftime
+from workbench_app.store_access import call_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.forecast import ConfigPicker, forecast_text
+from workbench_app.widgets.tables import RowTable
 
-from app.config import config_path
-from app.format import fcost, for_app, fpath, ftime
-from app.store_access import call_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.forecast import ConfigPicker, forecast_text
-from app.widgets.tables import RowTable
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
@@ -192,7 +192,8 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
     def _plan(self, gen: int, config: str) -> None:
         from pathlib import Path
 
-        from cloud_runtime.forecast import cloud_forecast
+        from workbench_cloud.forecast import cloud_forecast
+
         from workbench.errors import WorkbenchError
 
         try:

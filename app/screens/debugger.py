@@ -18,12 +18,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, Select, Static
-
-from app.env_state import env_spec
-from app.format import clip, for_app, safe_text
-from app.loop_thread import LoopThread
-from app.typed import WorkbenchAppMixin
-from app.widgets.debug_panels import (
+from workbench_app.env_state import env_spec
+from workbench_app.format import clip, for_app, safe_text
+from workbench_app.loop_thread import LoopThread
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.debug_panels import (
     DebugView,
     errors_text,
     live_view,
@@ -32,8 +31,9 @@ from app.widgets.debug_panels import (
     transcript,
     turns_table,
 )
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.token_view import TokenView
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.token_view import TokenView
+
 from workbench.errors import WorkbenchError
 from workbench.runs.debug_session import DebugSession
 

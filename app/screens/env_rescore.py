@@ -1,8 +1,8 @@
 """The Environments screen's live re-scoring: a worker per environment, its progress and its result.
 
-Mixed into :class:`~app.screens.environments.EnvironmentsScreen`, which calls :meth:`_start_rescore`
+Mixed into :class:`~workbench_app.screens.environments.EnvironmentsScreen`, which calls :meth:`_start_rescore`
 when a reload brings a new version of an environment and binds ``R`` to :meth:`action_rescore`.
-The work is ``workbench rescore ENV`` (:func:`app.env_state.rescore_stored`) on a private event
+The work is ``workbench rescore ENV`` (:func:`workbench_app.env_state.rescore_stored`) on a private event
 loop in a worker thread, so the interface never waits on it; failures become notifications.
 """
 
@@ -12,12 +12,12 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from textual import work
+from workbench_app.env_state import EnvState, rescore_stored
+from workbench_app.format import clip, fnum
+from workbench_app.store_access import AsyncRunner
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.reward_compare import RewardCompare
 
-from app.env_state import EnvState, rescore_stored
-from app.format import clip, fnum
-from app.store_access import AsyncRunner
-from app.typed import WorkbenchAppMixin
-from app.widgets.reward_compare import RewardCompare
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:

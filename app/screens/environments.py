@@ -26,8 +26,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label, ProgressBar, Static
-
-from app.env_state import (
+from workbench_app.env_state import (
     EnvState,
     LoadResult,
     affected,
@@ -37,14 +36,15 @@ from app.env_state import (
     source_file,
     watch_dirs,
 )
-from app.format import clip, fcost, fnum, for_app, fpath
-from app.screens.env_rescore import RescoreActions
-from app.screens.launch import LaunchRequest, LaunchScreen
-from app.screens.new_env import NewEnvScreen
-from app.store_access import AsyncRunner, call_ui, post_ui
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.reward_compare import RewardCompare
-from app.widgets.tables import RowTable
+from workbench_app.format import clip, fcost, fnum, for_app, fpath
+from workbench_app.screens.env_rescore import RescoreActions
+from workbench_app.screens.launch import LaunchRequest, LaunchScreen
+from workbench_app.screens.new_env import NewEnvScreen
+from workbench_app.store_access import AsyncRunner, call_ui, post_ui
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.reward_compare import RewardCompare
+from workbench_app.widgets.tables import RowTable
+
 from workbench.errors import WorkbenchError
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
@@ -527,14 +527,14 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
         st = self._selected_loaded()
         if st is None or not self.workbench_app.require_writable("a probe"):
             return
-        from app.screens.probe import ProbeScreen
+        from workbench_app.screens.probe import ProbeScreen
 
         self.app.push_screen(ProbeScreen(env_spec(st.ref), st.name))
 
     def action_hub(self) -> None:
         """The Hub scope: the environments on a package index; back here, the list is scanned again (a pull
         or a fork adds one)."""
-        from app.screens.hub import HubScreen
+        from workbench_app.screens.hub import HubScreen
 
         self.app.push_screen(HubScreen(), lambda _: self._scan(set()))
 

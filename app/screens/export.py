@@ -21,8 +21,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
+from workbench_app.format import fpath
 
-from app.format import fpath
 from workbench.config import paths
 
 if TYPE_CHECKING:

@@ -7,8 +7,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
-
-from app.widgets.tables import RowTable
+from workbench_app.widgets.tables import RowTable
 
 
 def binding_rows(screen: Screen) -> list[tuple[str, str, str]]:

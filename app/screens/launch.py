@@ -2,7 +2,7 @@
 --max-steps N --budget USD [--config FILE]`` does, from the app.
 
 While the user picks a backend, steps, budget and config, a worker computes what the run will cost
-with the functions the CLI uses (:mod:`cloud_runtime.forecast`): for ``modal`` the cluster plan of
+with the functions the CLI uses (:mod:`workbench_cloud.forecast`): for ``modal`` the cluster plan of
 ``workbench launch --plan`` judged by the run and monthly budgets and the memory fit; for ``local``
 device-seconds × the local price and the cap the budget guard will enforce. A refused plan disables
 Launch, with the numbers shown. Confirming resolves the run config (``workbench.training.run_config.resolve``,
@@ -25,11 +25,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
+from workbench_app.format import esc, for_app
+from workbench_app.store_access import call_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.forecast import ConfigPicker, cloud_text, local_text
 
-from app.format import esc, for_app
-from app.store_access import call_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.forecast import ConfigPicker, cloud_text, local_text
 from workbench.errors import WorkbenchError
 
 MODAL_REASON = "unverified: never run on Modal from this project"
@@ -45,8 +45,8 @@ class LaunchRequest:
     max_steps: int
     budget_usd: float | None  # the cap the budget guard enforces: the run's budget or what is left of the month
     config_file: str | None
-    run_cfg: Any  # the resolved workbench.training.run_config.RunConfig (local), cloud_runtime.plan.LaunchConfig (modal)
-    plan: Any = None  # the cluster plan a Modal launch runs (cloud_runtime.plan.Plan)
+    run_cfg: Any  # the resolved workbench.training.run_config.RunConfig (local), workbench_cloud.plan.LaunchConfig (modal)
+    plan: Any = None  # the cluster plan a Modal launch runs (workbench_cloud.plan.Plan)
 
 
 def parse_inputs(steps: str, budget: str, config_file: str) -> tuple[int, float | None, str | None]:
@@ -89,7 +89,7 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
                      config: str | None) -> Forecast:
     """The forecast for these inputs (runs in a worker: it reads the store and the config file).
     A config the plan cannot use is a refusal that says why, as the CLI would."""
-    from cloud_runtime.forecast import cloud_forecast, local_forecast
+    from workbench_cloud.forecast import cloud_forecast, local_forecast
 
     inputs = (steps, budget, config)
     if backend == "modal":
@@ -98,7 +98,7 @@ def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: flo
         except WorkbenchError as e:
             hint = "" if config else " (pick a run config with a [cloud] table, e.g. a bundled one)"
             return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
-        from cloud_runtime.modal.launch import UNVERIFIED
+        from workbench_cloud.modal.launch import UNVERIFIED
 
         text = cloud_text(fc)
         text.append(f"\n{UNVERIFIED}", style="yellow")
@@ -287,7 +287,8 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan's verdict
         (run and monthly budgets, memory fit: the forecast's, as fresh as the month's spend) and a Modal token
         (its error names ``workbench login modal``)."""
-        from cloud_runtime.forecast import cloud_forecast
+        from workbench_cloud.forecast import cloud_forecast
+
         from workbench.config.credentials import require_token
         from workbench.cost.budgets import run_cap
 

@@ -1,7 +1,7 @@
 """Play: you are the policy. One rollout of an environment's task in which you write each assistant turn.
 
 The rollout is :func:`workbench.runs.play_session.play` (what ``workbench play`` runs) on an event loop of its
-own thread (:class:`~app.loop_thread.LoopThread`, as the Debugger's session), so the environment's harness,
+own thread (:class:`~workbench_app.loop_thread.LoopThread`, as the Debugger's session), so the environment's harness,
 tools, sandbox and rubric run as they do for a model and a slow tool never freezes the interface. Its policy is
 :class:`AppPolicy`: each turn the harness asks for is posted to this screen (:class:`PlayScreen.TurnAsked`)
 with the conversation and the tools offered, and ``reply`` awaits the answer written here — a text reply, a
@@ -25,15 +25,15 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Header, Input, Static, TextArea
+from workbench_app.format import clip, fnum, for_app, safe_text
+from workbench_app.loop_thread import LoopThread
+from workbench_app.screens.rollout_detail import scores_table
+from workbench_app.store_access import StoreHandle, post_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.debug_panels import DebugView, transcript
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.tool_form import ToolForm
 
-from app.format import clip, fnum, for_app, safe_text
-from app.loop_thread import LoopThread
-from app.screens.rollout_detail import scores_table
-from app.store_access import StoreHandle, post_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.debug_panels import DebugView, transcript
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.tool_form import ToolForm
 from workbench.errors import WorkbenchError
 from workbench.rollouts.human import Message as ChatMessage
 from workbench.rollouts.human import PlayStopped, ReplyError, check_call, parse_reply, tool_call

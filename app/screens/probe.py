@@ -12,12 +12,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
+from workbench_app.format import fnum, safe_text
+from workbench_app.store_access import call_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.tables import RowTable
 
-from app.format import fnum, safe_text
-from app.store_access import call_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.tables import RowTable
 from workbench.errors import WorkbenchError
 
 
@@ -108,7 +108,8 @@ class ProbeScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="probe-open", exclusive=True)
     def _open(self, example: str, gold: str | None) -> None:
-        from app.screens.rollout_diff import RolloutDiffScreen
+        from workbench_app.screens.rollout_diff import RolloutDiffScreen
+
         from workbench.analysis.diff import load_diff
 
         if gold is None:  # an environment without gold answers: nothing to put it beside

@@ -13,11 +13,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Static
+from workbench_app.format import ROLE_COLORS, cell, fcost, fnum, ftime, safe_text, title, visible
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.token_view import TokenView
 
-from app.format import ROLE_COLORS, cell, fcost, fnum, ftime, safe_text, title, visible
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.token_view import TokenView
 from workbench.analysis.mcp_calls import mcp_calls_table
 from workbench.config.redact import redact
 from workbench.rollouts.rollout import content_text

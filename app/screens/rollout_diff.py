@@ -15,9 +15,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Static
+from workbench_app.format import ROLE_COLORS
+from workbench_app.widgets.footer import WorkbenchFooter
 
-from app.format import ROLE_COLORS
-from app.widgets.footer import WorkbenchFooter
 from workbench.analysis.diff import MessageSide, RolloutDiff
 from workbench.analysis.diff_render import A_STYLE, B_STYLE, errors_text, message_body, values_table
 

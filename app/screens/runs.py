@@ -17,14 +17,14 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.widgets.data_table import CellDoesNotExist
+from workbench_app.format import fcost, fnum, ftime, safe_text, visible
+from workbench_app.store_access import call_ui
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.pipeline_view import optimize_renderable, pipeline_line
+from workbench_app.widgets.tables import RowTable
+from workbench_app.widgets.train_view import TrainView, read_new_rollouts
 
-from app.format import fcost, fnum, ftime, safe_text, visible
-from app.store_access import call_ui
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.pipeline_view import optimize_renderable, pipeline_line
-from app.widgets.tables import RowTable
-from app.widgets.train_view import TrainView, read_new_rollouts
 from workbench.errors import WorkbenchError
 from workbench.store.run_lookups import comparison_of, run_counts
 
@@ -163,7 +163,7 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-compare")
     def _compare(self, runs: list[str] | None, of_run: str | None) -> None:
-        from app.screens.compare import CompareScreen, load_comparison
+        from workbench_app.screens.compare import CompareScreen, load_comparison
 
         conn = self.workbench_app.store.get().conn
         if runs is None:
@@ -303,7 +303,7 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
     @work(thread=True, exit_on_error=False, group="runs-stop")
     def _stop(self, run_id: str) -> None:
         """``workbench stop RUN``: raise the launched run's stop flag; it stops within one step."""
-        from cloud_runtime.launch import stop_run
+        from workbench_cloud.launch import stop_run
 
         try:
             rid = stop_run(self.workbench_app.store.get(), run_id)

@@ -21,14 +21,22 @@ from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.validation import Number
 from textual.widgets import Header, Input, Static
+from workbench_app.format import fnum, ftime, safe_text
+from workbench_app.screens.export import ExportScreen, default_export_path
+from workbench_app.store_access import call_ui, post_ui
+from workbench_app.trace_source import (
+    SORTS,
+    SOURCES,
+    Filters,
+    RolloutSource,
+    export_jsonl,
+    load_rollout,
+    suggestions,
+)
+from workbench_app.typed import WorkbenchAppMixin
+from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.virtual_table import Column, VirtualTable
 
-from app.format import fnum, ftime, safe_text
-from app.screens.export import ExportScreen, default_export_path
-from app.store_access import call_ui, post_ui
-from app.trace_source import SORTS, SOURCES, Filters, RolloutSource, export_jsonl, load_rollout, suggestions
-from app.typed import WorkbenchAppMixin
-from app.widgets.footer import WorkbenchFooter
-from app.widgets.virtual_table import Column, VirtualTable
 from workbench.analysis.diff import RolloutDiff, load_diff
 from workbench.errors import WorkbenchError
 from workbench.store.queries import RolloutSummary

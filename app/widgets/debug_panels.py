@@ -14,9 +14,9 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
+from workbench_app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
+from workbench_app.screens.rollout_detail import message_body
 
-from app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
-from app.screens.rollout_detail import message_body
 from workbench.cost.pricing import Price
 from workbench.runs.debug_report import ScoreLine
 from workbench.runs.debug_session import DebugSession

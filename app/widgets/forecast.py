@@ -1,6 +1,6 @@
 """The pieces the Launch dialog and the Costs screen share to show what a planned run will cost:
 a config picker (the bundled run configs, or any path) and the text of a cloud or local forecast
-(:mod:`cloud_runtime.forecast`, the numbers ``workbench launch --plan`` and the budget checks use)."""
+(:mod:`workbench_cloud.forecast`, the numbers ``workbench launch --plan`` and the budget checks use)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Input, Select
-
-from app.format import for_app
-from cloud_runtime.forecast import (
+from workbench_app.format import for_app
+from workbench_cloud.forecast import (
     CONFIGS_DIR,
     CloudForecast,
     LocalForecast,
@@ -21,7 +20,7 @@ from cloud_runtime.forecast import (
     bundled_configs,
     local_price_hint,
 )
-from cloud_runtime.plan import fmt
+from workbench_cloud.plan import fmt
 
 LABEL_WIDTH = 12
 

@@ -9,8 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-
-from app.format import fcost, fnum, safe_text
+from workbench_app.format import fcost, fnum, safe_text
 
 PROMPT_CHARS = 90
 

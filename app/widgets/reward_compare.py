@@ -17,8 +17,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
+from workbench_app.format import clip, fnum, safe_text
 
-from app.format import clip, fnum, safe_text
 from workbench.analysis.rescore import RescoreResult
 from workbench.analysis.reward_stats import Distribution
 

@@ -17,8 +17,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
-
-from app.format import fnum
+from workbench_app.format import fnum
 
 MAX_POINTS = 400  # longer series are drawn as bucket means: a terminal cannot show more anyway
 #: Braille draws two points per cell across; more points cost drawing time (on the UI thread) for nothing.

@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
-
-from app.format import cell
+from workbench_app.format import cell
 
 
 class RowTable(DataTable[Any]):

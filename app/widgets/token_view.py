@@ -18,7 +18,7 @@ from workbench.analysis.token_report import TokenReport
 from workbench.rollouts.trace import Trace
 
 if TYPE_CHECKING:
-    from app.store_access import StoreHandle
+    from workbench_app.store_access import StoreHandle
 
 
 class TokenView(VerticalScroll):

@@ -17,10 +17,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
+from workbench_app.format import clip, fnum
+from workbench_app.widgets.run_plots import RunPlots, TrainSeries
+from workbench_app.widgets.tables import RowTable
 
-from app.format import clip, fnum
-from app.widgets.run_plots import RunPlots, TrainSeries
-from app.widgets.tables import RowTable
 from workbench.analysis.report import STEP_COLUMNS
 from workbench.store.queries import RolloutFilter, RolloutSummary, page_rollouts
 

@@ -31,7 +31,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cloud_runtime.modal.image import (
+from workbench_cloud.modal.image import (
     GPU_PINS,
     PYTHON_VERSION,
     WORKBENCH_PINS,
@@ -39,7 +39,7 @@ from cloud_runtime.modal.image import (
     dockerfile_commands,
     image_steps,
 )
-from cloud_runtime.modal.spec import (
+from workbench_cloud.modal.spec import (
     BUNDLE_PATH,
     HF_CACHE_PATH,
     INFERENCE_PORT,
@@ -69,10 +69,9 @@ _built: weakref.WeakKeyDictionary[Any, BuiltApp] = weakref.WeakKeyDictionary()
 def build_app(spec: ModalSpec) -> modal.App:
     """The run's ``modal.App`` (see the module doc). Raises ConfigError for a bad spec."""
     import modal
-
-    from cloud_runtime.modal.inference import serve_inference
-    from cloud_runtime.modal.orchestrator import orchestrate
-    from cloud_runtime.modal.trainer import train_node
+    from workbench_cloud.modal.inference import serve_inference
+    from workbench_cloud.modal.orchestrator import orchestrate
+    from workbench_cloud.modal.trainer import train_node
 
     spec.validate()
     image = build_image(spec)
@@ -114,7 +113,7 @@ def _built_of(app: Any) -> BuiltApp:
     try:
         return _built[app]
     except (KeyError, TypeError):
-        raise ValueError("this modal.App was not made by cloud_runtime.modal.app.build_app") from None
+        raise ValueError("this modal.App was not made by workbench_cloud.modal.app.build_app") from None
 
 
 _FROM_DICT = re.compile(r"Secret\.from_dict\(\[(.*)\]\)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cloud_runtime.modal.spec import BUNDLE_PATH, DATA_HOME, HF_CACHE_PATH, ModalSpec
+from workbench_cloud.modal.spec import BUNDLE_PATH, DATA_HOME, HF_CACHE_PATH, ModalSpec
 
 if TYPE_CHECKING:
     import modal
@@ -46,7 +46,7 @@ WORKBENCH_PINS: dict[str, str] = {
 }
 
 #: The project's packages, copied into every container (``/root`` is on its PYTHONPATH).
-PACKAGES: tuple[str, ...] = ("workbench", "local_runtime", "cloud_runtime")
+PACKAGES: tuple[str, ...] = ("workbench", "workbench_local", "workbench_cloud")
 
 #: Left out of the packages and the bundle: caches and dot-files, never package data (store SQL).
 IGNORE: tuple[str, ...] = ("**/__pycache__", "**/*.pyc", "**/.*")

@@ -40,10 +40,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
-
-from cloud_runtime.modal.spec import INFERENCE_PORT, VLLM_PORT, ModalSpec
-from cloud_runtime.modal.trainer import cluster_view, url_host
-from cloud_runtime.vllm_tokens import PARSERS, serve_token_route
+from workbench_cloud.modal.spec import INFERENCE_PORT, VLLM_PORT, ModalSpec
+from workbench_cloud.modal.trainer import cluster_view, url_host
+from workbench_cloud.vllm_tokens import PARSERS, serve_token_route
 
 #: ``--max-lora-rank`` values vLLM accepts; an adapter's rank is rounded up to the next one.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)

@@ -2,10 +2,10 @@
 
 The laptop does what it does for ``--backend local``: it builds and hashes the bundle, records the run
 in the store, and follows the run's event log into the store with the budget guard. What differs is
-where the job runs. The run config and its plan become a :class:`~cloud_runtime.modal.spec.ModalSpec`
+where the job runs. The run config and its plan become a :class:`~workbench_cloud.modal.spec.ModalSpec`
 (nodes per role, GPU, tensor parallelism, context length, LoRA rank), tokens come from keyring (the
 Modal token for the SDK; a Hugging Face token, when there is one, as a ``modal.Secret``), the app is
-built (:func:`cloud_runtime.modal.app.build_app`) and its orchestrator spawned detached; the event log
+built (:func:`workbench_cloud.modal.app.build_app`) and its orchestrator spawned detached; the event log
 is the run's ``modal.Dict``.
 
 Written against the Modal SDK and tested offline up to the spawn (``spawn=`` stands in for it there):
@@ -22,9 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cloud_runtime.launch import FINISHED, Launched
-from cloud_runtime.modal.spec import ModalSpec
-from cloud_runtime.stream import Event, follow, open_log
+from workbench_cloud.launch import FINISHED, Launched
+from workbench_cloud.modal.spec import ModalSpec
+from workbench_cloud.stream import Event, follow, open_log
+
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
 
@@ -84,8 +85,8 @@ def modal_credentials(token: Any) -> Iterator[None]:
 
 
 def _spawn_on_modal(spec: ModalSpec, job: dict[str, Any], token: Any) -> str:
-    from cloud_runtime.modal.app import build_app
-    from cloud_runtime.modal.app import launch as modal_launch
+    from workbench_cloud.modal.app import build_app
+    from workbench_cloud.modal.app import launch as modal_launch
 
     with modal_credentials(token):
         return modal_launch(build_app(spec), job)
@@ -97,8 +98,9 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
                  timeout_s: float | None = None) -> Launched:
     """Launch ``launch`` (a LaunchConfig, planned as ``plan``) on Modal and follow it to its end.
     ``spawn(spec, job)`` starts the orchestrator and returns its call id (default: build the app and
-    :func:`cloud_runtime.modal.app.launch` it, with the Modal token in the environment)."""
-    from cloud_runtime.modal.orchestrator import default_cost
+    :func:`workbench_cloud.modal.app.launch` it, with the Modal token in the environment)."""
+    from workbench_cloud.modal.orchestrator import default_cost
+
     from workbench.bundles.bundle import build_bundle
     from workbench.config.credentials import require_token
     from workbench.cost.budgets import spent_usd

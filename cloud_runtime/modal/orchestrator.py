@@ -8,16 +8,16 @@ The launcher calls it with the run's spec, its job (run tables, stream, cost) an
    inference and trainer nodes read weights instead of each fetching them;
 2. spawns ``inference`` and waits for its URL in the run's ``modal.Dict`` (failing fast, with the
    cause, when the inference function ends first);
-3. calls ``cloud_runtime.job.run_remote(BUNDLE_PATH, spec.bundle_hash, config, log, run_id=...,
+3. calls ``workbench_cloud.job.run_remote(BUNDLE_PATH, spec.bundle_hash, config, log, run_id=...,
    workdir=..., cost=..., handoff=..., roles=...)`` — the same call ``workbench launch --backend
    local`` makes in a local process — with ``log`` the streamed event log (by default the run's
    events ``modal.Dict``) and the job's SQLite store on local disk. ``roles``
-   (:class:`~cloud_runtime.roles.ModalRoles`) points the rollouts at the inference URL and spawns
+   (:class:`~workbench_cloud.roles.ModalRoles`) points the rollouts at the inference URL and spawns
    the clustered trainer (:meth:`CloudRun.start_trainer`) running ``python -m
-   cloud_runtime.handoff``, which reads its batches from the hand-off ``modal.Dict``
+   workbench_cloud.handoff``, which reads its batches from the hand-off ``modal.Dict``
    (``spec.train_dict_name``) that the job's bridge fills. The run tables are passed unchanged
    (their ``[cloud]`` table is the plan's);
-4. hands the run over before Modal's 24 h limit (``cloud_runtime.resume``): the run stops right
+4. hands the run over before Modal's 24 h limit (``workbench_cloud.resume``): the run stops right
    after a checkpoint, the store is snapshotted onto the volume, and a fresh ``orchestrator`` call
    (``job["resume"]``) restores it and continues;
 5. at the end (or on any error) raises the run's ``done`` flag and cancels what it spawned, so no
@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloud_runtime.modal.spec import BUNDLE_PATH, ModalSpec
+from workbench_cloud.modal.spec import BUNDLE_PATH, ModalSpec
+
 from workbench.errors import WorkbenchError
 
 #: The job's own SQLite store and scratch files: local disk, never the volume.
@@ -151,10 +152,9 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
     hand-over adds ``resume`` and ``handovers``. ``orchestrator_fn`` is this function's own handle,
     for the hand-over's fresh call."""
     import modal
-
-    from cloud_runtime import job as remote
-    from cloud_runtime.modal.trainer import VolumeCommitter
-    from cloud_runtime.resume import (
+    from workbench_cloud import job as remote
+    from workbench_cloud.modal.trainer import VolumeCommitter
+    from workbench_cloud.resume import (
         HandoverWatch,
         Respawn,
         check_resumable,
@@ -164,8 +164,8 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
         restore_store,
         snapshot_store,
     )
-    from cloud_runtime.roles import ModalRoles
-    from cloud_runtime.stream import open_log
+    from workbench_cloud.roles import ModalRoles
+    from workbench_cloud.stream import open_log
 
     global _current
     called_at = time.time()  # Modal's limit counts from here

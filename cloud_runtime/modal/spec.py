@@ -106,7 +106,7 @@ class ModalSpec:
 
     @property
     def events_dict_name(self) -> str:
-        """The ``modal.Dict`` of the streamed event log (``cloud_runtime.stream``)."""
+        """The ``modal.Dict`` of the streamed event log (``workbench_cloud.stream``)."""
         return f"{self.app_name}-events"
 
     @property

@@ -10,10 +10,10 @@ same call in every container of the cluster; each container
    ``LOCAL_RANK`` (:func:`rank_envs`, a pure function: node 0's address is the rendezvous, global
    rank = node rank × GPUs per node + local rank) — what ``torchrun`` would set, without its
    elastic agent;
-3. starts one process per GPU (:func:`launch_ranks`): ``python -m cloud_runtime.modal.trainer
-   MODULE ARGS...``, which pins its GPU, joins the group (``local_runtime.training.distributed.init_from_env``,
+3. starts one process per GPU (:func:`launch_ranks`): ``python -m workbench_cloud.modal.trainer
+   MODULE ARGS...``, which pins its GPU, joins the group (``workbench_local.training.distributed.init_from_env``,
    NCCL) and runs ``MODULE`` as ``__main__`` — by default the training worker
-   ``local_runtime.training.worker`` (the Trainer takes its rank and world size from the group);
+   ``workbench_local.training.worker`` (the Trainer takes its rank and world size from the group);
 4. on node 0, commits the run volume whenever the run folder changes (:class:`VolumeCommitter`), so
    a new adapter becomes visible to the inference nodes, which reload before loading it.
 
@@ -33,9 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloud_runtime.modal.spec import MASTER_PORT
+from workbench_cloud.modal.spec import MASTER_PORT
 
-DEFAULT_WORKER = "local_runtime.training.worker"
+DEFAULT_WORKER = "workbench_local.training.worker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +90,9 @@ def rank_envs(view: ClusterView, gpus_per_node: int, master_port: int = MASTER_P
 
 def launch_ranks(envs: Sequence[Mapping[str, str]], argv: Sequence[str], *, poll_s: float = 0.5,
                  base_env: Mapping[str, str] | None = None, log_dir: Path | None = None) -> int:
-    """Run ``python -m cloud_runtime.modal.trainer *argv`` once per entry of ``envs``; wait for all.
+    """Run ``python -m workbench_cloud.modal.trainer *argv`` once per entry of ``envs``; wait for all.
     The first process to fail stops the others; returns its exit code, or 0 when all succeed."""
     base = dict(os.environ if base_env is None else base_env)
-    root = str(Path(__file__).resolve().parents[2])
-    base["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [base.get("PYTHONPATH")])])
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -104,7 +102,7 @@ def launch_ranks(envs: Sequence[Mapping[str, str]], argv: Sequence[str], *, poll
                 log_dir.mkdir(parents=True, exist_ok=True)
                 out = open(log_dir / f"rank{env['RANK']}.log", "ab")  # noqa: SIM115 (closed below)
                 logs.append(out)
-            procs.append(subprocess.Popen([sys.executable, "-m", "cloud_runtime.modal.trainer", *argv],
+            procs.append(subprocess.Popen([sys.executable, "-m", "workbench_cloud.modal.trainer", *argv],
                                           env={**base, **env}, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT if out else None))
         while True:
@@ -132,12 +130,11 @@ def launch_ranks(envs: Sequence[Mapping[str, str]], argv: Sequence[str], *, poll
 def rank_main(argv: Sequence[str]) -> int:
     """One rank: pin the GPU of ``LOCAL_RANK``, join the group, run ``argv[0]`` as ``__main__``."""
     if not argv:
-        print("usage: python -m cloud_runtime.modal.trainer MODULE [ARGS...]", file=sys.stderr)
+        print("usage: python -m workbench_cloud.modal.trainer MODULE [ARGS...]", file=sys.stderr)
         return 2
     import torch
     import torch.distributed as dist
-
-    from local_runtime.training.distributed import init_from_env
+    from workbench_local.training.distributed import init_from_env
 
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -218,11 +215,10 @@ class VolumeCommitter:
 
 def train_node(spec_json: str, argv: list[str]) -> int:
     """The ``trainer`` Modal function: runs on every node of the trainer cluster (see module doc).
-    ``argv`` is ``[MODULE, ARGS...]``; an empty list runs ``local_runtime.training.worker`` with no
+    ``argv`` is ``[MODULE, ARGS...]``; an empty list runs ``workbench_local.training.worker`` with no
     arguments (it then prints its usage: the orchestrator always passes them)."""
     import modal
-
-    from cloud_runtime.modal.spec import ModalSpec
+    from workbench_cloud.modal.spec import ModalSpec
 
     spec = ModalSpec.from_json(spec_json)
     view = cluster_view()

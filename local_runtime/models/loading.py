@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_runtime.models.chat_template import NO_TEMPLATE_HINT
+from workbench_local.models.chat_template import NO_TEMPLATE_HINT
+
 from workbench.errors import ConfigError
 
 TINY_ALIASES = frozenset({"tiny", "workbench-tiny", "workbench-tiny-v1"})
@@ -40,7 +41,7 @@ def _looks_like_path(spec: str) -> bool:
 
 def resolve(spec: str | None, *, allow_download: bool = False, log: Any = None) -> tuple[str, str]:
     """(what to pass to ``from_pretrained``, the served model name)."""
-    from local_runtime.models.tiny_model import SERVED_NAME, ensure_tiny_model
+    from workbench_local.models.tiny_model import SERVED_NAME, ensure_tiny_model
 
     if spec is None or spec in TINY_ALIASES:
         return str(ensure_tiny_model(log=log)), SERVED_NAME

@@ -34,7 +34,7 @@ def resolve_device(device: str) -> str:
 def load_base_model(spec: str, *, dtype: Any, device: str, allow_download: bool = False,
                     trust_remote_code: bool = False) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` on what ``spec`` names, in ``dtype`` on ``device``."""
-    from local_runtime.models.loading import ModelLoadError, resolve
+    from workbench_local.models.loading import ModelLoadError, resolve
 
     if not allow_download:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

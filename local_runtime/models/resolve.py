@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from local_runtime.models.loading import TINY_ALIASES, ModelLoadError, resolve
+from workbench_local.models.loading import TINY_ALIASES, ModelLoadError, resolve
 
 
 def resolve_model_path(model: str, *, build: bool = False) -> Path:
@@ -13,7 +13,7 @@ def resolve_model_path(model: str, *, build: bool = False) -> Path:
     Face id). The tiny model is built only when ``build`` is true; otherwise a missing build raises
     :class:`ModelLoadError`, as does anything not available offline."""
     if model in TINY_ALIASES and not build:
-        from local_runtime.models.tiny_model import BUILD_FILE, default_dir, is_current_build
+        from workbench_local.models.tiny_model import BUILD_FILE, default_dir, is_current_build
 
         path = default_dir()
         if not (path / BUILD_FILE).exists():

@@ -1,7 +1,7 @@
 """The embedded default model, ``workbench-tiny-v1``: built reproducibly at first use, no download.
 
 A ~0.7M-parameter, two-layer Llama-architecture causal LM with a byte-level BPE tokenizer trained
-offline on a synthetic chat corpus (see :mod:`local_runtime.models.tiny_corpus`), saved with
+offline on a synthetic chat corpus (see :mod:`workbench_local.models.tiny_corpus`), saved with
 ``save_pretrained`` so the server loads it with exactly the code it uses for any Hugging Face id or
 local path. The build is deterministic (one torch thread, fixed seeds): same seed, same bytes.
 
@@ -9,7 +9,7 @@ It is trained just long enough to answer the bundled ``arithmetic`` env's questi
 the time, and to know every successor the ``next_number`` env asks for while declining to say it two
 times in three (what it measured is written to ``workbench_build.json``), so a local RL run has room
 to show learning, and, on ``next_number``, learning that carries over to tasks it never trained on.
-Run ``python -m local_runtime.models.tiny_model [OUT_DIR]`` to build it by hand.
+Run ``python -m workbench_local.models.tiny_model [OUT_DIR]`` to build it by hand.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from local_runtime.models.chat_template import TINY_CHAT_TEMPLATE, TOOL_CLOSE, TOOL_OPEN
-from local_runtime.models.tiny_corpus import (
+from workbench_local.models.chat_template import TINY_CHAT_TEMPLATE, TOOL_CLOSE, TOOL_OPEN
+from workbench_local.models.tiny_corpus import (
     NEXT_DECLINE,
     NEXT_MAX,
     Example,
@@ -39,6 +39,7 @@ from local_runtime.models.tiny_corpus import (
     tokenizer_corpus,
     tool_examples,
 )
+
 from workbench.fsutil import atomic_write
 
 MODEL_ID = "workbench-tiny-v1"
@@ -139,8 +140,7 @@ def generate_texts(model: Any, tokenizer: Any, prompts: list[str], *, temperatur
                    max_new_tokens: int) -> list[str]:
     """A minimal batched sampler (left padding, KV cache) for measuring the build; the server has its own."""
     import torch
-
-    from local_runtime.server.generation import forward_step
+    from workbench_local.server.generation import forward_step
 
     eos = tokenizer.eos_token_id
     enc = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
@@ -226,8 +226,7 @@ def measure_tool_calls(model: Any, tokenizer: Any, seed: int = 99, count: int = 
     """On held-out tool requests (greedy): how often the reply parses as a tool call, and how often
     it is exactly the right call."""
     import torch
-
-    from local_runtime.models.chat_template import parse_tool_calls
+    from workbench_local.models.chat_template import parse_tool_calls
 
     examples = [e for e in tool_examples(random.Random(seed), count * 3) if e.kind == "tool_call"][:count]
     prompts = [tokenizer.apply_chat_template(e.messages, tools=e.tools, add_generation_prompt=True, tokenize=False)

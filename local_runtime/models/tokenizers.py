@@ -1,6 +1,6 @@
 """The ``workbench.tokenizers`` plugin ``transformers``: a model's tokenizer loaded offline, and where a
 served model's tokenizer is (the embedded server's own resolution). A local model folder with a
-``tokenizer.json`` and a chat template loads through :mod:`local_runtime.models.fast_tokenizer` in
+``tokenizer.json`` and a chat template loads through :mod:`workbench_local.models.fast_tokenizer` in
 milliseconds; anything else through transformers' ``AutoTokenizer``."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class TransformersTokenizers:
         """The tokenizer of a local model path or HF id (offline: never downloads)."""
         from pathlib import Path
 
-        from local_runtime.models.fast_tokenizer import FastTokenizer, Unsupported
+        from workbench_local.models.fast_tokenizer import FastTokenizer, Unsupported
 
         # WORKBENCH_TOKENIZER_BACKEND=transformers takes the slow path always (scripts/bench_tokens.py compares)
         if Path(name_or_path).is_dir() and os.environ.get("WORKBENCH_TOKENIZER_BACKEND") != "transformers":
@@ -42,7 +42,7 @@ class TransformersTokenizers:
 
     def default_for(self, model: str) -> str | None:
         """The tokenizer to decode a model's tokens with, when it can be found offline (else None)."""
-        from local_runtime.models.resolve import resolve_model_path  # the embedded server's own resolution
+        from workbench_local.models.resolve import resolve_model_path  # the embedded server's own resolution
 
         try:
             return str(resolve_model_path(model))

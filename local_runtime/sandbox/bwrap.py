@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local_runtime.sandbox.fs import PATH
+from workbench_local.sandbox.fs import PATH
+
 from workbench.authoring.sandbox import BRIDGE_DIR, WORKDIR, Limits
 
 SANDBOX_UID = 1000  # the uid processes see inside the sandbox

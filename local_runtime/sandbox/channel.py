@@ -23,7 +23,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from local_runtime.sandbox.fs import Capture
+from workbench_local.sandbox.fs import Capture
+
 from workbench.authoring.sandbox import ExecResult, SandboxError
 
 HEAD = struct.Struct(">cII")

@@ -11,7 +11,8 @@ import struct
 from typing import Any
 from urllib.parse import urlparse
 
-from local_runtime.sandbox.fs import Capture
+from workbench_local.sandbox.fs import Capture
+
 from workbench.authoring.sandbox import SandboxError
 
 

@@ -37,9 +37,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv, docker_stream, warm_config
-from local_runtime.sandbox.docker_api import DockerAPIError, EngineAPI, _read_frames, connect, sandbox_user
-from local_runtime.sandbox.fs import (
+from workbench_local.sandbox.channel import AgentChannel, AgentDied, agent_argv, docker_stream, warm_config
+from workbench_local.sandbox.docker_api import DockerAPIError, EngineAPI, _read_frames, connect, sandbox_user
+from workbench_local.sandbox.fs import (
     Capture,
     HostDir,
     WorkdirFiles,
@@ -53,6 +53,7 @@ from local_runtime.sandbox.fs import (
     seed,
     stale_pool_dirs,
 )
+
 from workbench.authoring.runtimes import Docker
 from workbench.authoring.sandbox import (
     BRIDGE_DIR,
@@ -373,7 +374,7 @@ class DockerPool(SandboxPool):
         self.image = await asyncio.to_thread(self._resolve_image)
         await asyncio.to_thread(gc, self.client, False)
         if isinstance(self.network, tuple):
-            from local_runtime.sandbox.network import allow_list_network
+            from workbench_local.sandbox.network import allow_list_network
 
             self.network_name, self.extra_hosts = await asyncio.to_thread(allow_list_network, self.client,
                                                                           self.network)
@@ -389,7 +390,7 @@ class DockerPool(SandboxPool):
         return self
 
     def _resolve_image(self) -> str:
-        from local_runtime.sandbox.image import build_default_image, build_dockerfile, image_exists
+        from workbench_local.sandbox.image import build_default_image, build_dockerfile, image_exists
 
         rt = self.runtime
         if rt.dockerfile is not None:
@@ -400,7 +401,7 @@ class DockerPool(SandboxPool):
         image = rt.image or DEFAULT_IMAGE
         if image == DEFAULT_IMAGE:
             if not image_exists(self.client, image):
-                from local_runtime.sandbox.fs import warn_once
+                from workbench_local.sandbox.fs import warn_once
 
                 warn_once("docker-image", f"building the sandbox image {image} from this machine's files "
                           "(once; `workbench sandbox image` does it ahead of time)")
@@ -451,7 +452,7 @@ class DockerPool(SandboxPool):
                 raise
             if self.use_agent:  # the image cannot run it (no python3?): one docker exec per command instead
                 self.use_agent = False
-                from local_runtime.sandbox.fs import warn_once
+                from workbench_local.sandbox.fs import warn_once
 
                 warn_once("docker-agent", f"wb.Docker(): the exec agent does not start in {self.image} ({e}); every "
                           "command is its own docker exec instead (slower, as isolated)")
@@ -570,7 +571,7 @@ class DockerPool(SandboxPool):
         if self.dir != Path():
             await asyncio.to_thread(rmtree, self.dir)
         if self.network_name and isinstance(self.network, tuple):
-            from local_runtime.sandbox.network import drop_network
+            from workbench_local.sandbox.network import drop_network
 
             await asyncio.to_thread(drop_network, self.client, self.network_name)
 
@@ -600,7 +601,7 @@ def gc(client: Any = None, everything: bool = False) -> dict[str, int]:
         dirs += 1
     nets = 0
     with contextlib.suppress(Exception):
-        from local_runtime.sandbox.network import gc_networks
+        from workbench_local.sandbox.network import gc_networks
 
         nets = gc_networks(client, everything)
     return {"containers_removed": removed, "containers_kept": kept, "dirs_removed": dirs, "networks_removed": nets}

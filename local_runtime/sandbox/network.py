@@ -20,7 +20,8 @@ import socket
 import subprocess
 from typing import Any
 
-from local_runtime.sandbox.fs import owner_alive, process_start_time
+from workbench_local.sandbox.fs import owner_alive, process_start_time
+
 from workbench.authoring.sandbox import SandboxError
 
 LABEL = "workbench.sandbox"

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from local_runtime.sandbox.bwrap import (
+from workbench_local.sandbox.bwrap import (
     ROOT_UID_BASE,
     SANDBOX_UID,
     Isolation,
@@ -42,17 +42,18 @@ from local_runtime.sandbox.bwrap import (
     reachable_by_others,
     sandbox_python,
 )
-from local_runtime.sandbox.cgroup import Hierarchy, MemoryGroup
-from local_runtime.sandbox.cgroup import detect as detect_cgroup
-from local_runtime.sandbox.channel import agent_code, warm_config
-from local_runtime.sandbox.fs import (
+from workbench_local.sandbox.cgroup import Hierarchy, MemoryGroup
+from workbench_local.sandbox.cgroup import detect as detect_cgroup
+from workbench_local.sandbox.channel import agent_code, warm_config
+from workbench_local.sandbox.fs import (
     parse_bind,
     pool_dir,
     rmtree,
     seed,
     warn_once,
 )
-from local_runtime.sandbox.process_sandbox import ProcessSandbox
+from workbench_local.sandbox.process_sandbox import ProcessSandbox
+
 from workbench.authoring.runtimes import Local
 from workbench.authoring.sandbox import (
     PoolStats,

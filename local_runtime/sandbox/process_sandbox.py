@@ -11,21 +11,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from local_runtime.sandbox.bwrap import (
+from workbench_local.sandbox.bwrap import (
     bwrap_argv,
     limits_preexec,
     prlimit_args,
 )
-from local_runtime.sandbox.cgroup import MemoryGroup, enter_argv, killed_line
-from local_runtime.sandbox.channel import AgentChannel, AgentDied, agent_argv
-from local_runtime.sandbox.fs import (
+from workbench_local.sandbox.cgroup import MemoryGroup, enter_argv, killed_line
+from workbench_local.sandbox.channel import AgentChannel, AgentDied, agent_argv
+from workbench_local.sandbox.fs import (
     PATH,
     HostDir,
     WorkdirFiles,
     base_env,
     exec_argv,
 )
-from local_runtime.sandbox.procs import Tail, communicate, killpg, pump, reaped
+from workbench_local.sandbox.procs import Tail, communicate, killpg, pump, reaped
+
 from workbench.authoring.sandbox import (
     BRIDGE_DIR,
     WORKDIR,
@@ -35,7 +36,7 @@ from workbench.authoring.sandbox import (
 )
 
 if TYPE_CHECKING:
-    from local_runtime.sandbox.process_pool import ProcessPool
+    from workbench_local.sandbox.process_pool import ProcessPool
 
 
 # -- the sandbox -----------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import os
 import signal
 import time
 
-from local_runtime.sandbox.fs import Capture
+from workbench_local.sandbox.fs import Capture
+
 from workbench.authoring.sandbox import ExecResult
 
 TIMEOUT_EXIT = 124

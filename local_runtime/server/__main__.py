@@ -1,5 +1,5 @@
-"""``python -m local_runtime.server``: the embedded server's command line."""
+"""``python -m workbench_local.server``: the embedded server's command line."""
 
-from local_runtime.server.serve import main
+from workbench_local.server.serve import main
 
 raise SystemExit(main())

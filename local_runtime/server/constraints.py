@@ -27,7 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from local_runtime.models.chat_template import TOOL_CLOSE, TOOL_OPEN
+from workbench_local.models.chat_template import TOOL_CLOSE, TOOL_OPEN
 
 #: The JSON style every schema is compiled with (a schema's own ``x-guidance`` options win).
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

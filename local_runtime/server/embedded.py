@@ -1,7 +1,7 @@
 """The embedded model server, started on demand: ``workbench eval ENV`` with no ``--base-url``.
 
 :func:`ensure_server` reuses a healthy server for the same model (its pid and port are kept in a
-small state file under the XDG data dir) or starts ``python -m local_runtime.server`` in the
+small state file under the XDG data dir) or starts ``python -m workbench_local.server`` in the
 background on a free port, building the tiny model first if it is not cached.
 """
 
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from local_runtime.models.loading import TINY_ALIASES
+from workbench_local.models.loading import TINY_ALIASES
+
 from workbench.errors import EndpointError
 from workbench.fsutil import atomic_write
 
@@ -100,10 +101,6 @@ def _error_line(path: Path) -> str | None:
     return found[-1] if found else None
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: float = START_TIMEOUT_S,
                  log: Any = None, name: str | None = None, logdir: Path | None = None,
                  progress: Callable[[str, int | None, int | None], None] | None = None) -> dict[str, Any]:
@@ -117,13 +114,12 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
     logfile, ready = sdir / f"{slug}.log", sdir / f"{slug}.ready.json"
     ready.unlink(missing_ok=True)
     idle = os.environ.get("WORKBENCH_EMBEDDED_IDLE_S", str(IDLE_EXIT_S))
-    cmd = [sys.executable, "-m", "local_runtime.server", "--model", spec, "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "workbench_local.server", "--model", spec, "--host", "127.0.0.1", "--port", "0",
            "--ready-file", str(ready), "--exit-when-idle", idle, *(extra_args or [])]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_package_root(), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     if log:
-        from local_runtime.models.tiny_model import default_dir, is_current_build
+        from workbench_local.models.tiny_model import default_dir, is_current_build
 
         first = spec in TINY_ALIASES and not is_current_build(default_dir())
         log(f"starting the embedded model server for {spec}" + (
@@ -161,7 +157,7 @@ def start_server(spec: str, *, extra_args: list[str] | None = None, timeout: flo
 
 def _report_progress(progress: Callable[[str, int | None, int | None], None], building: bool) -> None:
     if building:
-        from local_runtime.models.tiny_model import read_progress
+        from workbench_local.models.tiny_model import read_progress
 
         p = read_progress()
         if p is not None:
@@ -239,7 +235,7 @@ class EmbeddedEndpoint:
     def check(self, model: str | None) -> None:
         """Refuse (``ModelLoadError``, one line) a model this server could not load here and now: not the
         embedded model, a model directory or a Hugging Face id in the local cache. Loads nothing."""
-        from local_runtime.models.loading import TINY_ALIASES, resolve
+        from workbench_local.models.loading import TINY_ALIASES, resolve
 
         if model is None or model in TINY_ALIASES:
             return

@@ -1,6 +1,6 @@
 """Batched generation on torch + transformers: one padded batch, step by step, with a KV cache.
 
-Everything here runs in the server's single worker thread (see :mod:`local_runtime.server.scheduler`); the
+Everything here runs in the server's single worker thread (see :mod:`workbench_local.server.scheduler`); the
 event loop only sees :class:`Sequence` objects and the events they emit.
 """
 

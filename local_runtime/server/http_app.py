@@ -8,7 +8,7 @@ token ids: how multi-turn rollouts keep the sampled tokens exact; see workbench/
 ``POST /update_weights`` (full fine-tuning: the base weights replaced in place, as prime-rl's vLLM server
 does). Every response carries ``policy_version``, an integer naming the weights that produced it: for
 the base model 0, or the version its weights were last updated to; for an adapter, the ``policy_version`` given when loading it (an extension of vLLM's body),
-else the server's adapter-load counter at that time. Run it with ``python -m local_runtime.server``
+else the server's adapter-load counter at that time. Run it with ``python -m workbench_local.server``
 or ``workbench serve``.
 """
 
@@ -23,13 +23,12 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-
-from local_runtime.models.chat_template import NO_TEMPLATE_HINT, ChatFormatError, normalize_messages
-from local_runtime.models.loading import LoadedModel
-from local_runtime.server.constraints import Compiled
-from local_runtime.server.errors import HTTPError, errors_middleware
-from local_runtime.server.generation import Sequence
-from local_runtime.server.openai_api import (
+from workbench_local.models.chat_template import NO_TEMPLATE_HINT, ChatFormatError, normalize_messages
+from workbench_local.models.loading import LoadedModel
+from workbench_local.server.constraints import Compiled
+from workbench_local.server.errors import HTTPError, errors_middleware
+from workbench_local.server.generation import Sequence
+from workbench_local.server.openai_api import (
     ChatRequest,
     ChatTokensRequest,
     CompletionRequest,
@@ -40,10 +39,10 @@ from local_runtime.server.openai_api import (
     validation_fields,
     validation_message,
 )
-from local_runtime.server.prepare import PromptCache, check_context, request_constraint, request_params
-from local_runtime.server.runner import AdapterError, Engine
-from local_runtime.server.scheduler import QueueFull, Scheduler
-from local_runtime.server.streaming import attach_queue, stream_chat, stream_completion
+from workbench_local.server.prepare import PromptCache, check_context, request_constraint, request_params
+from workbench_local.server.runner import AdapterError, Engine
+from workbench_local.server.scheduler import QueueFull, Scheduler
+from workbench_local.server.streaming import attach_queue, stream_chat, stream_completion
 
 ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)
 SCHED: web.AppKey[Scheduler] = web.AppKey("scheduler", Scheduler)
@@ -382,13 +381,13 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.router.add_post("/v1/load_lora_adapter", load_lora)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora)
     app.router.add_post("/update_weights", update_weights)
-    from local_runtime.server.wire_routes import add_routes
+    from workbench_local.server.wire_routes import add_routes
 
     add_routes(app)  # /v1/responses and /v1/messages
     return app
 
 
 if __name__ == "__main__":
-    from local_runtime.server.serve import main
+    from workbench_local.server.serve import main
 
     raise SystemExit(main())

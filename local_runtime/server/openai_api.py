@@ -10,9 +10,8 @@ import time
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from local_runtime.models.chat_template import parse_tool_calls
-from local_runtime.server.generation import SamplingParams, Sequence
+from workbench_local.models.chat_template import parse_tool_calls
+from workbench_local.server.generation import SamplingParams, Sequence
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and vLLM's default --max-logprobs
 Bias = Annotated[float, Field(ge=-100.0, le=100.0)]

@@ -9,12 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-
-from local_runtime.server.constraints import Compiled, ConstraintError
-from local_runtime.server.errors import HTTPError
-from local_runtime.server.generation import SamplingParams
-from local_runtime.server.openai_api import ChatRequest, CompletionRequest, logit_bias_ids, sampling_params
-from local_runtime.server.runner import Engine
+from workbench_local.server.constraints import Compiled, ConstraintError
+from workbench_local.server.errors import HTTPError
+from workbench_local.server.generation import SamplingParams
+from workbench_local.server.openai_api import ChatRequest, CompletionRequest, logit_bias_ids, sampling_params
+from workbench_local.server.runner import Engine
 
 
 def check_context(context_len: int, prompt_tokens: int, max_tokens: int | None, where: str = "messages") -> None:

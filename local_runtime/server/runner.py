@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local_runtime.models.loading import LoadedModel
-from local_runtime.server.constraints import Constraints
-from local_runtime.server.generation import (
+from workbench_local.models.loading import LoadedModel
+from workbench_local.server.constraints import Constraints
+from workbench_local.server.generation import (
     Detokenizer,
     Sequence,
     forward_step,

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from local_runtime.server.generation import Sequence
-from local_runtime.server.runner import Engine
+from workbench_local.server.generation import Sequence
+from workbench_local.server.runner import Engine
 
 T = TypeVar("T")
 

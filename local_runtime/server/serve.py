@@ -1,4 +1,4 @@
-"""The command line of the embedded server (``workbench serve`` and ``python -m local_runtime.server``)."""
+"""The command line of the embedded server (``workbench serve`` and ``python -m workbench_local.server``)."""
 
 from __future__ import annotations
 
@@ -69,11 +69,10 @@ def _parse_adapters(specs: list[str]) -> list[tuple[str, str]]:
 def build(args: argparse.Namespace) -> Any:
     """Load the model and adapters; return the aiohttp app (nothing is listening yet)."""
     import torch
-
-    from local_runtime.models.loading import ModelLoadError, load
-    from local_runtime.server.http_app import create_app
-    from local_runtime.server.runner import AdapterError, Engine
-    from local_runtime.server.scheduler import Scheduler
+    from workbench_local.models.loading import ModelLoadError, load
+    from workbench_local.server.http_app import create_app
+    from workbench_local.server.runner import AdapterError, Engine
+    from workbench_local.server.scheduler import Scheduler
 
     if args.max_batch < 1 or args.max_queue < 1:
         raise ConfigError("--max-batch and --max-queue must be at least 1")
@@ -102,8 +101,7 @@ async def serve(app: Any, args: argparse.Namespace) -> None:
     import logging
 
     from aiohttp import web
-
-    from local_runtime.server.http_app import ENGINE, SCHED
+    from workbench_local.server.http_app import ENGINE, SCHED
 
     if args.access_log:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -160,7 +158,7 @@ def run(argv: list[str] | None = None, prog: str = "workbench serve") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        run(argv, prog="python -m local_runtime.server")
+        run(argv, prog="python -m workbench_local.server")
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code

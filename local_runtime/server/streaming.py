@@ -14,10 +14,9 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-
-from local_runtime.models.chat_template import TOOL_OPEN, held_back
-from local_runtime.server.generation import Sequence
-from local_runtime.server.openai_api import (
+from workbench_local.models.chat_template import TOOL_OPEN, held_back
+from workbench_local.server.generation import Sequence
+from workbench_local.server.openai_api import (
     ChatRequest,
     CompletionRequest,
     TokenText,
@@ -26,6 +25,7 @@ from local_runtime.server.openai_api import (
     new_id,
     usage,
 )
+
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
 
 Snapshot = tuple[Sequence, str, int, str | None]

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
+from workbench_local.server import http_app
+from workbench_local.server.openai_api import ChatRequest, validation_fields, validation_message
 
-from local_runtime.server import http_app
-from local_runtime.server.openai_api import ChatRequest, validation_fields, validation_message
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
 

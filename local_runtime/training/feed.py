@@ -1,16 +1,16 @@
 """Where the trainer's rank 0 gets finished rollouts and where it writes its records: a feed.
 
-The trainer (``local_runtime.training.worker``) never talks to the orchestrator directly. It reads
+The trainer (``workbench_local.training.worker``) never talks to the orchestrator directly. It reads
 finished rollouts from a feed in commit order, from a cursor, and writes its records (steps,
 skipped steps, events) back to it; the orchestrator learns about new policies from those records.
 
 * :class:`StoreFeed` — the run's SQLite store itself (``workbench train`` on one machine: the
   trainer opens the orchestrator's store). Its cursor is the rollout's ``pk``.
-* ``cloud_runtime.handoff.LogFeed`` — two append-only event logs (a directory for
+* ``workbench_cloud.handoff.LogFeed`` — two append-only event logs (a directory for
   ``workbench launch --backend local``, a ``modal.Dict`` on Modal, where the trainer nodes do not
   have the orchestrator's store). Its cursor is the batch log's sequence number.
 
-Only the cursor's meaning differs; :class:`~local_runtime.training.worker.TrainLoop` records it as
+Only the cursor's meaning differs; :class:`~workbench_local.training.worker.TrainLoop` records it as
 ``last_pk`` in every step record and resumes from it, whichever feed it has.
 """
 

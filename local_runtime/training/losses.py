@@ -1,6 +1,6 @@
 """Losses: turn per-token advantages into a gradient (DESIGN.md, "Algorithm vs loss").
 
-torch is imported inside functions only, so ``import local_runtime.training.losses`` stays cheap.
+torch is imported inside functions only, so ``import workbench_local.training.losses`` stays cheap.
 
 A loss sees one micro-batch as a :class:`LossBatch` of ``[batch, time]`` tensors aligned to the
 *predicted* tokens (position ``t`` holds the logprob of token ``t`` given tokens ``< t``):

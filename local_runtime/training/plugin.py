@@ -14,14 +14,14 @@ class LocalTrainer:
     name = "local"
 
     def defaults(self) -> dict[str, Any]:
-        from local_runtime.training.trainer import TrainerConfig
+        from workbench_local.training.trainer import TrainerConfig
 
         return TrainerConfig().to_dict()
 
     def check(self, tables: dict[str, Any]) -> None:
         """Refuse an unknown loss, a loss option or a trainer option, naming the nearest valid one."""
-        from local_runtime.training.losses import LOSSES, build_loss
-        from local_runtime.training.trainer import TrainerConfig
+        from workbench_local.training.losses import LOSSES, build_loss
+        from workbench_local.training.trainer import TrainerConfig
 
         loss = dict(tables["loss"])
         name = loss.pop("name", "pg")
@@ -32,7 +32,7 @@ class LocalTrainer:
         TrainerConfig.from_dict(tables["trainer"])
 
     def roles(self) -> Any:
-        from local_runtime.training.roles import LocalRoles
+        from workbench_local.training.roles import LocalRoles
 
         return LocalRoles()
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from local_runtime.models.chat_template import ChatFormatError, normalize_messages
+from workbench_local.models.chat_template import ChatFormatError, normalize_messages
+
 from workbench.errors import ConfigError
 from workbench.training.algorithms import Branch, TrainRollout
 from workbench.training.sft_data import DataItem
@@ -111,8 +112,8 @@ def render_items(items: Sequence[DataItem], tokenizer: Any) -> list[TrainRollout
 
 def load_tokenizer(model: str, *, allow_download: bool = False) -> Any:
     """The trained model's tokenizer (with its chat template), through the tokenizer plugin."""
-    from local_runtime.models.loading import resolve
-    from local_runtime.models.tokenizers import TOKENIZERS
+    from workbench_local.models.loading import resolve
+    from workbench_local.models.tokenizers import TOKENIZERS
 
     return TOKENIZERS.load(resolve(model, allow_download=allow_download)[0])
 

@@ -8,14 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from local_runtime.server.embedded import start_server, terminate
+from workbench_local.server.embedded import start_server, terminate
+
 from workbench.training.roles import Inference, WorkerProcess
 
 
 class LocalRoles:
     """The embedded server and a trainer process on this machine (see the module doc)."""
 
-    worker_module = "local_runtime.training.worker"
+    worker_module = "workbench_local.training.worker"
     trainer_first = True  # it reads the server's URL from the run directory once the server is up
 
     def trainer_args(self, db: Path, run_id: str) -> list[str]:
@@ -34,8 +35,6 @@ class LocalRoles:
                       threads: int | None) -> tuple[WorkerProcess, Path | None]:
         log = rdir / "trainer.log"
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         env.setdefault("HF_HUB_OFFLINE", "1")
         cmd = [sys.executable, "-m", self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
                *(["--server", server_root] if server_root else []), "--dir", str(rdir)]

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from local_runtime.training.packing import MicroBatch, collate, pack
+from workbench_local.training.packing import MicroBatch, collate, pack
+
 from workbench.training.algorithms import TrainSample
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ How the async loop (issue 5, item 3) drives it::
 
 * ``trainer.step_count`` is the policy version of the current weights: it counts optimizer updates
   (a skipped step does not count; ``skipped_steps`` does).
-* Data parallel: start N processes with ``local_runtime.training.distributed.launch`` (or ``torchrun``) and
+* Data parallel: start N processes with ``workbench_local.training.distributed.launch`` (or ``torchrun``) and
   build a Trainer in each. Every rank passes the *same whole batch* to ``step``; each trains on its
   balanced shard (``packing.shard``), the losses are normalised by step-wide token counts and the
   gradients all-reduced with SUM, so N ranks take exactly the step one process would. Pass
@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_runtime.models import lora
-from local_runtime.training import checkpoint as ckpt
-from local_runtime.training import shared_prefix
-from local_runtime.training.distributed import all_reduce_, rank_world
-from local_runtime.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
-from local_runtime.training.packing import MicroBatch, collate, pack, shard
+from workbench_local.models import lora
+from workbench_local.training import checkpoint as ckpt
+from workbench_local.training import shared_prefix
+from workbench_local.training.distributed import all_reduce_, rank_world
+from workbench_local.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
+from workbench_local.training.packing import MicroBatch, collate, pack, shard
+
 from workbench.errors import ConfigError
 from workbench.training.algorithms import TrainSample, nearest
 
@@ -88,7 +89,7 @@ class TrainerConfig:
     max_grad_norm: float = 1.0  # 0 = no clipping
     warmup_steps: int = 0  # linear warm-up, then a constant learning rate
     micro_batch_tokens: int = 4096  # rows * padded width of one micro-batch
-    normalization: str = "token"  # token | sequence | constant (see local_runtime.training.losses)
+    normalization: str = "token"  # token | sequence | constant (see workbench_local.training.losses)
     max_tokens: int | None = None  # the generation budget, for normalization = "constant"
     temperature: float = 1.0
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16

@@ -2,15 +2,15 @@
 ones, takes one optimizer step per ``groups_per_step`` groups, hot-loads each new adapter into the
 inference server under the name ``step-N`` (policy version N) and records the step's metrics.
 
-    python -m local_runtime.training.worker --db DB --run RUN_ID [--server http://127.0.0.1:PORT] --dir RUN_DIR
+    python -m workbench_local.training.worker --db DB --run RUN_ID [--server http://127.0.0.1:PORT] --dir RUN_DIR
 
 ``workbench train`` starts it before the inference server, without ``--server``, so that both load
 their models at once; the first publish then waits for the server's URL in ``RUN_DIR/server_root``.
 The resolved run configuration is read from ``RUN_DIR/config.json``. The orchestrator (the
 ``workbench train`` process) learns about new policies from the ``train_metric`` rows this
 process writes; the two share nothing else. Rank 0 reads rollouts and writes records through a
-feed (``local_runtime.training.feed``): the store itself here, two event logs when the trainer runs
-away from the store (``cloud_runtime.handoff``, which starts this loop with its own feed). Data
+feed (``workbench_local.training.feed``): the store itself here, two event logs when the trainer runs
+away from the store (``workbench_cloud.handoff``, which starts this loop with its own feed). Data
 parallel (``torchrun``, or one process per GPU with RANK/WORLD_SIZE set): rank 0 alone reads,
 records and publishes; it broadcasts each batch, and every rank steps on its shard of it. Exit
 codes: 0 after ``loop.max_steps`` steps, 2 on a configuration error, 3 when the orchestrator went away.
@@ -29,11 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from local_runtime.training.checkpoint import CheckpointError
-from local_runtime.training.distributed import broadcast_object, init_from_env
-from local_runtime.training.feed import StoreFeed, TrainFeed
-from local_runtime.training.losses import build_loss
-from local_runtime.training.trainer import Trainer, TrainerConfig
+from workbench_local.training.checkpoint import CheckpointError
+from workbench_local.training.distributed import broadcast_object, init_from_env
+from workbench_local.training.feed import StoreFeed, TrainFeed
+from workbench_local.training.losses import build_loss
+from workbench_local.training.trainer import Trainer, TrainerConfig
+
 from workbench.errors import WorkbenchError
 from workbench.store import Store
 from workbench.training.algorithms import group_rollouts, make_algorithm
@@ -89,7 +90,8 @@ class TrainLoop:
     def _load_data(self) -> None:
         """The run's chosen SFT data (``data.json``, written by the orchestrator), conversations
         rendered with the trained model's chat template."""
-        from local_runtime.training.render import load_tokenizer, render_items
+        from workbench_local.training.render import load_tokenizer, render_items
+
         from workbench.training import sft_data
 
         items = sft_data.read(self.dir)
@@ -265,7 +267,7 @@ class TrainLoop:
             self.record(step, "event", {}, f"checkpoint saved at step {step}")
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m local_runtime.training.worker",
+def main(argv: list[str] | None = None, *, prog: str = "python -m workbench_local.training.worker",
          open_feed: Callable[[], TrainFeed] | None = None) -> int:
     """The worker's command line. ``open_feed`` (rank 0 calls it) replaces the store as the feed:
     then ``--db`` is not needed, and configuration errors go to the feed as a ``trainer failed`` event."""

@@ -16,8 +16,9 @@ import pytest
 
 pytest.importorskip("textual")
 
-from app.config import TuiConfig  # noqa: E402
-from app.main import WorkbenchApp  # noqa: E402
+from workbench_app.config import TuiConfig  # noqa: E402
+from workbench_app.main import WorkbenchApp  # noqa: E402
+
 from tests.helpers import ADDER_ENV, write_file  # noqa: E402
 from workbench.authoring.discovery import EnvRef  # noqa: E402
 from workbench.authoring.rubric import Scores  # noqa: E402

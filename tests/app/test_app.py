@@ -6,13 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from workbench_app.config import config_path, load_config
+from workbench_app.main import WorkbenchApp, run_app
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.help import HelpScreen
+from workbench_app.screens.runs import RunsScreen
+from workbench_app.screens.traces import TracesScreen
 
-from app.config import config_path, load_config
-from app.main import WorkbenchApp, run_app
-from app.screens.environments import EnvironmentsScreen
-from app.screens.help import HelpScreen
-from app.screens.runs import RunsScreen
-from app.screens.traces import TracesScreen
 from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.errors import StoreError
 
@@ -52,7 +52,7 @@ async def test_command_palette_goes_to_a_screen(make_app: Callable[..., Workbenc
 
 async def test_command_palette_launches_from_another_screen(make_app: Callable[..., WorkbenchApp]) -> None:
     """An environment action from the palette goes to Environments and acts on the selected env."""
-    from app.screens.launch import LaunchScreen
+    from workbench_app.screens.launch import LaunchScreen
 
     app = make_app(mode="traces")
     async with app.run_test(size=SIZE) as pilot:
@@ -131,7 +131,7 @@ def test_store_handle_never_closes_a_connection_under_a_running_thread(store_fil
     import sqlite3
     import threading
 
-    from app.store_access import StoreHandle
+    from workbench_app.store_access import StoreHandle
 
     handle = StoreHandle(store_file)
     main_store = handle.get()

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from workbench_app.config import TuiConfig
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.config import TuiConfig
-from app.main import WorkbenchApp
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import wait_until
 from tests.helpers import REPO
 

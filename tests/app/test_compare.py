@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import DataTable, Static
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.compare import CompareScreen, pareto
+from workbench_app.screens.rollout_diff import RolloutDiffScreen
+from workbench_app.screens.runs import RunsScreen
 
-from app.main import WorkbenchApp
-from app.screens.compare import CompareScreen, pareto
-from app.screens.rollout_diff import RolloutDiffScreen
-from app.screens.runs import RunsScreen
 from tests.app.conftest import SIZE, T0, _record, screen_text, wait_until
 from workbench.store import Store
 

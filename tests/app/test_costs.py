@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input, ProgressBar, Select, Static
+from workbench_app.config import config_path, load_config
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.costs import CostsScreen
+from workbench_cloud.plan import load_launch_config, make_plan
 
-from app.config import config_path, load_config
-from app.main import WorkbenchApp
-from app.screens.costs import CostsScreen
-from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.cost.ledger import month_start, read_ledger
 from workbench.store import Store

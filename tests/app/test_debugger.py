@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from textual.widgets import Input
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.debugger import DebuggerScreen
+from workbench_app.screens.rollout_detail import RolloutDetailScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.token_view import TokenView
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.main import WorkbenchApp
-from app.screens.debugger import DebuggerScreen
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.traces import TracesScreen
-from app.widgets.token_view import TokenView
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import MockServer, query
 from workbench.analysis.token_render import BAND_STYLES, MARK_STYLE, render_report

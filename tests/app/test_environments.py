@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from textual.widgets import ProgressBar
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
 from tests.app.conftest import SIZE, wait_until
 from tests.helpers import ADDER_ENV, MockServer, write_file
 from workbench.authoring.discovery import EnvRef
@@ -164,7 +164,8 @@ async def test_open_editor_headless_explains(make_app: Callable[..., WorkbenchAp
 def test_reloading_a_bundled_env_reimports_it() -> None:
     import sys
 
-    from app.env_state import load_env
+    from workbench_app.env_state import load_env
+
     from workbench.authoring.discovery import discover
 
     ref = next((r for r in discover() if r.origin == "bundled"), None)
@@ -172,9 +173,9 @@ def test_reloading_a_bundled_env_reimports_it() -> None:
         pytest.skip("no bundled environment")
     first = load_env(ref, reload=False)
     assert first.status == "ok", first.message
-    before = sys.modules[f"envs.{ref.name}"]
+    before = sys.modules[f"workbench_envs.{ref.name}"]
     again = load_env(ref, reload=True)
-    assert again.status == "ok" and sys.modules[f"envs.{ref.name}"] is not before
+    assert again.status == "ok" and sys.modules[f"workbench_envs.{ref.name}"] is not before
 
 
 def _user_envs() -> list[EnvRef]:
@@ -188,9 +189,9 @@ async def test_the_first_env_made_in_the_app_hot_reloads(store_file: Path, monke
     """A fresh install: the user env folder does not exist when the app starts. `n` makes the first
     environment there; breaking its file shows at once, with no `r` (the folder is watched from the start)."""
     from textual.widgets import Input
+    from workbench_app.config import TuiConfig
+    from workbench_app.screens.new_env import NewEnvScreen
 
-    from app.config import TuiConfig
-    from app.screens.new_env import NewEnvScreen
     from workbench.config import paths
 
     monkeypatch.setenv("EDITOR", "true")
@@ -220,7 +221,7 @@ async def test_the_first_env_made_in_the_app_hot_reloads(store_file: Path, monke
 
 
 def test_watch_dirs_creates_a_missing_user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.env_state import watch_dirs
+    from workbench_app.env_state import watch_dirs
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ancestor of these is under it: none watched instead
     missing = tmp_path / "data" / "envs"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.hub import HubScreen
 
-from app.main import WorkbenchApp
-from app.screens.hub import HubScreen
 from tests.app.conftest import screen_text, wait_until
 from tests.helpers import cli_environment, run_workbench, write_file
 from tests.package_index import PASSWORD, USER

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from textual.widgets import Button, Input, RadioButton, Select, Static
+from workbench_app.config import config_path
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, LaunchScreen, parse_inputs
+from workbench_app.screens.runs import RunsScreen
+from workbench_cloud.launch import Launched
+from workbench_cloud.plan import load_launch_config, make_plan
 
-from app.config import config_path
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.launch import DEFAULT_MAX_STEPS, MODAL_REASON, LaunchScreen, parse_inputs
-from app.screens.runs import RunsScreen
-from cloud_runtime.launch import Launched
-from cloud_runtime.plan import load_launch_config, make_plan
 from tests.app.conftest import SIZE, T0, screen_text, wait_until
 from workbench.cost.budgets import month_spent_usd
 from workbench.cost.gpu_prices import set_price

@@ -12,16 +12,16 @@ from typing import Any
 
 from textual import on
 from textual.message import Message
+from workbench_app import main as app_main
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.launch import LaunchScreen
+from workbench_app.screens.rollout_detail import RolloutDetailScreen
+from workbench_app.screens.rollout_diff import RolloutDiffScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
+from workbench_cloud.launch import Launched
 
-from app import main as app_main
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.launch import LaunchScreen
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.rollout_diff import RolloutDiffScreen
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
-from cloud_runtime.launch import Launched
 from tests.app.conftest import SIZE, wait_until
 
 

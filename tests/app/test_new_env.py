@@ -8,8 +8,8 @@ from typing import Any
 
 from textual.app import App
 from textual.widgets import Input, Static
+from workbench_app.screens.new_env import NewEnvScreen
 
-from app.screens.new_env import NewEnvScreen
 from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.authoring import discovery
 from workbench.config import paths

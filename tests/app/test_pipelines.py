@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from textual.widgets import DataTable
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.compare import CompareScreen
+from workbench_app.screens.runs import RunsScreen
 
-from app.main import WorkbenchApp
-from app.screens.compare import CompareScreen
-from app.screens.runs import RunsScreen
 from tests.app.conftest import T0, _record, screen_text, wait_until
 from workbench.store import Store
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input, Select, TextArea
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.debugger import DebuggerScreen
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.play import ConfirmStop, PlayScreen
+from workbench_app.widgets.tool_form import ToolForm, fields_of
 
-from app.main import WorkbenchApp
-from app.screens.debugger import DebuggerScreen
-from app.screens.environments import EnvironmentsScreen
-from app.screens.play import ConfirmStop, PlayScreen
-from app.widgets.tool_form import ToolForm, fields_of
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.workbench.test_play import CALC
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import DataTable
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.probe import ProbeScreen
+from workbench_app.screens.rollout_diff import RolloutDiffScreen
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.probe import ProbeScreen
-from app.screens.rollout_diff import RolloutDiffScreen
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import write_file
 

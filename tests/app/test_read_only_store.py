@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.traces import TracesScreen
-from app.store_access import StoreHandle
-from app.widgets.virtual_table import VirtualTable
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.store_access import StoreHandle
+from workbench_app.widgets.virtual_table import VirtualTable
+
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import immutable
 

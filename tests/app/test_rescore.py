@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.widgets.reward_compare import RewardCompare
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.widgets.reward_compare import RewardCompare
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.helpers import ADDER_ENV, query, write_file
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from textual.widgets import Static
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.rollout_diff import RolloutDiffScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.main import WorkbenchApp
-from app.screens.rollout_diff import RolloutDiffScreen
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.analysis.diff_render import A_STYLE, B_STYLE
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 from textual.widgets import DataTable
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.help import HelpScreen
+from workbench_app.screens.runs import RunsScreen
+from workbench_app.screens.traces import COLUMNS, TracesScreen
+from workbench_app.widgets.reward_compare import RewardCompare
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.help import HelpScreen
-from app.screens.runs import RunsScreen
-from app.screens.traces import COLUMNS, TracesScreen
-from app.widgets.reward_compare import RewardCompare
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import T0, screen_text, wait_until
 from tests.helpers import ADDER_ENV, write_file
 from workbench.store import Store
@@ -89,7 +89,7 @@ async def test_traces_at_80x24_leaves_columns_out_whole(make_app: Callable[..., 
 
 
 def test_fit_columns_drops_the_lowest_priority_first() -> None:
-    from app.widgets.virtual_table import Column, fit_columns
+    from workbench_app.widgets.virtual_table import Column, fit_columns
 
     cols = [Column("a", 10, str, priority=9), Column("b", 10, str, priority=1), Column("c", 10, str, priority=5),
             Column("rest", 0, str, priority=3, min_width=5)]

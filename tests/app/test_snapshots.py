@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.rollout_detail import RolloutDetailScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.main import WorkbenchApp
-from app.screens.environments import EnvironmentsScreen
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, screen_text, wait_until
 
 
@@ -81,7 +81,8 @@ def test_help_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp])
 
 def test_debugger_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     """The Debugger on a stored rollout with a tool call (read-only): transcript by turn, turns, scores."""
-    from app.screens.debugger import DebuggerScreen
+    from workbench_app.screens.debugger import DebuggerScreen
+
     from workbench.store.queries import get_rollout
 
     async def run_before(pilot: Any) -> None:
@@ -100,7 +101,7 @@ def test_debugger_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchA
 
 def test_rollout_diff_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     """m on run b's task 2 (a tool call), D on its task 1: fields, scores, the aligned conversations."""
-    from app.screens.rollout_diff import RolloutDiffScreen
+    from workbench_app.screens.rollout_diff import RolloutDiffScreen
 
     assert snap_compare(make_app(mode="traces"), terminal_size=SIZE,
                         run_before=_settle(_traces_ready, *["down"] * 9, "m", "down", "D",
@@ -109,8 +110,9 @@ def test_rollout_diff_snapshot(snap_compare: Any, make_app: Callable[..., Workbe
 
 def test_train_run_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
     """A finished training run on Runs: the four plots, evals and events, newest rollouts, last steps."""
-    from app.screens.runs import RunsScreen
-    from app.widgets.train_view import TrainView
+    from workbench_app.screens.runs import RunsScreen
+    from workbench_app.widgets.train_view import TrainView
+
     from tests.app.test_train_view import TRAIN, add_train_run
 
     add_train_run(store_file, "completed", steps=12, rollouts=10)
@@ -133,8 +135,9 @@ def test_costs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]
     fixed clock: the cost events and "this month" are pinned to the fixture's November 2023."""
     import sqlite3
 
+    from workbench_app.screens.costs import CostsScreen
+
     import workbench.cost.ledger
-    from app.screens.costs import CostsScreen
     from tests.app.conftest import T0
 
     con = sqlite3.connect(store_file)
@@ -153,7 +156,7 @@ def test_costs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]
 
 def test_launch_dialog_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     """L on the selected environment: backend, steps, budget, config and the local estimate."""
-    from app.screens.launch import LaunchScreen
+    from workbench_app.screens.launch import LaunchScreen
 
     def shown(app: WorkbenchApp) -> bool:
         s = app.screen
@@ -177,7 +180,7 @@ def test_environments_rescore_80x24_snapshot(snap_compare: Any, make_app: Callab
     """R on adder at 80×24: the re-score panel, and the env list still has its rows."""
     import dataclasses
 
-    from app.widgets.reward_compare import RewardCompare
+    from workbench_app.widgets.reward_compare import RewardCompare
 
     def rescored(app: WorkbenchApp) -> bool:
         s = app.screen
@@ -208,8 +211,8 @@ def test_export_dialog_80x24_snapshot(snap_compare: Any, make_app: Callable[...,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """x on Traces: the path asked for, in the export folder (relative here, and a fixed file name, so
     the picture is the same on every run)."""
-    import app.screens.traces as traces_module
-    from app.screens.export import ExportScreen, export_folder
+    import workbench_app.screens.traces as traces_module
+    from workbench_app.screens.export import ExportScreen, export_folder
 
     monkeypatch.setattr(traces_module, "default_export_path",
                         lambda settings: export_folder(settings) / "rollouts-20231114-221320.jsonl")
@@ -221,7 +224,8 @@ def test_export_dialog_80x24_snapshot(snap_compare: Any, make_app: Callable[...,
 
 def test_compare_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp], store_file: Path) -> None:
     """Compare at 80x24: the leaderboard and the plot above the task-by-model matrix."""
-    from app.screens.compare import CompareScreen
+    from workbench_app.screens.compare import CompareScreen
+
     from tests.app.test_compare import BAD, _add_comparison
 
     _add_comparison(store_file)

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from textual.widgets import Input, Static
+from workbench_app.config import TuiConfig
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.rollout_detail import RolloutDetailScreen
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.config import TuiConfig
-from app.main import WorkbenchApp
-from app.screens.rollout_detail import RolloutDetailScreen
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, _record, screen_text, wait_until
 from workbench.store import Store
 
@@ -134,7 +134,7 @@ def _export_note(app: WorkbenchApp) -> Any:
 
 
 async def _export_dialog(pilot: Any, app: WorkbenchApp) -> Any:
-    from app.screens.export import ExportScreen
+    from workbench_app.screens.export import ExportScreen
 
     await pilot.press("escape", "x")
     return await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen) and app.screen,
@@ -275,8 +275,7 @@ async def test_enter_takes_the_suggestion_and_typing_never_fires_table_keys(
 
 def _calls_text(calls: list[dict[str, Any]]) -> list[str]:
     from rich.console import Console
-
-    from app.screens.rollout_detail import calls_table
+    from workbench_app.screens.rollout_detail import calls_table
 
     console = Console(width=120, record=True)
     console.print(calls_table(calls))

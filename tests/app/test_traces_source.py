@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import Input, Static
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.traces import TracesScreen
+from workbench_app.widgets.virtual_table import VirtualTable
 
-from app.main import WorkbenchApp
-from app.screens.traces import TracesScreen
-from app.widgets.virtual_table import VirtualTable
 from tests.app.conftest import SIZE, wait_until
 from workbench.runs.import_traces import import_file
 from workbench.store import Store

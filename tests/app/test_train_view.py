@@ -8,11 +8,11 @@ from pathlib import Path
 
 from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
+from workbench_app.main import WorkbenchApp
+from workbench_app.screens.runs import RunsScreen
+from workbench_app.widgets.run_plots import RunPlots, points, step_ticks
+from workbench_app.widgets.train_view import TrainView, read_new_rollouts
 
-from app.main import WorkbenchApp
-from app.screens.runs import RunsScreen
-from app.widgets.run_plots import RunPlots, points, step_ticks
-from app.widgets.train_view import TrainView, read_new_rollouts
 from tests.app.conftest import SIZE, T0, _record, wait_until
 from workbench.store import Store
 

@@ -1,4 +1,4 @@
-"""``cloud_runtime.forecast``: the plan and budget verdicts the app shows are the CLI's own, and the
+"""``workbench_cloud.forecast``: the plan and budget verdicts the app shows are the CLI's own, and the
 local estimate is device-seconds measured from earlier local launches × the local price."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from cloud_runtime.forecast import (
+from workbench_cloud.forecast import (
     DOES_NOT_FIT,
     bundled_configs,
     cloud_forecast,
     local_forecast,
     measured_step_s,
 )
+
 from tests.helpers import CliResult, stderr_lines
 from workbench.cost.gpu_prices import set_price
 from workbench.store import Store

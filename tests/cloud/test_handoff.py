@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud.handoff import HandoffBridge, LogFeed, decode_rollout, encode_rollout, open_handoff
+from workbench_cloud.stream import DirLog, KeyValueLog
+from workbench_local.training.feed import StoreFeed
 
-from cloud_runtime.handoff import HandoffBridge, LogFeed, decode_rollout, encode_rollout, open_handoff
-from cloud_runtime.stream import DirLog, KeyValueLog
-from local_runtime.training.feed import StoreFeed
 from workbench.authoring.rubric import Scores
 from workbench.authoring.tasks import Task
 from workbench.rollouts.rollout import Usage

@@ -98,7 +98,7 @@ def test_a_bundle_whose_hash_differs_is_refused_before_any_work(tmp_path: Path) 
     stream = tmp_path / "stream"
     spec.write_text(json.dumps({"run_id": "r1", "config": {"env": {"name": "arithmetic"}}, "cost": {},
                                 "stream": {"kind": "dir", "path": str(stream)}}))
-    out = subprocess.run([sys.executable, "-m", "cloud_runtime.job", "--bundle", str(path), "--hash", "0" * 64,
+    out = subprocess.run([sys.executable, "-m", "workbench_cloud.job", "--bundle", str(path), "--hash", "0" * 64,
                           "--spec", str(spec), "--workdir", str(tmp_path / "work")], capture_output=True, text=True,
                          cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert out.returncode == 2 and "refusing to run bundle" in out.stderr

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud import stream
+from workbench_cloud.modal.launch import launch_modal, modal_spec_for
+from workbench_cloud.modal.spec import ModalSpec
+from workbench_cloud.plan import load_launch_config, make_plan
 
-from cloud_runtime import stream
-from cloud_runtime.modal.launch import launch_modal, modal_spec_for
-from cloud_runtime.modal.spec import ModalSpec
-from cloud_runtime.plan import load_launch_config, make_plan
 from tests.cloud.test_package_login_cli import env, workbench  # noqa: F401  (a fixture)
 from workbench.errors import ConfigError
 from workbench.store import Store

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud.modal.inference import AdapterGate, vllm_command, vllm_lora_rank
+from workbench_cloud.modal.orchestrator import CloudRun, wait_for_url
+from workbench_cloud.modal.spec import BUNDLE_PATH, HF_CACHE_PATH, RUNS_PATH, ModalSpec
+from workbench_cloud.modal.trainer import ClusterView, VolumeCommitter, launch_ranks, rank_envs, url_host
 
-from cloud_runtime.modal.inference import AdapterGate, vllm_command, vllm_lora_rank
-from cloud_runtime.modal.orchestrator import CloudRun, wait_for_url
-from cloud_runtime.modal.spec import BUNDLE_PATH, HF_CACHE_PATH, RUNS_PATH, ModalSpec
-from cloud_runtime.modal.trainer import ClusterView, VolumeCommitter, launch_ranks, rank_envs, url_host
 from workbench.errors import ConfigError
 
 try:
@@ -150,7 +150,7 @@ def test_launch_ranks_stops_the_node_when_a_rank_fails(tmp_path: Path) -> None:
 
 
 def _probe(mode: str, out: str) -> int:
-    """Run as ``__main__`` by ``cloud_runtime.modal.trainer`` in the tests above."""
+    """Run as ``__main__`` by ``workbench_cloud.modal.trainer`` in the tests above."""
     import torch
     import torch.distributed as dist
 
@@ -362,7 +362,7 @@ async def test_gate_reports_a_dead_upstream(serve: Any) -> None:
 
 
 def test_run_gate_serves_in_a_thread_and_reports_a_taken_port() -> None:
-    from cloud_runtime.modal.inference import run_gate, wait_healthy
+    from workbench_cloud.modal.inference import run_gate, wait_healthy
 
     port = _free_port()
     upstream = f"http://127.0.0.1:{_free_port()}"  # nothing there: the gate answers 503 for /health
@@ -403,9 +403,9 @@ def test_cloud_run_config_and_trainer_spawn(bundle: Path) -> None:
     assert cfg["base_url"] == "http://[fdaa::1]:8000/v1" and cfg["world_size"] == 16
     assert cfg["run_dir"] == f"{RUNS_PATH}/0101-abc123" and cfg["bundle_path"] == BUNDLE_PATH
     json.dumps(cfg)
-    assert run.start_trainer(["local_runtime.training.worker", "--run", "r"]) == "fc-1" and run.calls == ["fc-1"]
+    assert run.start_trainer(["workbench_local.training.worker", "--run", "r"]) == "fc-1" and run.calls == ["fc-1"]
     spec_json, argv = spawned[0]
-    assert ModalSpec.from_json(spec_json).run_id == "0101-abc123" and argv == ["local_runtime.training.worker", "--run", "r"]
+    assert ModalSpec.from_json(spec_json).run_id == "0101-abc123" and argv == ["workbench_local.training.worker", "--run", "r"]
     assert all(v not in spec_json for v in SECRET_VALUES.values())
 
 
@@ -438,8 +438,8 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 @needs_modal
 def test_app_definition(bundle: Path, offline: list[str]) -> None:
-    from cloud_runtime.modal.app import app_functions, build_app, describe_app
-    from cloud_runtime.modal.image import GPU_PINS
+    from workbench_cloud.modal.app import app_functions, build_app, describe_app
+    from workbench_cloud.modal.image import GPU_PINS
 
     spec = make_spec(bundle)
     app = build_app(spec)
@@ -462,7 +462,7 @@ def test_app_definition(bundle: Path, offline: list[str]) -> None:
         assert f"{name}=={version}" in steps
     assert all(f"{p}==" in steps for p in ("vllm", "torch", "peft"))
     assert f"add_local_dir {bundle.resolve()} {BUNDLE_PATH}" in steps
-    assert "add_local_python_source workbench local_runtime cloud_runtime" in steps
+    assert "add_local_python_source workbench workbench_local workbench_cloud" in steps
     text = json.dumps(d)  # JSON-able (for `workbench launch --plan --json`), and no secret value in it
     for value in SECRET_VALUES.values():
         assert value not in text
@@ -484,7 +484,7 @@ def test_app_definition(bundle: Path, offline: list[str]) -> None:
 
 @needs_modal
 def test_app_clusters_follow_the_spec(bundle: Path, offline: list[str]) -> None:
-    from cloud_runtime.modal.app import build_app, describe_app
+    from workbench_cloud.modal.app import build_app, describe_app
 
     small = describe_app(build_app(make_spec(bundle, run_id="small", gpu="H100", gpus_per_node=1, trainer_nodes=1,
                                              secrets={}, secret_names=())))["functions"]
@@ -499,7 +499,7 @@ def test_app_clusters_follow_the_spec(bundle: Path, offline: list[str]) -> None:
 
 @needs_modal
 def test_app_needs_the_bundle(tmp_path: Path, offline: list[str]) -> None:
-    from cloud_runtime.modal.app import build_app, describe_app
+    from workbench_cloud.modal.app import build_app, describe_app
 
     with pytest.raises(ConfigError, match="workbench package"):
         build_app(make_spec(tmp_path / "missing"))
@@ -509,5 +509,5 @@ def test_app_needs_the_bundle(tmp_path: Path, offline: list[str]) -> None:
         describe_app(modal.App("not-ours"))
 
 
-if __name__ == "__main__":  # a rank of the launch tests above (run by cloud_runtime.modal.trainer)
+if __name__ == "__main__":  # a rank of the launch tests above (run by workbench_cloud.modal.trainer)
     sys.exit(_probe(sys.argv[1], sys.argv[2]))

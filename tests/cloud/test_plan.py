@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud.plan import check_budget, load_launch_config, make_plan
 
-from cloud_runtime.plan import check_budget, load_launch_config, make_plan
 from workbench.cost.gpu_prices import load_prices
 from workbench.errors import ConfigError
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from cloud_runtime.resume import (
+from workbench_cloud.resume import (
     HandoverWatch,
     check_resumable,
     handover_decision,
@@ -21,7 +20,8 @@ from cloud_runtime.resume import (
     restore_store,
     snapshot_store,
 )
-from cloud_runtime.roles import CallProcess, ModalRoles, handoff_argv
+from workbench_cloud.roles import CallProcess, ModalRoles, handoff_argv
+
 from workbench.errors import ConfigError
 from workbench.store import Store
 from workbench.training.loop import HANDOVER
@@ -145,8 +145,8 @@ def test_a_trainer_call_is_driven_like_a_process() -> None:
 
 
 def test_modal_roles_use_the_inference_url_and_spawn_the_handoff_trainer(tmp_path: Path) -> None:
-    from cloud_runtime.modal.orchestrator import CloudRun
-    from cloud_runtime.modal.spec import ModalSpec
+    from workbench_cloud.modal.orchestrator import CloudRun
+    from workbench_cloud.modal.spec import ModalSpec
 
     spawned: list[tuple[Any, ...]] = []
     synced: list[int] = []
@@ -167,7 +167,7 @@ def test_modal_roles_use_the_inference_url_and_spawn_the_handoff_trainer(tmp_pat
     assert isinstance(proc, CallProcess) and log is None and synced == [1]  # committed before the spawn
     _, argv = spawned[0]
     assert argv == handoff_argv({"kind": "modal_dict", "name": "d"}, "r1", inf.root, spec.run_dir)
-    assert argv[0] == "cloud_runtime.handoff" and json.loads(argv[2]) == {"kind": "modal_dict", "name": "d"}
+    assert argv[0] == "workbench_cloud.handoff" and json.loads(argv[2]) == {"kind": "modal_dict", "name": "d"}
 
 
 # -- end to end on this machine: a hand-over after a checkpoint, and the fresh job that continues ------------
@@ -175,9 +175,10 @@ def test_modal_roles_use_the_inference_url_and_spawn_the_handoff_trainer(tmp_pat
 def test_a_handed_over_run_continues_from_its_checkpoint(tiny_dir: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from cloud_runtime.job import run_remote
-    from cloud_runtime.resume import read_records
-    from cloud_runtime.stream import DirLog, follow
+    from workbench_cloud.job import run_remote
+    from workbench_cloud.resume import read_records
+    from workbench_cloud.stream import DirLog, follow
+
     from workbench.bundles.bundle import build_bundle
     from workbench.training.run_config import resolve
 
@@ -221,7 +222,7 @@ def test_a_handed_over_run_continues_from_its_checkpoint(tiny_dir: Path, tmp_pat
 
 
 def test_a_resumed_exporter_streams_only_what_is_new(tmp_path: Path) -> None:
-    from cloud_runtime.stream import DirLog, Exporter
+    from workbench_cloud.stream import DirLog, Exporter
 
     store = Store(tmp_path / "remote.db")
     store.create_run("r", kind="train", env_name="e")

@@ -9,8 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud.stream import (
+    DirLog,
+    Event,
+    Exporter,
+    KeyValueLog,
+    follow,
+    ingest,
+    read_cursor,
+    spent_usd,
+)
 
-from cloud_runtime.stream import DirLog, Event, Exporter, KeyValueLog, follow, ingest, read_cursor, spent_usd
 from workbench.store import Store
 
 

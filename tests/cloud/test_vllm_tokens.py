@@ -1,4 +1,4 @@
-"""The token-in chat route for vLLM (``cloud_runtime.vllm_tokens``) and the continuation probe.
+"""The token-in chat route for vLLM (``workbench_cloud.vllm_tokens``) and the continuation probe.
 
 The translation is tested as pure functions, then end to end: the adapter gate serves the route on
 top of the embedded server's ``/v1/completions`` (vLLM's public route, same wire format), and its
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workbench_cloud.modal.inference import AdapterGate, run_gate
+from workbench_cloud.vllm_tokens import TokenRouteError, chat_response, completion_request
 
-from cloud_runtime.modal.inference import AdapterGate, run_gate
-from cloud_runtime.vllm_tokens import TokenRouteError, chat_response, completion_request
 from tests.local_runtime.helpers import post_json
 from workbench.rollouts.client import ChatClient, preflight
 from workbench.rollouts.continuation import continuation_for, serves_token_route

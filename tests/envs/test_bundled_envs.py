@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import workbench_envs.doc_search as doc_search
+import workbench_envs.wordle as wordle
 
-import envs.doc_search as doc_search
-import envs.wordle as wordle
 import workbench as wb
 from workbench.authoring.discovery import load
 

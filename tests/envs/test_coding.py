@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import workbench_envs.coding as coding
 
-import envs.coding as coding
 import workbench as wb
 from tests.helpers import last_json, query
 from tests.sandbox.conftest import docker_client  # noqa: F401 - the shared Docker fixture

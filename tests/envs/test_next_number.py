@@ -7,9 +7,9 @@ import random
 from collections.abc import Callable
 
 import pytest
+import workbench_envs.next_number as nn
+from workbench_local.models import tiny_corpus
 
-import envs.next_number as nn
-from local_runtime.models import tiny_corpus
 from tests.envs.test_bundled_envs import score
 from tests.helpers import CliResult, assert_user_error
 from workbench.authoring.discovery import load

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import workbench_envs.support_desk as sd
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-import envs.support_desk as sd
 import workbench as wb
 from tests.helpers import last_json, query
 from workbench.authoring.discovery import load

@@ -53,7 +53,7 @@ def server_env() -> dict[str, str]:
 def run_server(model: Path | str, *args: str, timeout: float = 120.0) -> Iterator[str]:
     """A server subprocess on a free port; yields its root URL (without /v1) and stops it after."""
     port = free_port()
-    cmd = [sys.executable, "-m", "local_runtime.server", "--model", str(model), "--port", str(port),
+    cmd = [sys.executable, "-m", "workbench_local.server", "--model", str(model), "--port", str(port),
            "--threads", "1", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=server_env(), cwd=ROOT)
     root = f"http://127.0.0.1:{port}"

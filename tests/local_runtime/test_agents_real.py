@@ -198,7 +198,7 @@ def embedded_home(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     with pytest.MonkeyPatch.context() as mp:
         for k, v in dirs.items():
             mp.setenv(k, v)
-        from local_runtime.server.embedded import stop_server
+        from workbench_local.server.embedded import stop_server
 
         stop_server(None)
 

@@ -32,7 +32,7 @@ def raw_post(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def start_fails(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "local_runtime.server", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "workbench_local.server", *args], capture_output=True, text=True,
                           env=server_env(), cwd=ROOT, timeout=120)
 
 
@@ -235,7 +235,7 @@ def test_unknown_model_path_at_startup(tmp_path: Path) -> None:
 
 
 def test_unknown_hub_id_at_startup(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "local_runtime.server", "--model", "no-such-org/no-such-model"],
+    p = subprocess.run([sys.executable, "-m", "workbench_local.server", "--model", "no-such-org/no-such-model"],
                        capture_output=True, text=True, env={**server_env(), "HF_HOME": str(tmp_path)}, cwd=ROOT,
                        timeout=120)
     assert p.returncode == 2

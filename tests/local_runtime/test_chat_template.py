@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from local_runtime.models.chat_template import (
+from workbench_local.models.chat_template import (
     TOOL_OPEN,
     ChatFormatError,
     forced_tool_prefix,
@@ -130,7 +129,7 @@ def test_the_fast_tokenizer_renders_and_decodes_exactly_as_transformers(tok: Any
                                                                         gen: bool) -> None:
     """The token views load the tokenizer without transformers (milliseconds instead of seconds): the same
     template, the same tokens, the same text, or the re-render check would invent mismatches."""
-    from local_runtime.models.fast_tokenizer import FastTokenizer
+    from workbench_local.models.fast_tokenizer import FastTokenizer
 
     fast = FastTokenizer(tiny_dir)
     messages, tools = CONVERSATIONS[case]
@@ -147,8 +146,8 @@ def test_the_fast_tokenizer_renders_and_decodes_exactly_as_transformers(tok: Any
 
 def test_the_plugin_loads_the_fast_tokenizer_for_a_local_model_and_refuses_none(tiny_dir: Path,
                                                                                  tmp_path: Path) -> None:
-    from local_runtime.models.fast_tokenizer import FastTokenizer, Unsupported
-    from local_runtime.models.tokenizers import TOKENIZERS
+    from workbench_local.models.fast_tokenizer import FastTokenizer, Unsupported
+    from workbench_local.models.tokenizers import TOKENIZERS
 
     assert isinstance(TOKENIZERS.load(str(tiny_dir)), FastTokenizer)
     bare = tmp_path / "no-template"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from workbench_local.server.embedded import terminate
 
-from local_runtime.server.embedded import terminate
 from workbench.errors import EndpointError
 
 from .helpers import ROOT, get_json
@@ -27,13 +27,13 @@ def xdg(tmp_path: Path, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shutil.copytree(tiny_dir, tmp_path / "cache" / "workbench" / "models" / "workbench-tiny-v1")
     yield tmp_path
-    from local_runtime.server.embedded import stop_server
+    from workbench_local.server.embedded import stop_server
 
     stop_server(None)
 
 
 def test_starts_then_reuses(xdg: Path) -> None:
-    from local_runtime.server.embedded import ensure_server, state_dir
+    from workbench_local.server.embedded import ensure_server, state_dir
 
     url, model = ensure_server(None)
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
@@ -47,7 +47,7 @@ def test_starts_then_reuses(xdg: Path) -> None:
 
 
 def test_stale_state_file_is_ignored(xdg: Path) -> None:
-    from local_runtime.server.embedded import ensure_server, state_dir
+    from workbench_local.server.embedded import ensure_server, state_dir
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -66,7 +66,7 @@ def test_stale_state_file_is_ignored(xdg: Path) -> None:
 
 
 def test_on_demand_server_exits_when_idle(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from local_runtime.server.embedded import _alive, ensure_server, state_dir
+    from workbench_local.server.embedded import _alive, ensure_server, state_dir
 
     monkeypatch.setenv("WORKBENCH_EMBEDDED_IDLE_S", "1.5")
     url, _ = ensure_server(None)
@@ -80,7 +80,7 @@ def test_on_demand_server_exits_when_idle(xdg: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_failure_to_start_is_a_clear_error(xdg: Path) -> None:
-    from local_runtime.server.embedded import ensure_server
+    from workbench_local.server.embedded import ensure_server
 
     with pytest.raises(EndpointError) as e:
         ensure_server(str(xdg / "no-such-model"))
@@ -99,15 +99,15 @@ def test_eval_without_base_url_uses_embedded_server(xdg: Path) -> None:
 
 
 def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from local_runtime.models.loading import ModelLoadError
-    from local_runtime.models.resolve import resolve_model_path
+    from workbench_local.models.loading import ModelLoadError
+    from workbench_local.models.resolve import resolve_model_path
 
     assert resolve_model_path("workbench-tiny") == xdg / "cache" / "workbench" / "models" / "workbench-tiny-v1"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     with pytest.raises(ModelLoadError, match="not built yet"):
         resolve_model_path("tiny")
     assert not (tmp_path / "empty-cache").exists()
-    from local_runtime.models.tiny_model import BUILD_FILE, default_dir
+    from workbench_local.models.tiny_model import BUILD_FILE, default_dir
 
     stale = default_dir()
     stale.mkdir(parents=True)
@@ -119,8 +119,8 @@ def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch:
 def test_a_first_build_reports_its_progress_to_whoever_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first eval on a fresh machine waits for the tiny model's build: the builder says how far it is
     (a progress file beside the model) and the waiting side turns that into (what, done, total)."""
-    from local_runtime.models import tiny_model
-    from local_runtime.server.embedded import _report_progress
+    from workbench_local.models import tiny_model
+    from workbench_local.server.embedded import _report_progress
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     target = tiny_model.default_dir()

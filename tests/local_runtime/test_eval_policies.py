@@ -27,7 +27,7 @@ def served(server: str) -> set[str]:
 
 def test_an_eval_steps_adapter_stays_loaded_until_its_eval_is_recorded(tiny_dir: Path, server: str,
                                                                         tmp_path: Path) -> None:
-    from local_runtime.training.worker import TrainLoop
+    from workbench_local.training.worker import TrainLoop
 
     store = Store(tmp_path / "wb.db")
     store.create_run("pin", kind="train", env_name="arithmetic", created_at=0.0)

@@ -7,8 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from local_runtime.server.generation import Detokenizer, SamplingParams, Sequence, make_generator, sample_rows
+from workbench_local.server.generation import (
+    Detokenizer,
+    SamplingParams,
+    Sequence,
+    make_generator,
+    sample_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +83,7 @@ def test_presence_and_frequency_penalties_follow_openai() -> None:
     """presence: subtract once per token id already in the output; frequency: count x penalty (vLLM's and
     OpenAI's definition); neither looks at the prompt."""
     import torch
-
-    from local_runtime.server.generation import adjust_logits
+    from workbench_local.server.generation import adjust_logits
 
     row = torch.tensor([1.0, 1.0, 1.0, 1.0])
     s = _seq(presence_penalty=0.5, frequency_penalty=0.25)
@@ -114,7 +118,8 @@ def test_a_grammar_mask_leaves_only_allowed_tokens() -> None:
 
 
 def test_serve_command_reports_bad_model(tmp_path: Path) -> None:
-    from local_runtime.models.loading import ModelLoadError
+    from workbench_local.models.loading import ModelLoadError
+
     from workbench.cli.serve_cmd import serve_command
 
     with pytest.raises(ModelLoadError, match="no model directory"):

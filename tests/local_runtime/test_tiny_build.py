@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from local_runtime.models import tiny_model
+from workbench_local.models import tiny_model
 
 
 def _digests(d: Path) -> dict[str, str]:

@@ -37,9 +37,8 @@ def test_default_build_artifacts(default_build: Path) -> None:
     and chat template, and greedy generation that answers a question and ends its turn."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from envs.arithmetic import PROMPT, SYSTEM_PROMPT
-    from local_runtime.models.tiny_model import BuildConfig
+    from workbench_envs.arithmetic import PROMPT, SYSTEM_PROMPT
+    from workbench_local.models.tiny_model import BuildConfig
 
     shape = BuildConfig()
     cfg = AutoConfig.from_pretrained(default_build)
@@ -74,8 +73,7 @@ async def test_arithmetic_accuracy_through_the_server(default_server: str) -> No
     import asyncio
 
     import openai
-
-    from envs.arithmetic import SYSTEM_PROMPT, make_rows
+    from workbench_envs.arithmetic import SYSTEM_PROMPT, make_rows
 
     client = openai.AsyncOpenAI(base_url=default_server + "/v1", api_key="x", max_retries=0)
     rows = make_rows(21 * 21 * 3, seed=5)  # operands 0..20, three operators: each problem once

@@ -119,7 +119,7 @@ def _rollout(group: str, i: int, version: int, reward: float) -> TrainRollout:
 
 
 def test_stale_groups_are_dropped_and_counted(tiny_dir: Path, tmp_path: Path) -> None:
-    from local_runtime.training.worker import TrainLoop
+    from workbench_local.training.worker import TrainLoop
 
     store = Store(tmp_path / "wb.db")
     store.create_run("r1", kind="train", env_name="arithmetic", created_at=0.0)
@@ -193,7 +193,7 @@ def test_bad_config_values_are_one_clear_line(tmp_path: Path, args: list[str], l
 
 def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir: str) -> dict[str, Any]:
     """One trainer rank of a two-process run: rank 0 alone reads, records and publishes."""
-    from local_runtime.training.worker import TrainLoop
+    from workbench_local.training.worker import TrainLoop
 
     cfg = resolve(None, {"trainer.model": model, "loop.rollouts_per_task": 2, "loop.groups_per_step": 2,
                          "loop.checkpoint_every": 0}, "arithmetic")
@@ -213,8 +213,7 @@ def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir:
 def test_two_trainer_ranks_share_one_batch_and_only_rank0_records(tiny_dir: Path, server: str,
                                                                    tmp_path: Path) -> None:
     import torch
-
-    from local_runtime.training.distributed import launch
+    from workbench_local.training.distributed import launch
 
     from .helpers import get_json
 

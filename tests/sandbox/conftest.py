@@ -32,14 +32,15 @@ def docker_client() -> Any:
     reason = docker_skip_reason()
     if reason:
         pytest.skip(reason)
-    from local_runtime.sandbox.docker_pool import connect
+    from workbench_local.sandbox.docker_pool import connect
+
     from workbench.authoring.sandbox import SandboxError
 
     try:
         client = connect()
     except SandboxError as e:
         pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
-    from local_runtime.sandbox.image import build_default_image
+    from workbench_local.sandbox.image import build_default_image
 
     build_default_image(client)
     return client

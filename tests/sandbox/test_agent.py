@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 import pytest
+from workbench_local.sandbox.channel import AgentDied
 
 import workbench as wb
-from local_runtime.sandbox.channel import AgentDied
 from tests.sandbox.conftest import hand_back, make_runtime
 
 # A daemon that leaves the command's process group and session and is re-parented away from it.
@@ -153,7 +153,7 @@ async def test_agent_death_is_one_clear_error(runtime_kind: str) -> None:
         if runtime_kind == "local":
             os.killpg(sb._agent_proc.pid, signal.SIGKILL)  # from outside: the whole namespace goes
         else:
-            from local_runtime.sandbox.docker_pool import connect
+            from workbench_local.sandbox.docker_pool import connect
 
             connect().api.exec_start(connect().api.exec_create(sb.container_id, ["kill", "-9", str(pid)],
                                                                user="0:0")["Id"])

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from workbench_local.sandbox.process_pool import ProcessPool
 
 import workbench as wb
-from local_runtime.sandbox.process_pool import ProcessPool
 from tests.helpers import assert_user_error, last_json, query, write_file
 from workbench.authoring.sandbox import needs_sandbox
 from workbench.rollouts.engine import RolloutEngine

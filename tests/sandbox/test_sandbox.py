@@ -150,7 +150,7 @@ async def test_docker_engine_down_is_one_clear_error(monkeypatch: pytest.MonkeyP
 async def test_local_without_isolation_refuses_unless_opted_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """Model-written commands never run unisolated by default: without bubblewrap, wb.Local() refuses with
     one line saying how to install it or opt in; isolation='none' runs them with the same limits."""
-    from local_runtime.sandbox import bwrap as sandbox_bwrap
+    from workbench_local.sandbox import bwrap as sandbox_bwrap
 
     monkeypatch.setenv("WORKBENCH_SANDBOX_ISOLATION", "none")
     monkeypatch.setattr(sandbox_bwrap, "_detected", {})

@@ -63,7 +63,7 @@ def bridge_gateway(client: Any) -> str:
 def host_addresses(runtime_kind: str) -> list[str]:
     addrs = ["127.0.0.1"]
     if runtime_kind == "docker":
-        from local_runtime.sandbox.docker_pool import connect
+        from workbench_local.sandbox.docker_pool import connect
 
         addrs.append(bridge_gateway(connect()))
     else:
@@ -305,7 +305,7 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 def test_killed_parent_leaves_no_process_local(tmp_path: Path, cli: Callable[..., Any]) -> None:
     pid, marker = _start_and_kill("local", tmp_path)
     assert _wait(lambda: not _procs_with(marker), 10), f"sandboxed processes outlived their parent: {_procs_with(marker)}"
-    from local_runtime.sandbox.fs import stale_pool_dirs
+    from workbench_local.sandbox.fs import stale_pool_dirs
 
     assert any(f"-{pid}-" in d.name for d in stale_pool_dirs())
     res = cli("sandbox", "gc", "--json")

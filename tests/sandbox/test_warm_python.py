@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from workbench_local.sandbox.warm import os_threads, plan, sh_words
 
 import workbench as wb
-from local_runtime.sandbox.warm import os_threads, plan, sh_words
 from tests.sandbox.conftest import hand_back, make_runtime
 
 PROBE = r'''
@@ -339,8 +339,8 @@ def _zygote_reports(tmp_path: Any, module: str) -> tuple[int, int]:
     import socket
     import subprocess
 
-    from local_runtime.sandbox.channel import agent_source, warm_source
-    from local_runtime.sandbox.warm import HEAD
+    from workbench_local.sandbox.channel import agent_source, warm_source
+    from workbench_local.sandbox.warm import HEAD
 
     program = warm_source().encode()
     boot = (f"import os\nb=b''\nwhile len(b)<{len(program)}:\n c=os.read(0,{len(program)}-len(b))\n"

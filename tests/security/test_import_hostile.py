@@ -467,8 +467,7 @@ def test_the_embedded_models_template_marks_the_assistant_and_renders_as_before(
     """TRL's ``assistant_only_loss`` needs ``{% generation %}`` markers (``return_assistant_tokens_mask``);
     the text the template renders stays byte for byte what it was, for the server and the fast tokenizer."""
     from transformers import AutoTokenizer
-
-    from local_runtime.models.fast_tokenizer import FastTokenizer
+    from workbench_local.models.fast_tokenizer import FastTokenizer
 
     messages, tools, full, prompt, assistant = TEMPLATE_CASES[case]
     tok = AutoTokenizer.from_pretrained(tiny_dir)

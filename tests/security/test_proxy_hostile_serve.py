@@ -157,7 +157,7 @@ async def test_count_tokens_counts_the_rendered_prompt_on_serve_and_through_the_
 def _server_lines(model: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
     """A server subprocess; yields (root URL, the lines it wrote: up to serving, and the rest once it ends)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "local_runtime.server", "--model", str(model), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "workbench_local.server", "--model", str(model), "--port", str(port),
                              "--threads", "1", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=server_env(), cwd=ROOT)
     lines: list[str] = []

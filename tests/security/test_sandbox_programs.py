@@ -51,7 +51,7 @@ def _need(tool: str) -> str:
 
 
 def _cgroup() -> bool:
-    from local_runtime.sandbox.cgroup import Hierarchy, detect
+    from workbench_local.sandbox.cgroup import Hierarchy, detect
 
     return isinstance(detect(), Hierarchy)
 
@@ -273,7 +273,7 @@ def _groups(parent: Path) -> set[str]:
 def test_memory_cgroups_go_with_their_sandboxes(cli, write_env, mock_server, store_path) -> None:
     """A run removes the cgroups of its sandboxes, and one that a killed Workbench left behind is removed at the
     next start."""
-    from local_runtime.sandbox.cgroup import Hierarchy, detect
+    from workbench_local.sandbox.cgroup import Hierarchy, detect
 
     found = detect()
     if not isinstance(found, Hierarchy):

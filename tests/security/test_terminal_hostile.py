@@ -324,10 +324,11 @@ async def test_the_app_shows_stored_text_as_text(hostile_runs: tuple[dict[str, s
     """The traces of the hostile run, then a rollout's detail, then the runs screen: nothing crashes, no
     escape byte is drawn, the names are shown as they are."""
     pytest.importorskip("textual")
-    from app.config import TuiConfig
-    from app.main import WorkbenchApp
-    from app.screens.rollout_detail import RolloutDetailScreen
-    from app.widgets.virtual_table import VirtualTable
+    from workbench_app.config import TuiConfig
+    from workbench_app.main import WorkbenchApp
+    from workbench_app.screens.rollout_detail import RolloutDetailScreen
+    from workbench_app.widgets.virtual_table import VirtualTable
+
     from tests.app.conftest import SIZE, screen_text, wait_until
 
     env, (a, _) = hostile_runs

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 import torch
+from workbench_local.training.distributed import launch
+from workbench_local.training.trainer import Trainer, TrainerConfig
 
-from local_runtime.training.distributed import launch
-from local_runtime.training.trainer import Trainer, TrainerConfig
 from tests.training.conftest import make_samples
 
 STEPS = 2

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from workbench_local.training.losses import LossBatch, SumLoss, build_loss, make_loss, token_weights
 
-from local_runtime.training.losses import LossBatch, SumLoss, build_loss, make_loss, token_weights
 from workbench.errors import ConfigError
 
 

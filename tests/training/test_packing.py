@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from workbench_local.training.packing import collate, pack, shard
 
-from local_runtime.training.packing import collate, pack, shard
 from tests.training.conftest import make_samples
 from workbench.training.algorithms import TrainSample
 

@@ -78,8 +78,8 @@ def _add(a: int, b: int) -> int:
 
 def test_a_played_rollout_renders_as_the_templates_tokens_with_the_assistant_turns_masked_in(
         played: Played, tiny_dir: Path) -> None:
-    from local_runtime.models.chat_template import normalize_messages
-    from local_runtime.training.render import load_tokenizer, render_items
+    from workbench_local.models.chat_template import normalize_messages
+    from workbench_local.training.render import load_tokenizer, render_items
 
     conn = sqlite3.connect(played.db)
     [item], counts = sft_data.select(conn, [played.run_id], tools_for=lambda env: _tools() if env == "calc" else None)

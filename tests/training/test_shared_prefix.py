@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from workbench_local.training import shared_prefix
+from workbench_local.training.losses import build_loss
+from workbench_local.training.trainer import Trainer, TrainerConfig
 
-from local_runtime.training import shared_prefix
-from local_runtime.training.losses import build_loss
-from local_runtime.training.trainer import Trainer, TrainerConfig
 from tests.training.conftest import VOCAB
 from workbench.training.algorithms import TrainSample
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from workbench_local.training.checkpoint import CheckpointError
+from workbench_local.training.trainer import Trainer, TrainerConfig
 
-from local_runtime.training.checkpoint import CheckpointError
-from local_runtime.training.trainer import Trainer, TrainerConfig
 from tests.training.conftest import make_samples
 from workbench.errors import ConfigError
 
@@ -40,7 +40,7 @@ def test_lora_steps_reduce_the_loss_on_a_fixed_batch(tiny_model: str) -> None:
 
 
 def test_policy_gradient_moves_probability_towards_positive_advantages(tiny_model: str) -> None:
-    from local_runtime.training.losses import make_loss
+    from workbench_local.training.losses import make_loss
 
     t = trainer(tiny_model, loss="pg", lr=5e-3)
     fresh = trainer(tiny_model)
@@ -144,7 +144,7 @@ def test_full_disk_at_checkpoint_keeps_the_previous_one(tiny_model: str, tmp_pat
 
 
 def test_full_fine_tuning_with_a_kl_term(tiny_model: str) -> None:
-    from local_runtime.training.losses import build_loss
+    from workbench_local.training.losses import build_loss
 
     t = Trainer(TrainerConfig(model=tiny_model, lora=False, lr=1e-3, micro_batch_tokens=64),
                 loss=build_loss("pg", kl_coef=0.1))
@@ -159,7 +159,7 @@ def test_full_fine_tuning_with_a_kl_term(tiny_model: str) -> None:
 
 
 def test_lora_kl_reference_is_the_base_model(tiny_model: str) -> None:
-    from local_runtime.training.losses import build_loss
+    from workbench_local.training.losses import build_loss
 
     t = Trainer(TrainerConfig(model=tiny_model, lr=1e-2, micro_batch_tokens=64), loss=build_loss("pg", kl_coef=0.1))
     assert t.step(make_samples(4)).metrics["kl"] == pytest.approx(0.0, abs=1e-9)  # LoRA B starts at zero
@@ -167,7 +167,7 @@ def test_lora_kl_reference_is_the_base_model(tiny_model: str) -> None:
 
 
 def test_a_crash_between_the_renames_leaves_the_checkpoint_findable(tmp_path: Path) -> None:
-    from local_runtime.training.checkpoint import resolve, write_atomic
+    from workbench_local.training.checkpoint import resolve, write_atomic
 
     write_atomic(tmp_path / "ckpt", lambda d: (d / "a.txt").write_text("1"))
     write_atomic(tmp_path / "ckpt", lambda d: (d / "a.txt").write_text("2"))

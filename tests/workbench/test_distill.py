@@ -77,7 +77,7 @@ def student_server_stopped(cli_env: dict[str, str], tiny_dir: Path, monkeypatch:
     for k, v in cli_env.items():
         if k.startswith("XDG_"):
             monkeypatch.setenv(k, v)
-    from local_runtime.server.embedded import stop_server
+    from workbench_local.server.embedded import stop_server
 
     stop_server(str(tiny_dir))
 
@@ -221,7 +221,8 @@ def one_teacher(cli: Callable[..., CliResult], write_env: Callable[..., Path], m
     for k, v in cli_env.items():
         if k.startswith("XDG_"):
             monkeypatch.setenv(k, v)
-    from local_runtime.server.embedded import ensure_server, stop_server
+    from workbench_local.server.embedded import ensure_server, stop_server
+
     from workbench.config.paths import data_dir
 
     base_url, _ = ensure_server(str(tiny_dir))

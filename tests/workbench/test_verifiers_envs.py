@@ -240,7 +240,7 @@ def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Pat
 
 APP_LOAD = """
 import signal, sys, threading
-from app.env_state import load_env
+from workbench_app.env_state import load_env
 from workbench.authoring.discovery import load, resolve
 
 before = signal.getsignal(signal.SIGINT)

@@ -29,10 +29,18 @@ from workbench.errors import ConfigError, EnvLoadError
 ENTRY_POINT_GROUP = "workbench.environments"
 
 
-def bundled_dir() -> Path:
-    import envs
+#: The installed name of the bundled environments' folder (``envs/`` in the source tree; setup.py).
+BUNDLED_PACKAGE = "workbench_envs"
+#: Workbench's own installed packages, never an environment's module.
+OWN_PACKAGES = frozenset({"workbench", "workbench_app", "workbench_local", "workbench_cloud", BUNDLED_PACKAGE})
 
-    return Path(envs.__file__).parent
+
+def bundled_dir() -> Path:
+    """Where the bundled environments are installed, found without importing them."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EnvLoadError(f"Workbench's bundled environments ({BUNDLED_PACKAGE}) are not installed; reinstall rl-workbench")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @dataclass(slots=True)
@@ -152,7 +160,7 @@ def resolve(spec: str) -> EnvRef:
         found = importlib.util.find_spec(spec)
     except (ImportError, ValueError):
         found = None
-    if found is not None and spec not in {"workbench", "app", "envs"}:
+    if found is not None and spec.split(".")[0] not in OWN_PACKAGES:
         origin = found.origin
         path = Path(found.submodule_search_locations[0]) if found.submodule_search_locations else (
             Path(origin) if origin and origin not in ("built-in", "frozen") else None)
@@ -212,7 +220,7 @@ class _FreshLoader(importlib.machinery.SourceFileLoader):
 
 def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
     if ref.origin in ("bundled", "installed"):
-        modname = f"envs.{ref.name}" if ref.origin == "bundled" else (ref.module or ref.name)
+        modname = f"{BUNDLED_PACKAGE}.{ref.name}" if ref.origin == "bundled" else (ref.module or ref.name)
         if reload:  # an edited file must be read again, not served from the import cache
             importlib.invalidate_caches()
             _forget(modname)
@@ -225,6 +233,10 @@ def _import(ref: EnvRef, reload: bool = False) -> ModuleType:
         deps = Path(deps_dir) if isinstance(deps_dir, str) else None
         if deps is not None and deps.is_dir() and str(deps) not in sys.path:
             sys.path.insert(0, str(deps))
+    if ref.origin == "path":  # as `python file.py` would: the env's own folder is where its imports look first
+        home = str(ref.path.parent)
+        if home not in sys.path:
+            sys.path.insert(0, home)
     digest = hashlib.sha1(str(ref.path).encode()).hexdigest()[:8]
     modname = f"_workbench_env_{ref.name.replace('-', '_')}_{digest}"
     if ref.path.is_dir():

@@ -10,8 +10,8 @@ parameter::
         return r.output()
 
 This module is the interface; the pools are plugins (``workbench.sandbox_pools``), found by the runtime's
-kind when a pool opens: the bundled ones are ``local_runtime.sandbox.process_pool`` (bubblewrap + rlimits)
-and ``local_runtime.sandbox.docker_pool`` (the docker SDK).
+kind when a pool opens: the bundled ones are ``workbench_local.sandbox.process_pool`` (bubblewrap + rlimits)
+and ``workbench_local.sandbox.docker_pool`` (the docker SDK).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
     if run:
         with open_store(ctx, db, read_only_ok=True, existing=True) as store:
             if follow:
-                from cloud_runtime.launch import follow_run
+                from workbench_cloud.launch import follow_run
+
                 from workbench.cli.train_cmd import step_line
 
                 def on_event(ev: dict[str, Any]) -> None:

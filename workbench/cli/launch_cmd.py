@@ -21,8 +21,7 @@ def backend_plugin(name: str) -> Any:
 def render_plan(plan: Any) -> None:
     """The plan for people: cluster, memory fit, time and money, then every derivation."""
     from rich.table import Table
-
-    from cloud_runtime.plan import fmt
+    from workbench_cloud.plan import fmt
 
     d = plan.to_dict()
     cluster = Table(title="cluster", box=None, show_edge=False, title_justify="left", show_header=False)
@@ -150,7 +149,8 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
                    db: str | None, as_json: bool) -> None:
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
-    from cloud_runtime.plan import check_budget, load_launch_config, make_plan
+    from workbench_cloud.plan import check_budget, load_launch_config, make_plan
+
     from workbench.training.run_config import parse_overrides
 
     overrides = parse_overrides(ctx.args)
@@ -182,7 +182,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     check_budget(plan)
     _check_monthly(ctx, db, plan.total_usd)
     if not plan.fits:
-        from cloud_runtime.forecast import DOES_NOT_FIT
+        from workbench_cloud.forecast import DOES_NOT_FIT
 
         raise ConfigError(DOES_NOT_FIT)
     _launch(ctx, cfg if chosen is not None and chosen.takes == "launch" else cfg.run, backend, budget, db, threads,
@@ -195,7 +195,8 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
 @click.pass_context
 def stop_command(ctx: click.Context, run: str, db: str | None) -> None:
     """Stop a launched run: it stops within one step and records its final cost."""
-    from cloud_runtime.launch import stop_run
+    from workbench_cloud.launch import stop_run
+
     from workbench.cli.common import open_store
 
     with open_store(ctx, db) as store:

@@ -376,7 +376,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
                 raise ConfigError("over HTTP the environment is the env argument, not an env.name override")
 
         def run() -> Any:
-            from cloud_runtime.plan import check_budget, load_launch_config, make_plan
+            from workbench_cloud.plan import check_budget, load_launch_config, make_plan
+
             from workbench.cost.budgets import check_monthly
             from workbench.training.run_config import parse_overrides
 

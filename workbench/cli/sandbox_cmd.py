@@ -15,7 +15,7 @@ def sandbox_group() -> None:
 
 
 def _docker_client() -> Any:
-    from local_runtime.sandbox.docker_pool import connect
+    from workbench_local.sandbox.docker_pool import connect
 
     return connect()
 
@@ -25,7 +25,7 @@ def _docker_client() -> Any:
 @json_option()
 def image_command(rebuild: bool, as_json: bool) -> None:
     """Build the default Docker sandbox image (workbench-sandbox:2) from this machine's files; no registry."""
-    from local_runtime.sandbox.image import build_default_image
+    from workbench_local.sandbox.image import build_default_image
 
     client = _docker_client()
     info = build_default_image(client, rebuild=rebuild, log=lambda s: console_err.print(s, highlight=False))
@@ -42,13 +42,14 @@ def image_command(rebuild: bool, as_json: bool) -> None:
 @json_option()
 def gc_command(everything: bool, as_json: bool) -> None:
     """Remove sandboxes left behind by a crashed or killed run (containers by label, host folders)."""
-    from local_runtime.sandbox.fs import rmtree, stale_pool_dirs
+    from workbench_local.sandbox.fs import rmtree, stale_pool_dirs
+
     from workbench.authoring.sandbox import SandboxError
 
     out: dict[str, Any] = {"containers_removed": 0, "containers_kept": 0, "dirs_removed": 0, "networks_removed": 0,
                            "docker": True}
     try:
-        from local_runtime.sandbox.docker_pool import gc
+        from workbench_local.sandbox.docker_pool import gc
 
         out.update(gc(_docker_client(), everything))
     except SandboxError as e:
@@ -74,9 +75,10 @@ def gc_command(everything: bool, as_json: bool) -> None:
 def status_command(as_json: bool) -> None:
     """How sandboxes would run here: bubblewrap isolation and the memory limit for wb.Local, the Docker engine
     and image."""
-    from local_runtime.sandbox.cgroup import Hierarchy
-    from local_runtime.sandbox.cgroup import detect as detect_cgroup
-    from local_runtime.sandbox.process_pool import detect
+    from workbench_local.sandbox.cgroup import Hierarchy
+    from workbench_local.sandbox.cgroup import detect as detect_cgroup
+    from workbench_local.sandbox.process_pool import detect
+
     from workbench.authoring.sandbox import DEFAULT_IMAGE, SandboxError
 
     iso = detect("auto")
@@ -86,8 +88,8 @@ def status_command(as_json: bool) -> None:
     out: dict[str, Any] = {"local": {"isolated": iso.mode != "none", "mode": iso.mode, "reason": iso.reason,
                                      "bwrap": iso.bwrap, "memory": memory}}
     try:
-        from local_runtime.sandbox.docker_pool import LABEL
-        from local_runtime.sandbox.image import image_exists
+        from workbench_local.sandbox.docker_pool import LABEL
+        from workbench_local.sandbox.image import image_exists
 
         client = _docker_client()
         out["docker"] = {"running": True, "version": client.version().get("Version", ""),

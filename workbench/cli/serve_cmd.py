@@ -14,7 +14,7 @@ def serve_command(args: tuple[str, ...]) -> None:
     """Serve a model with an OpenAI-compatible API: workbench serve [--model tiny|HF_ID|PATH]
     [--adapter NAME=PATH] [--port P]. See `workbench serve --help` for every option."""
     try:
-        from local_runtime.server.serve import run
+        from workbench_local.server.serve import run
     except ImportError as e:
         raise EndpointError(f"the embedded model server is not installed here ({e}); install the local stack with "
                             "`pip install 'rl-workbench[local]'`") from None

@@ -7,7 +7,7 @@ from workbench.errors import WorkbenchError
 
 def open_tui(db: str | None) -> None:
     try:
-        from app.main import run_app
+        from workbench_app.main import run_app
     except ImportError as e:
         raise WorkbenchError(
             f"the terminal app needs Textual ({e}); install it with `pip install 'rl-workbench[tui]'`") from None

@@ -13,7 +13,7 @@ So for turn N the client builds the prompt itself, as token ids:
   + the template's rendering of the new messages and the generation prompt
 
 and sends it to ``/v1/chat/completions/tokens`` (prime-rl's route; the embedded server has it, and
-so does the adapter gate in front of vLLM on Modal, ``cloud_runtime.vllm_tokens``). The two
+so does the adapter gate in front of vLLM on Modal, ``workbench_cloud.vllm_tokens``). The two
 renderings come from the server's ``/tokenize`` (vLLM's route), so the chat template lives in one
 place. :func:`continuation_for` turns continuation on for the embedded server by its name and for
 any other server that answers a probe of both routes. Where the template is not append-only (it rewrites earlier turns, e.g. strips

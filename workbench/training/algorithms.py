@@ -2,8 +2,8 @@
 "Algorithm vs loss"). Pure Python; torch is never imported here.
 
 An algorithm decides *what* to learn from each rollout (an advantage per sampled token); a loss
-(``local_runtime.training.losses``) decides *how* that becomes a gradient; the trainer
-(``local_runtime.training.trainer``) only runs the model. New methods are new small classes here.
+(``workbench_local.training.losses``) decides *how* that becomes a gradient; the trainer
+(``workbench_local.training.trainer``) only runs the model. New methods are new small classes here.
 
 Data flow, as the async loop (issue 5, item 3) uses it::
 
@@ -12,7 +12,7 @@ Data flow, as the async loop (issue 5, item 3) uses it::
     algo = make_algorithm("grpo", scale_by_std=True)                                   # from config
     out = algo.process(group_rollouts(rollouts))     # -> AlgorithmOutput(samples, stats)
     loss = make_loss(algo.default_loss)              # "pg" for RL, "ce" for SFT
-    trainer.step(out.samples)                        # local_runtime.training.trainer.Trainer
+    trainer.step(out.samples)                        # workbench_local.training.trainer.Trainer
 
 * A **group** is every rollout of one task in one run (``group_id = f"{run_id}:{task_index}"``).
   Group rewards (``rubric.group_reward``) are already folded into each rollout's ``reward``.

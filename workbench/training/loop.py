@@ -1,6 +1,6 @@
 """``workbench train``: the async RL loop on a laptop, three processes.
 
-* the **inference server** (``local_runtime.server``, the embedded server; vLLM on GPUs speaks the
+* the **inference server** (``workbench_local.server``, the embedded server; vLLM on GPUs speaks the
   same API): serves the base model as policy version 0 and every hot-loaded adapter ``step-N`` as
   version N;
 * the **orchestrator** (this process): an endless :class:`~workbench.rollouts.engine.RolloutEngine` over the
@@ -8,7 +8,7 @@
   policy; group ``g`` belongs to batch ``g // groups_per_step`` and may start once the trainer has
   taken ``batch - async_level`` steps (``async_level = 0`` is the ``--sync`` mode: generate, train,
   update, repeat); held-out evals every ``eval_every`` steps;
-* the **trainer** (``local_runtime.training.worker``): reads finished groups from the store, drops
+* the **trainer** (``workbench_local.training.worker``): reads finished groups from the store, drops
   groups older than ``max_off_policy_steps`` versions, steps, hot-loads the adapter, records the
   step's metrics in ``train_metric``, checkpoints.
 

@@ -5,10 +5,10 @@ server (a root URL and the served base model) and for a trainer process, and fro
 to them only over HTTP (rollouts, adapter loads) and through the trainer's records. Where they run
 is the roles' business:
 
-* the trainer plugin's roles (``workbench train``; the bundled ``local_runtime.training.roles.LocalRoles``):
+* the trainer plugin's roles (``workbench train``; the bundled ``workbench_local.training.roles.LocalRoles``):
   the embedded server and a trainer worker as local processes; the trainer opens the run's store directly.
-* ``cloud_runtime.roles`` (``workbench launch``): the trainer reads its batches from a hand-off
-  log (``cloud_runtime.handoff``), locally or on Modal, where the inference server is the vLLM
+* ``workbench_cloud.roles`` (``workbench launch``): the trainer reads its batches from a hand-off
+  log (``workbench_cloud.handoff``), locally or on Modal, where the inference server is the vLLM
   function's URL and the trainer is the ``@modal.clustered`` function.
 """
 

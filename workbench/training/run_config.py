@@ -7,7 +7,7 @@ validation that names the nearest valid key for a typo.
                  eval_every, eval_tasks (held out), eval_rollouts, checkpoint_every, temperature, max_tokens, seed
     [algorithm]  name = "grpo" | "rloo" | "sft" | "distill", plus the algorithm's options
     [loss]       name = "pg" | "ce", kl_coef, plus the loss's options
-    [trainer]    local_runtime.training.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
+    [trainer]    workbench_local.training.trainer.TrainerConfig (model, lora, lora_rank, lr, ...)
     [data]       runs = ["RUN", ...]: SFT on those runs' stored rollouts instead of sampling (``--data RUN``)
 
 ``--trainer.lr 1e-4`` sets ``[trainer] lr``; values are parsed as TOML (``true``, ``[1, 2]``,
@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "loss": {"name": "pg", "kl_coef": 0.0},
     "trainer": {},  # filled from the trainer plugin's defaults
     "data": {"runs": []},  # stored runs to train on (SFT) instead of sampling: workbench.training.sft_data
-    "cloud": {},  # where and on what a launched run trains: checked by cloud_runtime.plan, unused by train
+    "cloud": {},  # where and on what a launched run trains: checked by workbench_cloud.plan, unused by train
 }
 
 

@@ -5,7 +5,7 @@ the named runs that finished without an error (and, with ``algorithm.min_reward`
 rollout with a token trace (a model run) keeps its exact trace branches; one without (``workbench play``'s
 human rollouts, ``workbench import``'s conversations) is kept as its conversation, its messages and the
 tool schemas it was offered, for the trainer to render with the trained model's chat template
-(``local_runtime.training.render``: the domain never tokenizes). The choice goes to the run directory
+(``workbench_local.training.render``: the domain never tokenizes). The choice goes to the run directory
 as ``data.json`` (:func:`write`, :func:`read`), which the trainer reads and cycles through in epochs.
 
 Where a conversation's tools come from: its trace (each call's tool schemas), the tools its rollout
