@@ -18,7 +18,6 @@ scores, model calls, errors and trace), ``train`` (a train_metric row), ``cost``
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import sqlite3
@@ -31,9 +30,9 @@ import orjson
 
 from workbench.cost.budgets import spent_usd
 from workbench.fsutil import atomic_write
+from workbench.store import stream_rows as rows
 
 Event = dict[str, Any]
-_CHILDREN = ("score", "model_call", "rollout_error", "trace")  # rows keyed by rollout_pk
 FINISHED = frozenset({"completed", "failed", "interrupted", "stopped"})
 
 
@@ -162,26 +161,15 @@ def open_log(spec: dict[str, Any]) -> EventLog:
 
 
 # -- the remote side -------------------------------------------------------------------------------
-def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-
-
-def _row(cols: list[str], values: Iterable[Any]) -> dict[str, Any]:
-    out = {}
-    for c, v in zip(cols, values, strict=True):
-        out[c] = {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
-    return out
-
-
 class Exporter:
     """Turns the new rows of a run (and of its held-out eval runs ``RUN-eval*``) into events."""
 
     def __init__(self, db: Path | str, run_id: str, log: EventLog) -> None:
         # Read-only; used by one thread at a time (the pump thread, then the final pump after it).
-        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0, check_same_thread=False)
+        self.conn = rows.open_export(db)
         self.run_id, self.log = run_id, log
         self.rollout_pk = 0
-        self.last_id = {"train_metric": 0, "cost_event": 0}
+        self.last_id = {table: 0 for table in rows.ID_TABLES}
         self.runs: dict[str, tuple[Any, ...]] = {}
 
     def close(self) -> None:
@@ -189,46 +177,32 @@ class Exporter:
 
     def skip_existing(self) -> None:
         """Start after every row already in the store (a resumed job whose rows were streamed)."""
-        like = self.run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
-        args = (self.run_id, like)
-        self.rollout_pk = self.conn.execute(f"SELECT COALESCE(MAX(pk), 0) FROM rollout WHERE {self._run_ids()}",
-                                            args).fetchone()[0]
-        for table in self.last_id:
-            self.last_id[table] = self.conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table} WHERE "
-                                                    f"{self._run_ids()}", args).fetchone()[0]
-
-    def _run_ids(self) -> str:
-        return "(run_id = ? OR run_id LIKE ? ESCAPE '\\')"
+        self.rollout_pk, self.last_id = rows.last_exported(self.conn, self.run_id)
 
     def pump(self) -> int:
         """Append every row written since the last call; returns how many events."""
         c = self.conn
-        like = self.run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
         events: list[Event] = []
-        run_cols = _columns(c, "run")
-        for values in c.execute("SELECT * FROM run WHERE (id = ? OR id LIKE ? ESCAPE '\\') ORDER BY created_at",
-                                (self.run_id, like)):
-            row = _row(run_cols, values)
+        run_cols = rows.columns(c, "run")
+        for values in rows.run_rows(c, self.run_id):
+            row = rows.encode_row(run_cols, values)
             key = tuple(values)
             if self.runs.get(row["id"]) != key:
                 self.runs[row["id"]] = key
                 events.append({"kind": "run", "row": row})
-        cols = _columns(c, "rollout")
-        child_cols = {t: _columns(c, t) for t in _CHILDREN}
-        rows = c.execute(f"SELECT * FROM rollout WHERE pk > ? AND {self._run_ids()} ORDER BY pk LIMIT 2000",
-                         (self.rollout_pk, self.run_id, like)).fetchall()
-        for values in rows:
-            row = _row(cols, values)
+        cols = rows.columns(c, "rollout")
+        child_cols = {t: rows.columns(c, t) for t in rows.CHILD_TABLES}
+        for values in rows.rollouts_after(c, self.run_id, self.rollout_pk):
+            row = rows.encode_row(cols, values)
             pk = row.pop("pk")
-            children = {t: [_row(child_cols[t], v) for v in c.execute(f"SELECT * FROM {t} WHERE rollout_pk = ?", (pk,))]
-                        for t in _CHILDREN}
+            children = {t: [rows.encode_row(child_cols[t], v) for v in rows.child_rows(c, t, pk)]
+                        for t in rows.CHILD_TABLES}
             events.append({"kind": "rollout", "row": row, "children": children})
             self.rollout_pk = pk
         for table, kind in (("train_metric", "train"), ("cost_event", "cost")):
-            tcols = _columns(c, table)
-            for values in c.execute(f"SELECT * FROM {table} WHERE id > ? AND {self._run_ids()} ORDER BY id",
-                                    (self.last_id[table], self.run_id, like)):
-                row = _row(tcols, values)
+            tcols = rows.columns(c, table)
+            for values in rows.rows_after(c, table, self.run_id, self.last_id[table]):
+                row = rows.encode_row(tcols, values)
                 self.last_id[table] = row.pop("id")
                 events.append({"kind": kind, "row": row})
         if events:
@@ -242,22 +216,8 @@ def cursor_key(run_id: str) -> str:
 
 
 def read_cursor(conn: sqlite3.Connection, run_id: str) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (cursor_key(run_id),)).fetchone()
-    return int(row[0]) if row else 0
-
-
-def _decode(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: base64.b64decode(v["b64"]) if isinstance(v, dict) and "b64" in v else v for k, v in row.items()}
-
-
-def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], upsert_key: str | None = None) -> int:
-    row = _decode(row)
-    cols = [c for c in _columns(conn, table) if c in row]
-    sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    if upsert_key:
-        sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != upsert_key)
-        sql += f" ON CONFLICT({upsert_key}) DO UPDATE SET {sets}"
-    return conn.execute(sql, [row[c] for c in cols]).lastrowid or 0
+    value = rows.read_meta(conn, cursor_key(run_id))
+    return int(value) if value is not None else 0
 
 
 def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[Event]:
@@ -266,8 +226,7 @@ def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[E
     from workbench.rollouts.rollout import searchable_text
 
     applied: list[Event] = []
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with rows.immediate(conn):
         cursor = read_cursor(conn, run_id)
         for ev in sorted(events, key=lambda e: e["seq"]):
             if ev["seq"] <= cursor:
@@ -277,34 +236,25 @@ def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[E
             kind, row = ev["kind"], ev["row"]
             if kind == "run" and row["id"] == run_id:
                 # The launch wrote this run's row (with where its stream lives): take the remote's progress.
-                conn.execute("UPDATE run SET status = ?, error = ?, finished_at = ?, summary = ?, model = ? "
-                             "WHERE id = ?", (row["status"], row["error"], row["finished_at"], row["summary"],
-                                              row["model"], run_id))
+                rows.update_run_progress(conn, run_id, row)
             elif kind == "run":
-                _insert(conn, "run", row, upsert_key="id")
+                rows.insert_row(conn, "run", row, upsert_key="id")
             elif kind == "rollout":
                 # Keyed by the rollout id too: a re-exported stream (a restarted remote) adds nothing twice.
-                if not conn.execute("SELECT 1 FROM rollout WHERE id = ?", (row["id"],)).fetchone():
-                    pk = _insert(conn, "rollout", row)
-                    for table, rows in ev["children"].items():
-                        for r in rows:
-                            _insert(conn, table, {**r, "rollout_pk": pk, **({"id": None} if "id" in r else {})})
+                if not rows.has_rollout(conn, row["id"]):
+                    pk = rows.insert_row(conn, "rollout", row)
+                    for table, children in ev["children"].items():
+                        for r in children:
+                            rows.insert_row(conn, table, {**r, "rollout_pk": pk, **({"id": None} if "id" in r else {})})
                     msgs = orjson.loads(row.get("messages") or "[]")
-                    conn.execute("INSERT INTO rollout_fts (rowid, text) VALUES (?, ?)", (pk, searchable_text(msgs)))
+                    rows.index_rollout_text(conn, pk, searchable_text(msgs))
             elif kind in ("train", "cost"):
                 table = "train_metric" if kind == "train" else "cost_event"
-                key = ("run_id", "kind", "created_at")
-                if not conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? AND kind = ? AND created_at = ?",
-                                    [row[k] for k in key]).fetchone():
-                    _insert(conn, table, row)
+                if not rows.has_event(conn, table, row["run_id"], row["kind"], row["created_at"]):
+                    rows.insert_row(conn, table, row)
             cursor = ev["seq"]
             applied.append(ev)
-        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                     (cursor_key(run_id), str(cursor)))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+        rows.write_meta(conn, cursor_key(run_id), str(cursor))
     return applied
 
 
@@ -317,8 +267,7 @@ def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: 
     ``budget_usd`` the run is asked to stop (it stops within one step)."""
     delay = poll_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    row = conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()
-    status = row[0] if row else ""  # what the store already knows (a finished run needs no new event)
+    status = rows.run_status(conn, run_id)  # what the store already knows (a finished run needs no new event)
     stop_sent = False
     while True:
         try:
