@@ -1,4 +1,5 @@
-"""Shared CLI pieces: consoles, store opening, JSON output, the hot-swap flags."""
+"""Shared CLI pieces: consoles, store opening, JSON output, running a coroutine, the shared flags (hot swaps,
+``--env-args``)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,86 @@ def model_options(f: Callable[..., Any] | None = None, *, several: bool = False)
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+ENV_ARGS_HELP = "JSON keyword arguments for load_environment."
+
+
+def env_args_option(help: str = ENV_ARGS_HELP) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``-a/--env-args JSON``: keyword arguments for the environment's ``load_environment`` (the command
+    parses them with ``discovery.parse_env_args``). Every command that loads an environment declares it here."""
+    return click.option("-a", "--env-args", "env_args", default=None, help=help)
+
+
+#: After SIGTERM or Ctrl-C, how long a command whose event loop took the cancellation has to wind down
+#: (cancel its rollouts, close its sandboxes and its writer, stop a trainer's processes, record how the run
+#: ended) before it is interrupted wherever it is: a backstop, as each of those steps is bounded itself.
+STOP_GRACE_S = 30.0
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine; the first SIGTERM or Ctrl-C cancels it cleanly (what is written stays written).
+
+    The signal's handler runs in the main thread whatever it is doing, the event loop or code that
+    never yields to it (an environment building its tasks): it cancels the coroutine through the loop.
+    Where the loop has not taken that up a second later (it is blocked), or the command is still
+    running ``STOP_GRACE_S`` later, or at a second signal, ``KeyboardInterrupt`` is raised where the
+    main thread is."""
+    import _thread
+    import asyncio
+    import signal
+    import threading
+
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        loop = runner.get_loop()
+        task: Any = None
+        signals = 0
+        timers: list[threading.Timer] = []
+
+        cancelled = threading.Event()
+
+        def cancel() -> None:
+            cancelled.set()
+            if task is not None:
+                task.cancel()
+
+        def interrupt_if_stuck() -> None:
+            if not cancelled.is_set():  # the loop has not run since: the main thread is in code that never yields
+                _thread.interrupt_main()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:
+                raise KeyboardInterrupt
+            loop.call_soon_threadsafe(cancel)
+            for delay, then in ((1.0, interrupt_if_stuck), (STOP_GRACE_S, _thread.interrupt_main)):
+                timer = threading.Timer(delay, then)
+                timer.daemon = True
+                timer.start()
+                timers.append(timer)
+
+        async def main() -> Any:
+            nonlocal task
+            task = asyncio.current_task()
+            return await coro
+
+        previous = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            pass
+        try:
+            return runner.run(main())
+        finally:
+            for timer in timers:
+                timer.cancel()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -10,9 +10,11 @@ from workbench.cli.common import (
     console,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     model_options,
     open_store,
+    run_async,
 )
 from workbench.format import fnum
 
@@ -73,7 +75,7 @@ def print_result(session: Any) -> None:
 @click.argument("env")
 @click.option("--task", "task", type=int, default=0, show_default=True, help="Index of the task to run.")
 @click.option("--turns", type=int, default=None, help="Stop after this many model turns (not scored or stored).")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @model_options
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout in seconds.")
 @click.option("--max-retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/connection errors.")
@@ -91,7 +93,6 @@ def debug_command(ctx: click.Context, env: str, task: int, turns: int | None, en
     """Run one rollout of ENV turn by turn: each turn's messages, tool results, timing and cost, then
     each reward and metric by function. The finished rollout is stored as a `debug` run."""
     from workbench.authoring.discovery import parse_env_args
-    from workbench.cli.eval_cmd import run_async
     from workbench.errors import ConfigError
     from workbench.runs.debug_session import debug_rollout
     from workbench.runs.evaluate import EvalOptions

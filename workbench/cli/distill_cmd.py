@@ -9,9 +9,11 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     no_credentials,
     open_store,
+    run_async,
 )
 
 
@@ -37,7 +39,7 @@ from workbench.cli.common import (
               help="sft: fine-tune on the teacher's filtered rollouts; on-policy: the student samples and the "
                    "teacher scores each of its tokens (reverse KL; a teacher that shares the student's tokenizer "
                    "and serves prompt_logprobs, e.g. `workbench serve` or vLLM).")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads of the training run's server and trainer.")
 @db_option
@@ -52,7 +54,6 @@ def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url
     evaluated on the held-out tasks and compared. Every stage is a run (`workbench runs`)."""
     from workbench.authoring.discovery import parse_env_args
     from workbench.cli.compare_cmd import print_comparison
-    from workbench.cli.eval_cmd import run_async
     from workbench.runs.distill import DistillOptions, distill
 
     opts = DistillOptions(env=env, teacher=teacher, student=student, env_args=parse_env_args(env_args),

@@ -6,7 +6,16 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, console_err, db_option, emit_json, json_option, no_credentials
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    env_args_option,
+    json_option,
+    no_credentials,
+    run_async,
+)
 
 
 @click.command("envs")
@@ -105,7 +114,7 @@ def _version(ref: Any) -> tuple[str, str | None, str, Any]:
 
 @click.command("validate")
 @click.argument("env")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("--sample", type=int, default=20, show_default=True, help="How many tasks to score.")
 @click.option("-m", "--model", default=None,
               help="Also run a few rollouts on this model and check multi-turn token consistency.")
@@ -136,14 +145,12 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
     rep = asyncio.run(validate_env(env, args, sample))
     if rep.ok and (model or base_url):
         from workbench.cli.common import open_store
-        from workbench.cli.eval_cmd import run_async
 
         with open_store(ctx, db) as store:
             run_async(check_token_consistency(rep, store, env, args, model, base_url, api_key, rollouts, tokenizer))
     probe = None
     if rep.ok and not no_probe:  # its findings are warnings here, as a rewarded empty answer is; `probe` fails on them
         from workbench.cli.common import open_store
-        from workbench.cli.eval_cmd import run_async
         from workbench.runs.probe import probe_env
 
         with open_store(ctx, db) as store:

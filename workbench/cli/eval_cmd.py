@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from typing import Any
 
 import click
@@ -13,82 +11,13 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     model_options,
     open_store,
+    run_async,
 )
 from workbench.format import esc, fnum, safe_text
-
-#: After SIGTERM or Ctrl-C, how long a command whose event loop took the cancellation has to wind down
-#: (cancel its rollouts, close its sandboxes and its writer, stop a trainer's processes, record how the run
-#: ended) before it is interrupted wherever it is: a backstop, as each of those steps is bounded itself.
-STOP_GRACE_S = 30.0
-
-
-def run_async(coro: Any) -> Any:
-    """Run a coroutine; the first SIGTERM or Ctrl-C cancels it cleanly (what is written stays written).
-
-    The signal's handler runs in the main thread whatever it is doing, the event loop or code that
-    never yields to it (an environment building its tasks): it cancels the coroutine through the loop.
-    Where the loop has not taken that up a second later (it is blocked), or the command is still
-    running ``STOP_GRACE_S`` later, or at a second signal, ``KeyboardInterrupt`` is raised where the
-    main thread is."""
-    import _thread
-    import threading
-
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
-        loop = runner.get_loop()
-        task: asyncio.Task[Any] | None = None
-        signals = 0
-        timers: list[threading.Timer] = []
-
-        cancelled = threading.Event()
-
-        def cancel() -> None:
-            cancelled.set()
-            if task is not None:
-                task.cancel()
-
-        def interrupt_if_stuck() -> None:
-            if not cancelled.is_set():  # the loop has not run since: the main thread is in code that never yields
-                _thread.interrupt_main()
-
-        def on_signal(signum: int, frame: Any) -> None:
-            nonlocal signals
-            signals += 1
-            if signals > 1:
-                raise KeyboardInterrupt
-            loop.call_soon_threadsafe(cancel)
-            for delay, then in ((1.0, interrupt_if_stuck), (STOP_GRACE_S, _thread.interrupt_main)):
-                timer = threading.Timer(delay, then)
-                timer.daemon = True
-                timer.start()
-                timers.append(timer)
-
-        async def main() -> Any:
-            nonlocal task
-            task = asyncio.current_task()
-            return await coro
-
-        previous = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, on_signal)
-        except ValueError:  # not the main thread
-            pass
-        try:
-            return runner.run(main())
-        finally:
-            for timer in timers:
-                timer.cancel()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -122,7 +51,7 @@ def print_summary(s: dict[str, Any]) -> None:
 
 @click.command("eval")
 @click.argument("env", required=False)
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Number of tasks (the first n).")
 @click.option("-r", "--rollouts", "r", type=int, default=1, show_default=True, help="Rollouts per task (one group).")
 @click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")

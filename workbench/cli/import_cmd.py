@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.cli.common import console, db_option, emit_json, env_args_option, json_option, open_store
 
 _SHOWN = 20  # bad lines listed for people (--json lists them all)
 
@@ -18,7 +18,7 @@ _SHOWN = 20  # bad lines listed for people (--json lists them all)
                    "inspect: an Inspect AI .eval log.")
 @click.option("--env", default=None, help="Tie the run to this environment (so `workbench rescore ENV --run RUN` "
               "scores it); conversations whose first user turn is a task prompt take that task.")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for --env's load_environment.")
+@env_args_option("JSON keyword arguments for --env's load_environment.")
 @click.option("-m", "--model", default=None, help="The model that wrote the conversations (default: the file's).")
 @db_option
 @json_option()

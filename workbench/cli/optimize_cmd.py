@@ -11,9 +11,11 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     no_credentials,
     open_store,
+    run_async,
 )
 from workbench.format import fnum
 
@@ -32,7 +34,7 @@ from workbench.format import fnum
                    "evaluation, in USD.")
 @click.option("--max-evals", type=int, default=None,
               help="Rollouts the search may run on the training split (default: 10 per training task).")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Training tasks: the first N not held out.")
 @click.option("--heldout", type=int, default=None, help="Hold out the last N tasks for the before/after "
               "report (default: a fifth of them).")
@@ -60,7 +62,6 @@ def optimize_command(ctx: click.Context, env: str, model: str | None, base_url: 
     optimize, and `workbench compare ID` shows held-out before against after."""
     from workbench.authoring import discovery, overrides
     from workbench.authoring.discovery import parse_env_args
-    from workbench.cli.eval_cmd import run_async
     from workbench.errors import ConfigError
     from workbench.runs.optimize import OptimizeOptions, optimize
 

@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import console, db_option, emit_json, json_option, no_credentials, open_store
+from workbench.cli.common import (
+    console,
+    db_option,
+    emit_json,
+    env_args_option,
+    json_option,
+    no_credentials,
+    open_store,
+    run_async,
+)
 from workbench.format import fnum
 
 HELP_LINE = "Write the assistant's reply; a tool call is /call NAME {json arguments} (one per line)."
@@ -83,7 +92,7 @@ class TerminalPolicy:
 @click.command("play")
 @click.argument("env")
 @click.option("--task", "task", type=int, default=0, show_default=True, help="Index of the task to play.")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("--base-url", default=None, callback=no_credentials, help="Where a simulated user's model is served (default: the embedded model).")
 @click.option("-m", "--model", default=None, help="The simulated user's model (with --base-url).")
 @db_option
@@ -96,7 +105,6 @@ def play_command(ctx: click.Context, env: str, task: int, env_args: str | None, 
     source `human` and your name (the `user_name` setting, else your login). From a pipe, one reply per line.
     A simulated user (wb.UserSim) answers you with --base-url/-m, else the embedded model."""
     from workbench.authoring.discovery import parse_env_args
-    from workbench.cli.eval_cmd import run_async
     from workbench.errors import ConfigError
     from workbench.rollouts.human import PlayStopped
     from workbench.runs.play_session import person_name, play

@@ -11,16 +11,18 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     no_credentials,
     open_store,
+    run_async,
 )
 from workbench.format import fnum
 
 
 @click.command("probe")
 @click.argument("env")
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Tasks each policy plays (default: the first 8).")
 @click.option("--threshold", type=float, default=0.5, show_default=True,
               help="A policy that should earn nothing is exploitable at this share of the gold reward.")
@@ -41,7 +43,6 @@ def probe_command(ctx: click.Context, env: str, env_args: str | None, n: int | N
     tests, malformed tool arguments and tool loops. Each policy is a stored run of kind probe; a policy that
     should earn nothing and earns at least --threshold of the gold reward is exploitable (exit 1)."""
     from workbench.authoring.discovery import parse_env_args
-    from workbench.cli.eval_cmd import run_async
     from workbench.runs.probe import load_probe, probe_env
 
     probes = [load_probe(s) for s in extra]

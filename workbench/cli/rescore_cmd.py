@@ -11,8 +11,10 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     open_store,
+    run_async,
 )
 from workbench.format import fnum
 
@@ -25,8 +27,7 @@ _BAR = 24  # characters of the longest histogram bar
 @click.option("--limit", type=int, default=None, help="Stop after N rollouts (whole groups).")
 @click.option("--apply", "apply", is_flag=True,
               help="Store the new scores as a re-score record beside the originals (which are never changed).")
-@click.option("-a", "--env-args", "env_args", default=None,
-              help="JSON keyword arguments for load_environment, for every run (default: each run's own).")
+@env_args_option("JSON keyword arguments for load_environment, for every run (default: each run's own).")
 @db_option
 @json_option()
 @click.pass_context
@@ -40,7 +41,6 @@ def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int
     """
     from workbench.analysis.rescore import rescore
     from workbench.authoring.discovery import load_ref, parse_env_args, resolve
-    from workbench.cli.eval_cmd import run_async
 
     override = parse_env_args(env_args) if env_args is not None else None
     ref = resolve(env)

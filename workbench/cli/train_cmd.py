@@ -11,8 +11,10 @@ from workbench.cli.common import (
     console_err,
     db_option,
     emit_json,
+    env_args_option,
     json_option,
     open_store,
+    run_async,
 )
 from workbench.format import fnum
 
@@ -36,7 +38,7 @@ def step_line(rec: dict[str, Any]) -> str:
 
 @click.command("train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("env", required=False)
-@click.option("-a", "--env-args", "env_args", default=None, help="JSON keyword arguments for load_environment.")
+@env_args_option()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="A run config (TOML): [env] [loop] [algorithm] [loss] [trainer].")
 @click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
@@ -58,7 +60,6 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
     """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
     --loop.groups_per_step 4, --algorithm.name rloo. With --data RUN (and --algorithm.name sft) it
     trains on stored trajectories (played, imported or sampled) instead of sampling."""
-    from workbench.cli.eval_cmd import run_async
     from workbench.training.run_config import parse_overrides, resolve, to_toml
 
     overrides = parse_overrides(ctx.args)
