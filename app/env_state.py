@@ -17,7 +17,7 @@ from workbench.errors import WorkbenchError
 from workbench.runs.validate import ValidationReport
 
 if TYPE_CHECKING:
-    from workbench_app.store_access import AsyncRunner
+    from workbench_app.workers import CancellableRun
 
     from workbench.analysis.rescore import RescoreResult
     from workbench.store import Store
@@ -80,33 +80,21 @@ def safe_version(ref: EnvRef) -> str:
 
 
 def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
-    """Import and build the environment; never raises (a broken env is a result, not a crash). A pulled
-    environment is described from its record, never imported here: its code runs when the user runs it."""
-    version = safe_version(ref)
-    if ref.origin == "hub":
-        from workbench.hub.pull import record
+    """Import and build the environment (``workbench envs``'s :func:`~workbench.usecases.environments.describe`);
+    never raises (a broken env is a result, not a crash). A pulled environment is described from its
+    record, never imported here: its code runs when the user runs it."""
+    from workbench.usecases.environments import describe
 
-        rec = record(ref.name) or {}
-        desc = str(rec.get("description") or "").strip().splitlines()
-        tasks = rec.get("tasks") if isinstance(rec.get("tasks"), int) else None
-        framework = str(rec.get("framework") or "")
-        return LoadResult(ref.name, version, "ok", desc[0] if desc else "", tasks, reload, version,
-                          "" if framework == "workbench" else framework)
-    try:
-        env = discovery.load_ref(ref, reload=reload)
-    except WorkbenchError as e:
-        return LoadResult(ref.name, version, "error", str(e), None, reload, version)
-    except (Exception, SystemExit) as e:  # a bug in the env beyond what discovery wraps
-        return LoadResult(ref.name, version, "error", f"{type(e).__name__}: {e}", None, reload, version)
-    try:
-        n: int | None = len(env.tasks)
-    except Exception:
-        n = None
-    desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
-    return LoadResult(ref.name, env.version or version, "ok", desc, n, reload, version, env.adapter)
+    listing = describe(ref, reload=reload, count_tasks=True, stdout_to_stderr=False)
+    files = "?" if listing.files.startswith("unreadable") else listing.files
+    if ref.origin == "hub" or listing.loaded:
+        version = files if ref.origin == "hub" else listing.version
+        return LoadResult(ref.name, version, "ok", listing.description, listing.tasks, reload, files,
+                          listing.framework)
+    return LoadResult(ref.name, files, "error", listing.error_text, None, reload, files)
 
 
-def rescore_stored(ref: EnvRef, store: Store, runner: AsyncRunner,
+def rescore_stored(ref: EnvRef, store: Store, runner: CancellableRun,
                    progress: Callable[[int, int], None]) -> RescoreResult | None:
     """``workbench rescore ENV``: the env as its files are now, over every stored rollout of it, each
     run with its own arguments. None when nothing of it is stored. Blocks: call it from a worker."""

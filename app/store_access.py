@@ -2,36 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from workbench.store import Store, StoreReadOnlyError
-
-if TYPE_CHECKING:
-    from textual.message import Message
-    from textual.message_pump import MessagePump
-
-T = TypeVar("T")
-
-
-def call_ui(app: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Run ``fn`` on the app's thread from a worker thread; a no-op once the app has stopped."""
-    try:
-        app.call_from_thread(fn, *args, **kwargs)
-    except RuntimeError:  # the app (or its loop) is gone: nobody to show it to
-        pass
-
-
-def post_ui(target: MessagePump, message: Message) -> None:
-    """Post ``message`` to ``target`` (a screen or widget) from a worker thread: ``post_message`` is
-    thread-safe; a no-op once the app (or its loop) has stopped, as :func:`call_ui` is."""
-    try:
-        target.post_message(message)
-    except RuntimeError:  # the loop is closed: nobody to tell
-        pass
 
 
 class StoreHandle:
@@ -85,28 +59,3 @@ class StoreHandle:
                 s.close()
             except Exception:
                 pass
-
-
-class AsyncRunner:
-    """Runs a coroutine on a private event loop in the current (worker) thread; cancellable from any thread."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._cancelled = False
-
-    def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        async def main() -> T:
-            self._loop = asyncio.get_running_loop()
-            self._task = asyncio.current_task()
-            if self._cancelled:
-                raise asyncio.CancelledError
-            return await make()
-
-        return asyncio.run(main())
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)

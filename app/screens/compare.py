@@ -21,10 +21,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
 from workbench_app.format import fnum, safe_text, title, visible
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
+from workbench_app.workers import call_ui
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:

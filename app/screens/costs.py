@@ -19,11 +19,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Label, ProgressBar, Select, Static
 from workbench_app.config import config_path
 from workbench_app.format import fcost, for_app, fpath, ftime
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.forecast import ConfigPicker, forecast_text
 from workbench_app.widgets.tables import RowTable
+from workbench_app.workers import call_ui
 
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 

@@ -20,7 +20,6 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, Select, Static
 from workbench_app.env_state import env_spec
 from workbench_app.format import clip, for_app, safe_text
-from workbench_app.loop_thread import LoopThread
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.debug_panels import (
     DebugView,
@@ -33,6 +32,7 @@ from workbench_app.widgets.debug_panels import (
 )
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.token_view import TokenView
+from workbench_app.workers import SessionLoop, call_ui
 
 from workbench.errors import WorkbenchError
 from workbench.runs.debug_session import DebugSession
@@ -61,7 +61,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._loop: LoopThread | None = None
+        self._loop: SessionLoop | None = None
         self.session: DebugSession | None = None
         self.stored: dict[str, Any] | None = None  # the read-only rollout, when one is open
         self.busy = False
@@ -128,9 +128,9 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         try:
             refs = self.workbench_app.discover_fn()
         except Exception as e:
-            self.app.call_from_thread(self.notify, f"listing environments failed: {e}", severity="error")
+            call_ui(self.app, self.notify, f"listing environments failed: {e}", severity="error")
             return
-        self.app.call_from_thread(self._set_envs, [(r.name, env_spec(r)) for r in refs])
+        call_ui(self.app, self._set_envs, [(r.name, env_spec(r)) for r in refs])
 
     def _set_envs(self, envs: list[tuple[str, str]]) -> None:
         select = self.query_one("#dbg-env", Select)
@@ -200,7 +200,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
                                  rollout.get("metrics") or {})
         except Exception:  # the env moved or no longer loads: the scores keep their names only
             scores = None
-        self.app.call_from_thread(self._apply_stored, rollout, price, scores)
+        call_ui(self.app, self._apply_stored, rollout, price, scores)
 
     def _apply_stored(self, rollout: dict[str, Any], price: Any, scores: Any) -> None:
         if self.stored is rollout:
@@ -237,7 +237,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
             self._dirty = True  # the UI timer redraws; never block the session's loop on the UI
 
         if self._loop is None:
-            self._loop = LoopThread("workbench-debugger")
+            self._loop = SessionLoop("workbench-debugger")
         try:
             # The store handle gives each thread its own connection: the session's is the loop thread's.
             session = self._loop.submit(_make_session(opts, task, store, changed)).result(timeout=10)
@@ -302,7 +302,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     async def _run(self, session: DebugSession, coro: Coroutine[Any, Any, Any]) -> None:
         assert self._loop is not None
         try:
-            await asyncio.wrap_future(self._loop.submit(coro))
+            await self._loop.run(coro)
         except WorkbenchError as e:
             self.notify(clip(for_app(str(e)), 300), title="debugger", severity="error", timeout=10)
         except (asyncio.CancelledError, KeyboardInterrupt):

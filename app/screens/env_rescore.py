@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from workbench_app.env_state import EnvState, rescore_stored
 from workbench_app.format import clip, fnum
-from workbench_app.store_access import AsyncRunner
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.reward_compare import RewardCompare
+from workbench_app.workers import CancellableRun as AsyncRunner
 
 from workbench.errors import WorkbenchError
 

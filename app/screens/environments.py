@@ -40,10 +40,11 @@ from workbench_app.format import clip, fcost, fnum, for_app, fpath
 from workbench_app.screens.env_rescore import RescoreActions
 from workbench_app.screens.launch import LaunchRequest, LaunchScreen
 from workbench_app.screens.new_env import NewEnvScreen
-from workbench_app.store_access import AsyncRunner, call_ui, post_ui
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.reward_compare import RewardCompare
 from workbench_app.widgets.tables import RowTable
+from workbench_app.workers import CancellableRun as AsyncRunner
+from workbench_app.workers import call_ui, post_ui
 
 from workbench.errors import WorkbenchError
 

@@ -20,10 +20,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Header, Input, Static
 from workbench_app.format import esc, fnum, safe_text, visible
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
+from workbench_app.workers import call_ui
 
 from workbench.errors import WorkbenchError
 

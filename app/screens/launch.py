@@ -26,9 +26,9 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 from workbench_app.format import esc, for_app
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.forecast import ConfigPicker, cloud_text, local_text
+from workbench_app.workers import call_ui
 
 from workbench.errors import WorkbenchError
 

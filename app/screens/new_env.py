@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 from workbench_app.format import for_app, fpath
-from workbench_app.store_access import call_ui
+from workbench_app.workers import call_ui
 
 from workbench.authoring.templates import TEMPLATES, check_name, default_dir
 from workbench.errors import WorkbenchError

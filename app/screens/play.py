@@ -1,7 +1,7 @@
 """Play: you are the policy. One rollout of an environment's task in which you write each assistant turn.
 
 The rollout is :func:`workbench.runs.play_session.play` (what ``workbench play`` runs) on an event loop of its
-own thread (:class:`~workbench_app.loop_thread.LoopThread`, as the Debugger's session), so the environment's harness,
+own thread (:class:`~workbench_app.workers.SessionLoop`, as the Debugger's session), so the environment's harness,
 tools, sandbox and rubric run as they do for a model and a slow tool never freezes the interface. Its policy is
 :class:`AppPolicy`: each turn the harness asks for is posted to this screen (:class:`PlayScreen.TurnAsked`)
 with the conversation and the tools offered, and ``reply`` awaits the answer written here — a text reply, a
@@ -26,13 +26,13 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Header, Input, Static, TextArea
 from workbench_app.format import clip, fnum, for_app, safe_text
-from workbench_app.loop_thread import LoopThread
 from workbench_app.screens.rollout_detail import scores_table
-from workbench_app.store_access import StoreHandle, post_ui
+from workbench_app.store_access import StoreHandle
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.debug_panels import DebugView, transcript
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tool_form import ToolForm
+from workbench_app.workers import SessionLoop, post_ui
 
 from workbench.errors import WorkbenchError
 from workbench.rollouts.human import Message as ChatMessage
@@ -166,7 +166,7 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
         self.task_index = task_index
         self.env_name = env_name or env_spec
         self.policy: AppPolicy | None = None
-        self._loop: LoopThread | None = None
+        self._loop: SessionLoop | None = None
         self._future: concurrent.futures.Future[Any] | None = None
         self.messages: list[ChatMessage] = []
         self.tools: list[dict[str, Any]] | None = None
@@ -201,7 +201,7 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
         from workbench.runs.play_session import person_name
 
         self.policy = AppPolicy(person_name(), self)
-        self._loop = LoopThread("workbench-play")
+        self._loop = SessionLoop("workbench-play")
         cfg = self.workbench_app.config  # a simulated user's model: the quick-eval endpoint (else embedded)
         self._future = self._loop.submit(_play(self.env_spec, self.task_index, self.workbench_app.store,
                                                self.policy, cfg.base_url, cfg.model))

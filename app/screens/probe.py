@@ -13,10 +13,10 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from workbench_app.format import fnum, safe_text
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
+from workbench_app.workers import call_ui
 
 from workbench.errors import WorkbenchError
 

@@ -18,12 +18,12 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.widgets.data_table import CellDoesNotExist
 from workbench_app.format import fcost, fnum, ftime, safe_text, visible
-from workbench_app.store_access import call_ui
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.pipeline_view import optimize_renderable, pipeline_line
 from workbench_app.widgets.tables import RowTable
 from workbench_app.widgets.train_view import TrainView, read_new_rollouts
+from workbench_app.workers import call_ui
 
 from workbench.errors import WorkbenchError
 from workbench.store.run_lookups import comparison_of, run_counts

@@ -23,7 +23,6 @@ from textual.validation import Number
 from textual.widgets import Header, Input, Static
 from workbench_app.format import fnum, ftime, safe_text
 from workbench_app.screens.export import ExportScreen, default_export_path
-from workbench_app.store_access import call_ui, post_ui
 from workbench_app.trace_source import (
     SORTS,
     SOURCES,
@@ -36,6 +35,7 @@ from workbench_app.trace_source import (
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.virtual_table import Column, VirtualTable
+from workbench_app.workers import call_ui, post_ui
 
 from workbench.analysis.diff import RolloutDiff, load_diff
 from workbench.errors import WorkbenchError

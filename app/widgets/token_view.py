@@ -10,8 +10,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual import on
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
+from workbench_app.workers import post_ui
 
 from workbench.analysis.token_render import legend, render_report
 from workbench.analysis.token_report import TokenReport
@@ -48,14 +51,20 @@ class TokenView(VerticalScroll):
             body = render_report(report) if report is not None else Text(empty, style="italic")
         except Exception as e:  # a broken tokenizer or store: said in the view, never a crash
             body = Text(f"cannot show the tokens: {type(e).__name__}: {e}", style="bold red")
-        try:
-            self.app.call_from_thread(self._show, body)
-        except RuntimeError:  # the app is gone
-            pass
+        post_ui(self, self.Built(body))
 
-    def _show(self, body: Text) -> None:
-        self.report_text = body.plain
-        self.query_one("#token-body", Static).update(body)
+    class Built(Message):
+        """The token view's body, built in a worker thread."""
+
+        def __init__(self, body: Text) -> None:
+            super().__init__()
+            self.body = body
+
+    @on(Built)
+    def _show(self, event: Built) -> None:
+        event.stop()
+        self.report_text = event.body.plain
+        self.query_one("#token-body", Static).update(event.body)
 
     def load_stored(self, store: StoreHandle, rollout: dict[str, Any]) -> None:
         """A stored rollout's trace (``store``: the app's StoreHandle; ``rollout``: a ``get_rollout`` row)."""

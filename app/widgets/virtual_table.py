@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from workbench_app.store_access import call_ui
+from workbench_app.workers import call_ui
 
 from workbench.format import visible
 
