@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sqlite3
 import sys
 import threading
 import time
@@ -42,6 +41,8 @@ from typing import Any
 import orjson
 from workbench_cloud.stream import DirLog, Event, EventLog, KeyValueLog
 
+from workbench.store import train_records
+from workbench.store.meta import read_meta
 from workbench.training.algorithms import Branch, TrainRollout
 from workbench.training.data import load_rollouts
 
@@ -160,7 +161,7 @@ class HandoffBridge(threading.Thread):
     def __init__(self, db: Any, run_id: str, batches: EventLog, records: EventLog, *, every_s: float = 0.2,
                  heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(daemon=True, name="handoff-bridge")
-        self.conn = sqlite3.connect(db, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.conn = train_records.open_bridge(db)
         self.run_id, self.batches, self.records = run_id, batches, records
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.shipped_pk = self._shipped_pk()
@@ -178,8 +179,7 @@ class HandoffBridge(threading.Thread):
     def ship(self) -> int:
         """Append the rollouts committed since the last call (or a heartbeat when due); how many."""
         rollouts, last = load_rollouts(self.conn, self.run_id, after_pk=self.shipped_pk, limit=_PAGE)
-        evals = sorted({int(step) for (step,) in self.conn.execute(
-            "SELECT step FROM train_metric WHERE run_id = ? AND kind = 'eval'", (self.run_id,))} - self.evals_shipped)
+        evals = sorted(train_records.eval_steps(self.conn, self.run_id) - self.evals_shipped)
         now = time.monotonic()
         if evals:
             self.batches.append([{"kind": "evaluated", "pk": self.shipped_pk, "step": step} for step in evals])
@@ -198,25 +198,16 @@ class HandoffBridge(threading.Thread):
     def take_records(self) -> int:
         """Copy new trainer records into ``train_metric`` with the cursor, in one transaction."""
         key = records_cursor_key(self.run_id)
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        cursor = int(row[0]) if row else 0
+        value = read_meta(self.conn, key)
+        cursor = int(value) if value is not None else 0
         events = self.records.read(cursor, _PAGE)
         if not events:
             return 0
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            for ev in events:
-                r = ev["row"]
-                self.conn.execute("INSERT INTO train_metric (run_id, step, kind, metrics, message, created_at) "
-                                  "VALUES (?, ?, ?, ?, ?, ?)", (self.run_id, int(r["step"]), r["kind"],
-                                                                orjson.dumps(r["metrics"]).decode(), r["message"],
-                                                                float(r["created_at"])))
-            self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
-                              "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, str(events[-1]["seq"])))
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
+        train_records.add_records(
+            self.conn, self.run_id,
+            [(int(r["step"]), r["kind"], orjson.dumps(r["metrics"]).decode(), r["message"], float(r["created_at"]))
+             for r in (ev["row"] for ev in events)],
+            key, str(events[-1]["seq"]))
         return len(events)
 
     def pump(self) -> None:

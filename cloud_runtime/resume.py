@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
+from workbench.store import train_records
 from workbench.training.loop import HANDOVER
 
 #: Time kept for stopping the run, snapshotting the store, committing the volume and spawning.
@@ -154,24 +155,14 @@ def read_records(db: Path | str, run_id: str, after_id: int) -> list[dict[str, A
     """The run's training records after ``after_id``, read from a job's store (as ``Store.train_records``)."""
     import orjson
 
-    con = sqlite3.connect(db, timeout=30.0)
-    try:
-        rows = con.execute("SELECT id, step, kind, metrics, message, created_at FROM train_metric "
-                           "WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after_id)).fetchall()
-    finally:
-        con.close()
+    rows = train_records.records_after(db, run_id, after_id)
     return [{"id": r[0], "step": r[1], "kind": r[2], "metrics": orjson.loads(r[3]), "message": r[4],
              "created_at": r[5]} for r in rows]
 
 
 def last_step(db: Path | str, run_id: str) -> int:
     """The newest step the run's store records (0 before the first)."""
-    con = sqlite3.connect(db, timeout=30.0)
-    try:
-        return int(con.execute("SELECT COALESCE(MAX(step), 0) FROM train_metric WHERE run_id = ? AND kind = 'step'",
-                               (run_id,)).fetchone()[0])
-    finally:
-        con.close()
+    return train_records.last_step(db, run_id)
 
 
 __all__ = ["CHECKPOINT_EVENT", "last_step", "read_records", "SHUTDOWN_S", "HandoverWatch", "Respawn", "check_resumable", "handover_decision",

@@ -5,11 +5,12 @@ that makes it exactly-once. ``workbench_cloud.stream`` turns them into events an
 from __future__ import annotations
 
 import base64
-import contextlib
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from workbench.store.meta import immediate, read_meta, write_meta
 
 #: Rows keyed by ``rollout_pk``, sent with their rollout.
 CHILD_TABLES = ("score", "model_call", "rollout_error", "trace")
@@ -78,29 +79,6 @@ def rows_after(conn: sqlite3.Connection, table: str, run_id: str, after_id: int)
 
 
 # -- the laptop side: writing what arrives ----------------------------------------------------------------
-def read_meta(conn: sqlite3.Connection, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else row[0]
-
-
-def write_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                 (key, value))
-
-
-@contextlib.contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction (``BEGIN IMMEDIATE``) on an autocommit connection: committed when the block
-    ends, rolled back when it raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
 def insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any], upsert_key: str | None = None) -> int:
     """Insert a streamed row (decoded; the columns ``table`` has), or update it on ``upsert_key``; its rowid."""
     row = decode_row(row)

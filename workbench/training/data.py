@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from workbench.rollouts.trace import Trace
+from workbench.store.train_records import traced_rollouts
 from workbench.training.algorithms import TrainRollout, group_rollouts
 
 
@@ -29,20 +30,10 @@ def load_rollouts(conn: sqlite3.Connection, run_id: str, *, after_pk: int = 0, l
                   task_indices: Iterable[int] | None = None) -> tuple[list[TrainRollout], int]:
     """The run's rollouts with ``pk > after_pk`` in commit order (at most ``limit``), each with its
     trace's branches; and the highest pk read (``after_pk`` when none), to poll from next time."""
-    sql = ("SELECT r.pk, r.id, r.task_index, r.reward, r.status, t.nodes, t.token_ids, t.logprobs, t.mask "
-           "FROM rollout r LEFT JOIN trace t ON t.rollout_pk = r.pk WHERE r.run_id = ? AND r.pk > ?")
-    args: list[object] = [run_id, after_pk]
-    wanted = sorted(set(task_indices)) if task_indices is not None else None
-    if wanted is not None:
-        sql += f" AND r.task_index IN ({', '.join('?' * len(wanted)) or 'NULL'})"
-        args += wanted
-    sql += " ORDER BY r.pk"
-    if limit is not None:
-        sql += " LIMIT ?"
-        args.append(int(limit))
     out: list[TrainRollout] = []
     last = after_pk
-    for pk, rid, task_index, reward, status, nodes, ids, lps, mask in conn.execute(sql, args):
+    for pk, rid, task_index, reward, status, nodes, ids, lps, mask in traced_rollouts(
+            conn, run_id, after_pk=after_pk, limit=limit, task_indices=task_indices):
         trace = Trace.unpack(nodes, ids, lps, mask) if nodes is not None else None
         out.append(TrainRollout.from_trace(rid, group_id(run_id, task_index), reward, trace, status=status, pk=pk))
         last = max(last, pk)

@@ -40,6 +40,7 @@ from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
 from workbench.store import Store
+from workbench.store.train_records import resume_point
 from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
 from workbench.training.run_config import RunConfig, validate_tables
 
@@ -324,10 +325,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
     status, error = "completed", ""
     try:  # from here on, whatever happens, the trainer and the server are stopped
         if resume:
-            orch.group0 = 1 + store.conn.execute("SELECT COALESCE(MAX(task_index), -1) FROM rollout WHERE run_id=?",
-                                                 (run_id,)).fetchone()[0]
-            orch.seen_id = store.conn.execute("SELECT COALESCE(MAX(id), 0) FROM train_metric WHERE run_id=?",
-                                              (run_id,)).fetchone()[0]
+            orch.group0, orch.seen_id = resume_point(store.conn, run_id)
             store.update_run(run_id, status="running", finished_at=None, base_url=base_url)
         else:
             store.create_run(run_id, kind="train", env_name=env.name, env_version=env.version,

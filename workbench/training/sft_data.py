@@ -27,6 +27,7 @@ from workbench.errors import ConfigError
 from workbench.fsutil import atomic_write
 from workbench.rollouts.rollout import OFFERED_TOOLS
 from workbench.rollouts.trace import Trace
+from workbench.store.train_records import conversation_rollouts, run_kind_and_env
 from workbench.training.algorithms import Branch, TrainRollout
 
 DATA_FILE = "data.json"
@@ -100,7 +101,7 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
     counts: dict[str, Any] = {}
     run_envs: dict[str, str] = {}
     for run_id in dict.fromkeys(run_ids):
-        row = conn.execute("SELECT kind, env_name FROM run WHERE id = ?", (run_id,)).fetchone()
+        row = run_kind_and_env(conn, run_id)
         if row is None:
             raise ConfigError(f"--data {run_id}: there is no run {run_id!r} in this store (see `workbench runs`)")
         run_envs[run_id] = row[1]
@@ -110,13 +111,10 @@ def select(conn: sqlite3.Connection, run_ids: Sequence[str], *, min_reward: floa
         raise ConfigError(f"--data {run_id} is a run of {other!r}, not of {env_name!r}, the environment trained; "
                           f"pass --allow-other-env to train {env_name} on it anyway")
     for run_id in run_envs:
-        kind, env_name_of_run = conn.execute("SELECT kind, env_name FROM run WHERE id = ?", (run_id,)).fetchone()
-        sql = ("SELECT r.id, r.task_index, r.reward, r.status, r.source, r.messages, r.state, t.nodes, t.token_ids, "
-               "t.logprobs, t.mask FROM rollout r LEFT JOIN trace t ON t.rollout_pk = r.pk WHERE r.run_id = ? "
-               "ORDER BY r.pk")
+        kind, env_name_of_run = run_kind_and_env(conn, run_id) or ("", "")
         total = errored = below = 0
         chosen: list[DataItem] = []
-        for rid, task_index, reward, status, source, messages, state, nodes, ids, lps, mask in conn.execute(sql, (run_id,)):
+        for rid, task_index, reward, status, source, messages, state, nodes, ids, lps, mask in conversation_rollouts(conn, run_id):
             total += 1
             if status != "ok" or (reward is not None and not math.isfinite(reward)):
                 errored += 1
