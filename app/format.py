@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rich.text import Text
@@ -34,11 +35,17 @@ _FOR_APP: list[tuple[str, str]] = [
 ]
 
 
-def for_app(message: str) -> str:
-    """``message`` (a workbench error, worded for the CLI) with its flag advice said the app's way."""
+def for_app(error: BaseException | str, labels: Mapping[str, str] | None = None) -> str:
+    """``error``'s line as the app says it: each field a :class:`~workbench.errors.FieldError` names by
+    ``labels`` (field → the label of the form at hand; ``{settings}`` in one is the settings file), else by
+    its own name; the rest of the CLI's flag advice said the app's way."""
     from workbench.config.settings import settings_path
+    from workbench.errors import field_name, named
 
     settings = fpath(settings_path())
+    given = dict(labels or {})
+    message = error if isinstance(error, str) else \
+        named(error, lambda f: given.get(f, field_name(f)).replace("{settings}", settings))
     for pattern, replacement in _FOR_APP:
         message = re.sub(pattern, replacement.replace("{settings}", settings), message)
     return message

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 
 class WorkbenchError(Exception):
     """Base class for errors that are shown to the user as one line, without a traceback."""
@@ -31,3 +34,60 @@ class EndpointError(WorkbenchError):
 
 class NotFoundError(WorkbenchError):
     """A run, rollout or other record that the user named does not exist."""
+
+
+class FieldError(WorkbenchError):
+    """An error about an input, as data: the field it fills (``"EvalOptions.rollouts_per_task"``), the value
+    given and what is allowed. The message is a template; each face names the fields in it its own way
+    through :meth:`render` (the CLI its flag, the app its form field, MCP the tool argument), and ``str()``
+    names them as the domain does (the field's own name). Raised as one of its kinds below."""
+
+    def __init__(self, field: str, value: Any = None, allowed: str = "",
+                 template: str = "{field} must be {allowed}, not {value}", *, names: Mapping[str, str] | None = None,
+                 **values: Any) -> None:
+        self.field, self.value, self.allowed, self.template = field, value, allowed, template
+        self.names = dict(names or {})  # the other fields the template names: {placeholder: field}
+        self.values = values  # the other values the template shows: {placeholder: value}
+        super().__init__(self.render(field_name))
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        """The message with every field it names said by ``name_of`` (a face's word for a field)."""
+        names = {key: name_of(f) for key, f in self.names.items()}
+        return self.template.format(field=name_of(self.field), value=self.value, allowed=self.allowed, **names,
+                                    **self.values)
+
+    def fields(self) -> list[str]:
+        """Every field the message names, its own first."""
+        return [self.field, *self.names.values()]
+
+    def __reduce__(self) -> Any:  # pickled (a worker process's error) with its data, not its message alone
+        return _rebuild, (type(self), self.__dict__)
+
+
+class OptionError(FieldError, ConfigError):
+    """An option out of its range (``-n 0``, a temperature of 9)."""
+
+
+class StoreFieldError(FieldError, StoreError):
+    """The store named by a field (the ``--db`` path) is not a usable store."""
+
+
+class EndpointFieldError(FieldError, EndpointError):
+    """The model endpoint the fields name cannot be used."""
+
+
+def _rebuild(cls: type[FieldError], state: dict[str, Any]) -> FieldError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    error.args = (error.render(field_name),)
+    return error
+
+
+def field_name(field: str) -> str:
+    """A field's own name: ``"EvalOptions.rollouts_per_task"`` → ``"rollouts_per_task"``."""
+    return field.rpartition(".")[2]
+
+
+def named(error: BaseException, name_of: Callable[[str], str]) -> str:
+    """``str(error)``, with the fields a :class:`FieldError` names said by ``name_of``."""
+    return error.render(name_of) if isinstance(error, FieldError) else str(error)

@@ -48,6 +48,10 @@ from workbench_app.workers import call_ui, post_ui
 
 from workbench.errors import WorkbenchError
 
+#: What a quick eval's options are called here: they come from the settings file.
+QUICK_EVAL_LABELS = {"EvalOptions.base_url": "base_url in {settings}", "EvalOptions.model": "model in {settings}",
+                     "EvalOptions.api_key": "the API key", "EvalOptions.n": "quick_eval_n in {settings}"}
+
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
 
@@ -428,7 +432,7 @@ class EnvironmentsScreen(RescoreActions, Screen[None]):
             out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters,
                                               on_status=on_status))
         except WorkbenchError as e:
-            self._ui(self._eval_done, name, None, for_app(str(e)))
+            self._ui(self._eval_done, name, None, for_app(e, QUICK_EVAL_LABELS))
         except (asyncio.CancelledError, KeyboardInterrupt):
             self._ui(self._eval_done, name, None, "stopped before it started")
         except Exception as e:

@@ -85,10 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     except WorkbenchError as e:
         from rich.markup import escape
 
+        from workbench.cli.option_names import cli_message
+
         # Messages name config tables like [env]: printed as they are, never as markup.
         from workbench.config.redact import redact
 
-        console_err.print(f"[bold red]error:[/] {escape(redact(str(e)))}", highlight=False, soft_wrap=True)
+        message = cli_message(e, cli, sys.argv[1:] if argv is None else list(argv))
+        console_err.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
         return e.exit_code
     except sqlite3.Error as e:  # the store failed under a command (a full disk, a lock held too long)
         console_err.print(f"error: the store failed ({type(e).__name__}: {e}); what was committed is kept",

@@ -53,14 +53,16 @@ def print_summary(s: dict[str, Any]) -> None:
 @click.argument("env", required=False)
 @env_args_option()
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Number of tasks (the first n).")
-@click.option("-r", "--rollouts", "r", type=int, default=1, show_default=True, help="Rollouts per task (one group).")
+@click.option("-r", "--rollouts", "rollouts_per_task", type=int, default=1, show_default=True,
+              help="Rollouts per task (one group).")
 @click.option("-c", "--concurrency", "c", type=int, default=32, show_default=True, help="Max concurrent rollouts.")
 @model_options(several=True)
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-rollout timeout in seconds.")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="Per-rollout timeout in seconds.")
 @click.option("--max-retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/connection errors.")
 @click.option("-t", "--temperature", type=float, default=None, help="Override the environment's temperature.")
 @click.option("--max-tokens", type=int, default=None, help="Override the environment's max_tokens.")
-@click.option("--stall-timeout", type=float, default=60.0, show_default=True,
+@click.option("--stall-timeout", "stall_timeout_s", type=float, default=60.0, show_default=True,
               help="A model response that sends nothing for this many seconds is a timeout.")
 @click.option("--max-response-mb", type=float, default=16.0, show_default=True,
               help="A larger model response is a bad_response (its body is not kept).")
@@ -73,10 +75,10 @@ def print_summary(s: dict[str, Any]) -> None:
 @db_option
 @json_option("Print one JSON summary as the last line of stdout.")
 @click.pass_context
-def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, r: int, c: int,
+def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: int | None, rollouts_per_task: int, c: int,
                  model: tuple[str, ...], base_url: str | None, api_key: str | None, harness: str | None,
-                 runtime: str | None, timeout: float, max_retries: int, temperature: float | None,
-                 max_tokens: int | None, stall_timeout: float, max_response_mb: float, pass_threshold: float,
+                 runtime: str | None, timeout_s: float, max_retries: int, temperature: float | None,
+                 max_tokens: int | None, stall_timeout_s: float, max_response_mb: float, pass_threshold: float,
                  render_prompts: bool, resume: str | None,
                  db: str | None, as_json: bool) -> None:
     """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
@@ -86,11 +88,11 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
 
     if not env and not resume:
         raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")
-    opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=r, concurrency=c,
-                       model=model[0] if len(model) == 1 else None, base_url=base_url, api_key=api_key, timeout_s=timeout, max_retries=max_retries,
+    opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=rollouts_per_task, concurrency=c,
+                       model=model[0] if len(model) == 1 else None, base_url=base_url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
                        harness=harness, runtime=runtime, temperature=temperature, max_tokens=max_tokens,
                        pass_threshold=pass_threshold, render_prompts=render_prompts, resume=resume,
-                       stall_timeout_s=stall_timeout, max_response_mb=max_response_mb)
+                       stall_timeout_s=stall_timeout_s, max_response_mb=max_response_mb)
     if len(model) > 1:
         return _eval_models(ctx, opts, list(model), db, as_json)
     store = open_store(ctx, db)

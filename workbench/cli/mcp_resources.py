@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from workbench.errors import EnvLoadError, NotFoundError, WorkbenchError
+from workbench.errors import EnvLoadError, FieldError, NotFoundError, WorkbenchError, field_name
 
 SCHEME = "env://"
 README = "README.md"
@@ -124,8 +124,20 @@ def list_env_resources() -> list[Any]:
     return out
 
 
-def error_line(e: BaseException) -> str:
-    """What a failed tool call answers: one line, the user-facing message where the error carries one."""
+#: Where a tool's argument is named otherwise than the field it fills (any other field is its own argument).
+TOOL_ARGUMENTS: dict[str, dict[str, str]] = {
+    "run_eval": {"EvalOptions.rollouts_per_task": "r", "EvalOptions.timeout_s": "timeout", "EvalOptions.env_args": "args"},
+}
+
+
+def argument_of(tool: str | None, field: str) -> str:
+    """The argument of ``tool`` that fills ``field`` (``"EvalOptions.rollouts_per_task"`` → ``r``)."""
+    return TOOL_ARGUMENTS.get(tool or "", {}).get(field) or field_name(field)
+
+
+def error_line(e: BaseException, tool: str | None = None) -> str:
+    """What a failed tool call answers: one line, the user-facing message where the error carries one; the
+    fields an option error names are said as ``tool``'s arguments."""
     import pydantic
     from mcp.server.fastmcp.exceptions import ToolError
 
@@ -140,6 +152,8 @@ def error_line(e: BaseException) -> str:
         where = ".".join(str(x) for x in first["loc"]) or "arguments"
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
         msg = f"bad argument {where}: {first['msg']}{more}"
+    elif isinstance(cause, FieldError):
+        msg = cause.render(lambda field: argument_of(tool, field))
     elif isinstance(cause, WorkbenchError | ToolError):
         msg = str(cause)
     elif isinstance(cause, sqlite3.Error):

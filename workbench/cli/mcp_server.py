@@ -129,7 +129,7 @@ class WorkbenchMCP(FastMCP):
         try:
             return await super().call_tool(name, arguments)
         except (Exception, SystemExit) as e:  # an environment's code may call sys.exit
-            return CallToolResult(content=[TextContent(type="text", text=error_line(e))], isError=True)
+            return CallToolResult(content=[TextContent(type="text", text=error_line(e, tool=name))], isError=True)
 
     async def list_resources(self) -> list[Any]:
         return [*await super().list_resources(), *await anyio.to_thread.run_sync(list_env_resources)]

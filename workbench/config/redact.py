@@ -124,11 +124,15 @@ def check_url(url: str, what: str, fix: str) -> None:
     credential goes instead."""
     from workbench.errors import ConfigError
 
-    found = url_credentials(url)
-    if found:
-        said = " and ".join(f"the query parameter {f}" if f != "user:password@" else "a user:password@"
-                            for f in dict.fromkeys(found))
+    said = credentials_said(url)
+    if said:
         raise ConfigError(f"{what} {redact_url(url)!r} holds a credential ({said}); {fix}")
 
 
-__all__ = ["MASK", "check_url", "redact", "redact_url", "register", "secret_param", "url_credentials"]
+def credentials_said(url: str) -> str:
+    """The credentials ``url`` holds, in words (``"the query parameter key"``); empty when it holds none."""
+    return " and ".join(f"the query parameter {f}" if f != "user:password@" else "a user:password@"
+                        for f in dict.fromkeys(url_credentials(url)))
+
+
+__all__ = ["MASK", "check_url", "credentials_said", "redact", "redact_url", "register", "secret_param", "url_credentials"]

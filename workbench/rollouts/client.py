@@ -18,7 +18,7 @@ import orjson
 from workbench.authoring.tasks import Message
 from workbench.config.redact import redact
 from workbench.config.redact import register as register_secret
-from workbench.errors import ConfigError, EndpointError
+from workbench.errors import ConfigError, EndpointError, OptionError
 
 RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
 #: A response that sends nothing for this long is a timeout (``--stall-timeout``).
@@ -434,29 +434,37 @@ def training_params(info: EndpointInfo) -> dict[str, Any]:
     return {"logprobs": True, "return_token_ids": True} if info.returns_tokens else {}
 
 
-def check_base_url(url: str) -> str:
-    """``url`` without a trailing slash, when it can name an HTTP endpoint; one clear ConfigError when it
-    cannot (a scheme other than http/https, no host, a malformed address or port)."""
+def check_base_url(url: str, field: str = "EvalOptions.base_url") -> str:
+    """``url`` without a trailing slash, when it can name an HTTP endpoint; one clear :class:`OptionError` on
+    ``field`` when it cannot (a scheme other than http/https, no host, a malformed address or port, a
+    credential in it)."""
     from urllib.parse import urlsplit
 
-    from workbench.config.redact import check_url
+    from workbench.config.redact import credentials_said, redact_url
+
+    def refuse(why: str, **values: Any) -> OptionError:
+        return OptionError(field, redact_url(url), template="{field} {value!r}" + why, **values)
 
     text = url.strip()
+    example = "e.g. http://127.0.0.1:8000/v1"
     try:
         parts = urlsplit(text)
         port = parts.port  # parses the port and a bracketed IPv6 host
     except ValueError as e:
-        raise ConfigError(f"--base-url {url!r} is not a valid URL ({e}); e.g. http://127.0.0.1:8000/v1") from None
+        raise refuse(" is not a valid URL ({reason}); {example}", reason=e, example=example) from None
     if parts.scheme not in ("http", "https"):
         what = f"its scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
-        raise ConfigError(f"--base-url {url!r} cannot work: {what}; use http:// or https://, e.g. "
-                          f"http://127.0.0.1:8000/v1")
+        raise refuse(" cannot work: {what}; use http:// or https://, {example}", what=what, example=example)
     if not parts.hostname:
-        raise ConfigError(f"--base-url {url!r} has no host; e.g. http://127.0.0.1:8000/v1")
+        raise refuse(" has no host; {example}", example=example)
     if port == 0:
-        raise ConfigError(f"--base-url {url!r}: port 0 cannot be connected to")
-    check_url(text, "--base-url", "a URL is stored and printed, so pass the key with --api-key or "
-              "WORKBENCH_API_KEY (or register the model: `workbench models add NAME --api-key-env VAR`)")
+        raise refuse(": port 0 cannot be connected to")
+    said = credentials_said(text)
+    if said:
+        raise OptionError(field, redact_url(url), template="{field} {value!r} holds a credential ({said}); a URL is "
+                          "stored and printed, so pass the key with {api_key} or WORKBENCH_API_KEY (or register the "
+                          "model: `workbench models add NAME --api-key-env VAR`)", said=said,
+                          names={"api_key": field.rpartition(".")[0] + ".api_key"})
     return text.rstrip("/")
 
 

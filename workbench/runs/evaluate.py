@@ -18,7 +18,7 @@ from workbench.analysis.report import run_summary
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.cost.pricing import match_price
-from workbench.errors import ConfigError, EndpointError, StoreError
+from workbench.errors import ConfigError, EndpointError, OptionError, StoreError
 from workbench.rollouts.client import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_STALL_S,
@@ -65,28 +65,26 @@ class EvalOptions:
 
     def validate(self) -> None:
         """Every option in its range, and an endpoint that can work, before anything starts."""
-        if self.n is not None and self.n < 1:
-            raise ConfigError("-n must be at least 1")
-        if self.rollouts_per_task < 1:
-            raise ConfigError("-r must be at least 1")
-        if self.concurrency < 1:
-            raise ConfigError("-c must be at least 1")
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ConfigError(f"--timeout must be a positive number of seconds, not {self.timeout_s}")
-        if self.max_retries < 0:
-            raise ConfigError(f"--max-retries must be 0 or more, not {self.max_retries}")
-        if self.temperature is not None and not (math.isfinite(self.temperature) and 0 <= self.temperature <= 5):
-            raise ConfigError(f"-t/--temperature must be a number from 0 to 5, not {self.temperature}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ConfigError(f"--max-tokens must be at least 1, not {self.max_tokens}")
-        if not (math.isfinite(self.stall_timeout_s) and self.stall_timeout_s > 0):
-            raise ConfigError(f"--stall-timeout must be a positive number of seconds, not {self.stall_timeout_s}")
-        if not (math.isfinite(self.max_response_mb) and self.max_response_mb > 0):
-            raise ConfigError(f"--max-response-mb must be a positive number, not {self.max_response_mb}")
-        if self.task_indices is not None and (not self.task_indices or min(self.task_indices) < 0):
-            raise ConfigError("task_indices must name at least one task, each 0 or more")
-        if not math.isfinite(self.pass_threshold):
-            raise ConfigError(f"--pass-threshold must be a finite number, not {self.pass_threshold}")
+        def check(name: str, ok: bool, allowed: str) -> None:
+            if not ok:
+                raise OptionError(f"EvalOptions.{name}", getattr(self, name), allowed)
+
+        def positive(x: float) -> bool:
+            return math.isfinite(x) and x > 0
+
+        check("n", self.n is None or self.n >= 1, "at least 1")
+        check("rollouts_per_task", self.rollouts_per_task >= 1, "at least 1")
+        check("concurrency", self.concurrency >= 1, "at least 1")
+        check("timeout_s", positive(self.timeout_s), "a positive number of seconds")
+        check("max_retries", self.max_retries >= 0, "0 or more")
+        check("temperature", self.temperature is None or (math.isfinite(self.temperature)
+                                                          and 0 <= self.temperature <= 5), "a number from 0 to 5")
+        check("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "at least 1")
+        check("stall_timeout_s", positive(self.stall_timeout_s), "a positive number of seconds")
+        check("max_response_mb", positive(self.max_response_mb), "a positive number")
+        check("task_indices", self.task_indices is None or bool(self.task_indices) and min(self.task_indices) >= 0,
+              "at least one task index, each 0 or more")
+        check("pass_threshold", math.isfinite(self.pass_threshold), "a finite number")
         if self.base_url:
             self.base_url = check_base_url(self.base_url)
 

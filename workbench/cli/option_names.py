@@ -1,0 +1,49 @@
+"""The command line's names for the fields a domain error names (:class:`workbench.errors.FieldError`): each
+field is said as the flag that sets it, read from the command's own click parameters, so a flag is declared
+once. A parameter sets a field when it is named as the field (``click.option("-r", "--rollouts",
+"rollouts_per_task")``) or its long flag is the field's name (``--max-tokens`` for ``max_tokens``)."""
+
+from __future__ import annotations
+
+import click
+
+from workbench.errors import FieldError, field_name
+
+
+def flag_of(command: click.Command, field: str) -> str:
+    """How ``command`` spells ``field``: its flags (``-t/--temperature``), an argument's metavar (``ENV``), or
+    the field's own name where no parameter of the command sets it."""
+    attr = field_name(field)
+    long = "--" + attr.replace("_", "-")
+    for param in command.params:
+        if param.name == attr or long in param.opts:
+            return "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
+    return attr
+
+
+def command_of(group: click.Group, args: list[str]) -> click.Command:
+    """The command ``args`` run (down through subgroups), found by parsing them again without running
+    anything (no callback, no prompt)."""
+    command: click.Command = group
+    ctx: click.Context | None = None
+    try:
+        while isinstance(command, click.Group):
+            ctx = command.make_context(command.name, list(args), parent=ctx, resilient_parsing=True)
+            rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+            if not rest:
+                break
+            _, sub, args = command.resolve_command(ctx, rest)
+            if sub is None:
+                break
+            command = sub
+    except click.ClickException:
+        pass
+    return command
+
+
+def cli_message(error: BaseException, group: click.Group, args: list[str]) -> str:
+    """``error``'s line as the command line says it: the fields it names as the flags of the command run."""
+    if not isinstance(error, FieldError):
+        return str(error)
+    command = command_of(group, args)
+    return error.render(lambda field: flag_of(command, field))
