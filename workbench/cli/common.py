@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,23 +24,15 @@ def open_store(ctx: click.Context, db: str | None = None, *, read_only_ok: bool 
     there is refused, not created (the commands that only read it: nothing to read means a wrong --db);
     Workbench's own default store is created on first use, so a fresh install lists no runs and the
     default prices."""
-    from pathlib import Path
-
-    from workbench.config.paths import default_db
-    from workbench.errors import StoreError
-    from workbench.store import Store, StoreReadOnlyError
+    from workbench.store.opening import open_store as open_at
 
     named = db or (ctx.find_root().obj or {}).get("db")
-    path = named or default_db()
-    if existing and named and not os.path.lexists(Path(path).expanduser()):
-        raise StoreError(f"no store at {path}: nothing has been stored there (the first `workbench eval` "
-                         "creates it); pass the --db of an existing store")
-    try:
-        return Store(path)
-    except StoreReadOnlyError:
-        if not read_only_ok:
-            raise
-        return Store(path, readonly=True)
+    if not named:  # the default store, never a WORKBENCH_DB the command's own --db did not take up
+        from workbench.config.paths import default_db
+
+        named = default_db()
+        existing = False
+    return open_at(named, read_only_ok=read_only_ok, existing=existing)
 
 
 def emit_json(obj: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from workbench.cli.common import (
@@ -28,21 +26,9 @@ def envs_command(as_json: bool) -> None:
     hash of its files alone, and why it did not load. A pulled environment is never loaded here: its
     row is its record's metadata and the hash of its files (its code runs when you run it).
     """
-    from workbench.authoring.discovery import discover
+    from workbench.usecases.environments import list_environments
 
-    rows = []
-    for ref in discover():
-        version, error, adapter, override = _version(ref)
-        row = {"name": ref.name, "origin": ref.origin, "version": version,
-               "path": str(ref.path) if ref.path else ref.module}
-        if adapter:  # written for another framework, e.g. "verifiers 0.3.1"
-            row["framework"] = adapter
-        if override is not None:  # a system prompt kept by `optimize --apply`
-            row["override"] = {"system_prompt": override.system_prompt, "origin": override.origin}
-        row.update(_hub_origin(ref))
-        if error is not None:
-            row["error"] = error
-        rows.append(row)
+    rows = [listing.row() for listing in list_environments()]
     if as_json:
         emit_json({"envs": rows})
         return
@@ -63,53 +49,6 @@ def envs_command(as_json: bool) -> None:
             else r["version"]
         t.add_row(r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
-
-
-def _hub_origin(ref: Any) -> dict[str, Any]:
-    """Where a pulled environment came from (``hub``), or what a fork was forked from (``forked_from``)."""
-    from workbench.hub.publish import forked_from
-    from workbench.hub.pull import record
-
-    out: dict[str, Any] = {}
-    if ref.origin == "hub":
-        rec = record(ref.name) or {}
-        out["hub"] = {k: rec.get(k) for k in ("version", "index", "hash", "error", "tasks", "harness", "framework")}
-    fork = forked_from(ref)
-    if fork:
-        out["forked_from"] = fork
-    return out
-
-
-def _version(ref: Any) -> tuple[str, str | None, str, Any]:
-    """The version a run of ``ref`` with its default arguments stores, or, where it does not load, the
-    hash of its files and why it did not load; the framework it was written for ("" for Workbench's
-    own); and the override in effect (or None). What loading prints goes to stderr, never into --json."""
-    import contextlib
-    import sys
-
-    from workbench.authoring.discovery import load_ref
-    from workbench.errors import WorkbenchError
-
-    if ref.origin == "hub":  # metadata only: a pulled environment's code runs when the user runs it
-        from workbench.hub.pull import record
-
-        framework = str((record(ref.name) or {}).get("framework") or "")
-        try:
-            return ref.version(), None, "" if framework == "workbench" else framework, None
-        except (OSError, WorkbenchError) as e:
-            return "unreadable", str(e).splitlines()[0], "", None
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            env = load_ref(ref)
-        return env.version, None, env.adapter, env.override
-    except (Exception, SystemExit) as e:  # a broken environment is a row of the listing, not its end
-        error = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-    try:
-        return ref.version(), error, "", None
-    except OSError as e:
-        return f"unreadable ({e.strerror})", error, "", None
-    except WorkbenchError as e:  # a file links outside its folder: never read
-        return "unreadable", str(e).splitlines()[0], "", None
 
 
 @click.command("validate")

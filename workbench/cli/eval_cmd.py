@@ -20,7 +20,8 @@ from workbench.cli.common import (
 from workbench.format import esc, fnum, safe_text
 
 
-def print_summary(s: dict[str, Any]) -> None:
+def print_summary(s: Any) -> None:
+    """An :class:`~workbench.usecases.evaluation.EvalSummary` for people."""
     from rich.table import Table
 
     mean = s.get("mean_reward")
@@ -84,7 +85,8 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     """Evaluate ENV (a bundled name, a .py file, a package directory or a module)."""
     from workbench.authoring.discovery import parse_env_args
     from workbench.errors import ConfigError
-    from workbench.runs.evaluate import EvalOptions, evaluate
+    from workbench.runs.evaluate import EvalOptions
+    from workbench.usecases.evaluation import run_eval
 
     if not env and not resume:
         raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")
@@ -125,24 +127,20 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
 
     try:
         with progress:
-            outcome = run_async(evaluate(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status))
+            result = run_async(run_eval(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status))
     finally:
         store.close()
-    s = outcome.summary
+    s = result.summary
     if as_json:
         emit_json(s)
     else:
         print_summary(s)
-    if outcome.interrupted:
+    if result.interrupted:
         console_err.print(f"interrupted: {s['rollouts']} rollouts kept; finish with `workbench eval --resume {s['run_id']}`")
         ctx.exit(130)
-    if s["rollouts"] and s["failed"] == s["rollouts"]:
-        from workbench.errors import EndpointError
-
-        top = s.get("top_failure") or {}
-        why = f"{top.get('kind')}: {' '.join(str(top.get('message', '')).split())[:300]}" if top else "see the run"
-        raise EndpointError(f"every rollout of run {s['run_id']} failed ({why}); `workbench show {s['run_id']}` "
-                            "has the details")
+    failure = result.failure(f"`workbench show {s['run_id']}` has the details")
+    if failure is not None:
+        raise failure
 
 
 def _eval_models(ctx: click.Context, opts: Any, models: list[str], db: str | None, as_json: bool) -> None:

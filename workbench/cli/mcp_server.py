@@ -172,19 +172,12 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         one that does not load has an "error". Its README is the resource in "readme"."""
 
         def run() -> Any:
-            from workbench.authoring.discovery import discover
-            from workbench.cli.envs_cmd import _version
+            from workbench.usecases.environments import list_environments
 
             rows = []
-            for ref in discover():
-                version, error, adapter, _ = _version(ref)
-                row = {"name": ref.name, "origin": ref.origin, "version": version,
-                       "path": str(ref.path) if ref.path else ref.module}
-                if adapter:
-                    row["framework"] = adapter
-                if error is not None:
-                    row["error"] = error
-                readme = readme_uri(ref)
+            for listing in list_environments():
+                row = listing.row()
+                readme = readme_uri(listing.ref)
                 if readme:
                     row["readme"] = readme
                 rows.append(row)
@@ -217,8 +210,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         its summary (run_id, mean_reward, pass@k, rewards, errors, tokens, cost), as `workbench eval --json`.
         Refused above the server's rollout cap (n * r). Sends progress as rollouts finish."""
         from workbench.authoring import discovery
-        from workbench.errors import EndpointError
-        from workbench.runs.evaluate import EvalOptions, evaluate, resolve_endpoint
+        from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+        from workbench.usecases.evaluation import run_eval
 
         if n < 1 or r < 1:
             raise ConfigError("n and r must be at least 1")
@@ -255,21 +248,17 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
             opts.base_url, opts.model = await anyio.to_thread.run_sync(resolve_endpoint, opts, on_status)
         store = open_store(False)
         try:
-            outcome = await evaluate(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status)
+            result = await run_eval(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status)
             if "n" in total:  # the last rollouts may finish between two ticks of the counters
-                progress(outcome.counters.finished, total["n"], f"{outcome.counters.finished} of {total['n']} rollouts")
+                done = result.outcome.counters.finished
+                progress(done, total["n"], f"{done} of {total['n']} rollouts")
         finally:
             store.close()
             await progress.drain()
-        s = dict(outcome.summary)
-        if outcome.interrupted:
-            s["interrupted"] = True
-        if s["rollouts"] and s["failed"] == s["rollouts"]:
-            top = s.get("top_failure") or {}
-            why = f"{top.get('kind')}: {' '.join(str(top.get('message', '')).split())[:300]}" if top else "see the run"
-            raise EndpointError(f"every rollout of run {s['run_id']} failed ({why}); show_rollout of "
-                                f"{s['run_id']}.0.0 has the details")
-        return _jsonable(s)
+        failure = result.failure(f"show_rollout of {result.run_id}.0.0 has the details")
+        if failure is not None:
+            raise failure
+        return _jsonable(result.summary)
 
     @mcp.tool()
     async def list_runs(env: str | None = None, limit: int = 30, run: str | None = None) -> dict[str, Any]:

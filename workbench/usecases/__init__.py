@@ -1,0 +1,17 @@
+"""Use cases: one function per job a person does, called alike by every face.
+
+The command line (``workbench.cli``), ``workbench mcp`` and the app each call the function here and only
+render its answer their own way, so the same question gets the same answer wherever it is asked. One
+module per use case:
+
+- ``environments`` — every environment Workbench can run, with its version and origin
+  (``workbench envs``, the ``list_environments`` tool, the app's Environments screen);
+- ``evaluation`` — an eval, its summary (:class:`~workbench.usecases.evaluation.EvalSummary`) and the
+  "every rollout failed" error (``workbench eval``, the ``run_eval`` tool, ``wb.eval``);
+- ``comparison`` — runs side by side (``workbench compare``, the app's Compare screen, ``wb.compare``);
+- ``launch`` — the launch pre-flight: plan, budgets, memory fit, the backend's checks (``workbench launch``,
+  the ``plan_launch`` tool, the app's launch dialog), each backend reached through the registry.
+
+The eval card is ``workbench.hub.browse.show`` (read) and ``workbench.hub.card_view`` (shown); a probe is
+``workbench.runs.probe.probe_env``. Nothing here imports a face or a runtime.
+"""
