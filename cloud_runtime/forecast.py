@@ -23,6 +23,7 @@ from workbench_cloud.plan import Plan, check_budget, load_launch_config, make_pl
 
 from workbench.cost.budgets import check_monthly, month_spent_usd, monthly_budget_usd, run_cap
 from workbench.errors import ConfigError
+from workbench.store.costs import launched_train_usage
 
 CONFIGS_DIR = Path(__file__).with_name("configs")
 PLANNED_ENV = "(planned run)"  # the plan does not depend on the environment, only the config's name needs one
@@ -124,12 +125,7 @@ class LocalForecast:
 def measured_step_s(conn: sqlite3.Connection, limit: int = MEASURED_RUNS) -> tuple[float | None, int]:
     """Device-seconds per optimizer step over the last ``limit`` finished local launches that made
     steps: their ledgers' ``gpu_seconds`` (startup included) over their steps. ``(None, 0)`` if none."""
-    rows = conn.execute(
-        "SELECT r.config, (SELECT COALESCE(SUM(c.quantity), 0) FROM cost_event c WHERE c.run_id = r.id AND "
-        "c.kind = 'gpu_seconds' AND c.provider = ?), (SELECT MAX(m.step) FROM train_metric m WHERE "
-        "m.run_id = r.id AND m.kind = 'step') FROM run r WHERE r.kind = 'train' AND "
-        "r.status IN ('completed', 'stopped') AND r.config LIKE '%\"launch\"%' ORDER BY r.created_at DESC",
-        (LOCAL_PROVIDER,)).fetchall()
+    rows = launched_train_usage(conn, LOCAL_PROVIDER)
     used: list[tuple[float, int]] = []
     for config, device_s, steps in rows:
         try:

@@ -35,6 +35,7 @@ from workbench_cloud.stream import EventLog, Exporter, open_log
 
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.fsutil import atomic_write
+from workbench.store.costs import add_cost_event_to
 
 
 class CostLedger(threading.Thread):
@@ -49,19 +50,11 @@ class CostLedger(threading.Thread):
         self.last = time.monotonic()
 
     def record(self) -> None:
-        import sqlite3
-
         now = time.monotonic()
         dt, self.last = now - self.last, now
         quantity = dt * self.gpus
-        con = sqlite3.connect(self.db, timeout=30.0)
-        try:
-            con.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
-                        "VALUES (?, 'gpu_seconds', ?, ?, ?, 'gpu_seconds', ?, ?)",
-                        (self.run_id, self.provider, self.gpu, quantity, quantity * self.price, time.time()))
-            con.commit()
-        finally:
-            con.close()
+        add_cost_event_to(self.db, self.run_id, "gpu_seconds", provider=self.provider, model=self.gpu,
+                          quantity=quantity, unit="gpu_seconds", usd=quantity * self.price)
 
     def run(self) -> None:
         while not self.done.wait(self.every_s):

@@ -241,15 +241,9 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
 
 
 def _has_run(db: Path, run_id: str) -> bool:
-    import sqlite3
+    from workbench.store.run_lookups import run_exists_in
 
-    if not db.exists():
-        return False
-    con = sqlite3.connect(db, timeout=30.0)
-    try:
-        return con.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone() is not None
-    finally:
-        con.close()
+    return run_exists_in(db, run_id)
 
 
 __all__ = ["JOB_WORKDIR", "CloudRun", "call_alive", "current_run", "default_cost", "fail_run", "orchestrate",

@@ -23,6 +23,7 @@ from typing import Any
 
 from workbench.analysis.report import pass_at_ks
 from workbench.errors import ConfigError, NotFoundError
+from workbench.store import reports, run_lookups
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_TASKS = 5000
@@ -83,31 +84,26 @@ def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
     ``optimize``/``distill`` pipeline: every run of that comparison)."""
     out: list[str] = []
     for t in targets:
-        ids = [r for (r,) in conn.execute(
-            "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? ORDER BY created_at", (t,))]
+        ids = run_lookups.comparison_runs(conn, t)
         if ids:
             out += ids
             continue
         if t.startswith("cmp-"):
             raise NotFoundError(f"no runs belong to comparison {t}")
-        row = conn.execute("SELECT id FROM run WHERE id = ?", (t,)).fetchone()
-        if row is None:
+        if not run_lookups.run_exists(conn, t):
             raise NotFoundError(f"no run {t} in the store")
-        out.append(row[0])
+        out.append(t)
     return list(dict.fromkeys(out))
 
 
 def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
-    run = conn.execute("SELECT model, env_name, env_version, json_extract(config, '$.model_name'), "
-                       "json_extract(config, '$.pipeline.stage') FROM run WHERE id = ?", (run_id,)).fetchone()
+    run = reports.compared_run(conn, run_id)
     rewards: dict[str, list[float]] = defaultdict(list)
     lat: dict[str, list[float]] = defaultdict(list)
     passes: dict[str, int] = defaultdict(int)
     stats = RunStats(run_id, run[0], run[1], run[2], 0, 0, {}, {}, 0, 0, 0.0)
     stats.label = (run[3] or run[0]) + (f" ({run[4]})" if run[4] else "")
-    for task_id, reward, ptok, ctok, cost, dur in conn.execute(
-            "SELECT task_id, reward, prompt_tokens, completion_tokens, cost_usd, duration_s FROM rollout "
-            "WHERE run_id = ?", (run_id,)):
+    for task_id, reward, ptok, ctok, cost, dur in reports.task_results(conn, run_id):
         rewards[task_id].append(reward if reward is not None else 0.0)
         stats.scored += reward is not None
         if reward is not None and reward >= pass_threshold:
@@ -118,9 +114,7 @@ def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
         stats.cost_usd += cost
     stats.rewards, stats.latencies = dict(rewards), dict(lat)
     stats.rollouts = sum(len(v) for v in rewards.values())
-    stats.errors = conn.execute(
-        "SELECT COUNT(*) FROM rollout WHERE run_id = ? AND (status = 'error' OR pk IN "
-        "(SELECT rollout_pk FROM rollout_error WHERE run_id = ?))", (run_id, run_id)).fetchone()[0]
+    stats.errors = reports.errored_rollouts(conn, run_id)
     stats.task_means = {t: sum(v) / len(v) for t, v in rewards.items()}
     stats.passed = {t: (len(v), passes[t]) for t, v in rewards.items()}
     return stats

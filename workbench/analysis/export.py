@@ -33,6 +33,7 @@ from workbench.errors import ConfigError
 from workbench.fsutil import atomic_open
 from workbench.rollouts.rollout import OFFERED_TOOLS
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
+from workbench.store.reports import trace_nodes
 
 FORMATS = ("sft", "rollouts")
 
@@ -67,11 +68,11 @@ def rollout_tools(conn: Any, r: dict[str, Any]) -> list[Any]:
     offered = state.get(OFFERED_TOOLS)
     if isinstance(offered, list) and offered:
         return offered
-    row = conn.execute("SELECT nodes FROM trace WHERE rollout_pk = ?", (r["pk"],)).fetchone()
-    if row is None:
+    nodes = trace_nodes(conn, r["pk"])
+    if nodes is None:
         return []
     try:
-        doc = orjson.loads(row[0])
+        doc = orjson.loads(nodes)
     except orjson.JSONDecodeError:
         return []
     sets, per_call = doc.get("tool_sets") or [], doc.get("call_tools") or []

@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from workbench.analysis.reward_stats import stderr_of_sums
-from workbench.store import Store
+from workbench.store import Store, reports
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -34,32 +34,22 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
     conn = store.conn
     run = store.get_run(run_id)
     rid = run["id"]
-    agg = conn.execute(
-        """SELECT COUNT(*), SUM(status='error'), AVG(reward), SUM(reward*reward), COUNT(reward),
-                  SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_usd), AVG(duration_s)
-           FROM rollout WHERE run_id=?""", (rid,)).fetchone()
+    agg = reports.rollout_totals(conn, rid)
     n, failed, mean, sumsq, n_scored, ptoks, ctoks, cost, mean_dur = agg
     failed = failed or 0
     # A rollout has an error when it failed or any part of it raised (a reward that raised is scored 0
     # and the rollout stays ok): ``errors`` counts every such rollout once, as ``error_kinds`` lists them.
-    errors = conn.execute(
-        """SELECT COUNT(*) FROM rollout WHERE run_id=? AND (status='error' OR pk IN
-           (SELECT rollout_pk FROM rollout_error WHERE run_id=?))""", (rid, rid)).fetchone()[0]
+    errors = reports.errored_rollouts(conn, rid)
     stderr = stderr_of_sums(n_scored, n_scored * mean, sumsq) if n_scored and mean is not None else None
     rewards: dict[str, float] = {}
     metrics: dict[str, float] = {}
-    for name, kind, avg in conn.execute(
-            """SELECT s.name, s.kind, AVG(s.value) FROM score s JOIN rollout r ON r.pk = s.rollout_pk
-               WHERE r.run_id=? GROUP BY s.name, s.kind ORDER BY s.name""", (rid,)):
+    for name, kind, avg in reports.score_means(conn, rid):
         (rewards if kind == "reward" else metrics)[name] = avg
-    error_kinds = {k: c for k, c in conn.execute(
-        "SELECT kind, COUNT(*) FROM rollout_error WHERE run_id=? GROUP BY kind ORDER BY 2 DESC", (rid,))}
-    top = conn.execute("SELECT kind, message FROM rollout_error e JOIN rollout r ON r.pk = e.rollout_pk "
-                       "WHERE e.run_id=? AND r.status='error' GROUP BY e.kind ORDER BY COUNT(*) DESC LIMIT 1",
-                       (rid,)).fetchone()
+    error_kinds = reports.error_kinds(conn, rid)
+    top = reports.top_failure(conn, rid)
     # pass@k over tasks, counting a rollout as passing when its total reward reaches the threshold.
     per_task: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for ti, reward in conn.execute("SELECT task_index, reward FROM rollout WHERE run_id=?", (rid,)):
+    for ti, reward in reports.task_rewards(conn, rid):
         per_task[ti][0] += 1
         if reward is not None and reward >= pass_threshold:
             per_task[ti][1] += 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.rollouts.trace import Trace, TraceNode
+from workbench.store.reports import trace_row
 
 #: Logprob bands, best first: (lowest probability in the band, label). A sampled token's colour
 #: says how sure the model was; the last band catches everything below 1%.
@@ -82,8 +83,7 @@ def cached_tokenizer(name: str) -> Any:
 
 def stored_trace(conn: Any, rollout_pk: int) -> Trace | None:
     """The rollout's token trace as stored, or None when its server returned no token ids."""
-    row = conn.execute("SELECT nodes, token_ids, logprobs, mask FROM trace WHERE rollout_pk=?",
-                       (rollout_pk,)).fetchone()
+    row = trace_row(conn, rollout_pk)
     return Trace.unpack(*row) if row is not None else None
 
 

@@ -9,19 +9,15 @@ import sqlite3
 import time
 
 from workbench.errors import ConfigError
+from workbench.store.costs import spent_since, spent_usd
+
+__all__ = ["check_monthly", "month_spent_usd", "month_start", "monthly_budget_usd", "run_cap", "spent_usd"]
 
 
 def month_start(now: float | None = None) -> float:
     """The first second of the current calendar month, local time."""
     t = time.localtime(time.time() if now is None else now)
     return time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-
-
-def spent_usd(conn: sqlite3.Connection, run_id: str) -> float:
-    """A run's spend so far: its own cost events and those of its held-out evals (``RUN-eval*``)."""
-    like = run_id.replace("_", "\\_").replace("%", "\\%") + "-eval%"
-    return float(conn.execute("SELECT COALESCE(SUM(usd), 0) FROM cost_event WHERE run_id = ? OR run_id LIKE ? "
-                              "ESCAPE '\\'", (run_id, like)).fetchone()[0])
 
 
 def monthly_budget_usd() -> float | None:
@@ -33,8 +29,7 @@ def monthly_budget_usd() -> float | None:
 
 def month_spent_usd(conn: sqlite3.Connection, now: float | None = None) -> float:
     """Everything the cost ledger recorded since the start of this month."""
-    return float(conn.execute("SELECT COALESCE(SUM(usd), 0) FROM cost_event WHERE created_at >= ?",
-                              (month_start(now),)).fetchone()[0])
+    return spent_since(conn, month_start(now))
 
 
 def run_cap(conn: sqlite3.Connection, run_budget: float | None) -> tuple[float | None, str]:

@@ -14,15 +14,11 @@ from dataclasses import dataclass, field
 import orjson
 
 from workbench.cost.budgets import month_start, spent_usd
+from workbench.store import costs
 
 KINDS = ("api_tokens", "gpu_seconds", "sandbox_seconds")
 GROUPS = ("run", "provider", "day")  # the order the toggle key cycles through
 
-_GROUP_SQL = {
-    "run": "COALESCE(run_id, '')",
-    "provider": "COALESCE(NULLIF(provider, ''), '-')",
-    "day": "date(created_at, 'unixepoch', 'localtime')",
-}
 
 
 @dataclass(slots=True)
@@ -64,15 +60,10 @@ class Ledger:
 
 def ledger_rows(conn: sqlite3.Connection, group: str) -> list[LedgerRow]:
     """Spend grouped by ``group`` (run | provider | day): biggest first, by day newest first."""
-    if group not in _GROUP_SQL:
+    if group not in GROUPS:
         raise ValueError(f"unknown grouping {group!r}; one of {', '.join(GROUPS)}")
-    key = _GROUP_SQL[group]
-    kinds = ", ".join(f"COALESCE(SUM(CASE WHEN kind = '{k}' THEN usd END), 0)" for k in KINDS)
-    order = "g DESC" if group == "day" else "total DESC, g"
-    sql = (f"SELECT {key} AS g, COUNT(*), {kinds}, COALESCE(SUM(usd), 0) AS total, MIN(created_at), "
-           f"MAX(created_at) FROM cost_event GROUP BY g ORDER BY {order}")
     out = []
-    for row in conn.execute(sql):
+    for row in costs.spend_groups(conn, group, KINDS):
         by_kind = dict(zip(KINDS, (float(v) for v in row[2:2 + len(KINDS)]), strict=True))
         out.append(LedgerRow(str(row[0]), int(row[1]), by_kind, float(row[2 + len(KINDS)]),
                              float(row[-2]), float(row[-1])))
@@ -83,8 +74,7 @@ def launched_runs(conn: sqlite3.Connection, limit: int = 200) -> list[RunBudget]
     """Every launched run (its config has a ``launch`` table), newest first, with its spend and budget."""
 
     out = []
-    rows = conn.execute("SELECT id, env_name, status, config FROM run WHERE config LIKE '%\"launch\"%' "
-                        "ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+    rows = costs.launched_runs(conn, limit)
     for run_id, env, status, config in rows:
         try:
             launch = orjson.loads(config or "{}").get("launch")
@@ -101,10 +91,7 @@ def launched_runs(conn: sqlite3.Connection, limit: int = 200) -> list[RunBudget]
 def read_ledger(conn: sqlite3.Connection, group: str, now: float | None = None) -> Ledger:
     rows = ledger_rows(conn, group)
     start = month_start(now)
-    totals = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(usd), 0), "
-        + ", ".join(f"COALESCE(SUM(CASE WHEN kind = '{k}' THEN usd END), 0)" for k in KINDS)
-        + ", COALESCE(SUM(CASE WHEN created_at >= ? THEN usd END), 0) FROM cost_event", (start,)).fetchone()
+    totals = costs.spend_totals(conn, KINDS, start)
     by_kind = dict(zip(KINDS, (float(v) for v in totals[2:2 + len(KINDS)]), strict=True))
     return Ledger(group, rows, float(totals[1]), int(totals[0]), by_kind, float(totals[-1]), start,
                   launched_runs(conn))

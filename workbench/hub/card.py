@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.store.reports import completed_evals
+
 CARD_FILE = "workbench_card.json"
 README_NAMES = ("README.md", "README.rst", "README.txt", "README")
 RESULTS_PER_CARD = 20
@@ -50,9 +52,7 @@ def latest_results(conn: sqlite3.Connection, env_name: str) -> list[dict[str, An
     """Per model, the newest completed eval run of ``env_name`` with its summary's figures."""
     import json
 
-    rows = conn.execute(
-        "SELECT id, model, env_version, created_at, summary FROM run WHERE env_name = ? AND kind = 'eval' "
-        "AND status = 'completed' ORDER BY created_at DESC", (env_name,)).fetchall()
+    rows = completed_evals(conn, env_name)
     seen: set[str] = set()
     out = []
     for run_id, model, version, created, summary in rows:

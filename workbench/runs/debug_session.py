@@ -24,7 +24,7 @@ from workbench.authoring.environment import Environment
 from workbench.authoring.tasks import Message, Task
 from workbench.cost.pricing import Price, match_price
 from workbench.errors import ConfigError, EndpointError
-from workbench.rollouts.client import ChatClient, preflight, resolve_api_key, training_params
+from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine
 from workbench.rollouts.rollout import Rollout
 from workbench.rollouts.trace import Trace
@@ -35,9 +35,9 @@ from workbench.runs.evaluate import (
     close_sandboxes,
     new_run_id,
     open_sandboxes,
-    resolve_endpoint,
 )
 from workbench.store import BatchWriter, Store
+from workbench.store.run_lookups import has_rollouts
 
 #: The engine's per-rollout limit. A debugger waits on its user between turns, and that time is not
 #: the rollout's: only the model requests themselves time out (the client's request timeout).
@@ -133,7 +133,8 @@ class DebugSession:
             task = env.tasks[self.task_index]
             assert isinstance(task, Task)
             self.env, self.task = env, task
-            self.base_url, self.model = resolve_endpoint(opts)
+            endpoint = opts.resolve()
+            self.base_url, self.model = endpoint.base_url, endpoint.model
             await self._open(env, task)
         except BaseException as e:
             self.status, self.error = "failed", str(e) or type(e).__name__
@@ -146,8 +147,9 @@ class DebugSession:
         """What ``evaluate`` sets up for a run, for one rollout: client, preflight, sandboxes, run row."""
         opts, store = self.opts, self.store
         store.register_env(env.name, env.version, env.source, env.description)
-        self.price = opts.price or match_price(self.model, store.prices())
-        self._client = ChatClient(resolve_api_key(opts.api_key, self.base_url), provider=opts.provider, max_connections=4,
+        endpoint = opts.resolve()
+        self.price = endpoint.price or match_price(self.model, store.prices())
+        self._client = ChatClient(endpoint.api_key, provider=endpoint.provider, max_connections=4,
                                   request_timeout=opts.timeout_s + 5.0, max_retries=opts.max_retries)
         await self._client.open()
         info = await preflight(self._client, self.base_url, self.model)
@@ -313,8 +315,7 @@ class DebugSession:
         from workbench.analysis.report import run_summary
 
         store = self.store
-        if status == "interrupted" and not store.conn.execute(
-                "SELECT 1 FROM rollout WHERE run_id=? LIMIT 1", (self.run_id,)).fetchone():
+        if status == "interrupted" and not has_rollouts(store.conn, self.run_id):
             store.delete_run(self.run_id)  # stopped before its rollout finished: nothing to keep or show
             return
         store.update_run(self.run_id, status=status, error=self.error, finished_at=time.time())

@@ -19,6 +19,7 @@ from typing import Any
 from workbench.errors import ConfigError
 from workbench.store import Store
 from workbench.store.run_lock import RunLockedError, run_lock
+from workbench.store.run_lookups import latest_stage_run, running_runs_of
 
 KIND = "optimize"
 _PIPELINE_ID = re.compile(r"opt-[0-9a-f]{8}")
@@ -51,11 +52,8 @@ def forget_search(store: Store, pipeline_id: str) -> None:
 def mark_abandoned(store: Store) -> list[str]:
     """Mark ``interrupted`` every run of an optimisation (its own run, and its evaluations) that is
     ``running`` while no process holds its lock; the ids marked."""
-    rows = store.conn.execute(
-        "SELECT id FROM run WHERE status = 'running' AND (kind = ? OR json_extract(config, '$.pipeline.kind') = ?)",
-        (KIND, KIND)).fetchall()
     marked = []
-    for (run_id,) in rows:
+    for run_id in running_runs_of(store.conn, KIND):
         with contextlib.suppress(RunLockedError), run_lock(store.path, run_id):
             store.update_run(run_id, status="interrupted", finished_at=time.time(),
                              error="its process ended before the run did (killed or crashed)")
@@ -86,10 +84,8 @@ def options_of(run: dict[str, Any]) -> dict[str, Any]:
 
 def stage_run(store: Store, pipeline_id: str, stage: str) -> dict[str, Any] | None:
     """The latest evaluation of ``stage`` in the optimisation, if it has one."""
-    row = store.conn.execute(
-        "SELECT id FROM run WHERE json_extract(config, '$.pipeline.id') = ? AND json_extract(config, "
-        "'$.pipeline.stage') = ? ORDER BY created_at DESC LIMIT 1", (pipeline_id, stage)).fetchone()
-    return store.get_run(row[0]) if row else None
+    run_id = latest_stage_run(store.conn, pipeline_id, stage)
+    return store.get_run(run_id) if run_id else None
 
 
 def restore(state: Any, summary: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from workbench.rollouts.engine import RolloutEngine
 from workbench.rollouts.human import HumanPolicy, PlayStopped
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
 from workbench.store import Store
+from workbench.store.run_lookups import first_rollout
 
 #: A person takes their time: the rollout itself has no limit (tools and sandboxes keep theirs).
 _NO_ROLLOUT_LIMIT_S = 30 * 24 * 3600.0
@@ -92,14 +93,12 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
     writer = store.writer()
     user_sim = _user_sim(env.harness)
     if user_sim is not None and not user_sim.user_base_url:
-        from workbench.rollouts.client import resolve_api_key
-        from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+        from workbench.runs.endpoint import resolve_endpoint
 
-        sim = EvalOptions(env=env_spec, base_url=base_url, model=model)
-        url, sim_model = resolve_endpoint(sim)  # a registered name gives its endpoint, key and API too
-        user_sim.user_base_url, user_sim.user_model = url, user_sim.user_model or sim_model
+        sim = resolve_endpoint(model, base_url)  # a registered name gives its endpoint, key and API too
+        user_sim.user_base_url, user_sim.user_model = sim.base_url, user_sim.user_model or sim.model
         # the simulated user's client; the person answers every turn
-        client = ChatClient(resolve_api_key(sim.api_key, url), provider=sim.provider)
+        client = ChatClient(sim.api_key, provider=sim.provider)
     else:
         client = ChatClient(None)  # never called: the person answers every turn
     failure: BaseException | None = None
@@ -123,14 +122,14 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
             await client.close()
     from workbench.store.queries import get_rollout
 
-    stored = store.conn.execute("SELECT id FROM rollout WHERE run_id = ?", (run_id,)).fetchone()
+    stored = first_rollout(store.conn, run_id)
     if stored is None:
         store.delete_run(run_id)
         raise failure or PlayStopped("the rollout ended before it could be stored")
     if failure is not None:
         raise failure
     store.update_run(run_id, status="completed", finished_at=time.time())
-    r = get_rollout(store.conn, stored[0])
+    r = get_rollout(store.conn, stored)
     from workbench.analysis.report import run_summary
 
     store.update_run(run_id, summary={**run_summary(store, run_id), "unpriced": True})

@@ -27,6 +27,8 @@ from workbench.errors import ConfigError
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store
+from workbench.store.reports import reward_scores
+from workbench.store.run_lookups import rollout_results
 
 DEFAULT_TASKS = 8
 PROBE_TIMEOUT_S = 120.0
@@ -114,13 +116,11 @@ async def _play(env: Any, probe: Probe, tasks: list[tuple[int, Task]], store: St
 
 def _scores(store: Store, run_id: str) -> tuple[float | None, dict[str, float], dict[int, tuple[str, float]]]:
     """(mean reward, mean per reward function, task index -> (rollout id, reward)) of a probe run."""
-    rows = store.conn.execute("SELECT pk, id, task_index, reward FROM rollout WHERE run_id = ?", (run_id,)).fetchall()
-    by_task = {ti: (rid, float(r or 0.0)) for _, rid, ti, r in rows}
+    rows = rollout_results(store.conn, run_id)
+    by_task = {ti: (rid, float(r or 0.0)) for _, rid, ti, r, _ in rows}
     mean = sum(v for _, v in by_task.values()) / len(by_task) if by_task else None
     per: dict[str, list[float]] = {}
-    for name, value in store.conn.execute(
-            "SELECT s.name, s.value FROM score s JOIN rollout r ON r.pk = s.rollout_pk WHERE r.run_id = ? "
-            "AND s.kind != 'metric'", (run_id,)):
+    for name, value in reward_scores(store.conn, run_id):
         per.setdefault(name, []).append(float(value))
     return mean, {k: sum(v) / len(v) for k, v in per.items()}, by_task
 
@@ -185,26 +185,28 @@ def _sim_client(sim: Any, model: str | None, base_url: str | None, log: Any) -> 
     if sim is None:
         return ChatClient(None)  # never called: the probe writes every assistant turn
     from workbench.rollouts.client import resolve_api_key
-    from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+    from workbench.runs.endpoint import resolve_endpoint
 
-    opts = EvalOptions(env="", model=model, base_url=base_url)
+    provider = "openai"
     if not sim.user_base_url:
-        sim.user_base_url, resolved = resolve_endpoint(opts)
-        sim.user_model = sim.user_model or resolved
+        endpoint = resolve_endpoint(model, base_url)
+        sim.user_base_url, sim.user_model = endpoint.base_url, sim.user_model or endpoint.model
+        provider, key = endpoint.provider, endpoint.api_key
+    else:
+        key = resolve_api_key(None, sim.user_base_url)
     if log:
         log(f"the simulated user calls {sim.user_model} at {sim.user_base_url} (the probe itself calls no model)")
-    return ChatClient(resolve_api_key(opts.api_key, sim.user_base_url), provider=opts.provider)
+    return ChatClient(key, provider=provider)
 
 
 def _policy_model(env: Any, model: str | None, base_url: str | None, log: Any) -> tuple[Any, ChatClient]:
     """The model a probe that needs one plays with (``-m``/``--base-url``), as ``(messages, tools) -> message``,
     and the client its calls go through (the caller closes it)."""
-    from workbench.rollouts.client import resolve_api_key
-    from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+    from workbench.runs.endpoint import resolve_endpoint
 
-    opts = EvalOptions(env="", model=model, base_url=base_url)
-    url, model_id = resolve_endpoint(opts)
-    client = ChatClient(resolve_api_key(opts.api_key, url), provider=opts.provider)
+    endpoint = resolve_endpoint(model, base_url)
+    url, model_id = endpoint.base_url, endpoint.model
+    client = ChatClient(endpoint.api_key, provider=endpoint.provider)
     params = env.sampling.to_params()
     if log:
         log(f"the policies that need a model call {model_id} at {url}")

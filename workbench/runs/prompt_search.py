@@ -23,6 +23,7 @@ from workbench.errors import WorkbenchError
 from workbench.rollouts.client import ChatClient
 from workbench.runs.evaluate import EvalOptions, evaluate
 from workbench.store import Store
+from workbench.store.reports import reflected_rollouts
 
 T = TypeVar("T")
 COMPONENT = "system_prompt"
@@ -130,18 +131,7 @@ class RunAdapter:
         return EvaluationBatch(outputs=outputs, scores=scores, trajectories=trajectories if capture_traces else None)
 
     def _rollouts(self, run_id: str) -> list[dict[str, Any]]:
-        cur = self.store.conn.execute(
-            "SELECT pk, task_index, reward, prompt, answer, completion, status, error_kind FROM rollout WHERE run_id=?",
-            (run_id,))
-        rows = [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur.fetchall()]
-        scores: dict[int, list[str]] = {}
-        for pk, name, value in self.store.conn.execute(
-                "SELECT rollout_pk, name, value FROM score WHERE rollout_pk IN "
-                "(SELECT pk FROM rollout WHERE run_id=?) ORDER BY id", (run_id,)):
-            scores.setdefault(pk, []).append(f"{name} {value:g}")
-        for r in rows:
-            r["scores"] = scores.get(r["pk"], [])
-        return rows
+        return reflected_rollouts(self.store.conn, run_id)
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
                                 components_to_update: list[str]) -> Mapping[str, Sequence[Mapping[str, Any]]]:

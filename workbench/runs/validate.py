@@ -190,13 +190,12 @@ async def check_token_consistency(rep: ValidationReport, store: Any, spec: str, 
     """Run a few rollouts and check that every turn's prompt tokens extend the previous turn's."""
     from workbench.rollouts.trace import Trace
     from workbench.runs.evaluate import EvalOptions, evaluate
+    from workbench.store.reports import traced_rollouts
 
     opts = EvalOptions(env=spec, env_args=env_args, n=rollouts, model=model, base_url=base_url, api_key=api_key,
                        concurrency=min(rollouts, 8), tokens=True)
     out = await evaluate(opts, store)
-    rows = store.conn.execute(
-        "SELECT r.id, t.nodes, t.token_ids, t.logprobs, t.mask FROM rollout r JOIN trace t ON t.rollout_pk = r.pk "
-        "WHERE r.run_id=?", (out.run_id,)).fetchall()
+    rows = traced_rollouts(store.conn, out.run_id)
     rep.tokens = {"run_id": out.run_id, "rollouts": out.summary["rollouts"], "traced": len(rows), "mismatches": 0,
                   "render_mismatches": 0}
     if not rows:
