@@ -5,6 +5,11 @@ The public authoring API (see DESIGN.md)::
     import workbench as wb
     env = wb.Environment(name=..., tasks=wb.TaskSet.from_records(rows), harness=wb.SingleTurn(),
                          rubric=rubric, sampling=wb.Sampling(max_tokens=256))
+
+The main jobs, as the commands of the same name run them (docs/python_api.md)::
+
+    summary = wb.eval("arithmetic", model="gpt-4o-mini", n=20)   # what `workbench eval --json` prints
+    table = wb.compare([run_a, run_b])                          # what `workbench compare --json` prints
 """
 
 from workbench.authoring.environment import Environment, Sampling
@@ -19,6 +24,10 @@ from workbench.authoring.tasks import Task, TaskSet
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError, RubricError, WorkbenchError
 from workbench.rollouts.rollout import Rollout, RolloutFailed
+
+# Public as wb.eval and wb.compare, left out of __all__ so that a star import keeps the builtin eval.
+from workbench.usecases.api import compare as compare
+from workbench.usecases.api import eval as eval
 
 __version__ = "0.1.0"
 

@@ -27,7 +27,7 @@ def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | N
     """Compare RUNS (run ids, or a comparison id from `eval -m A -m B`): per model the mean reward with a 95%
     CI, pass@k, errors, tokens, cost (total, per rollout, per solved task) and latency; against the baseline
     the paired per-task difference with a bootstrap 95% CI, and the tasks that regressed, worst first."""
-    from workbench.analysis.compare import compare
+    from workbench.usecases.comparison import compare
 
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         result = compare(store.conn, list(runs), baseline, pass_threshold, allow_mismatch)
@@ -41,7 +41,8 @@ def _money(v: Any) -> str:
     return "-" if v is None else f"${v:.4f}"
 
 
-def print_comparison(r: dict[str, Any]) -> None:
+def print_comparison(r: Any) -> None:
+    """A :class:`~workbench.usecases.comparison.Comparison` for people."""
     from rich.table import Table
 
     console.print(f"[bold]{esc(r['env'])}[/] ({esc(r['env_version'])}), {r['tasks']} tasks; baseline "
