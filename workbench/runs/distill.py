@@ -41,6 +41,7 @@ from typing import Any
 from workbench.errors import ConfigError, EndpointError, WorkbenchError
 from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate, resolve_endpoint
 from workbench.store import Store
+from workbench.store.run_lookups import rollout_results
 
 METHODS = ("sft", "on-policy")
 
@@ -210,7 +211,7 @@ def _kept(store: Store, run_id: str, min_reward: float) -> tuple[int, int, float
     """(rollouts that reached ``min_reward`` without an error, all rollouts, the best finite reward)."""
     kept = total = 0
     best: float | None = None
-    for reward, status in store.conn.execute("SELECT reward, status FROM rollout WHERE run_id = ?", (run_id,)):
+    for _pk, _id, _task, reward, status in rollout_results(store.conn, run_id):
         total += 1
         if status != "ok" or reward is None or not math.isfinite(reward):
             continue

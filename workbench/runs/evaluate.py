@@ -29,7 +29,8 @@ from workbench.rollouts.client import (
     training_params,
 )
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
-from workbench.store import Store
+from workbench.store import Store, run_lookups
+from workbench.store.costs import add_cost_event
 from workbench.store.run_lock import run_lock
 
 
@@ -365,7 +366,7 @@ def _record_end(store: Store, run_id: str, status: str, error: str, expected: in
     import sqlite3
 
     try:
-        stored = store.conn.execute("SELECT COUNT(*) FROM rollout WHERE run_id=?", (run_id,)).fetchone()[0]
+        stored = run_lookups.rollout_count(store.conn, run_id)
         if status == "completed" and stored < expected:
             status, error = "failed", f"only {stored} of {expected} rollouts were stored"
         store.update_run(run_id, status=status, error=error, finished_at=time.time())
@@ -412,9 +413,8 @@ async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:
     finally:
         seconds = pool.stats.sandbox_seconds
         if seconds > 0:
-            store.conn.execute(
-                "INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
-                "VALUES (?, 'sandbox_seconds', ?, '', ?, 'seconds', 0.0, ?)", (run_id, pool.kind, seconds, time.time()))
+            add_cost_event(store.conn, run_id, "sandbox_seconds", provider=pool.kind, model="", quantity=seconds,
+                           unit="seconds", usd=0.0)
 
 
 async def _tick(engine: RolloutEngine, cb: Callable[[RunCounters], None]) -> None:

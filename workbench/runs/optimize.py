@@ -37,6 +37,7 @@ from workbench.runs.prompt_search import (
     SearchStopped,
 )
 from workbench.store import Store
+from workbench.store.costs import add_cost_event
 
 KIND = "optimize"
 
@@ -188,9 +189,8 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
         store.update_run(pid, summary=record)
 
     def record_reflection(prompt_tokens: int, completion_tokens: int, usd: float) -> None:
-        store.conn.execute("INSERT INTO cost_event (run_id, kind, provider, model, quantity, unit, usd, created_at) "
-                           "VALUES (?, 'tokens', ?, ?, ?, 'tokens', ?, ?)",
-                           (pid, reflect_opts.provider, r_model, prompt_tokens + completion_tokens, usd, time.time()))
+        add_cost_event(store.conn, pid, "tokens", provider=reflect_opts.provider, model=r_model,
+                       quantity=prompt_tokens + completion_tokens, unit="tokens", usd=usd)
 
     status, error = "failed", ""
     try:
