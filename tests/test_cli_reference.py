@@ -33,6 +33,10 @@ def test_the_reference_names_every_command_and_option() -> None:
                 assert any(f"`{opt}" in page or f", {opt}" in page for opt in param.opts), (path, param.opts)
     for nested in (("workbench", "hub", "push"), ("workbench", "models", "add"), ("workbench", "sandbox", "exec")):
         assert f"## `{' '.join(nested)}`\n" in page
+    serve = page.split("## `workbench serve`\n", 1)[1].split("\n## ", 1)[0]  # the embedded server's own options
+    for row in ("| `-m, --model MODEL` |", "| `--port PORT` | 0 picks a free port (see --ready-file). Default: `8000`. |",
+                "| `--threads THREADS` | torch CPU threads. Default: worked out from this machine. |"):
+        assert row in serve
 
 
 def test_a_command_renders_with_its_usage_help_options_and_defaults() -> None:

@@ -7,6 +7,7 @@ the command tree: commands and options in a fixed order, no terminal width, no m
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import sys
 from collections.abc import Iterator
@@ -62,6 +63,13 @@ def _default(param: click.Parameter, ctx: click.Context) -> str | None:
     return f"`{default}`"
 
 
+def _cell(notes: list[str]) -> str:
+    """The notes of one option as sentences in one table cell."""
+    sentences = [n.strip() if n.strip().endswith((".", "!", "?")) else n.strip() + "." for n in notes
+                 if n.strip()]
+    return _escape(" ".join(sentences))
+
+
 def _escape(text: str) -> str:
     """Markdown-safe table cell text: one line, pipes escaped."""
     return " ".join(text.split()).replace("|", "\\|")
@@ -88,7 +96,39 @@ def _options(command: click.Command, ctx: click.Context) -> list[str]:
             notes.append("Required.")
         if param.multiple:
             notes.append("May be repeated.")
-        rows.append(f"| `{_escape(names)}` | {_escape(' '.join(n for n in notes if n))} |")
+        rows.append(f"| `{_escape(names)}` | {_cell(notes)} |")
+    return rows
+
+
+#: Options of the embedded server whose default is worked out from the machine it runs on.
+MACHINE_DEFAULTS = {"threads"}
+
+
+def _serve_options() -> list[str]:
+    """``workbench serve`` hands its arguments to the embedded server's own parser: its options, as rows."""
+    try:
+        from workbench_local.server.serve import build_parser
+    except ImportError:
+        return ["| (the local extra is not installed: `pip install 'rl-workbench[local]'`) | |"]
+    rows = []
+    for action in build_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        names = ", ".join(action.option_strings)
+        if action.nargs != 0:
+            metavar = action.metavar or ("[" + "|".join(map(str, action.choices)) + "]" if action.choices
+                                         else action.dest.upper())
+            names += f" {metavar}"
+        notes = [action.help or ""]
+        if action.dest in MACHINE_DEFAULTS:
+            notes.append("Default: worked out from this machine.")
+        elif action.default not in (None, False, [], ()):
+            notes.append(f"Default: `{action.default}`.")
+        if action.required:
+            notes.append("Required.")
+        if isinstance(action, argparse._AppendAction):
+            notes.append("May be repeated.")
+        rows.append(f"| `{_escape(names)}` | {_cell(notes)} |")
     return rows
 
 
@@ -103,7 +143,7 @@ def render(root: click.Command, prog: str = "workbench") -> str:
         help_text = _help_text(command)
         if help_text:
             parts.append(help_text + "\n")
-        rows = _options(command, ctx)
+        rows = _serve_options() if path == (prog, "serve") else _options(command, ctx)
         if rows:
             parts.append("| option | what it does |\n|---|---|\n" + "\n".join(rows) + "\n")
         if isinstance(command, click.Group):
