@@ -56,6 +56,13 @@ class FieldError(WorkbenchError):
         return self.template.format(field=name_of(self.field), value=self.value, allowed=self.allowed, **names,
                                     **self.values)
 
+    def framed(self, before: str, after: str, **values: Any) -> FieldError:
+        """This error with words around its message (templates, with ``values`` for their placeholders)."""
+        self.template = before + self.template + after
+        self.values.update(values)
+        self.args = (self.render(field_name),)
+        return self
+
     def fields(self) -> list[str]:
         """Every field the message names, its own first."""
         return [self.field, *self.names.values()]

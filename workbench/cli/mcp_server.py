@@ -210,7 +210,7 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         its summary (run_id, mean_reward, pass@k, rewards, errors, tokens, cost), as `workbench eval --json`.
         Refused above the server's rollout cap (n * r). Sends progress as rollouts finish."""
         from workbench.authoring import discovery
-        from workbench.runs.evaluate import EvalOptions, resolve_endpoint
+        from workbench.runs.evaluate import EvalOptions
         from workbench.usecases.evaluation import run_eval
 
         if n < 1 or r < 1:
@@ -245,7 +245,7 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
 
         if not opts.base_url:  # the embedded model: its first build or start waits in a thread, not in the loop
             opts.validate()
-            opts.base_url, opts.model = await anyio.to_thread.run_sync(resolve_endpoint, opts, on_status)
+            await anyio.to_thread.run_sync(opts.resolve, on_status)
         store = open_store(False)
         try:
             result = await run_eval(opts, store, on_start=on_start, counters_cb=on_counters, on_status=on_status)

@@ -62,19 +62,26 @@ def resolve_api_key(flag: str | None, base_url: str | None = None) -> str | None
     provider's variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``) and the token ``workbench login
     PROVIDER`` stored; for any other endpoint ``OPENAI_API_KEY``, as OpenAI-compatible clients read it.
     So a stored login never leaves for another endpoint, and no provider's key goes to another provider."""
+    return api_key_source(flag, base_url)[0]
+
+
+def api_key_source(flag: str | None, base_url: str | None = None) -> tuple[str | None, str]:
+    """:func:`resolve_api_key`'s key and where it came from: ``"given"``, ``"$VAR"``, ``"workbench login
+    PROVIDER"``, or ``""`` with no key."""
     if flag:
-        return flag
+        return flag, "given"
     if os.environ.get("WORKBENCH_API_KEY"):
-        return os.environ["WORKBENCH_API_KEY"]
+        return os.environ["WORKBENCH_API_KEY"], "$WORKBENCH_API_KEY"
     provider = PROVIDER_HOSTS.get((urlsplit(base_url).hostname or "").lower()) if base_url else None
     var = f"{provider or 'openai'}_API_KEY".upper()
     if os.environ.get(var):
-        return os.environ[var]
+        return os.environ[var], f"${var}"
     if provider is None:
-        return None
+        return None, ""
     from workbench.config.credentials import stored_token
 
-    return stored_token(provider)
+    token = stored_token(provider)
+    return token, f"workbench login {provider}" if token else ""
 
 
 def _error_detail(body: bytes) -> str:

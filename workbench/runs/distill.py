@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, EndpointError, WorkbenchError
-from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate, resolve_endpoint
+from workbench.runs.endpoint import resolve_endpoint
+from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate
 from workbench.store import Store
 from workbench.store.run_lookups import rollout_results
 
@@ -150,7 +151,7 @@ def plan(opts: DistillOptions) -> Plan:
                           base_url=opts.teacher_base_url, concurrency=opts.concurrency)
     teacher.validate()
     try:
-        teacher.base_url, teacher.model = resolve_endpoint(teacher)
+        teacher_endpoint = teacher.resolve()
     except ConfigError as e:
         raise ConfigError(f"--teacher {opts.teacher}: {e}") from None
     _check_student(opts.student)
@@ -158,8 +159,8 @@ def plan(opts: DistillOptions) -> Plan:
                                  "loop.eval_tasks": heldout, "trainer.model": opts.student}
     if opts.method == "on-policy":
         _check_teacher_tokenizer(teacher, opts)
-        overrides.update({"algorithm.name": "distill", "algorithm.teacher_base_url": teacher.base_url,
-                          "algorithm.teacher_model": teacher.model, "loss.name": "pg"})
+        overrides.update({"algorithm.name": "distill", "algorithm.teacher_base_url": teacher_endpoint.base_url,
+                          "algorithm.teacher_model": teacher_endpoint.model, "loss.name": "pg"})
     else:
         overrides.update({"algorithm.name": "sft", "algorithm.min_reward": opts.min_reward, "loss.name": "ce"})
     if opts.lr is not None:
@@ -175,9 +176,12 @@ def _check_teacher_tokenizer(teacher: EvalOptions, opts: DistillOptions) -> None
     """On-policy: the teacher scores the student's own token ids, so it must read them as the student does."""
     from workbench.training.teacher import check_same_tokenizer
 
-    assert teacher.base_url and teacher.model
-    check_same_tokenizer(teacher.base_url, teacher.model, lambda: resolve_endpoint(EvalOptions(env=opts.env,
-                                                                                               model=opts.student)))
+    def student() -> tuple[str, str]:
+        endpoint = resolve_endpoint(opts.student, model_field="DistillOptions.student")
+        return endpoint.base_url, endpoint.model
+
+    teacher_endpoint = teacher.resolve()
+    check_same_tokenizer(teacher_endpoint.base_url, teacher_endpoint.model, student)
 
 
 def _check_student(student: str) -> None:
@@ -286,7 +290,7 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
                              f"{store.get_run(train_run).get('error') or 'see `workbench runs ' + train_run + '`'}")
     s = trained.summary
     what = f"SFT steps of {opts.student} on {kept} teacher rollouts" if opts.method == "sft" else \
-        f"on-policy distillation steps of {opts.student} scored by {p.teacher.model}"
+        f"on-policy distillation steps of {opts.student} scored by {p.teacher.resolve().model}"
     say(f"train: run {train_run}, {s['steps']} {what}; its own held-out evals {_fmt(s.get('eval_first'))} -> "
         f"{_fmt(s.get('eval_last'))}")
     adapter = run_dir(train_run) / "checkpoint" / "adapter"
@@ -296,16 +300,17 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
     # 4. the held-out evals: the base student, the trained student, the teacher
     student = EvalOptions(env=opts.env, env_args=dict(opts.env_args), model=opts.student,
                           concurrency=opts.concurrency)
-    student_url, student_model = resolve_endpoint(student)
+    student_endpoint = student.resolve()
+    student_url = student_endpoint.base_url
     lora_name = f"distilled-{train_run}"
     await asyncio.to_thread(_post, student_url + "/load_lora_adapter", {"lora_name": lora_name,
                                                                         "lora_path": str(adapter)})
     heldout = {"task_indices": p.heldout_indices, "rollouts_per_task": 1, "comparison_id": p.pipeline_id}
     runs = {
-        "student_before": dataclasses.replace(student, base_url=student_url, model=student_model, **heldout,
-                                              pipeline=p.stage("student-before")),
-        "student_after": dataclasses.replace(student, base_url=student_url, model=lora_name, **heldout,
-                                             pipeline=p.stage("student-after")),
+        "student_before": dataclasses.replace(student, **heldout, pipeline=p.stage("student-before")),
+        "student_after": dataclasses.replace(student, endpoint=dataclasses.replace(student_endpoint, model=lora_name,
+                                                                                   name=None),
+                                             **heldout, pipeline=p.stage("student-after")),
         "teacher": dataclasses.replace(p.teacher, **heldout, pipeline=p.stage("teacher")),
     }
     try:

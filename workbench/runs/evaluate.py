@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import itertools
 import math
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -25,10 +24,10 @@ from workbench.rollouts.client import (
     ChatClient,
     check_base_url,
     preflight,
-    resolve_api_key,
     training_params,
 )
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
+from workbench.runs.endpoint import Endpoint, StatusCallback, is_registered, resolve_endpoint
 from workbench.store import Store, run_lookups
 from workbench.store.costs import add_cost_event
 from workbench.store.run_lock import run_lock
@@ -54,15 +53,20 @@ class EvalOptions:
     stall_timeout_s: float = DEFAULT_STALL_S  # a model response that sends nothing this long is a timeout
     max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / (1 << 20)  # a larger response is a bad_response
     resume: str | None = None
-    provider: str = "openai"  # the API the endpoint speaks (a registered model's; see workbench models)
-    price: Any = None  # a registered model's own price (cost.pricing.Price), over the store's table
     comparison_id: str | None = None  # set for each run of `eval -m A -m B` (workbench/runs/multi_eval.py)
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
     task_indices: list[int] | None = None  # only these tasks (by index in the task set), instead of the first -n
     system_prompt: str | None = None  # the harness's system prompt for this run (a candidate of `optimize`)
     pipeline: dict[str, Any] | None = None  # {"id", "kind", "stage"}: the run is one stage of optimize/distill
-    model_name: str | None = None  # what the user called the model (a registered name), when -m was resolved early
+    endpoint: Endpoint | None = None  # resolved from model/base_url/api_key once (resolve()); a given one is used
+
+    def resolve(self, on_status: StatusCallback | None = None) -> Endpoint:
+        """The endpoint of the run, resolved on first use (``on_status`` hears about the embedded model's
+        first build and start)."""
+        if self.endpoint is None:
+            self.endpoint = resolve_endpoint(self.model, self.base_url, self.api_key, on_status)
+        return self.endpoint
 
     def validate(self) -> None:
         """Every option in its range, and an endpoint that can work, before anything starts."""
@@ -134,64 +138,6 @@ def select_tasks(env: Environment, opts: EvalOptions) -> list[tuple[int, Any]]:
     return [(i, tasks[i]) for i in opts.task_indices]
 
 
-#: ``on_status(what, done, total)``: what a run waits for before its rollouts start (the embedded
-#: model being built or started); ``done``/``total`` are None when there is no count to show.
-StatusCallback = Callable[[str, int | None, int | None], None]
-
-
-def resolve_endpoint(opts: EvalOptions, on_status: StatusCallback | None = None) -> tuple[str, str]:
-    """The base URL and model to use; with no ``--base-url`` the embedded model server (``on_status``
-    hears about its first build and start)."""
-    if opts.base_url:
-        model = opts.model or os.environ.get("WORKBENCH_MODEL")
-        if not model:
-            raise ConfigError("--base-url needs a model name too: pass -m MODEL")
-        return opts.base_url.rstrip("/"), model
-    named = _registered(opts)
-    if named is not None:
-        return named
-    from workbench import plugins
-
-    try:
-        endpoint = plugins.load("endpoints", "embedded")
-    except plugins.PluginError as e:
-        raise EndpointError(f"no --base-url given and the embedded model server cannot start here ({e}); "
-                            "or pass --base-url URL -m MODEL") from None
-    return endpoint.ensure(opts.model, progress=on_status)
-
-
-def _is_registered(name: Any) -> bool:
-    from workbench.config.models import load_models
-
-    return isinstance(name, str) and bool(name) and name in load_models()
-
-
-def _registered(opts: EvalOptions) -> tuple[str, str] | None:
-    """``-m NAME`` of a registered model (``workbench models add``): its endpoint, id, API, key and price
-    go into ``opts``. A name that is no registered model but close to one is a typo: refused with the
-    nearest names (anything else is the embedded server's to resolve: a model id or a path)."""
-    import difflib
-
-    from workbench.config.models import load_models, unknown_model_message
-    from workbench.cost.pricing import Price
-
-    if not opts.model:
-        return None
-    models = load_models()
-    m = models.get(opts.model)
-    if m is None:
-        if difflib.get_close_matches(opts.model, list(models), n=1, cutoff=0.8) and not os.path.exists(opts.model):
-            raise ConfigError(unknown_model_message(opts.model, models))
-        return None
-    if m.api_key_env and not m.api_key() and opts.api_key is None:
-        raise ConfigError(f"model {m.name!r} takes its key from ${m.api_key_env}, which is not set")
-    opts.api_key = opts.api_key or m.api_key()
-    opts.provider = m.provider
-    if m.input_price is not None and m.output_price is not None:
-        opts.price = Price(m.model_id, m.provider, m.input_price, m.output_price, source=f"models add {m.name}")
-    return m.base_url, m.model_id
-
-
 async def evaluate(
     opts: EvalOptions,
     store: Store,
@@ -214,10 +160,10 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
         cfg = run["config"]
         opts.env, opts.env_args = cfg["env"], cfg.get("env_args", {})
         opts.n, opts.rollouts_per_task = cfg.get("n"), cfg["rollouts_per_task"]
-        registered = not opts.model and not opts.base_url and _is_registered(cfg.get("model_name"))
+        registered = not opts.model and not opts.base_url and is_registered(cfg.get("model_name"))
         if registered:
             # Made with a registered model: resolved again, so its endpoint, key, API and price are this run's.
-            opts.model = opts.model_name = cfg["model_name"]
+            opts.model = cfg["model_name"]
         else:
             opts.model, opts.base_url = opts.model or cfg.get("model"), opts.base_url or cfg.get("base_url")
         opts.harness, opts.runtime = opts.harness or cfg.get("harness"), opts.runtime or cfg.get("runtime")
@@ -239,11 +185,11 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
     # its start-up (an interpreter and the store) then costs the run nothing.
     writer = store.writer()
     try:
-        base_url, model = resolve_endpoint(opts, on_status)
+        endpoint = opts.resolve(on_status)
+        base_url, model = endpoint.base_url, endpoint.model
         store.register_env(env.name, env.version, env.source, env.description)
         prices = store.prices()
-        price = opts.price or match_price(model, prices)
-        api_key = resolve_api_key(opts.api_key, base_url)
+        price = endpoint.price or match_price(model, prices)
 
         if run is None:
             config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
@@ -252,7 +198,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
                       "max_tokens": opts.max_tokens}
             if opts.comparison_id:
                 config["comparison_id"] = opts.comparison_id
-            name = opts.model_name or opts.model  # a registered name (or the spec the embedded server resolved)
+            name = endpoint.name  # a registered name (or the spec the embedded server resolved)
             if name and name != model:
                 config["model_name"] = name
             if opts.task_indices is not None:
@@ -270,7 +216,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
             skip = store.done_slots(run_id)
 
         # No timer per request: every call runs inside a rollout, which the engine cuts at its timeout.
-        client = ChatClient(api_key, provider=opts.provider, max_connections=opts.concurrency, request_timeout=None,
+        client = ChatClient(endpoint.api_key, provider=endpoint.provider, max_connections=opts.concurrency, request_timeout=None,
                             max_retries=opts.max_retries, stall_timeout=opts.stall_timeout_s,
                             max_response_bytes=int(opts.max_response_mb * (1 << 20)))
         await client.open()  # imports the HTTP stack (~0.2 s): start-up, like the interpreter's, not the run's time

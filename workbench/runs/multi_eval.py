@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError, WorkbenchError
-from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate, resolve_endpoint
+from workbench.errors import ConfigError, FieldError, WorkbenchError
+from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate
 
 #: The keys of each run's summary in a comparison's ``--json`` (the eval summary's, per model).
 RUN_KEYS = ("model", "run_id", "status", "rollouts", "errors", "mean_reward", "stderr", "pass_at_k", "rewards",
@@ -50,15 +50,14 @@ def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) 
     seen: dict[tuple[str, str], str] = {}
     out = []
     for name in models:
-        opts = dataclasses.replace(base, model=name, comparison_id=comparison_id)
-        url, model_id = resolve_endpoint(opts)
+        opts = dataclasses.replace(base, model=name, comparison_id=comparison_id, endpoint=None)
+        endpoint = opts.resolve()  # resolved once: each run uses exactly this endpoint
+        url, model_id = endpoint.base_url, endpoint.model
         key = (url, model_id)
         if key in seen:
             raise ConfigError(f"-m {seen[key]} and -m {name} are the same model ({model_id} at {url}); "
                               "compare different models")
         seen[key] = name
-        opts.base_url, opts.model = url, model_id  # resolved once: each run uses exactly this endpoint
-        opts.model_name = name
         out.append(opts)
     return out
 
@@ -89,5 +88,7 @@ async def evaluate_models(base: EvalOptions, models: list[str], store_path: str 
             raise error
         done = [m for m, r in zip(models, results, strict=True) if not isinstance(r, BaseException)]
         kept = f"; the runs of {', '.join(done)} are stored" if done else ""
+        if isinstance(error, FieldError):  # its fields stay data, for each face to name
+            raise error.framed("-m {_model_given}: ", "{_kept}", _model_given=name, _kept=kept)
         raise type(error)(f"-m {name}: {error}{kept}")
     return Comparison(cid, [r for r in results if isinstance(r, EvalOutcome)], list(models))

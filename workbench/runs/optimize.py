@@ -25,7 +25,8 @@ from typing import Any
 from workbench.authoring import discovery, overrides
 from workbench.cost.pricing import match_price
 from workbench.errors import ConfigError
-from workbench.runs.evaluate import EvalOptions, evaluate, resolve_endpoint
+from workbench.runs.endpoint import resolve_endpoint
+from workbench.runs.evaluate import EvalOptions, evaluate
 from workbench.runs.prompt_search import (
     COMPONENT,
     Bridge,
@@ -135,12 +136,14 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
     train, held = split(len(list(env.tasks)), opts)
     base = EvalOptions(env=opts.env, env_args=opts.env_args, model=opts.model, base_url=opts.base_url,
                        concurrency=opts.concurrency)
-    task_opts = dataclasses.replace(base)
-    base_url, model = resolve_endpoint(task_opts)
-    price = task_opts.price or match_price(model, store.prices())
-    reflect_opts = EvalOptions(env=opts.env, model=opts.reflection_model, base_url=opts.reflection_base_url)
-    r_url, r_model = resolve_endpoint(reflect_opts)
-    r_price = reflect_opts.price or match_price(r_model, store.prices())
+    endpoint = base.resolve()  # once: every run of the search uses it
+    base_url, model = endpoint.base_url, endpoint.model
+    price = endpoint.price or match_price(model, store.prices())
+    reflect = resolve_endpoint(opts.reflection_model, opts.reflection_base_url,
+                               model_field="OptimizeOptions.reflection_model",
+                               url_field="OptimizeOptions.reflection_base_url")
+    r_url, r_model = reflect.base_url, reflect.model
+    r_price = reflect.price or match_price(r_model, store.prices())
     per_rollout, tokens = estimate_rollout_usd(env, price)
     first = len(train) + 2 * len(held) * opts.rollouts_per_task
     if opts.budget_usd is not None:
@@ -189,7 +192,7 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
         store.update_run(pid, summary=record)
 
     def record_reflection(prompt_tokens: int, completion_tokens: int, usd: float) -> None:
-        add_cost_event(store.conn, pid, "tokens", provider=reflect_opts.provider, model=r_model,
+        add_cost_event(store.conn, pid, "tokens", provider=reflect.provider, model=r_model,
                        quantity=prompt_tokens + completion_tokens, unit="tokens", usd=usd)
 
     status, error = "failed", ""
@@ -206,8 +209,8 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
 
         bridge = Bridge(asyncio.get_running_loop())
         adapter = RunAdapter(bridge, store, dataclasses.replace(base, pipeline=pipeline), state, on_update=publish)
-        reflection = ReflectionModel(bridge, state, base_url=r_url, model=r_model, api_key=reflect_opts.api_key,
-                                     provider=reflect_opts.provider, price=r_price, record=record_reflection)
+        reflection = ReflectionModel(bridge, state, base_url=r_url, model=r_model, api_key=reflect.api_key,
+                                     provider=reflect.provider, price=r_price, record=record_reflection)
         stopper = BudgetStopper(state, opts.budget_usd, per_heldout, bridge)
         try:
             result = await asyncio.to_thread(
