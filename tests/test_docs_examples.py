@@ -1,4 +1,4 @@
-"""Every code example in README.md and docs/*.md runs as written, or says in the page why it cannot.
+"""Every code example in README.md, ARCHITECTURE.md and docs/*.md runs as written, or says in the page why it cannot.
 
 A fenced block runs by its language:
 
@@ -34,7 +34,7 @@ import pytest
 from tests.helpers import REPO, cli_environment, last_json, run_workbench, write_file
 from workbench.cli import cli
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARK = re.compile(r"^<!-- example: (skip|synopsis)(?: \((.+)\))? -->$")
 SHELLS = {"bash", "sh", "console", "shell"}
