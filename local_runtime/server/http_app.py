@@ -26,14 +26,13 @@ from pydantic import BaseModel, ValidationError
 from workbench_local.models.chat_template import NO_TEMPLATE_HINT, ChatFormatError, normalize_messages
 from workbench_local.models.loading import LoadedModel
 from workbench_local.server.constraints import Compiled
-from workbench_local.server.errors import HTTPError, errors_middleware
+from workbench_local.server.errors import HTTPError
 from workbench_local.server.generation import Sequence
 from workbench_local.server.openai_api import (
     ChatRequest,
     ChatTokensRequest,
     CompletionRequest,
     TokenizeRequest,
-    TokenText,
     chat_response,
     completion_response,
     validation_fields,
@@ -42,13 +41,8 @@ from workbench_local.server.openai_api import (
 from workbench_local.server.prepare import PromptCache, check_context, request_constraint, request_params
 from workbench_local.server.runner import AdapterError, Engine
 from workbench_local.server.scheduler import QueueFull, Scheduler
+from workbench_local.server.state import state_of
 from workbench_local.server.streaming import attach_queue, stream_chat, stream_completion
-
-ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)
-SCHED: web.AppKey[Scheduler] = web.AppKey("scheduler", Scheduler)
-TOKEN_TEXT: web.AppKey[TokenText] = web.AppKey("token_text", TokenText)
-STARTED: web.AppKey[float] = web.AppKey("started", float)
-PROMPTS: web.AppKey[PromptCache] = web.AppKey("prompts", PromptCache)
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -164,23 +158,24 @@ async def parse_request(request: web.Request, model: type[_Req]) -> _Req:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _chat(request, await parse_request(request, ChatRequest))
+    return await answer_chat(request, await parse_request(request, ChatRequest))
 
 
 async def chat_completions_tokens(request: web.Request) -> web.StreamResponse:
-    return await _chat(request, await parse_request(request, ChatTokensRequest))
+    return await answer_chat(request, await parse_request(request, ChatTokensRequest))
 
 
-async def _chat(request: web.Request, req: ChatRequest, translation: Any = None) -> web.StreamResponse:
+async def answer_chat(request: web.Request, req: ChatRequest, translation: Any = None) -> web.StreamResponse:
     """A chat request, answered as chat, or in another API through ``translation`` (see wire_routes.py)."""
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     model = resolve_model(engine, req.model)
-    prompt, tools_active = render_chat(engine.lm, req, request.app[PROMPTS])
+    prompt, tools_active = render_chat(engine.lm, req, state.prompts)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     check_context(engine.lm.context_len, len(prompt), max_tokens)
     params = request_params(engine, req, engine.lm.context_len if max_tokens is None else max_tokens)
     seqs = make_sequences(engine, prompt, params, model, req.n, constraint=await request_constraint(engine, req))
-    tt = request.app[TOKEN_TEXT]
+    tt = state.token_text
     if req.stream:
         q = attach_queue(seqs)
         fut = submit(sched, seqs)
@@ -192,7 +187,8 @@ async def _chat(request: web.Request, req: ChatRequest, translation: Any = None)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     req = await parse_request(request, CompletionRequest)
     model = resolve_model(engine, req.model)
     tok = engine.lm.tokenizer
@@ -224,7 +220,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         check_context(engine.lm.context_len, len(p), req.max_tokens, "prompt")
         params = request_params(engine, req, 16 if req.max_tokens is None else req.max_tokens)
         seqs += make_sequences(engine, p, params, model, req.n, base_index=i * req.n, constraint=constraint)
-    tt = request.app[TOKEN_TEXT]
+    tt = state.token_text
     if req.stream:
         q = attach_queue(seqs)
         fut = submit(sched, seqs)
@@ -236,7 +232,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def tokenize(request: web.Request) -> web.Response:
     """vLLM's ``/tokenize``: the ids of a chat rendering (``messages``) or of a plain ``prompt``."""
-    engine = request.app[ENGINE]
+    engine = state_of(request).engine
     req = await parse_request(request, TokenizeRequest)
     resolve_model(engine, req.model)
     lm = engine.lm
@@ -254,7 +250,7 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 async def detokenize(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
+    engine = state_of(request).engine
     body = await read_json(request)
     ids = body.get("tokens")
     vocab = len(engine.lm.tokenizer)
@@ -264,8 +260,8 @@ async def detokenize(request: web.Request) -> web.Response:
 
 
 def _model_entries(request: web.Request) -> list[dict[str, Any]]:
-    engine = request.app[ENGINE]
-    created = int(request.app[STARTED])
+    state = state_of(request)
+    engine, created = state.engine, int(state.started)
     data = [{"id": engine.lm.name, "object": "model", "created": created, "owned_by": "workbench",
              "root": engine.lm.source, "parent": None, "max_model_len": engine.lm.context_len,
              "policy_version": engine.policy_version(engine.lm.name)}]
@@ -292,7 +288,8 @@ async def get_model(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     st = sched.stats
     return json_response({
         "status": "ok", "model": engine.lm.name, "source": engine.lm.source, "pid": os.getpid(),
@@ -302,12 +299,13 @@ async def health(request: web.Request) -> web.Response:
         "sequences": st.sequences, "max_batch_seen": st.max_batch_seen, "last_batch": st.last_batch,
         "batch_sizes": {str(k): v for k, v in sorted(st.batch_sizes.items())}, "rejected": st.rejected,
         "tokens_generated": engine.tokens_generated, "prefill_rows": engine.prefill_rows,
-        "adapter_slots": len(engine.adapters) + len(engine.free), "prompt_cache_hits": request.app[PROMPTS].hits,
-        "busy_s": round(engine.busy_s, 3), "uptime_s": round(time.time() - request.app[STARTED], 1)})
+        "adapter_slots": len(engine.adapters) + len(engine.free), "prompt_cache_hits": state.prompts.hits,
+        "busy_s": round(engine.busy_s, 3), "uptime_s": round(time.time() - state.started, 1)})
 
 
 async def load_lora(request: web.Request) -> web.Response:
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     body = await read_json(request)
     name, path, version = body.get("lora_name"), body.get("lora_path"), body.get("policy_version")
     if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
@@ -323,7 +321,8 @@ async def load_lora(request: web.Request) -> web.Response:
 
 
 async def unload_lora(request: web.Request) -> web.Response:
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     body = await read_json(request)
     name = body.get("lora_name")
     if not isinstance(name, str) or not name:
@@ -339,7 +338,8 @@ async def unload_lora(request: web.Request) -> web.Response:
 async def update_weights(request: web.Request) -> web.Response:
     """Full fine-tuning's counterpart of ``load_lora_adapter``: the base model's weights are replaced
     in place (``{"weight_dir": PATH, "policy_version": INT}``), between batches."""
-    engine, sched = request.app[ENGINE], request.app[SCHED]
+    state = state_of(request)
+    engine, sched = state.engine, state.scheduler
     body = await read_json(request)
     path, version = body.get("weight_dir"), body.get("policy_version")
     if not isinstance(path, str) or not path:
@@ -353,22 +353,8 @@ async def update_weights(request: web.Request) -> web.Response:
     return json_response({"status": "ok", "model": engine.lm.name, "policy_version": new})
 
 
-def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
-    app[ENGINE] = engine
-    app[SCHED] = scheduler
-    app[TOKEN_TEXT] = TokenText(engine.lm.tokenizer)
-    app[STARTED] = time.time()
-    app[PROMPTS] = PromptCache()
-
-    async def on_startup(app: web.Application) -> None:
-        await scheduler.start()
-
-    async def on_cleanup(app: web.Application) -> None:
-        await scheduler.stop()
-
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+def add_routes(app: web.Application) -> None:
+    """The OpenAI routes (and vLLM's ``/tokenize``, its adapter and weight updates, ``/health``)."""
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/chat/completions/tokens", chat_completions_tokens)
     app.router.add_post("/v1/completions", completions)
@@ -381,13 +367,3 @@ def create_app(engine: Engine, scheduler: Scheduler) -> web.Application:
     app.router.add_post("/v1/load_lora_adapter", load_lora)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora)
     app.router.add_post("/update_weights", update_weights)
-    from workbench_local.server.wire_routes import add_routes
-
-    add_routes(app)  # /v1/responses and /v1/messages
-    return app
-
-
-if __name__ == "__main__":
-    from workbench_local.server.serve import main
-
-    raise SystemExit(main())

@@ -70,7 +70,7 @@ def build(args: argparse.Namespace) -> Any:
     """Load the model and adapters; return the aiohttp app (nothing is listening yet)."""
     import torch
     from workbench_local.models.loading import ModelLoadError, load
-    from workbench_local.server.http_app import create_app
+    from workbench_local.server.app import create_app
     from workbench_local.server.runner import AdapterError, Engine
     from workbench_local.server.scheduler import Scheduler
 
@@ -101,7 +101,7 @@ async def serve(app: Any, args: argparse.Namespace) -> None:
     import logging
 
     from aiohttp import web
-    from workbench_local.server.http_app import ENGINE, SCHED
+    from workbench_local.server.state import STATE
 
     if args.access_log:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -115,7 +115,7 @@ async def serve(app: Any, args: argparse.Namespace) -> None:
         raise ConfigError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); pass another --port") from None
     server = getattr(site, "_server", None)
     port = server.sockets[0].getsockname()[1] if server and server.sockets else args.port
-    lm = app[ENGINE].lm
+    lm = app[STATE].engine.lm
     log(f"serving {lm.name} at http://{args.host}:{port}/v1 (context {lm.context_len}, device {lm.device}, "
         f"max batch {args.max_batch}, {args.threads} thread{'s' if args.threads != 1 else ''})")
     if args.ready_file:
@@ -128,7 +128,7 @@ async def serve(app: Any, args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    watcher = asyncio.create_task(_idle_watch(app[SCHED], args.exit_when_idle, stop)) if args.exit_when_idle > 0 else None
+    watcher = asyncio.create_task(_idle_watch(app[STATE].scheduler, args.exit_when_idle, stop)) if args.exit_when_idle > 0 else None
     try:
         await stop.wait()
     finally:

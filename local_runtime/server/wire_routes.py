@@ -15,11 +15,10 @@ from aiohttp import web
 from pydantic import ValidationError
 from workbench_local.server import http_app
 from workbench_local.server.openai_api import ChatRequest, validation_fields, validation_message
+from workbench_local.server.state import state_of
 
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, Delta
-
-RESPONSE_STORE: web.AppKey[responses.ResponseStore] = web.AppKey("responses", responses.ResponseStore)
 
 
 def _chat_request(chat: dict[str, Any]) -> ChatRequest:
@@ -71,14 +70,15 @@ class _MessagesTranslation:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     body = await http_app.read_json(request)
-    store = request.app[RESPONSE_STORE]
+    state = state_of(request)
+    store = state.responses
     try:
         chat, conversation = responses.request_to_chat(body, store)
     except WireError as e:
         raise http_app.HTTPError(400, e.message, param=e.param, code="invalid_value") from None
     req = _chat_request(chat)
-    model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
-    return await http_app._chat(request, req, _ResponsesTranslation(model, body, conversation, store))
+    model = http_app.resolve_model(state.engine, req.model)
+    return await http_app.answer_chat(request, req, _ResponsesTranslation(model, body, conversation, store))
 
 
 async def _messages_request(request: web.Request, translate: Callable[[Any], dict[str, Any]]) -> tuple[Any, ChatRequest]:
@@ -95,8 +95,8 @@ async def create_message(request: web.Request) -> web.StreamResponse:
     """Errors in Anthropic's shape (``{"type": "error", "error": {...}}``), which its SDK reads."""
     try:
         body, req = await _messages_request(request, anthropic.request_to_chat)
-        model = http_app.resolve_model(request.app[http_app.ENGINE], req.model)
-        return await http_app._chat(request, req, _MessagesTranslation(model, body))
+        model = http_app.resolve_model(state_of(request).engine, req.model)
+        return await http_app.answer_chat(request, req, _MessagesTranslation(model, body))
     except http_app.HTTPError as e:
         return _anthropic_error(e)
 
@@ -104,7 +104,7 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 async def get_response(request: web.Request) -> web.Response:
     """``GET /v1/responses/{id}``: one of the server's recent responses, as it was answered."""
     rid = request.match_info["response_id"]
-    found = request.app[RESPONSE_STORE].response(rid)
+    found = state_of(request).responses.response(rid)
     if found is None:
         raise http_app.HTTPError(404, f"No response with id '{rid}' found.", param="response_id")
     return http_app.json_response(found)
@@ -115,9 +115,9 @@ async def count_tokens(request: web.Request) -> web.Response:
     tools render to (``{"input_tokens": N}``); errors in Anthropic's shape."""
     try:
         _, req = await _messages_request(request, anthropic.count_request_to_chat)
-        engine = request.app[http_app.ENGINE]
-        http_app.resolve_model(engine, req.model)
-        ids, _ = http_app.render_chat(engine.lm, req, request.app[http_app.PROMPTS])
+        state = state_of(request)
+        http_app.resolve_model(state.engine, req.model)
+        ids, _ = http_app.render_chat(state.engine.lm, req, state.prompts)
         return http_app.json_response({"input_tokens": len(ids)})
     except http_app.HTTPError as e:
         return _anthropic_error(e)
@@ -130,7 +130,6 @@ def _anthropic_error(e: http_app.HTTPError) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app[RESPONSE_STORE] = responses.ResponseStore()
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/v1/responses/{response_id}", get_response)
     app.router.add_post("/v1/messages", create_message)
