@@ -1,5 +1,6 @@
-"""Reading conversation files for ``workbench import``: OpenAI chat JSONL, a verifiers ``vf-eval -s``
-results directory, an Inspect AI ``.eval`` log.
+"""Reading conversation files for ``workbench import``: what every reader yields, the checks they share,
+and the OpenAI chat JSONL reader (a verifiers ``vf-eval -s`` results directory is read by
+``import_verifiers``, an Inspect AI ``.eval`` log by ``import_inspect``; ``import_sources`` picks one).
 
 Each reader yields :class:`Conversation` objects and :class:`Problem` objects (a line or sample that
 cannot be imported, with its place in the file and why), in file order, so the importer keeps every
@@ -10,7 +11,6 @@ parses, or it is not that kind of file) raises a :class:`~workbench.errors.Confi
 from __future__ import annotations
 
 import math
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,6 @@ import orjson
 from workbench.errors import ConfigError
 from workbench.rollouts.rollout import _text
 
-FORMATS = ("openai-jsonl", "verifiers", "inspect")
 _NO_SCORES: dict[str, float] = {}  # shared, never changed: a conversation the file gave no scores
 _NO_INFO: dict[str, Any] = {}
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -29,8 +28,6 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 #: read into memory at once is bounded, whatever the file holds.
 MAX_LINE_BYTES = 64 << 20
 MAX_META_BYTES = 16 << 20
-_KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "named pipe (FIFO)"),
-          (stat.S_ISSOCK, "socket"))
 
 
 @dataclass(slots=True)
@@ -284,37 +281,3 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
                 model if type(model) is str else None)
 
     return source, rows()
-
-
-def _reader(fmt: str) -> Any:
-    if fmt == "verifiers":
-        from workbench.runs.import_verifiers import read_verifiers
-
-        return read_verifiers
-    if fmt == "inspect":
-        from workbench.runs.import_inspect import read_inspect
-
-        return read_inspect
-    return read_openai_jsonl
-
-
-def check_kind(path: Path) -> None:
-    """A path to import from is a regular file or a folder: a device, a named pipe or a socket (which
-    could be read forever, or block) is refused by its kind before anything opens it."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; give the path of the file to import") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {path} ({e.strerror or e}); nothing was imported") from None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return
-    kind = next((name for test, name in _KINDS if test(mode)), "special file")
-    raise ConfigError(f"{path} is a {kind}, not a regular file; give a file (or a results folder) to import")
-
-
-def open_source(path: Path, fmt: str) -> tuple[Source, Iterator[Conversation | Problem]]:
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown import format {fmt!r}; use one of {', '.join(FORMATS)}")
-    check_kind(path)
-    return _reader(fmt)(path)  # type: ignore[no-any-return]

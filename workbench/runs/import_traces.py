@@ -1,6 +1,6 @@
 """``workbench import``: conversations from a file become the rollouts of an imported run.
 
-The file is read by a reader of ``import_formats`` (OpenAI chat JSONL, a verifiers results directory,
+The file is read by the reader ``import_sources`` picks (OpenAI chat JSONL, a verifiers results directory,
 an Inspect AI log); every conversation it holds becomes a rollout with ``source = 'imported'``, its
 rewards kept where the file has them, and every line that cannot be imported is reported with its
 place in the file, never silently dropped. The run (``kind = 'import'``) records the file, the format
@@ -27,7 +27,8 @@ import orjson
 
 from workbench.errors import ConfigError
 from workbench.rollouts.rollout import _text, searchable_text
-from workbench.runs.import_formats import Conversation, Problem, Source, check_kind, open_source
+from workbench.runs.import_formats import Conversation, Problem, Source
+from workbench.runs.import_sources import check_kind, open_source
 from workbench.store import RUN_DEFAULTS, Store, dumps
 from workbench.store.imports import AlreadyImported, ImportRow, NothingToImport, find_import, write_import
 
