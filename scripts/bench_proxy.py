@@ -26,14 +26,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int, str]:
+    """Start a server; its ``READY PORT [BASE_URL]`` line gives the port and, for the proxy, the rollout's URL."""
     proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("READY"):
         proc.kill()
         raise SystemExit(f"{args} failed to start: {line!r}")
-    return proc, int(line.split()[1])
+    words = line.split()
+    return proc, int(words[1]), words[2] if len(words) > 2 else ""
 
 
 async def serve_proxy(upstream: str) -> None:
@@ -49,7 +51,7 @@ async def serve_proxy(upstream: str) -> None:
     rollout = Rollout(id="bench", task=wb.Task(prompt="x"), sample_index=0, client=client,
                       base_url=proxy.url_for("bench"), model="mock-model", params=params)
     proxy.register(rollout)
-    print(f"READY {proxy.port}", flush=True)
+    print(f"READY {proxy.port} {proxy.url_for('bench')}", flush=True)  # the URL holds the rollout's secret
     while True:  # keep the trace from growing without bound: a run records one rollout's calls
         await asyncio.sleep(0.5)
         rollout.calls.clear()
@@ -149,17 +151,17 @@ def main() -> None:
     unknown = [x for x in apis if x not in APIS]
     if unknown:
         raise SystemExit(f"unknown API {unknown[0]!r}; choose from {', '.join(APIS)}")
-    mock, mport = _spawn(["-m", "workbench.testing.mock_openai", "--mode", "instant", "--tokens", "--port", "0"])
+    mock, mport, _ = _spawn(["-m", "workbench.testing.mock_openai", "--mode", "instant", "--tokens", "--port", "0"])
     upstream = f"http://127.0.0.1:{mport}/v1"
-    proxy, pport = _spawn([str(Path(__file__)), "--serve-proxy", upstream])
-    forwarder, fport = _spawn([str(Path(__file__)), "--serve-forwarder", upstream])
+    proxy, _, rollout_url = _spawn([str(Path(__file__)), "--serve-proxy", upstream])
+    forwarder, fport, _ = _spawn([str(Path(__file__)), "--serve-forwarder", upstream])
     direct = orjson.dumps({**APIS["chat"][1], "stream": a.stream})
     targets = {"direct": (upstream + "/chat/completions", direct)}
     if not a.stream:  # the forwarder passes bytes through: a stream would be the same bytes
         targets["bare-forwarder"] = (f"http://127.0.0.1:{fport}/v1/chat/completions", direct)
     for api in apis:
         route, body = APIS[api]
-        targets[api] = (f"http://127.0.0.1:{pport}/r/bench/v1{route}", orjson.dumps({**body, "stream": a.stream}))
+        targets[api] = (f"{rollout_url}{route}", orjson.dumps({**body, "stream": a.stream}))
     p50: dict[str, list[float]] = {k: [] for k in targets}
     p90: dict[str, list[float]] = {k: [] for k in targets}
     tput: dict[str, list[float]] = {k: [] for k in targets}
