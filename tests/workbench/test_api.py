@@ -15,7 +15,8 @@ import workbench as wb
 from tests.helpers import MockServer
 from workbench.authoring.rubric import ROLLOUT_ARGS, Scores
 from workbench.errors import EnvLoadError, RubricError
-from workbench.rollouts.client import ChatClient, ModelError, classify_status, parse_chat_body
+from workbench.rollouts.client import ChatClient, classify_status, parse_chat_body
+from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.rollout import Rollout, Usage
 
 

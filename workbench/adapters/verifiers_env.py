@@ -265,7 +265,7 @@ def _copy_state(state: Mapping[str, Any], into: dict[str, Any]) -> None:
 
 
 def _raise_workbench(err: BaseException) -> None:
-    from workbench.rollouts.client import ModelError
+    from workbench.rollouts.model_reply import ModelError
 
     e: BaseException | None = err
     while e is not None:

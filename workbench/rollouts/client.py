@@ -16,40 +16,20 @@ from urllib.parse import urlsplit
 import orjson
 
 from workbench.authoring.tasks import Message
-from workbench.config.redact import redact
 from workbench.config.redact import register as register_secret
 from workbench.errors import ConfigError, EndpointError, OptionError
+from workbench.rollouts.anthropic_client import (
+    ANTHROPIC_VERSION,
+    classify_anthropic_status,
+    from_messages_response,
+    to_messages_request,
+)
+from workbench.rollouts.model_reply import ChatResponse, ModelError
 
-RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
 #: A response that sends nothing for this long is a timeout (``--stall-timeout``).
 DEFAULT_STALL_S = 60.0
 #: The largest response body kept (``--max-response-mb``); a larger one is a ``bad_response``.
 DEFAULT_MAX_RESPONSE_BYTES = 16 << 20
-FATAL = frozenset({"auth", "unknown_model"})
-
-
-class ModelError(Exception):
-    """A model call failed. ``kind`` is one of: connection, timeout, rate_limit, server, auth,
-    unknown_model, context_length (the conversation no longer fits the model's context), bad_request,
-    bad_response."""
-
-    def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None) -> None:
-        message = redact(message)  # a server may echo the key it was sent: it is never kept
-        super().__init__(message)
-        self.kind, self.message, self.status, self.retry_after = kind, message, status, retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in RETRYABLE
-
-
-@dataclass(slots=True)
-class ChatResponse:
-    message: Message
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    extra: dict[str, Any] | None = None
 
 
 #: The API hosts whose key ``workbench login PROVIDER`` stores (see workbench/config/credentials.py).
@@ -196,7 +176,7 @@ class ChatClient:
     ``request_timeout=None``: no timer per request (only connecting is bounded), for callers whose
     every call runs under a deadline of their own, as the engine's rollouts do.
     ``provider="anthropic"``: :meth:`chat` speaks the Anthropic Messages API (``POST /messages``, the
-    ``x-api-key`` and ``anthropic-version`` headers) instead; see workbench/wire/anthropic_client.py.
+    ``x-api-key`` and ``anthropic-version`` headers) instead; see anthropic_client.py.
     """
 
     def __init__(
@@ -227,9 +207,7 @@ class ChatClient:
         self._session: Any = None
         self.retries = 0
         self._headers = {"Content-Type": "application/json"}
-        if provider == "anthropic":  # the Messages API's own headers (workbench/wire/anthropic_client.py)
-            from workbench.wire.anthropic_client import ANTHROPIC_VERSION
-
+        if provider == "anthropic":  # the Messages API's own headers (anthropic_client.py)
             self._headers["anthropic-version"] = ANTHROPIC_VERSION
             if api_key:
                 self._headers["x-api-key"] = api_key
@@ -375,12 +353,6 @@ class ChatClient:
     async def _chat_anthropic(self, base_url: str, model: str, messages: list[Message],
                               tools: list[dict[str, Any]] | None, params: dict[str, Any] | None,
                               prompt_ids: list[int] | None) -> ChatResponse:
-        from workbench.wire.anthropic_client import (
-            classify_anthropic_status,
-            from_messages_response,
-            to_messages_request,
-        )
-
         if prompt_ids is not None:
             raise ModelError("bad_request", "the Anthropic Messages API takes no prompt token ids (prompt_ids); "
                                             "token continuation needs an OpenAI-compatible token server")
@@ -417,6 +389,9 @@ class ChatClient:
 
 #: Servers known to accept vLLM's token fields (``return_token_ids``) and return logprobs.
 TOKEN_SERVERS = frozenset({"vllm", "workbench"})
+#: Where an endpoint, by its ``/v1/models`` ``owned_by``, serves ``/tokenize`` and the tokens route
+#: (token continuation: continuation.py).
+CONTINUATION_SERVERS = frozenset({"workbench"})
 
 
 @dataclass(slots=True)
@@ -431,8 +406,6 @@ class EndpointInfo:
     @property
     def continues_tokens(self) -> bool:
         """Whether it serves ``/tokenize`` and ``/v1/chat/completions/tokens`` (workbench/rollouts/continuation.py)."""
-        from workbench.rollouts.continuation import CONTINUATION_SERVERS
-
         return self.owned_by in CONTINUATION_SERVERS
 
 

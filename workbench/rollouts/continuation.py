@@ -28,11 +28,9 @@ from typing import Any
 
 import orjson
 
-from workbench.rollouts.client import ChatClient, EndpointInfo, ModelError
+from workbench.rollouts.client import ChatClient, EndpointInfo
+from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.trace import Message, Trace
-
-#: Where an endpoint, by its ``/v1/models`` ``owned_by``, serves ``/tokenize`` and the tokens route.
-CONTINUATION_SERVERS = frozenset({"workbench"})
 
 _PROBE_USER: list[Message] = [{"role": "user", "content": "x"}]
 #: Answers that show a route exists: served (200) or a body refused by its validation (400, 422).

@@ -19,7 +19,8 @@ from workbench.authoring.sandbox import SandboxError, SandboxPool, needs_sandbox
 from workbench.authoring.tasks import Task
 from workbench.config.redact import redact
 from workbench.cost.pricing import Price
-from workbench.rollouts.client import FATAL, ChatClient, ModelError
+from workbench.rollouts.client import ChatClient
+from workbench.rollouts.model_reply import FATAL, ModelError
 from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
 from workbench.store import BatchWriter, RolloutRecord
 

@@ -28,7 +28,8 @@ import orjson
 from aiohttp import web
 
 from workbench.fsutil import atomic_write
-from workbench.rollouts.client import ChatClient, ModelError
+from workbench.rollouts.client import ChatClient
+from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import relay_completions, relay_stream
 from workbench.rollouts.rollout import Rollout

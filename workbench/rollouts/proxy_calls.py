@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from workbench.rollouts.client import ChatResponse, parse_chat_data
+from workbench.rollouts.client import parse_chat_data
+from workbench.rollouts.model_reply import ChatResponse
 from workbench.rollouts.rollout import Rollout
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, sse_data

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from workbench.rollouts.client import ModelError
+from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, WireAPI, record_choices
 from workbench.rollouts.rollout import Rollout
 from workbench.rollouts.trace import RAW_PROMPT

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.authoring.tasks import Message, Task
+from workbench.rollouts.model_reply import ChatResponse
 from workbench.rollouts.trace import Trace, completion_logprobs, message_key
 
 if TYPE_CHECKING:
-    from workbench.rollouts.client import ChatClient, ChatResponse
+    from workbench.rollouts.client import ChatClient
     from workbench.rollouts.conversations import Conversations
 
 
@@ -122,8 +123,6 @@ class Rollout:
 
     async def _ask_person(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> Message:
         """The person's turn, recorded as a call of its own: no tokens, no usage, ``extra.api`` "human"."""
-        from workbench.rollouts.client import ChatResponse
-
         if self.pause is not None:
             await self.pause(self)
         t0 = time.perf_counter()
