@@ -130,6 +130,21 @@ def default_tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("default-model") / "workbench-tiny-v1", seed=0)
 
 
+# -- the fast lane ------------------------------------------------------------------------------
+#: Fixtures whose cost makes every test that uses them (directly or through another fixture) slow:
+#: the tiny model's build and the servers on it, the default build, a Docker engine with its image,
+#: a pypiserver. Such a test is marked ``slow`` here, so ``./scripts/test -m "not slow"`` leaves it out
+#: (docs/testing.md); a module or test that is slow for another reason carries the mark itself.
+SLOW_FIXTURES = frozenset({"tiny_dir", "default_tiny_build", "docker_client", "package_index"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 # -- components the machine may lack -------------------------------------------------------------
 #: What a test's failure says when a system component it needs cannot run on this machine, and the
 #: skip reason it becomes. Where the README's setup installs and starts them (as root with apt, as CI

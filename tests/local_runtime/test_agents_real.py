@@ -28,6 +28,9 @@ from workbench.rollouts.trace import Trace
 
 from .helpers import ARITH, SERVED
 
+# slow: real agent frameworks (the OpenAI Agents SDK, the anthropic SDK) run as programs through the CLI
+pytestmark = pytest.mark.slow
+
 # -- the agents --------------------------------------------------------------------------------------
 #: The OpenAI Agents SDK, its documented hello-world with a function tool. ``chat`` as the first argument
 #: puts the same agent on chat completions; otherwise it runs on the SDK's default model (the Responses API).

@@ -116,6 +116,7 @@ def test_resolve_model_path_never_builds(xdg: Path, tmp_path: Path, monkeypatch:
         resolve_model_path("workbench-tiny")
 
 
+@pytest.mark.slow  # builds the tiny model
 def test_a_first_build_reports_its_progress_to_whoever_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first eval on a fresh machine waits for the tiny model's build: the builder says how far it is
     (a progress file beside the model) and the waiting side turns that into (what, done, total)."""

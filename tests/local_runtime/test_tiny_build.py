@@ -17,6 +17,7 @@ def _digests(d: Path) -> dict[str, str]:
             if p.name != tiny_model.BUILD_FILE}
 
 
+@pytest.mark.slow  # builds the tiny model three times
 @pytest.mark.timeout(300)
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
