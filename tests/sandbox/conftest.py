@@ -46,7 +46,8 @@ def docker_client() -> Any:
     return client
 
 
-RUNTIMES = ["local", "docker"]
+#: Both runtimes; the Docker one is slow (an engine and its image): the fast lane runs ``wb.Local()`` only.
+RUNTIMES = ["local", pytest.param("docker", marks=pytest.mark.slow)]
 
 
 def make_runtime(kind: str, **limits: Any) -> Any:
