@@ -132,10 +132,10 @@ def default_tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # -- the fast lane ------------------------------------------------------------------------------
 #: Fixtures whose cost makes every test that uses them (directly or through another fixture) slow:
-#: the tiny model's build and the servers on it, the default build, a Docker engine with its image,
-#: a pypiserver. Such a test is marked ``slow`` here, so ``./scripts/test -m "not slow"`` leaves it out
+#: the tiny model's build and the servers on it, the default build, a Docker engine with its image.
+#: Such a test is marked ``slow`` here, so ``./scripts/test -m "not slow"`` leaves it out
 #: (docs/testing.md); a module or test that is slow for another reason carries the mark itself.
-SLOW_FIXTURES = frozenset({"tiny_dir", "default_tiny_build", "docker_client", "package_index"})
+SLOW_FIXTURES = frozenset({"tiny_dir", "default_tiny_build", "docker_client"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,6 +20,9 @@ from tests.package_index import PASSWORD, USER
 
 pytest.importorskip("pypiserver")
 
+# slow: Pilot against a real pypiserver: pushes, pulls, forks
+pytestmark = pytest.mark.slow
+
 ENV = '''
     """Count the letters of a word."""
     import workbench as wb

@@ -84,6 +84,7 @@ def adder(tmp_path: Path) -> Path:
     return write_file(tmp_path / "src" / "adder" / "__init__.py", ADDER).parent
 
 
+@pytest.mark.slow  # several pushes and pulls through a pypiserver
 def test_push_search_pull_eval_and_fork_round_trip(tmp_path: Path, adder: Path, package_index: Callable[..., Any],
                                                    mock_server: Callable[..., Any]) -> None:
     index = package_index(private=True)
@@ -144,6 +145,7 @@ def test_push_search_pull_eval_and_fork_round_trip(tmp_path: Path, adder: Path, 
     assert_user_error(you("hub", "remove", "my_adder"), "'my_adder' is not a pulled environment")
 
 
+@pytest.mark.slow  # several pushes and pulls through a pypiserver
 def test_keyring_credentials_and_a_public_index_beside_a_private_one(
         tmp_path: Path, adder: Path, package_index: Callable[..., Any]) -> None:
     private, public = package_index(private=True), package_index(private=False)
@@ -170,6 +172,7 @@ def test_keyring_credentials_and_a_public_index_beside_a_private_one(
                       "workbench login index company")
 
 
+@pytest.mark.slow  # several pushes and pulls through a pypiserver
 def test_bad_input_is_one_line_and_installs_nothing(tmp_path: Path, adder: Path, package_index: Callable[..., Any],
                                                     mock_server: Callable[..., Any]) -> None:
     index = package_index(private=True)
@@ -195,6 +198,7 @@ def test_bad_input_is_one_line_and_installs_nothing(tmp_path: Path, adder: Path,
     assert not (tmp_path / "me" / "xdg-data" / "workbench" / "hub" / "records").exists(), "nothing was installed"
 
 
+@pytest.mark.slow  # several pushes and pulls through a pypiserver
 def test_a_tampered_wheel_is_refused_and_a_broken_env_stays_listed(tmp_path: Path, adder: Path,
                                                                    package_index: Callable[..., Any]) -> None:
     from workbench.authoring import discovery
@@ -255,6 +259,7 @@ DEP_ENV = '''
 '''
 
 
+@pytest.mark.slow  # several pushes and pulls through a pypiserver
 def test_dependencies_are_resolved_by_uv_and_installed_beside_the_pulled_env(
         tmp_path: Path, package_index: Callable[..., Any], mock_server: Callable[..., Any]) -> None:
     import importlib.util

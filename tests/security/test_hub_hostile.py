@@ -24,6 +24,9 @@ from tests.helpers import REPO, assert_user_error, last_json, workbench_argv, wr
 from tests.hub.test_hub import ADDER, README, Home
 from tests.package_index import PackageIndex
 
+# slow: pushes and pulls through a real pypiserver
+pytestmark = pytest.mark.slow
+
 SNOOPER = '''
     """Writes what it can see when its code runs: the marker names the process that ran it."""
     import os
