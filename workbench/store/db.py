@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from workbench.errors import StoreError
-from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, create_schema
 
 
 class StoreReadOnlyError(StoreError):
@@ -157,7 +157,10 @@ def _migrate(conn: sqlite3.Connection, start: int) -> None:
     try:
         # Another process may have migrated while we waited for the lock.
         current = conn.execute("PRAGMA user_version").fetchone()[0]
-        for i in range(current, SCHEMA_VERSION):
+        if current == 0:  # a new store: the current schema, as the models declare it
+            create_schema(conn)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        for i in range(current or SCHEMA_VERSION, SCHEMA_VERSION):
             MIGRATIONS[i](conn)
             conn.execute(f"PRAGMA user_version={i + 1}")
         conn.execute("COMMIT")

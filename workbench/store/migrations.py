@@ -1,7 +1,9 @@
 """Versioned schema migrations. The version lives in ``PRAGMA user_version``.
 
-``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``. Never edit a released migration:
-append a new one.
+A new store is created at :data:`SCHEMA_VERSION` from the models of ``schema.py`` (:func:`create_schema`
+runs ``sql/schema.sql``, generated from them). A store written by an older version is taken from its
+version ``i`` to ``i + 1`` by ``MIGRATIONS[i]``, frozen SQL, to the same schema (a test compares the two).
+Never edit a released migration: change the model, append a migration, regenerate ``sql/schema.sql``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 
 #: 'WBN1' - marks a SQLite file as a Workbench store.
 APPLICATION_ID = 0x57424E31
+#: The models' DDL (``scripts/gen_schema_sql.py`` writes it from ``schema.py``).
+SCHEMA_SQL = Path(__file__).parent / "sql" / "schema.sql"
 
 
 def _run_sql_file(conn: sqlite3.Connection, name: str) -> None:
@@ -61,3 +65,8 @@ def _v7(conn: sqlite3.Connection) -> None:
 
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create the current schema in an empty store: the tables and indexes the models declare."""
+    _run_sql_file(conn, SCHEMA_SQL.name)

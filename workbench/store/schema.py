@@ -1,10 +1,23 @@
-"""The store's tables, declared once with SQLModel. Migrations in ``migrations.py`` create them."""
+"""The store's tables, declared once with SQLModel: columns, types, defaults, keys and indexes.
+
+A new store is created from these declarations: :func:`create_statements` renders them as SQLite DDL
+into ``sql/schema.sql`` (``python scripts/gen_schema_sql.py``; a test fails when the file is stale), which
+``migrations.create_schema`` runs, so opening a store never imports SQLModel. A store written by an
+older version reaches the same schema through the frozen steps of ``migrations.py``; a test compares the
+two (tables, columns, types, defaults, keys, indexes) and fails when a model and the migrations disagree.
+The hot paths read and write these tables with plain SQL (``workbench/store/*.py``).
+"""
 
 from __future__ import annotations
 
+from sqlalchemy import Index, text
 from sqlmodel import Field, SQLModel
 
 metadata = SQLModel.metadata
+
+#: What SQLModel cannot declare: the full-text index over each rollout's messages (contentless FTS5;
+#: its rowid is the rollout's pk).
+EXTRA_DDL = ("CREATE VIRTUAL TABLE rollout_fts USING fts5(text, content='', tokenize='unicode61 remove_diacritics 2')",)
 
 
 class Meta(SQLModel, table=True):
@@ -56,6 +69,17 @@ class RunRow(SQLModel, table=True):
 
 class RolloutRow(SQLModel, table=True):
     __tablename__ = "rollout"
+    __table_args__ = (
+        Index("ix_rollout_slot", "run_id", "task_index", "sample_index", unique=True),
+        Index("ix_rollout_reward", "reward"),
+        Index("ix_rollout_error_kind", "error_kind", sqlite_where=text("error_kind IS NOT NULL")),
+        Index("ix_rollout_model", "model"),
+        Index("ix_rollout_run_reward", "run_id", "reward"),
+        Index("ix_rollout_duration", "duration_s"),  # the trace browser's slowest first
+        Index("ix_rollout_env", "env_name"),
+        Index("ix_rollout_env_reward", "env_name", "reward"),  # an environment's rollouts in a reward range
+        Index("ix_rollout_source", "source"),
+    )
     pk: int | None = Field(default=None, primary_key=True)
     id: str = Field(unique=True)
     run_id: str = Field(foreign_key="run.id")
@@ -79,7 +103,7 @@ class RolloutRow(SQLModel, table=True):
     completion: str = ""
     messages: str = "[]"  # JSON
     state: str = "{}"  # JSON, JSON-able part of the harness state
-    source: str = "model"  # model | imported | human (schema v7)
+    source: str = Field(default="model", sa_column_kwargs={"server_default": "model"})  # model | imported | human
 
 
 class ScoreRow(SQLModel, table=True):
@@ -155,6 +179,7 @@ class TrainMetricRow(SQLModel, table=True):
     held-out eval, or an event (a checkpoint, a dropped batch, ...)."""
 
     __tablename__ = "train_metric"
+    __table_args__ = (Index("ix_train_metric_run", "run_id", "kind", "step"),)
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="run.id")
     step: int  # the policy version after the step (the version evaluated, for evals)
@@ -168,6 +193,7 @@ class RescoreRow(SQLModel, table=True):
     """An applied re-score (schema v5): the env version whose rubric scored the stored rollouts again."""
 
     __tablename__ = "rescore"
+    __table_args__ = (Index("ix_rescore_env", "env_name", "created_at"),)
     id: int | None = Field(default=None, primary_key=True)
     env_name: str
     env_version: str
@@ -184,8 +210,28 @@ class RescoreRolloutRow(SQLModel, table=True):
     """A rollout's new scores in one re-score; its original reward and scores stay where they were."""
 
     __tablename__ = "rescore_rollout"
+    __table_args__ = (Index("ix_rescore_rollout_pk", "rollout_pk", "rescore_id"), {"sqlite_with_rowid": False})
     rescore_id: int = Field(primary_key=True, foreign_key="rescore.id")
     rollout_pk: int = Field(primary_key=True)
     reward: float
     scores: str  # JSON {"rewards": {...}, "metrics": {...}}
     errors: str | None = None  # JSON [[function, message], ...]
+
+
+def create_statements() -> list[str]:
+    """The DDL that creates the declared schema in an empty SQLite database, one statement each: every
+    table (in dependency order) with its indexes, then :data:`EXTRA_DDL`."""
+    from sqlalchemy.dialects import sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = sqlite.dialect()
+    out = []
+    for table in metadata.sorted_tables:
+        out.append(str(CreateTable(table).compile(dialect=dialect)).strip())
+        out += [str(CreateIndex(ix).compile(dialect=dialect)).strip() for ix in sorted(table.indexes, key=lambda i: i.name or "")]
+    return out + list(EXTRA_DDL)
+
+
+def schema_sql() -> str:
+    """``sql/schema.sql``: :func:`create_statements`, each ending with ``;`` at the end of a line."""
+    return "".join(f"{stmt};\n" for stmt in create_statements())
