@@ -19,6 +19,9 @@ from workbench_app.widgets.virtual_table import VirtualTable
 
 from tests.app.conftest import SIZE, screen_text, wait_until
 
+# slow: an SVG snapshot of every screen
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,9 @@ import pytest
 
 from tests.helpers import assert_user_error, write_file
 
+# slow: a hundred seeded cases through every --format (inspect_ai loaded), then the CLI on random input
+pytestmark = pytest.mark.slow
+
 SEED = 20261204
 CASES = {"openai-jsonl": 60, "verifiers": 30, "inspect": 12}
 MAX_RSS_MIB = 1024  # the importing process and its writer, each: far above what these small inputs need

@@ -22,6 +22,9 @@ import pytest
 
 from tests.helpers import last_json
 
+# slow: installs npm and pip packages and runs real agent programs and MCP servers in the sandbox
+pytestmark = pytest.mark.slow
+
 ENV = '''
 import workbench as wb
 

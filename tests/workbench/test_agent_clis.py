@@ -22,6 +22,9 @@ import pytest
 
 from tests.helpers import CliResult, MockServer, last_json
 
+# slow: installs Claude Code and Codex from npm and runs them
+pytestmark = pytest.mark.slow
+
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 CODEX = "@openai/codex@0.171.0"
 
