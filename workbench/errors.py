@@ -75,6 +75,10 @@ class OptionError(FieldError, ConfigError):
     """An option out of its range (``-n 0``, a temperature of 9)."""
 
 
+#: An :class:`OptionError`'s template for a task index past the end of the task set (values ``env``, ``n``, ``last``).
+TASK_OUT_OF_RANGE = "environment {env!r} has {n} tasks (0..{last}); {field} {value} is out of range"
+
+
 class StoreFieldError(FieldError, StoreError):
     """The store named by a field (the ``--db`` path) is not a usable store."""
 

@@ -143,9 +143,9 @@ async def test_closing_midway_stores_nothing_and_releases_the_sandbox(mock_serve
 
 async def test_bad_task_and_unreachable_endpoint_are_clear_errors(mock_url: str, closed_port: int,
                                                                   store: Store) -> None:
-    with pytest.raises(ConfigError, match=r"has 200 tasks \(0..199\); --task 500"):
+    with pytest.raises(ConfigError, match=r"has 200 tasks \(0..199\); task 500 is out of range"):
         await debug_rollout(_opts("arithmetic", mock_url), 500, store)
-    with pytest.raises(ConfigError, match="--task must be 0 or more"):
+    with pytest.raises(ConfigError, match="task must be 0 or more, not -1"):
         DebugSession(_opts("arithmetic", mock_url), -1, store)
     with pytest.raises(EndpointError, match="cannot reach the model endpoint"):
         await debug_rollout(_opts("arithmetic", f"http://127.0.0.1:{closed_port}/v1"), 0, store)

@@ -23,7 +23,7 @@ from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.authoring.tasks import Message, Task
 from workbench.cost.pricing import Price, match_price
-from workbench.errors import ConfigError, EndpointError
+from workbench.errors import TASK_OUT_OF_RANGE, EndpointError, OptionError
 from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine
 from workbench.rollouts.rollout import Rollout
@@ -57,7 +57,7 @@ class DebugSession:
                  on_change: Callable[[DebugSession], None] | None = None) -> None:
         opts.validate()
         if task_index < 0:
-            raise ConfigError(f"--task must be 0 or more, got {task_index}")
+            raise OptionError("DebugSession.task", task_index, "0 or more")
         self.opts, self.task_index, self.store, self.on_change = opts, task_index, store, on_change
         self.env: Environment | None = None
         self.task: Task | None = None
@@ -128,8 +128,8 @@ class DebugSession:
             apply_hot_swaps(env, opts)
             n = len(env.tasks)
             if self.task_index >= n:
-                raise ConfigError(f"environment {env.name!r} has {n} tasks (0..{n - 1}); --task {self.task_index} "
-                                  "is out of range")
+                raise OptionError("DebugSession.task", self.task_index, f"from 0 to {n - 1}", TASK_OUT_OF_RANGE,
+                                  env=env.name, n=n, last=n - 1)
             task = env.tasks[self.task_index]
             assert isinstance(task, Task)
             self.env, self.task = env, task

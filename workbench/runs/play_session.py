@@ -14,7 +14,7 @@ from typing import Any
 from workbench.authoring import discovery
 from workbench.authoring.human import Human
 from workbench.authoring.tasks import Task
-from workbench.errors import ConfigError
+from workbench.errors import TASK_OUT_OF_RANGE, OptionError
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
 from workbench.rollouts.human import HumanPolicy, PlayStopped
@@ -72,11 +72,12 @@ async def play(env_spec: str, task_index: int, store: Store, policy: HumanPolicy
     embedded model, started on demand)."""
     env = discovery.load(env_spec, env_args or {})
     if task_index < 0:
-        raise ConfigError(f"--task must be 0 or more, not {task_index}")
+        raise OptionError("play.task", task_index, "0 or more")
     head = list(itertools.islice(env.tasks, task_index + 1))  # no more than the task played
     if not 0 <= task_index < len(head):
         n = len(head)
-        raise ConfigError(f"environment {env.name!r} has {n} tasks (0..{n - 1}); --task {task_index} is out of range")
+        raise OptionError("play.task", task_index, f"from 0 to {n - 1}", TASK_OUT_OF_RANGE, env=env.name, n=n,
+                          last=n - 1)
     task = head[task_index]
     assert isinstance(task, Task)
     if not isinstance(env.harness, Human):
