@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from workbench_app.screens.environments import EnvironmentsScreen
 
 #: (mode, title, help) for every top-level screen.
 SCREENS: list[tuple[str, str, str]] = [
@@ -32,14 +32,14 @@ class WorkbenchCommands(Provider):
     """Go to a screen, act on the selected environment, toggle the theme, show the key help."""
 
     async def _on_environment(self, action: str) -> None:
+        """Go to Environments and run ``action`` there once its catalog is loaded (a first visit lists and
+        loads the environments in a worker)."""
         await self.app.switch_mode("environments")
         screen = self.app.screen
-        for _ in range(100):  # a first visit lists and loads the environments in a worker: up to 5 s
-            envs = getattr(screen, "envs", None)
-            if envs and all(st.status != "loading" for st in envs.values()):
-                break
-            await asyncio.sleep(0.05)
-        await screen.run_action(action)
+        if isinstance(screen, EnvironmentsScreen):
+            screen.catalog.when_loaded(partial(screen.run_action, action))
+        else:
+            await screen.run_action(action)
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app

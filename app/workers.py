@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from textual.message import Message
     from textual.message_pump import MessagePump
+    from textual.widget import Widget
 
 T = TypeVar("T")
 
@@ -37,6 +38,15 @@ def post_ui(target: MessagePump, message: Message) -> None:
     thread-safe; a no-op once the app (or its loop) has stopped."""
     try:
         target.post_message(message)
+    except RuntimeError:  # the loop is closed: nobody to tell
+        pass
+
+
+def notify_ui(node: Widget, message: str, **kwargs: Any) -> None:
+    """A notification from a worker thread: ``notify`` posts Textual's own ``Notify`` message, which is
+    thread-safe; a no-op once the app (or its loop) has stopped."""
+    try:
+        node.notify(message, **kwargs)
     except RuntimeError:  # the loop is closed: nobody to tell
         pass
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from textual import events
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from workbench_app.format import cell
@@ -16,6 +17,18 @@ class RowTable(DataTable[Any]):
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),
     ]
+
+    def _on_idle(self, _: events.Idle) -> None:
+        """Textual measures added and updated cells when the table is idle (its own ``_on_idle``, which runs
+        after this one), but keeps the rows it rendered before then in caches that do not know the widths:
+        a column that widens or narrows then is redrawn whole."""
+        if self._updated_cells or self._require_update_dimensions:  # what Textual's idle is about to measure
+            self.call_later(self._redraw_if_resized, [c.get_render_width(self) for c in self.ordered_columns])
+
+    def _redraw_if_resized(self, widths: list[int]) -> None:
+        if [c.get_render_width(self) for c in self.ordered_columns] != widths:
+            self._clear_caches()
+            self.refresh()
 
     def add_row(self, *cells: Any, **kwargs: Any) -> Any:
         return super().add_row(*(cell(c) for c in cells), **kwargs)

@@ -68,7 +68,7 @@ async def test_hot_reload_broken_then_fixed(make_app: Callable[..., WorkbenchApp
     async with app.run_test(size=SIZE) as pilot:
         await _loaded(pilot, app)
         before = _screen(app).envs["adder"].version
-        await wait_until(pilot, lambda: _screen(app)._stop_watch is not None, what="the watcher to start")
+        await wait_until(pilot, lambda: _screen(app).hot_reload.started, what="the watcher to start")
         await pilot.pause(0.3)
 
         write_file(env_dir / "adder.py", BROKEN)
@@ -200,7 +200,7 @@ async def test_the_first_env_made_in_the_app_hot_reloads(store_file: Path, monke
     app = WorkbenchApp(store_file, config=TuiConfig(), discover_fn=_user_envs, watch=True)
     async with app.run_test(size=SIZE) as pilot:
         screen = _screen(app)
-        await wait_until(pilot, lambda: screen._stop_watch is not None,
+        await wait_until(pilot, lambda: screen.hot_reload.started,
                          what="the watcher to start")
         assert not screen.envs
         await pilot.pause(0.3)

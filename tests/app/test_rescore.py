@@ -54,7 +54,7 @@ async def test_live_rescoring_after_a_reward_edit(make_app: Callable[..., Workbe
     app = make_app(watch=True)
     async with app.run_test(size=SIZE) as pilot:
         await _loaded(pilot, app)
-        await wait_until(pilot, lambda: _screen(app)._stop_watch is not None, what="the watcher to start")
+        await wait_until(pilot, lambda: _screen(app).hot_reload.started, what="the watcher to start")
         await pilot.pause(0.3)
         assert not _panel(app).display  # loading is not an edit: nothing re-scored yet
 

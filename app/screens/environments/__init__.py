@@ -1,0 +1,5 @@
+"""The Environments screen (:mod:`.screen`) and its controllers, one module per concern."""
+
+from workbench_app.screens.environments.screen import EnvironmentsScreen
+
+__all__ = ["EnvironmentsScreen"]

@@ -1,0 +1,132 @@
+"""The Environments screen's live re-scoring (``R``, and after an edit): a worker per environment, its
+progress and its result beside the detail panel.
+
+The work is ``workbench rescore ENV`` (:func:`workbench_app.env_state.rescore_stored`) on a private event
+loop in a thread worker, so the interface never waits on it; its progress and end come back as
+:class:`Rescores.Progress` and :class:`Rescores.Done`, each naming the run it is of, so a newer re-score
+of the same environment makes an older one's messages moot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+from workbench_app.env_state import EnvState, rescore_stored
+from workbench_app.format import clip, fnum
+from workbench_app.widgets.reward_compare import RewardCompare
+from workbench_app.workers import CancellableRun, post_ui
+
+from workbench.authoring.discovery import EnvRef
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench_app.screens.environments.screen import EnvironmentsScreen
+
+    from workbench.analysis.rescore import RescoreResult
+
+
+class Rescores:
+    class Progress(Message):
+        def __init__(self, name: str, runner: CancellableRun, done: int, total: int) -> None:
+            super().__init__()
+            self.name, self.runner, self.done, self.total = name, runner, done, total
+
+    class Done(Message):
+        """A re-score has ended: its result (None: nothing of the env is stored), or its error."""
+
+        def __init__(self, name: str, runner: CancellableRun, result: RescoreResult | None, error: str,
+                     quiet: bool) -> None:
+            super().__init__()
+            self.name, self.runner, self.result, self.error, self.quiet = name, runner, result, error, quiet
+
+    def __init__(self, screen: EnvironmentsScreen) -> None:
+        self.screen = screen
+        self._running: dict[str, CancellableRun] = {}  # env name -> its running re-score
+
+    def cancel_all(self) -> None:
+        for runner in self._running.values():
+            runner.cancel()
+
+    def cancel(self, st: EnvState) -> None:
+        """Stop ``st``'s running re-score, if any (its result would be of files that changed since)."""
+        runner = self._running.pop(st.name, None)
+        if runner is not None:
+            runner.cancel()
+        st.rescoring = None
+
+    def start(self, st: EnvState, *, quiet: bool) -> None:
+        """Re-score ``st``'s stored rollouts in a worker; a re-score of it still running is cancelled.
+        ``quiet``: an env with nothing stored is not worth a notification (after a reload)."""
+        old = self._running.pop(st.name, None)
+        if old is not None:
+            old.cancel()
+        runner = self._running[st.name] = CancellableRun()
+        # Asked for: show it starting at once. After a reload its first progress shows it (most envs
+        # edited have stored rollouts, but one that has none should not flash a panel).
+        st.rescoring = None if quiet else (0, 0)
+        self.screen.show_detail()
+        name, ref = st.name, st.ref
+        self.screen.run_worker(lambda: self._rescore(name, ref, runner, quiet), thread=True, exit_on_error=False,
+                               group="env-rescore")
+
+    def _rescore(self, name: str, ref: EnvRef, runner: CancellableRun, quiet: bool) -> None:
+        screen = self.screen
+
+        def progress(done: int, total: int) -> None:
+            post_ui(screen, self.Progress(name, runner, done, total))
+
+        try:
+            res = rescore_stored(ref, screen.workbench_app.store.get(), runner, progress)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            return  # replaced by a newer re-score, or the screen closed
+        except WorkbenchError as e:
+            post_ui(screen, self.Done(name, runner, None, str(e), quiet))
+        except Exception as e:
+            post_ui(screen, self.Done(name, runner, None, f"{type(e).__name__}: {e}", quiet))
+        else:
+            post_ui(screen, self.Done(name, runner, res, "", quiet))
+
+    def progress(self, event: Progress) -> None:
+        st = self.screen.envs.get(event.name)
+        if st is not None and self._running.get(event.name) is event.runner:
+            st.rescoring = (event.done, event.total)
+            if st is self.screen._selected():
+                self.show(st)
+
+    def finish(self, event: Done) -> None:
+        name, res = event.name, event.result
+        st = self.screen.envs.get(name)
+        if st is None or self._running.get(name) is not event.runner:
+            return  # a newer re-score of this env is on its way
+        del self._running[name]
+        st.rescoring = None
+        notify = self.screen.notify
+        if event.error:
+            notify(f"{name}: {clip(event.error, 200)}", title="re-score failed", severity="error", timeout=8)
+        elif res is None:
+            if not event.quiet:
+                notify(f"{name} has no stored rollouts to re-score; quick eval (e) stores some", severity="warning")
+        else:
+            st.rescore = res
+            sev = "warning" if res.failed else "information"
+            notify(f"{name}: mean reward {fnum(res.before.mean)} → {fnum(res.after.mean)}, {res.changed:,} of "
+                   f"{res.rescored:,} rollouts changed" + (f", {res.failed:,} with errors" if res.failed else ""),
+                   title="re-scored", severity=sev, timeout=5)
+        self.screen.show_detail()
+
+    def show(self, st: EnvState | None) -> None:
+        """The selected env's re-score beside the detail panel (hidden when it has none)."""
+        screen = self.screen
+        panel = screen.query_one(RewardCompare)
+        visible = st is not None and (st.rescore is not None or st.rescoring is not None)
+        panel.display = visible
+        screen.query_one("#env-bottom").set_class(visible, "-rescore")  # the detail box as tall as the panel
+        if st is None or not visible:
+            return
+        if st.rescore is not None and panel.result is not st.rescore:
+            panel.show_result(st.rescore)
+        if st.rescoring is not None:
+            done, total = st.rescoring
+            panel.show_progress(st.name, done, total or None)
