@@ -10,14 +10,16 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from workbench_app.format import fnum, safe_text
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
-from workbench_app.workers import call_ui
+from workbench_app.workers import CancellableRun, notify_ui, post_ui
 
+from workbench.analysis.diff import RolloutDiff
 from workbench.errors import WorkbenchError
 
 
@@ -49,25 +51,40 @@ class ProbeScreen(WorkbenchAppMixin, Screen[None]):
             table.add_column(col, key=col)
         self._run()
 
+    class Finished(Message):
+        """The probe has ended: its result, or (``result`` None) the error that stopped it."""
+
+        def __init__(self, result: dict[str, Any] | None, error: str = "") -> None:
+            super().__init__()
+            self.result, self.error = result, error
+
+    class DiffLoaded(Message):
+        """An exploit's rollout beside the gold rollout, ready to show."""
+
+        def __init__(self, diff: RolloutDiff) -> None:
+            super().__init__()
+            self.diff = diff
+
     @work(thread=True, exit_on_error=False, group="probe-run")
     def _run(self) -> None:
-        import asyncio
-
         from workbench.runs.probe import probe_env
 
         try:
             store = self.workbench_app.store.get()
-            out = asyncio.run(probe_env(self.env_spec, store))
+            out = CancellableRun().run(lambda: probe_env(self.env_spec, store))
         except WorkbenchError as e:
-            call_ui(self.app, self._failed, str(e))
-            return
+            post_ui(self, self.Finished(None, str(e)))
         except Exception as e:
-            call_ui(self.app, self._failed, f"the probe failed: {type(e).__name__}: {e}")
-            return
-        call_ui(self.app, self._show, out)
+            post_ui(self, self.Finished(None, f"the probe failed: {type(e).__name__}: {e}"))
+        else:
+            post_ui(self, self.Finished(out))
 
-    def _failed(self, message: str) -> None:
-        self.query_one("#probe-head", Static).update(Text(message, style="red"))
+    @on(Finished)
+    def _finished(self, event: Finished) -> None:
+        if event.result is None:
+            self.query_one("#probe-head", Static).update(Text(event.error, style="red"))
+        else:
+            self._show(event.result)
 
     def _show(self, out: dict[str, Any]) -> None:
         self.result = out
@@ -108,20 +125,24 @@ class ProbeScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="probe-open", exclusive=True)
     def _open(self, example: str, gold: str | None) -> None:
-        from workbench_app.screens.rollout_diff import RolloutDiffScreen
-
         from workbench.analysis.diff import load_diff
 
         if gold is None:  # an environment without gold answers: nothing to put it beside
-            call_ui(self.app, self.notify, f"no gold rollout to compare with; the example is {example} "
-                    "(Traces finds it)", title="probe")
+            notify_ui(self, f"no gold rollout to compare with; the example is {example} (Traces finds it)",
+                      title="probe")
             return
         try:
             diff = load_diff(self.workbench_app.store.get().conn, gold, example)
         except Exception as e:
-            call_ui(self.app, self.notify, f"comparing the rollouts failed: {e}", severity="error")
+            notify_ui(self, f"comparing the rollouts failed: {e}", severity="error")
             return
-        call_ui(self.app, self.app.push_screen, RolloutDiffScreen(diff))
+        post_ui(self, self.DiffLoaded(diff))
+
+    @on(DiffLoaded)
+    def _diff_loaded(self, event: DiffLoaded) -> None:
+        from workbench_app.screens.rollout_diff import RolloutDiffScreen
+
+        self.app.push_screen(RolloutDiffScreen(event.diff))
 
 
 __all__ = ["ProbeScreen"]
