@@ -124,6 +124,7 @@ async def test_bad_arguments_are_tool_errors() -> None:
         assert not (await text(s, "find_customer", email="ana@example.com"))[0]  # the server is still up
 
 
+@pytest.mark.slow  # two CRM server processes
 async def test_each_server_process_has_its_own_state() -> None:
     async with crm_session() as a, crm_session() as b:
         assert not (await text(a, "issue_refund", order_id="A201", reason="x"))[0]
@@ -268,6 +269,7 @@ LOOKUP = [("find_customer", {"email": "ana@example.com"}), ("list_orders", {"cus
      {"resolution": 0.5, "policy_violation": 0.0, "tool_calls": 0.0, "total": 0.5}),
     ("policy-window", [], "You have 60 days.", {"resolution": 0.0, "policy_violation": 0.0, "tool_calls": 0.0, "total": 0.0}),
 ])
+@pytest.mark.slow  # a CRM server process per case
 async def test_rubric(task_id: str, script: list[tuple[str, dict[str, Any]]], reply: str,
                       expected: dict[str, float]) -> None:
     assert await scores(task_id, script, reply) == pytest.approx(expected)
@@ -299,6 +301,7 @@ E2E_SCRIPT: list[Any] = [
 ]
 
 
+@pytest.mark.slow  # a scripted eval through the CLI
 def test_end_to_end_with_a_scripted_model(cli: Callable[..., Any], mock_server: Callable[..., Any],
                                           store_path: Path) -> None:
     mock = mock_server("script", script=E2E_SCRIPT)
