@@ -59,6 +59,7 @@ class CloudForecast:
     month: Month
     refusal: str | None  # the sentence `workbench launch` refuses this plan with; None: it may launch
     launch: Any = None  # the LaunchConfig planned (what a confirmed launch runs)
+    budget_problem: str | None = None  # the budgets' part of the refusal (the run's or the month's cap)
 
     @property
     def within_run_budget(self) -> bool | None:
@@ -72,23 +73,23 @@ class CloudForecast:
 
 def cloud_forecast(conn: sqlite3.Connection, config_file: str | Path | None, *, env: str | None = None,
                    max_steps: int | None = None, budget_usd: float | None = None,
-                   overrides: dict[str, Any] | None = None) -> CloudForecast:
+                   overrides: dict[str, Any] | None = None, require_env: bool = False) -> CloudForecast:
     """The plan of ``config_file`` (with ``--max-steps``/``--budget`` applied as the CLI does) and its verdict.
-    A config the plan cannot use raises :class:`ConfigError` with the CLI's message."""
+    A config the plan cannot use raises :class:`ConfigError` with the CLI's message. Without ``env`` the
+    config's own ``env.name`` is planned, else (unless ``require_env``) a placeholder."""
     overrides = dict(overrides or {})
     if max_steps is not None:
         overrides["loop.max_steps"] = max_steps
-    cfg = load_launch_config(config_file, overrides, env or PLANNED_ENV)
+    cfg = load_launch_config(config_file, overrides, env if require_env else env or PLANNED_ENV)
     plan = make_plan(cfg, budget_usd=budget_usd, max_steps=max_steps)
-    refusal = None
+    budget_problem = None
     try:
         check_budget(plan)
         check_monthly(conn, plan.total_usd)
     except ConfigError as e:
-        refusal = str(e)
-    if refusal is None and not plan.fits:
-        refusal = DOES_NOT_FIT
-    return CloudForecast(plan, this_month(conn), refusal, cfg)
+        budget_problem = str(e)
+    refusal = budget_problem if budget_problem is not None or plan.fits else DOES_NOT_FIT
+    return CloudForecast(plan, this_month(conn), refusal, cfg, budget_problem)
 
 
 @dataclass(slots=True)

@@ -139,6 +139,18 @@ class LocalBackend:
     name = "local"
     takes = "run"
     notice = ""
+    label = "local (this machine's CPU)"
+
+    def preflight(self, conn: Any, *, env: str | None, config_file: str | None = None, max_steps: int | None = None,
+                  budget_usd: float | None = None, overrides: dict[str, Any] | None = None) -> Any:
+        """Device-seconds × the local price and the cap the budget guard will enforce (no cluster plan)."""
+        from workbench_cloud.forecast import local_forecast
+
+        steps = max_steps if max_steps is not None else int((overrides or {}).get("loop.max_steps") or 0)
+        return local_forecast(conn, steps, budget_usd)
+
+    def check_credentials(self) -> None:
+        """Nothing to log in to: it runs here."""
 
     def launch(self, store: Any, run: Any, plan: Any = None, *, budget_usd: float | None = None,
                threads: int | None = None, on_event: Callable[[Event], None] | None = None,

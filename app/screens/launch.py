@@ -1,18 +1,21 @@
-"""Launch: the dialog behind ``L`` on an environment — what ``workbench launch ENV --backend local|modal
+"""Launch: the dialog behind ``L`` on an environment — what ``workbench launch ENV --backend NAME
 --max-steps N --budget USD [--config FILE]`` does, from the app.
 
-While the user picks a backend, steps, budget and config, a worker computes what the run will cost
-with the functions the CLI uses (:mod:`workbench_cloud.forecast`): for ``modal`` the cluster plan of
+The backends are the registered ``workbench.backends`` plugins (``workbench.usecases.launch.backends``:
+bundled, ``local`` and ``modal``). While the user picks a backend, steps, budget and config, a worker asks
+the chosen backend's pre-flight (``workbench.usecases.launch.preflight``, what the CLI and the
+``plan_launch`` tool call) what the run will cost: for a cluster backend (``modal``) the cluster plan of
 ``workbench launch --plan`` judged by the run and monthly budgets and the memory fit; for ``local``
 device-seconds × the local price and the cap the budget guard will enforce. A refused plan disables
 Launch, with the numbers shown. Confirming resolves the run config (``workbench.training.run_config.resolve``,
-in a worker: it imports the trainer; for ``modal`` the launch config, its plan and the Modal token, as
+in a worker: it imports the trainer; for a cluster backend the pre-flight again with its credentials, as
 ``workbench launch --backend modal`` does) and the cap (``workbench.cost.budgets.run_cap``) and returns a
 :class:`LaunchRequest`; the Environments screen runs the launch in a thread worker. A Modal launch is
 marked unverified, as the CLI marks it: it has never run on Modal from this project."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -45,8 +48,8 @@ class LaunchRequest:
     max_steps: int
     budget_usd: float | None  # the cap the budget guard enforces: the run's budget or what is left of the month
     config_file: str | None
-    run_cfg: Any  # the resolved workbench.training.run_config.RunConfig (local), workbench_cloud.plan.LaunchConfig (modal)
-    plan: Any = None  # the cluster plan a Modal launch runs (workbench_cloud.plan.Plan)
+    run_cfg: Any  # what the backend launches: a resolved RunConfig (takes "run"), the planned LaunchConfig ("launch")
+    plan: Any = None  # the cluster plan a cluster launch runs (workbench_cloud.plan.Plan)
 
 
 def parse_inputs(steps: str, budget: str, config_file: str) -> tuple[int, float | None, str | None]:
@@ -85,35 +88,58 @@ class Forecast:
     result: Any = None  # the CloudForecast / LocalForecast, for tests and callers
 
 
+def forecast_text(backend: str, fc: Any) -> Text:
+    """A backend's forecast for people: a cluster plan's or a local run's panel, else its refusal."""
+    from workbench_cloud.forecast import CloudForecast, LocalForecast
+
+    if isinstance(fc, CloudForecast):
+        text = cloud_text(fc)
+        notice = getattr(_backend(backend), "notice", "")
+        if notice:
+            text.append(f"\n{notice}", style="yellow")
+        return text
+    if isinstance(fc, LocalForecast):
+        return local_text(fc)
+    refusal = getattr(fc, "refusal", None)
+    return Text(f"{backend}: " + (f"refused: {refusal}" if refusal else "may launch"),
+                style="bold red" if refusal else "")
+
+
+def backend_id(name: str) -> str:
+    """The radio button of backend ``name``: ``#backend-local`` (a name's other characters as ``_``)."""
+    return "backend-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def _backend(name: str) -> Any:
+    from workbench.training.backends import backend
+
+    return backend(name)
+
+
 def compute_forecast(conn: Any, backend: str, spec: str, steps: int, budget: float | None,
                      config: str | None) -> Forecast:
-    """The forecast for these inputs (runs in a worker: it reads the store and the config file).
-    A config the plan cannot use is a refusal that says why, as the CLI would."""
-    from workbench_cloud.forecast import cloud_forecast, local_forecast
+    """The forecast for these inputs (runs in a worker: it reads the store and the config file): the backend's
+    pre-flight. A config the plan cannot use is a refusal that says why, as the CLI would."""
+    from workbench.usecases.launch import preflight
 
     inputs = (steps, budget, config)
-    if backend == "modal":
-        try:
-            fc = cloud_forecast(conn, config, env=spec, max_steps=steps, budget_usd=budget)
-        except WorkbenchError as e:
-            hint = "" if config else " (pick a run config with a [cloud] table, e.g. a bundled one)"
-            return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
-        from workbench_cloud.modal.launch import UNVERIFIED
-
-        text = cloud_text(fc)
-        text.append(f"\n{UNVERIFIED}", style="yellow")
-        return Forecast(backend, inputs, text, fc.refusal, fc)
-    lf = local_forecast(conn, steps, budget)
-    text = local_text(lf)
-    if config:
+    cluster = getattr(_backend(backend), "takes", "") == "launch"
+    try:
+        checked = preflight(conn, backend, env=spec, config_file=config, max_steps=steps, budget_usd=budget)
+    except WorkbenchError as e:
+        hint = "" if config or not cluster else " (pick a run config with a [cloud] table, e.g. a bundled one)"
+        return Forecast(backend, inputs, Text(f"no plan: {e}{hint}", style="bold red"), str(e))
+    text = forecast_text(backend, checked.forecast)
+    if config and not cluster:
         from workbench.training.run_config import load_tables
 
         try:
             if load_tables(config).get("cloud"):
-                text.append("\nthis config has a [cloud] table: pick modal to see its cluster plan", style="dim")
+                text.append("\nthis config has a [cloud] table: pick modal (a cluster backend) to see its plan",
+                            style="dim")
         except WorkbenchError as e:  # the confirm shows it too; say it now
             text.append(f"\nconfig: {e}", style="bold red")
-    return Forecast(backend, inputs, text, lf.refusal, lf)
+    return Forecast(backend, inputs, text, checked.refusal, checked.forecast)
 
 
 class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
@@ -138,13 +164,18 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         self._shown_gen = 0
         self._planned: tuple[str, ...] | None = None  # the backend and raw fields of the latest plan
         self._plan_timer: Timer | None = None
+        from workbench.usecases.launch import BackendChoice, backends
+
+        # The registered launch backends (a plugin's own too); "local" first when it is installed.
+        found = sorted(backends(), key=lambda b: (b.name != "local", b.name))
+        self.choices = found or [BackendChoice("local", "local (this machine's CPU)", "run")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-box"):
             yield Static(f"[b]Launch a training run of {esc(self.env)}[/b]", id="launch-title")
             with RadioSet(id="launch-backend"):
-                yield RadioButton("local (this machine's CPU)", value=True, id="backend-local")
-                yield RadioButton(f"modal — {MODAL_REASON}", id="backend-modal")
+                for i, choice in enumerate(self.choices):
+                    yield RadioButton(choice.label, value=i == 0, id=backend_id(choice.name), name=choice.name)
             with Horizontal(classes="launch-field"):
                 yield Label("max steps", classes="launch-label")
                 yield Input(str(self._default_steps), id="launch-steps")
@@ -167,7 +198,9 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
 
     @property
     def backend(self) -> str:
-        return "modal" if self.query_one("#backend-modal", RadioButton).value else "local"
+        """The chosen backend's name (the first registered one until another is picked)."""
+        chosen = next((b for b in self.query("#launch-backend RadioButton").results(RadioButton) if b.value), None)
+        return str(chosen.name) if chosen is not None and chosen.name else self.choices[0].name
 
     def _inputs(self) -> tuple[int, float | None, str | None]:
         return parse_inputs(self.query_one("#launch-steps", Input).value,
@@ -264,7 +297,8 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="launch-resolve")
     def _resolve(self, backend: str, steps: int, budget: float | None, config: str | None) -> None:
         try:
-            request = (self._modal_request if backend == "modal" else self._local_request)(steps, budget, config)
+            cluster = getattr(_backend(backend), "takes", "") == "launch"
+            request = (self._cluster_request if cluster else self._local_request)(backend, steps, budget, config)
         except WorkbenchError as e:
             call_ui(self.app, self.show_error, for_app(str(e)))
             return
@@ -273,7 +307,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
             return
         call_ui(self.app, self._resolved, request)
 
-    def _local_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
+    def _local_request(self, backend: str, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
         from workbench.cost.budgets import run_cap
         from workbench.training.run_config import resolve
 
@@ -281,21 +315,19 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         # What `workbench launch` hands the budget guard: the run's budget or what is left of
         # the month, whichever is lower (refused when the month is spent).
         cap, _ = run_cap(self.workbench_app.store.get().conn, budget)
-        return LaunchRequest(self.env, self.spec, "local", steps, cap, config, run_cfg)
+        return LaunchRequest(self.env, self.spec, backend, steps, cap, config, run_cfg)
 
-    def _modal_request(self, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
-        """What ``workbench launch ENV --backend modal`` checks before it builds anything: the plan's verdict
-        (run and monthly budgets, memory fit: the forecast's, as fresh as the month's spend) and a Modal token
-        (its error names ``workbench login modal``)."""
-        from workbench_cloud.forecast import cloud_forecast
-
-        from workbench.config.credentials import require_token
+    def _cluster_request(self, backend: str, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
+        """What ``workbench launch ENV --backend modal`` checks before it builds anything: the pre-flight's
+        verdict (run and monthly budgets, memory fit: as fresh as the month's spend) and the backend's
+        credentials (a missing Modal token's error names ``workbench login modal``)."""
         from workbench.cost.budgets import run_cap
+        from workbench.usecases.launch import preflight
 
         conn = self.workbench_app.store.get().conn
-        fc = cloud_forecast(conn, config, env=self.spec, max_steps=steps, budget_usd=budget)
-        if fc.refusal:
-            raise WorkbenchError(fc.refusal)
-        require_token("modal")
+        checked = preflight(conn, backend, env=self.spec, config_file=config, max_steps=steps, budget_usd=budget,
+                            credentials=True)
+        if checked.refusal:
+            raise WorkbenchError(checked.refusal)
         cap, _ = run_cap(conn, budget)
-        return LaunchRequest(self.env, self.spec, "modal", steps, cap, config, fc.launch, fc.plan)
+        return LaunchRequest(self.env, self.spec, backend, steps, cap, config, checked.launch_config, checked.plan)

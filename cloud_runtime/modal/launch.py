@@ -151,6 +151,21 @@ class ModalBackend:
     name = "modal"
     takes = "launch"
     notice = UNVERIFIED
+    label = "modal — unverified: never run on Modal from this project"
+
+    def preflight(self, conn: Any, *, env: str | None, config_file: str | None = None, max_steps: int | None = None,
+                  budget_usd: float | None = None, overrides: dict[str, Any] | None = None) -> Any:
+        """The cluster plan of ``workbench launch --plan``, judged by the run and monthly budgets and the memory fit."""
+        from workbench_cloud.forecast import cloud_forecast
+
+        return cloud_forecast(conn, config_file, env=env, max_steps=max_steps, budget_usd=budget_usd,
+                              overrides=overrides, require_env=True)
+
+    def check_credentials(self) -> None:
+        """A Modal token (its error names ``workbench login modal``)."""
+        from workbench.config.credentials import require_token
+
+        require_token("modal")
 
     def launch(self, store: Any, run: Any, plan: Any = None, *, budget_usd: float | None = None,
                threads: int | None = None, on_event: Callable[[Event], None] | None = None,

@@ -178,3 +178,34 @@ def test_import_workbench_stays_light() -> None:
             "'aiohttp', 'sqlite3') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+async def test_the_launch_preflight_is_one_verdict_from_the_cli_mcp_and_the_use_case(
+        in_process: dict[str, str], cli: Callable[..., CliResult], tmp_path: Path, store_path: Path) -> None:
+    from tests.workbench.test_mcp_server import CONFIG_28, serve
+    from workbench.store import Store
+    from workbench.usecases.launch import preflight
+
+    plan_args = ("launch", "arithmetic", "--config", CONFIG_28, "--plan", "--max-steps", 50)
+    res = cli(*plan_args, "--json")
+    assert res.rc == 0, res.stderr
+    from_cli = last_json(res.stdout)
+    over = cli(*plan_args, "--budget", 10)
+    refused = assert_user_error(over, "exceeds the budget")
+    async with serve(in_process, tmp_path) as session:
+        _, planned = await mcp_call(session, "plan_launch", env="arithmetic", config=str(CONFIG_28), max_steps=50)
+        _, tight = await mcp_call(session, "plan_launch", env="arithmetic", config=str(CONFIG_28), max_steps=50,
+                                  budget=10)
+    with Store(store_path) as store:
+        checked = preflight(store.conn, None, env="arithmetic", config_file=str(CONFIG_28), max_steps=50)
+        tight_check = preflight(store.conn, None, env="arithmetic", config_file=str(CONFIG_28), max_steps=50,
+                                budget_usd=10)
+    # plan_launch answers the plan with its own verdict beside it ("within_budget" judges the month too).
+    verdict = ("launched", "within_budget", "budget_problem")
+    from_function, from_mcp, from_cli = ({k: v for k, v in plan.items() if k not in verdict} for plan in (
+        orjson.loads(orjson.dumps(checked.plan.to_dict())), planned, from_cli))
+    assert from_cli == from_mcp == from_function and from_cli["nodes"] == 28 and from_cli["max_steps"] == 50
+    assert checked.refusal is None and planned["within_budget"] is True
+    assert tight_check.budget_problem and tight_check.refusal == tight_check.budget_problem
+    assert tight["budget_problem"] == tight_check.budget_problem and tight["within_budget"] is False
+    assert tight_check.budget_problem in refused

@@ -82,14 +82,6 @@ def render_plan(plan: Any) -> None:
         console.print(f"  - {a}", markup=False, highlight=False)
 
 
-def _check_monthly(ctx: click.Context, db: str | None, estimate_usd: float) -> None:
-    from workbench.cli.common import open_store
-    from workbench.cost.budgets import check_monthly
-
-    with open_store(ctx, db) as store:
-        check_monthly(store.conn, estimate_usd)
-
-
 def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | None, db: str | None,
             threads: int | None, as_json: bool, plan: Any = None) -> None:
     """Run the launch pipeline on ``backend`` and follow the run's stream into the store. ``run`` is a
@@ -149,9 +141,9 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
                    db: str | None, as_json: bool) -> None:
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
-    from workbench_cloud.plan import check_budget, load_launch_config, make_plan
-
+    from workbench.cli.common import open_store
     from workbench.training.run_config import parse_overrides
+    from workbench.usecases.launch import preflight
 
     overrides = parse_overrides(ctx.args)
     if max_steps is not None:
@@ -169,22 +161,22 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         _launch(ctx, validate_tables(load_tables(config_file, overrides, env)), backend, budget, db, threads,
                 as_json)
         return
-    cfg = load_launch_config(config_file, overrides, env)
-    plan = make_plan(cfg, budget_usd=budget, max_steps=max_steps)
+    planner = backend if chosen is not None and chosen.takes == "launch" else None  # None: the cluster plan
+    with open_store(ctx, db, read_only_ok=plan_only) as store:
+        checked = preflight(store.conn, planner, env=env, config_file=config_file, max_steps=max_steps,
+                            budget_usd=budget, overrides=overrides)
+    plan = checked.plan
     if plan_only:
         if as_json:
             emit_json(plan.to_dict())
         else:
             render_plan(plan)
-        check_budget(plan)
-        _check_monthly(ctx, db, plan.total_usd)
+    if checked.budget_problem is not None:
+        raise ConfigError(checked.budget_problem)
+    if plan_only:
         return
-    check_budget(plan)
-    _check_monthly(ctx, db, plan.total_usd)
-    if not plan.fits:
-        from workbench_cloud.forecast import DOES_NOT_FIT
-
-        raise ConfigError(DOES_NOT_FIT)
+    checked.raise_if_refused()  # the memory fit
+    cfg = checked.launch_config
     _launch(ctx, cfg if chosen is not None and chosen.takes == "launch" else cfg.run, backend, budget, db, threads,
             as_json, plan)
 

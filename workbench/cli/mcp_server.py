@@ -365,10 +365,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
                 raise ConfigError("over HTTP the environment is the env argument, not an env.name override")
 
         def run() -> Any:
-            from workbench_cloud.plan import check_budget, load_launch_config, make_plan
-
-            from workbench.cost.budgets import check_monthly
             from workbench.training.run_config import parse_overrides
+            from workbench.usecases.launch import preflight
 
             flat: dict[str, Any] = {}
             for key, value in (overrides or {}).items():
@@ -381,15 +379,12 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
                 flat["loop.max_steps"] = max_steps
             if budget is not None and budget < 0:
                 raise ConfigError("budget cannot be negative")
-            plan = make_plan(load_launch_config(config, flat, env), budget_usd=budget, max_steps=max_steps)
-            problem = None
-            try:
-                check_budget(plan)
-                with open_store(True) as store:
-                    check_monthly(store.conn, plan.total_usd)
-            except ConfigError as e:
-                problem = str(e)
-            return {**plan.to_dict(), "launched": False, "within_budget": problem is None, "budget_problem": problem}
+            with open_store(True) as store:
+                checked = preflight(store.conn, None, env=env, config_file=config, max_steps=max_steps,
+                                    budget_usd=budget, overrides=flat)
+            problem = checked.budget_problem
+            return {**checked.plan.to_dict(), "launched": False, "within_budget": problem is None,
+                    "budget_problem": problem}
 
         return await in_thread(run)
 
