@@ -177,7 +177,7 @@ class InterceptionProxy:
             return ChatAPI().error(404, f"No response with id '{rid}' found.", param="response_id")
         return web.Response(body=orjson.dumps(found), content_type="application/json")
 
-    def _prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
+    def prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
         # The run decides the model and the sampling settings; the harness's own values are replaced.
         return {**body, **self.params, **rollout.params, "model": self.model}
 
@@ -239,7 +239,7 @@ class InterceptionProxy:
         except WireError as e:
             return api.error(400, e.message, param=e.param)
         messages, tools = chat["messages"], chat.get("tools")
-        payload = self._prepare(chat, rollout)
+        payload = self.prepare(chat, rollout)
         route = "/chat/completions"
         ids = await rollout.continued_prompt(messages, tools)
         if ids is not None:

@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
+from workbench.rollouts.client import ChatClient
 from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, WireAPI, record_choices
 from workbench.rollouts.rollout import Rollout
 from workbench.rollouts.trace import RAW_PROMPT
 from workbench.wire.chat_stream import ChatStreamAccumulator, completion_chunks
 
-if TYPE_CHECKING:
-    from workbench.rollouts.proxy import InterceptionProxy
+
+class Upstream(Protocol):
+    """What a relay needs of the interception proxy (``proxy.py``): its client, the upstream URL and model,
+    and a harness's request as the run sends it on."""
+
+    client: ChatClient
+    upstream: str
+    model: str
+
+    def prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]: ...
 
 
 def upstream_message(raw: bytes) -> str:
@@ -51,7 +60,7 @@ def _as_stream(raw: bytes) -> list[bytes] | str:
     return [*lines, b"data: [DONE]", b""]
 
 
-async def relay_stream(proxy: InterceptionProxy, request: web.Request, rollout: Rollout, api: WireAPI,
+async def relay_stream(proxy: Upstream, request: web.Request, rollout: Rollout, api: WireAPI,
                        payload: dict[str, Any], messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        route: str) -> web.StreamResponse:
     # The trace needs the usage, so it is asked for upstream; the harness gets it only if it asked too.
@@ -99,7 +108,7 @@ async def relay_stream(proxy: InterceptionProxy, request: web.Request, rollout: 
     return out
 
 
-async def relay_completions(proxy: InterceptionProxy, rollout: Rollout, api: ChatAPI,
+async def relay_completions(proxy: Upstream, rollout: Rollout, api: ChatAPI,
                             body: dict[str, Any]) -> web.Response:
     """``/v1/completions``: forwarded with the run's model and settings and token ids asked for; each
     choice recorded as a call whose one message is the prompt, marked as a raw prompt (no chat
@@ -111,7 +120,7 @@ async def relay_completions(proxy: InterceptionProxy, rollout: Rollout, api: Cha
     if not isinstance(prompt, str):
         return api.error(400, "the proxy records completions of one text prompt: 'prompt' must be a string",
                          param="prompt")
-    payload = {**proxy._prepare(body, rollout), "return_token_ids": True}
+    payload = {**proxy.prepare(body, rollout), "return_token_ids": True}
     t0 = time.perf_counter()
     try:
         raw = await proxy.client.post_json(proxy.upstream + "/completions", payload, proxy.model)
