@@ -15,7 +15,7 @@ from workbench_local.sandbox.process_pool import ProcessPool
 
 import workbench as wb
 from tests.helpers import assert_user_error, last_json, query, write_file
-from workbench.authoring.sandbox import needs_sandbox
+from workbench.authoring.environment import needs_sandbox
 from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store
 

@@ -81,3 +81,14 @@ class Environment:
         if src is None or not src.exists():
             return None
         return src if src.is_dir() else src.parent
+
+
+def needs_sandbox(env: Environment) -> bool:
+    """Whether rollouts of ``env`` need a sandbox: a tool or scoring function declares ``sandbox``
+    (or ``sandboxes``), or the harness says so. Tasks with ``sandbox`` needs get one regardless."""
+    if getattr(env.harness, "needs_sandbox", False):
+        return True
+    for tool in getattr(env.harness, "tools", ()) or ():
+        if "sandbox" in getattr(tool, "injected", ()):
+            return True
+    return any("sandbox" in f.args or "sandboxes" in f.args for f in env.rubric.functions)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import ConfigError, WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.authoring.environment import Environment
     from workbench.authoring.tasks import Task
 
 #: Where the rollout's working directory appears inside an isolated sandbox.
@@ -236,17 +235,6 @@ class SandboxPool(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def needs_sandbox(env: Environment) -> bool:
-    """Whether rollouts of ``env`` need a sandbox: a tool or scoring function declares ``sandbox``
-    (or ``sandboxes``), or the harness says so. Tasks with ``sandbox`` needs get one regardless."""
-    if getattr(env.harness, "needs_sandbox", False):
-        return True
-    for tool in getattr(env.harness, "tools", ()) or ():
-        if "sandbox" in getattr(tool, "injected", ()):
-            return True
-    return any("sandbox" in f.args or "sandboxes" in f.args for f in env.rubric.functions)
 
 
 def check_task_needs(task: Task) -> dict[str, Any]:

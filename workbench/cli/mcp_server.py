@@ -73,7 +73,7 @@ class _Progress:
 
 def _sandboxes_on_modal(env: Any, n: int) -> bool:
     """Whether a run of ``env``'s first ``n`` tasks would open sandboxes on Modal (a paid cloud)."""
-    from workbench.authoring.sandbox import needs_sandbox
+    from workbench.authoring.environment import needs_sandbox
 
     if getattr(env.runtime, "kind", "") != "modal":
         return False

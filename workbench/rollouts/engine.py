@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.authoring.environment import Environment
+from workbench.authoring.environment import Environment, needs_sandbox
 from workbench.authoring.rubric import USER_CODE_ERRORS, Scores
-from workbench.authoring.sandbox import SandboxError, SandboxPool, needs_sandbox
+from workbench.authoring.sandbox import SandboxError, SandboxPool
 from workbench.authoring.tasks import Task
 from workbench.config.redact import redact
 from workbench.cost.pricing import Price

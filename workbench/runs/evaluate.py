@@ -340,7 +340,7 @@ async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concur
                          rollouts_per_task: int) -> Any:
     """The run's sandbox pool, when a tool or reward of the environment (or a task) needs a sandbox."""
 
-    from workbench.authoring.sandbox import needs_sandbox
+    from workbench.authoring.environment import needs_sandbox
 
     if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
         return None

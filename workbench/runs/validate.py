@@ -169,7 +169,7 @@ def _scoring_rollout(task: Task, ctx: dict[str, Any]) -> Rollout:
 
 async def _sandboxes(env: Environment, tasks: list[Task], rep: ValidationReport) -> Any:
     """The environment's sandbox pool when its rubric or tasks need sandboxes (None otherwise, or on failure)."""
-    from workbench.authoring.sandbox import needs_sandbox
+    from workbench.authoring.environment import needs_sandbox
 
     if not needs_sandbox(env) and not any(t.sandbox is not None for t in tasks):
         return None
