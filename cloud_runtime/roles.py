@@ -18,7 +18,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench_local.training.roles import LocalRoles
 
@@ -91,7 +91,7 @@ class CallProcess:
 class ModalRoles:
     """Inside the Modal orchestrator: the inference function's URL and the clustered trainer."""
 
-    trainer_first = False  # the trainer runs on other machines: it gets the URL on its command line
+    trainer_first: ClassVar[bool] = False  # the trainer runs on other machines: it gets the URL on its command line
 
     def __init__(self, cloud: Any, handoff: dict[str, Any], sync: Callable[[], None] | None = None) -> None:
         self.cloud, self.handoff = cloud, handoff  # cloud: modal_orchestrator.CloudRun

@@ -10,16 +10,25 @@ themselves in ``pyproject.toml`` exactly as a third-party package registers its 
     firecracker = "my_package.runtime:Firecracker"     # a wb.Runtime subclass: --runtime firecracker
 
 Environments themselves are found the same way (``workbench.environments``, see ``discovery``).
+
+Each group's objects have a type, declared beside the code that uses them (:class:`~workbench.training.
+backends.LaunchBackend`, a ``wb.Runtime`` subclass, ...). :func:`load` takes the test of that type and
+returns the plugin as that type, or raises :class:`PluginError` naming what the entry point is instead::
+
+    backend = plugins.load("backends", "modal", is_launch_backend)   # typed LaunchBackend
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import TypeGuard, TypeVar, overload
 
 from workbench.errors import ConfigError
+
+T = TypeVar("T")
 
 #: Each kind of plugin, with what its entry points name.
 KINDS: dict[str, str] = {
@@ -59,9 +68,23 @@ def available(kind: str, name: str) -> bool:
     return name in _entry_points(kind)
 
 
+@overload
+def load(kind: str, name: str) -> object: ...
+@overload
+def load(kind: str, name: str, conforms: Callable[[object], TypeGuard[T]]) -> T: ...
+def load(kind: str, name: str, conforms: Callable[[object], bool] | None = None) -> object:
+    """The object a plugin's entry point names, typed by ``conforms`` (the test of its group's type); one
+    clear :class:`PluginError` when it cannot be had or is not of that type."""
+    found = _load(kind, name)
+    if conforms is not None and not conforms(found):
+        raise PluginError(f"the {kind[:-1].replace('_', ' ')} {name!r} ({_entry_points(kind)[name].value}) is "
+                          f"a {type(found).__name__}, which is not what a workbench.{kind} plugin must be: "
+                          f"{KINDS[kind]}")
+    return found
+
+
 @cache
-def load(kind: str, name: str) -> Any:
-    """The object a plugin's entry point names; one clear :class:`PluginError` when it cannot be had."""
+def _load(kind: str, name: str) -> object:
     eps = _entry_points(kind)
     ep = eps.get(name)
     if ep is None:
@@ -70,17 +93,18 @@ def load(kind: str, name: str) -> Any:
         have = ", ".join(sorted(eps)) or "none"
         raise PluginError(f"no {kind[:-1].replace('_', ' ')} named {name!r} is installed{hint}; registered: {have}")
     try:
-        return ep.load()
+        found: object = ep.load()
     except ImportError as e:
         raise PluginError(f"the {kind[:-1].replace('_', ' ')} {name!r} ({ep.value}) cannot be imported here "
                           f"({e}); install what it needs (for the bundled ones: pip install 'rl-workbench[local]')"
                           ) from None
+    return found
 
 
 def refresh() -> None:
     """Forget what was found (after installing a plugin into the running interpreter)."""
     _entry_points.cache_clear()
-    load.cache_clear()
+    _load.cache_clear()
 
 
 __all__ = ["KINDS", "PluginError", "available", "group", "load", "names", "refresh"]

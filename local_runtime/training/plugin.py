@@ -8,6 +8,7 @@ from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.training.algorithms import nearest
+from workbench.training.roles import TrainRoles
 
 
 class LocalTrainer:
@@ -31,7 +32,7 @@ class LocalTrainer:
         build_loss(name, **loss)
         TrainerConfig.from_dict(tables["trainer"])
 
-    def roles(self) -> Any:
+    def roles(self) -> TrainRoles:
         from workbench_local.training.roles import LocalRoles
 
         return LocalRoles()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from workbench_local.server.embedded import start_server, terminate
 
@@ -17,7 +18,7 @@ class LocalRoles:
     """The embedded server and a trainer process on this machine (see the module doc)."""
 
     worker_module = "workbench_local.training.worker"
-    trainer_first = True  # it reads the server's URL from the run directory once the server is up
+    trainer_first: ClassVar[bool] = True  # it reads the server's URL from the run directory once the server is up
 
     def trainer_args(self, db: Path, run_id: str) -> list[str]:
         """Where the trainer reads its rollouts: here, the store."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard
 
 from workbench import plugins
 from workbench.authoring.sandbox import (
@@ -78,7 +78,7 @@ class Runtime:
         if not plugins.available("sandbox_pools", self.kind):
             raise SandboxError(f"no sandbox pool for the {self.kind!r} runtime is installed here; "
                                f"installed: {', '.join(plugins.names('sandbox_pools')) or 'none'}")
-        pool_cls = plugins.load("sandbox_pools", self.kind)
+        pool_cls = plugins.load("sandbox_pools", self.kind, is_pool_class)
         return pool_cls(self, run_id=run_id, size=self.warm_size(size), env_dir=env_dir)
 
     def warm_size(self, concurrency: int) -> int:
@@ -215,6 +215,16 @@ class ModalSandbox(Runtime):
             return Runtime.pool(self, run_id=run_id, size=size, env_dir=env_dir)
         raise SandboxError("wb.ModalSandbox runs only in the cloud; on this machine use --runtime local or "
                            "--runtime docker")
+
+
+class PoolClass(Protocol):
+    """What a ``workbench.sandbox_pools`` plugin names: a :class:`SandboxPool` subclass made this way."""
+
+    def __call__(self, runtime: Runtime, *, run_id: str, size: int, env_dir: str | Path | None) -> SandboxPool: ...
+
+
+def is_pool_class(found: object) -> TypeGuard[PoolClass]:
+    return isinstance(found, type) and issubclass(found, SandboxPool)
 
 
 def runtime_names() -> list[str]:

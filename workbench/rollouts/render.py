@@ -9,7 +9,7 @@ and names the likely cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from workbench.errors import ConfigError
 from workbench.rollouts.trace import RAW_PROMPT, Trace, TraceNode
@@ -30,14 +30,32 @@ class RenderMismatch:
                 f"{self.recorded_text!r} vs re-rendered {self.rendered_text!r}")
 
 
-def _tokenizers() -> Any:
+@runtime_checkable
+class Tokenizers(Protocol):
+    """What a ``workbench.tokenizers`` plugin names."""
+
+    def load(self, name_or_path: str) -> Any:
+        """The tokenizer (transformers' interface: ``apply_chat_template``, ``decode``, ...) of a local model
+        path or HF id, offline, with a chat template."""
+        ...
+
+    def default_for(self, model: str) -> str | None:
+        """The tokenizer to decode a served model's tokens with, when it can be found offline."""
+        ...
+
+
+def is_tokenizers(found: object) -> TypeGuard[Tokenizers]:
+    return isinstance(found, Tokenizers)
+
+
+def _tokenizers() -> Tokenizers:
     from workbench import plugins
 
     names = plugins.names("tokenizers")
     if not names:
         raise ConfigError("re-rendering needs a tokenizer plugin (the bundled one uses transformers): "
                           "pip install 'rl-workbench[local]'")
-    return plugins.load("tokenizers", "transformers" if "transformers" in names else names[0])
+    return plugins.load("tokenizers", "transformers" if "transformers" in names else names[0], is_tokenizers)
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from workbench.cost.pricing import Price
 from workbench.errors import ConfigError, EndpointFieldError, OptionError
@@ -16,6 +16,20 @@ from workbench.rollouts.client import api_key_source
 #: ``on_status(what, done, total)``: what a run waits for before its rollouts start (the embedded
 #: model being built or started); ``done``/``total`` are None when there is no count to show.
 StatusCallback = Callable[[str, int | None, int | None], None]
+
+
+@runtime_checkable
+class ModelServer(Protocol):
+    """What a ``workbench.endpoints`` plugin names: the model server used when no base URL is given. It may
+    also have ``check(model)``, which refuses a model it could not load without loading it."""
+
+    def ensure(self, model: str | None = None, *, progress: StatusCallback | None = None) -> tuple[str, str]:
+        """(base URL ending in /v1, model id) of a healthy server for ``model``, started if need be."""
+        ...
+
+
+def is_model_server(found: object) -> TypeGuard[ModelServer]:
+    return isinstance(found, ModelServer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +67,7 @@ def resolve_endpoint(model: str | None = None, base_url: str | None = None, api_
     from workbench import plugins
 
     try:
-        server = plugins.load("endpoints", "embedded")
+        server = plugins.load("endpoints", "embedded", is_model_server)
     except plugins.PluginError as e:
         raise EndpointFieldError(url_field, None, template="no {field} given and the embedded model "
                                  "server cannot start here ({why}); or give {field} and {model}", why=e,

@@ -22,11 +22,12 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from workbench import plugins
 from workbench.errors import ConfigError
 from workbench.training.algorithms import ALGORITHMS, make_algorithm, nearest
+from workbench.training.roles import TrainRoles
 
 
 @dataclass(slots=True)
@@ -67,13 +68,35 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def trainer_plugin() -> Any:
+@runtime_checkable
+class Trainer(Protocol):
+    """What a ``workbench.trainers`` plugin names: what ``workbench train`` needs of a trainer without
+    running it."""
+
+    def defaults(self) -> dict[str, Any]:
+        """The ``[trainer]`` table's defaults."""
+        ...
+
+    def check(self, tables: dict[str, Any]) -> None:
+        """Refuse (``ConfigError``) an unknown loss, loss option or trainer option."""
+        ...
+
+    def roles(self) -> TrainRoles:
+        """Where the inference server and the trainer process run."""
+        ...
+
+
+def is_trainer(found: object) -> TypeGuard[Trainer]:
+    return isinstance(found, Trainer)
+
+
+def trainer_plugin() -> Trainer | None:
     """The installed trainer (the ``workbench.trainers`` plugin ``local``), or None where it cannot be
     imported (the plain CLI without the local extra: the trainer then checks its own tables)."""
     if not plugins.available("trainers", "local"):
         return None
     try:
-        return plugins.load("trainers", "local")
+        return plugins.load("trainers", "local", is_trainer)
     except plugins.PluginError:
         return None
 
@@ -260,8 +283,9 @@ def validate_tables(tables: dict[str, Any]) -> RunConfig:
     data = _check_data(tables, aname)
     loss = dict(tables["loss"])
     lname = loss.pop("name", "pg")
-    if trainer_defaults:
-        trainer_plugin().check(tables)  # the loss and the trainer options, by the trainer that runs them
+    trainer = trainer_plugin()
+    if trainer_defaults and trainer is not None:
+        trainer.check(tables)  # the loss and the trainer options, by the trainer that runs them
     return RunConfig(env=name, env_args=dict(tables["env"]["args"]), loop=loop,
                      algorithm={"name": aname, **algo}, loss={"name": lname, **loss},
                      trainer=dict(tables["trainer"]), raw=tables, data=data)
