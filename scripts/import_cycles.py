@@ -19,8 +19,8 @@ import tomllib
 from pathlib import Path
 
 import grimp
-from importlinter.domain.helpers import import_expressions_to_imports
-from importlinter.domain.imports import ImportExpression
+from importlinter.domain.helpers import MissingImport, import_expressions_to_imports
+from importlinter.domain.imports import ImportExpression, ModuleExpression
 
 ROOTS = ("workbench", "workbench_local", "workbench_cloud", "workbench_app", "workbench_envs")
 CONTRACT_TYPE = "acyclic_siblings"
@@ -32,12 +32,21 @@ def set_aside(pyproject: Path) -> list[str]:
     return [e for c in contracts if c["type"] == CONTRACT_TYPE for e in c.get("ignore_imports", [])]
 
 
-def build(pyproject: Path) -> grimp.ImportGraph:
+def build(pyproject: Path) -> tuple[grimp.ImportGraph, list[str]]:
+    """The product's import graph without the imports set aside, and the set-aside expressions that match
+    no import (stale: an error, as ``lint-imports`` reports it)."""
     graph = grimp.build_graph(*ROOTS, include_external_packages=False, cache_dir=None)
-    expressions = [ImportExpression(*(side.strip() for side in e.split("->"))) for e in set_aside(pyproject)]
-    for direct in import_expressions_to_imports(graph, expressions):
-        graph.remove_import(importer=direct.importer.name, imported=direct.imported.name)
-    return graph
+    stale = []
+    for text in set_aside(pyproject):
+        importer, imported = (ModuleExpression(side.strip()) for side in text.split("->"))
+        try:
+            found = import_expressions_to_imports(graph, [ImportExpression(importer=importer, imported=imported)])
+        except MissingImport:
+            found = []
+        stale += [] if found else [text]
+        for direct in found:
+            graph.remove_import(importer=direct.importer.name, imported=direct.imported.name)
+    return graph, stale
 
 
 def _shortest_cycle(graph: grimp.ImportGraph, start: str, within: set[str]) -> list[str]:
@@ -97,15 +106,17 @@ def sibling_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
 
 
 def main() -> int:
-    graph = build(Path.cwd() / "pyproject.toml")
+    graph, stale = build(Path.cwd() / "pyproject.toml")
     modules, siblings = module_cycles(graph), sibling_cycles(graph)
     for cycle in modules:
         print("module cycle:", " -> ".join(cycle))
     for cycle in siblings:
         print("sibling cycle:", " -> ".join(cycle))
-    if not modules and not siblings:
+    for text in stale:
+        print("set aside in pyproject.toml but no such import:", text)
+    if not (modules or siblings or stale):
         print(f"no import cycles in {len(graph.modules)} modules")
-    return 1 if modules or siblings else 0
+    return 1 if modules or siblings or stale else 0
 
 
 if __name__ == "__main__":
