@@ -16,25 +16,11 @@ from textual.widgets import Header, Static
 from workbench_app.format import ROLE_COLORS, cell, fcost, fnum, ftime, safe_text, title, visible
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
+from workbench_app.widgets.message_text import message_body
 from workbench_app.widgets.token_view import TokenView
 
 from workbench.analysis.mcp_calls import mcp_calls_table
 from workbench.config.redact import redact
-from workbench.rollouts.rollout import content_text
-
-
-def message_body(m: dict[str, Any]) -> Text:
-    body = safe_text(content_text(m.get("content")))
-    for tc in m.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        if body:
-            body.append("\n")
-        body.append("→ ", style="bold yellow")
-        body.append(visible(fn.get("name", "?")), style="bold")
-        body.append(visible(f"({fn.get('arguments', '')})"), style="italic")
-    if not body:
-        body = Text("(empty)", style="dim")
-    return body
 
 
 def overview(r: dict[str, Any]) -> Table:

@@ -15,7 +15,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 from workbench_app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
-from workbench_app.screens.rollout_detail import message_body
+from workbench_app.widgets.message_text import message_body
 
 from workbench.cost.pricing import Price
 from workbench.runs.debug_report import ScoreLine
