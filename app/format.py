@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,42 +12,31 @@ from workbench.format import clip, esc, fcost, fnum, fpath, ftime, has_control, 
 
 ROLE_COLORS = {"system": "magenta", "user": "dodger_blue1", "assistant": "green", "tool": "yellow"}
 
-#: The CLI's advice, as the app gives it (the workbench errors are written for the command line).
-#: (pattern, replacement); ``{settings}`` is the settings file, where the app reads base_url and model.
-_FOR_APP: list[tuple[str, str]] = [
-    (r"--task (\d+) is out of range", r"task \1 is out of range"),
-    (r"[.;,]? ?[Pp]ick another name or --dir", ". Pick another name"),
-    (r"--dir takes a folder", "pick a folder"),
-    (r"choose a writable --dir", "choose a writable folder"),
-    (r"check --base-url and", "check base_url in {settings} and"),
-    (r"--base-url needs a model name too: pass -m MODEL", "base_url needs a model name too: set model in {settings}"),
-    (r"no --base-url given", "no base_url set"),
-    (r"or pass --base-url URL -m MODEL", "or set base_url and model in {settings}"),
-    (r"--base-url ('[^']*')", r"base_url \1"),
-    (r"\(--max-steps (\d+)\)", r"(max steps \1)"),
-    (r"raise --budget", "raise the budget"),
-    (r"or pass another --db", "or open the app on another store (workbench --db PATH)"),
-    (r"pass another --db", "open the app on another store (workbench --db PATH)"),
-    (r"pass the --db of an existing store", "open the app on an existing store (workbench --db PATH)"),
-    (r"--base-url", "base_url"),  # whatever else names the flags: the settings the app reads instead
-    (r"--task\b", "task"),  # the Debugger's task # field
-]
+#: What the app calls the fields a :class:`~workbench.errors.FieldError` names, where its word is not the
+#: field's own name (``{settings}`` is the settings file, where the app reads its endpoint). A screen's own
+#: labels (its form's fields) come first.
+APP_LABELS = {
+    "EvalOptions.base_url": "base_url in {settings}",
+    "EvalOptions.model": "model in {settings}",
+    "EvalOptions.api_key": "the API key",
+    "Store.db": "store (workbench --db PATH)",
+    "create_env.directory": "the folder",
+    "LaunchPlan.max_steps": "max steps",
+    "LaunchPlan.budget": "the budget",
+}
 
 
 def for_app(error: BaseException | str, labels: Mapping[str, str] | None = None) -> str:
     """``error``'s line as the app says it: each field a :class:`~workbench.errors.FieldError` names by
-    ``labels`` (field → the label of the form at hand; ``{settings}`` in one is the settings file), else by
-    its own name; the rest of the CLI's flag advice said the app's way."""
+    ``labels`` (field → the label of the form at hand), else by :data:`APP_LABELS`, else by its own name."""
     from workbench.config.settings import settings_path
     from workbench.errors import field_name, named
 
+    if isinstance(error, str):
+        return error
+    words = {**APP_LABELS, **(labels or {})}
     settings = fpath(settings_path())
-    given = dict(labels or {})
-    message = error if isinstance(error, str) else \
-        named(error, lambda f: given.get(f, field_name(f)).replace("{settings}", settings))
-    for pattern, replacement in _FOR_APP:
-        message = re.sub(pattern, replacement.replace("{settings}", settings), message)
-    return message
+    return named(error, lambda f: words.get(f, field_name(f)).replace("{settings}", settings))
 
 
 def cell(value: Any) -> Any:
@@ -66,5 +54,5 @@ def title(value: Any) -> Content:
     return Content(visible(value))
 
 
-__all__ = ["ROLE_COLORS", "cell", "clip", "esc", "fcost", "fnum", "for_app", "fpath", "ftime", "safe_text", "title",
+__all__ = ["APP_LABELS", "ROLE_COLORS", "cell", "clip", "esc", "fcost", "fnum", "for_app", "fpath", "ftime", "safe_text", "title",
            "visible"]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 from workbench.training.algorithms import nearest
 from workbench.training.run_config import RunConfig, load_tables, validate_tables
 
@@ -425,7 +425,9 @@ def check_budget(plan: Plan) -> None:
         return
     fixed = plan.total_usd - plan.usd_per_step * plan.max_steps
     affordable = max(0, math.floor((plan.budget_usd - fixed) / plan.usd_per_step)) if plan.usd_per_step else 0
-    raise ConfigError(
-        f"plan refused: estimated ${plan.total_usd:,.0f} ({plan.max_steps:,} steps × ${plan.usd_per_step:,.2f}/step"
-        f" + ${fixed:,.0f} startup on {plan.total_gpus} {plan.gpu}) exceeds the budget of ${plan.budget_usd:,.0f}; "
-        f"the budget covers {affordable:,} steps (--max-steps {affordable}), or raise --budget")
+    raise OptionError(
+        "LaunchPlan.budget", plan.budget_usd, template="plan refused: estimated ${total:,.0f} ({steps:,} steps × "
+        "${per_step:,.2f}/step + ${fixed:,.0f} startup on {gpus} {gpu}) exceeds the budget of ${value:,.0f}; the "
+        "budget covers {affordable:,} steps ({max_steps} {affordable}), or raise {field}",
+        names={"max_steps": "LaunchPlan.max_steps"}, total=plan.total_usd, steps=plan.max_steps,
+        per_step=plan.usd_per_step, fixed=fixed, gpus=plan.total_gpus, gpu=plan.gpu, affordable=affordable)

@@ -201,7 +201,7 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
                 raise FileNotFoundError(f"config file {config} does not exist")
             result: Any = cloud_forecast(self.workbench_app.store.get().conn, Path(config).expanduser())
         except (WorkbenchError, FileNotFoundError) as e:
-            result = for_app(str(e))
+            result = for_app(e)
         except Exception as e:  # never a crash: the message goes where the forecast would be
             result = f"{type(e).__name__}: {e}"
         call_ui(self.app, self._show_forecast, gen, config, result)

@@ -242,7 +242,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
             # The store handle gives each thread its own connection: the session's is the loop thread's.
             session = self._loop.submit(_make_session(opts, task, store, changed)).result(timeout=10)
         except WorkbenchError as e:
-            self.notify(for_app(str(e)), title="debugger", severity="error")
+            self.notify(for_app(e), title="debugger", severity="error")
             return None
         except Exception as e:  # the loop is stuck closing the previous rollout, or gone
             self.notify(f"cannot start a rollout now ({type(e).__name__}: {e}); try again", title="debugger",
@@ -304,7 +304,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         try:
             await self._loop.run(coro)
         except WorkbenchError as e:
-            self.notify(clip(for_app(str(e)), 300), title="debugger", severity="error", timeout=10)
+            self.notify(clip(for_app(e), 300), title="debugger", severity="error", timeout=10)
         except (asyncio.CancelledError, KeyboardInterrupt):
             pass
         except Exception as e:  # a bug in environment code surfaces here, not as a crash

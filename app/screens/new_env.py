@@ -118,7 +118,7 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         try:
             name = check_name(self.query_one("#new-name", Input).value)
         except WorkbenchError as e:
-            self.show_error(for_app(str(e)))
+            self.show_error(for_app(e))
             return
         self.busy = True
         self.query_one("#new-error", Static).update("creating…")
@@ -131,7 +131,7 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         try:
             path = create_env(name, template, self.directory)
         except WorkbenchError as e:
-            call_ui(self.app, self.show_error, for_app(str(e)))
+            call_ui(self.app, self.show_error, for_app(e))
             return
         except Exception as e:  # an unexpected failure is a message in the dialog, never a crash
             call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")

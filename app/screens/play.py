@@ -232,7 +232,7 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
             self.state = "stopped"
             return
         except WorkbenchError as e:
-            self._failed(for_app(str(e)))
+            self._failed(for_app(e))
         except asyncio.CancelledError:
             return
         except Exception as e:  # a bug in environment code surfaces here, not as a crash

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.config import paths
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 
+DIRECTORY = "create_env.directory"  # the field of the folder a new environment goes in (``--dir``)
 PLACEHOLDER = "__env_name__"  # replaced by the new environment's name in every copied text file
 NAME_MAX = 64
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -85,7 +86,8 @@ def _check_free(name: str, target: Path, default_location: bool) -> None:
     """Refuse a name that exists there already, or that another environment answers to."""
     for existing in (target, target.with_suffix(".py")):
         if existing.exists() or existing.is_symlink():
-            raise ConfigError(f"{existing} already exists; nothing was written. Pick another name or --dir")
+            raise OptionError(DIRECTORY, existing, template="{value} already exists; nothing was written. Pick "
+                              "another name or {field}")
     from workbench.authoring.discovery import discover
 
     for ref in discover():
@@ -112,14 +114,15 @@ def create_env(name: str, template: str, directory: str | Path | None = None) ->
     tpl = get_template(template)
     parent = Path(directory).expanduser() if directory is not None else default_dir()
     if parent.exists() and not parent.is_dir():
-        raise ConfigError(f"{parent} is a file, not a directory; --dir takes a folder")
+        raise OptionError(DIRECTORY, parent, "a folder", "{value} is a file, not a directory: {field} must be {allowed}")
     target = parent / name
     _check_free(name, target, directory is None)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=parent))
     except OSError as e:
-        raise ConfigError(f"cannot create {parent} ({e.strerror}); choose a writable --dir") from None
+        raise OptionError(DIRECTORY, parent, "writable", "cannot create {value} ({why}); {field} must be {allowed}",
+                          why=e.strerror) from None
     try:
         shutil.copytree(tpl.source, staging, ignore=_SKIP, dirs_exist_ok=True)
         _fill(staging, name)

@@ -5,29 +5,33 @@ once. A parameter sets a field when it is named as the field (``click.option("-r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from workbench.errors import FieldError, field_name
 
 
-def flag_of(command: click.Command, field: str) -> str:
-    """How ``command`` spells ``field``: its flags (``-t/--temperature``), an argument's metavar (``ENV``), or
-    the field's own name where no parameter of the command sets it."""
+def flag_of(command: click.Command, field: str, *, within: Sequence[click.Command] = ()) -> str:
+    """How ``command`` spells ``field``: its flags (``-t/--temperature``), an argument's metavar (``ENV``);
+    else the flag of a group ``within`` which it runs (``workbench --db``); else the field's own name."""
     attr = field_name(field)
     long = "--" + attr.replace("_", "-")
-    for param in command.params:
-        if param.name == attr or long in param.opts:
-            return "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
+    for each in (command, *reversed(within)):
+        for param in each.params:
+            if param.name == attr or long in param.opts:
+                return "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
     return attr
 
 
-def command_of(group: click.Group, args: list[str]) -> click.Command:
-    """The command ``args`` run (down through subgroups), found by parsing them again without running
-    anything (no callback, no prompt)."""
-    command: click.Command = group
+def commands_of(group: click.Group, args: list[str]) -> list[click.Command]:
+    """The commands ``args`` run, from ``group`` down through subgroups to the command itself, found by
+    parsing them again without running anything (no callback, no prompt)."""
+    chain: list[click.Command] = [group]
     ctx: click.Context | None = None
     try:
-        while isinstance(command, click.Group):
+        while isinstance(chain[-1], click.Group):
+            command = chain[-1]
             ctx = command.make_context(command.name, list(args), parent=ctx, resilient_parsing=True)
             rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
             if not rest:
@@ -35,15 +39,15 @@ def command_of(group: click.Group, args: list[str]) -> click.Command:
             _, sub, args = command.resolve_command(ctx, rest)
             if sub is None:
                 break
-            command = sub
+            chain.append(sub)
     except click.ClickException:
         pass
-    return command
+    return chain
 
 
 def cli_message(error: BaseException, group: click.Group, args: list[str]) -> str:
     """``error``'s line as the command line says it: the fields it names as the flags of the command run."""
     if not isinstance(error, FieldError):
         return str(error)
-    command = command_of(group, args)
-    return error.render(lambda field: flag_of(command, field))
+    *groups, command = commands_of(group, args)
+    return error.render(lambda field: flag_of(command, field, within=groups))

@@ -17,7 +17,7 @@ import orjson
 
 from workbench.authoring.tasks import Message
 from workbench.config.redact import register as register_secret
-from workbench.errors import ConfigError, EndpointError, OptionError
+from workbench.errors import ConfigError, EndpointError, EndpointFieldError, OptionError
 from workbench.rollouts.anthropic_client import (
     ANTHROPIC_VERSION,
     classify_anthropic_status,
@@ -371,9 +371,9 @@ class ChatClient:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=15)) as resp:
                 body = await resp.read()
                 if resp.status in (401, 403):
-                    raise EndpointError(
-                        f"{base_url} rejected the API key (HTTP {resp.status}); pass --api-key, set OPENAI_API_KEY, "
-                        "or run `workbench login openai`")
+                    raise EndpointFieldError(
+                        "EvalOptions.api_key", None, template="{url} rejected the API key (HTTP {status}); give "
+                        "{field}, set OPENAI_API_KEY, or run `workbench login openai`", url=base_url, status=resp.status)
                 if resp.status >= 400:
                     return None
                 data = orjson.loads(body)
@@ -382,7 +382,8 @@ class ChatClient:
             raise
         except (aiohttp.ClientConnectorError, TimeoutError, OSError) as e:
             reason = getattr(getattr(e, "os_error", None), "strerror", None) or type(e).__name__
-            raise EndpointError(f"cannot reach the model endpoint {base_url} ({reason}); check --base-url and that the server is running") from None
+            raise EndpointFieldError("EvalOptions.base_url", base_url, template="cannot reach the model endpoint {value} "
+                                     "({reason}); check {field} and that the server is running", reason=reason) from None
         except (aiohttp.ClientError, orjson.JSONDecodeError, AttributeError):
             return None
 
@@ -463,5 +464,6 @@ async def preflight(client: ChatClient, base_url: str, model: str) -> EndpointIn
 
         close = difflib.get_close_matches(model, models, n=3, cutoff=0.4)
         hint = f"did you mean {' or '.join(close)}?" if close else f"it serves: {', '.join(models[:8])}"
-        raise EndpointError(f"{base_url} does not serve model {model!r}; {hint} (pass -m MODEL)")
+        raise EndpointFieldError("EvalOptions.model", model, template="{url} does not serve model {value!r}; {hint} "
+                                 "(give {field})", url=base_url, hint=hint)
     return info

@@ -6,11 +6,15 @@ import os
 import sqlite3
 from pathlib import Path
 
-from workbench.errors import StoreError
+from workbench.errors import StoreError, StoreFieldError
 from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, create_schema
 
+#: The field that names the store file: ``--db`` on the command line, the store the app opens.
+DB = "Store.db"
+NOT_A_STORE = "{value} is not a Workbench store ({why}); pass another {field} or remove the file"
 
-class StoreReadOnlyError(StoreError):
+
+class StoreReadOnlyError(StoreFieldError):
     """The store is a valid Workbench store this process cannot write (permissions, the immutable flag,
     a read-only mount): the commands that only read open it read-only instead."""
 
@@ -36,10 +40,15 @@ def file_kind(p: Path) -> str:
     return "not a regular file"
 
 
-def _read_only_line(p: Path, why: str) -> str:
-    return (f"{p} is read-only ({why}): the commands that only read it (runs, show, export, the app's Traces) "
-            "still open it; to write to it, make it writable (its permissions, `chattr -i`, or the mount) or "
-            "pass another --db")
+def _read_only(p: Path, why: str) -> StoreReadOnlyError:
+    return StoreReadOnlyError(DB, p, template="{value} is read-only ({why}): the commands that only read it (runs, "
+                              "show, export, the app's Traces) still open it; to write to it, make it writable (its "
+                              "permissions, `chattr -i`, or the mount) or pass another {field}", why=why)
+
+
+def _refused(p: Path, template: str, **values: object) -> StoreFieldError:
+    """The store file named by the ``db`` field (``--db``, the app's store) cannot be used."""
+    return StoreFieldError(DB, p, template=template, **values)
 
 
 def _write_probe(conn: sqlite3.Connection) -> str | None:
@@ -93,13 +102,14 @@ def open_store_file(path: Path | str, *, readonly: bool = False) -> Path:
     Workbench stores, and say so when a valid one cannot be written (:class:`StoreReadOnlyError`)."""
     p = Path(path).expanduser()
     if p.is_dir():
-        raise StoreError(f"--db {p} is a directory; give a file path such as {p / 'workbench.db'}")
+        raise _refused(p, "{field} {value} is a directory; give a file path such as {example}",
+                       example=p / "workbench.db")
     kind = file_kind(p)
     if kind not in ("missing", "file"):
-        raise StoreError(f"--db {p} is {kind}, not a store file; give the path of a store file")
+        raise _refused(p, "{field} {value} is {kind}, not a store file; give the path of a store file", kind=kind)
     existed = p.exists()
     if readonly and not existed:
-        raise StoreError(f"no store at {p}; pass the --db of an existing store")
+        raise _refused(p, "no store at {value}; pass the {field} of an existing store")
     if not existed:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -113,35 +123,35 @@ def open_store_file(path: Path | str, *, readonly: bool = False) -> Path:
         conn.execute("PRAGMA busy_timeout=30000")
     except sqlite3.OperationalError as e:
         if not existed:
-            raise StoreError(f"cannot create the store {p} ({e}): its folder is not writable; pass another --db"
-                             ) from None
-        raise StoreError(f"cannot open {p} ({e}); check its permissions or pass another --db") from None
+            raise _refused(p, "cannot create the store {value} ({why}): its folder is not writable; pass another "
+                           "{field}", why=e) from None
+        raise _refused(p, "cannot open {value} ({why}); check its permissions or pass another {field}", why=e) from None
     except sqlite3.DatabaseError as e:
-        raise StoreError(f"{p} is not a Workbench store ({e}); pass another --db or remove the file") from None
+        raise _refused(p, NOT_A_STORE, why=e) from None
     try:
         try:
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{p} is not a Workbench store ({e}); pass another --db or remove the file") from None
+            raise _refused(p, NOT_A_STORE, why=e) from None
         if app_id != APPLICATION_ID and tables:
             shown = ", ".join(tables[:4])
-            raise StoreError(f"{p} is a SQLite file but not a Workbench store (it has tables: {shown}); pass another --db")
+            raise _refused(p, "{value} is a SQLite file but not a Workbench store (it has tables: {shown}); pass "
+                           "another {field}", shown=shown)
         if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{p} was written by a newer Workbench (store schema v{version}; this version reads up to "
-                f"v{SCHEMA_VERSION}); upgrade rl-workbench or pass another --db"
-            )
+            raise _refused(p, "{value} was written by a newer Workbench (store schema v{version}; this version reads "
+                           "up to v{latest}); upgrade rl-workbench or pass another {field}", version=version,
+                           latest=SCHEMA_VERSION)
         if readonly:
             if version < SCHEMA_VERSION:
                 raise StoreError(f"{p} is an older store (schema v{version}) that is read-only here: it must be "
                                  "upgraded once, writably, before this version can read it")
             return p
         if medium_ro:
-            raise StoreReadOnlyError(_read_only_line(p, "it is on a read-only file system"))
+            raise _read_only(p, "it is on a read-only file system")
         if existed and (why := _write_probe(conn)) is not None:
-            raise StoreReadOnlyError(_read_only_line(p, why))
+            raise _read_only(p, why)
         conn.execute("PRAGMA journal_mode=WAL")
         if app_id != APPLICATION_ID:
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")

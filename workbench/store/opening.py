@@ -19,13 +19,14 @@ def open_store(db: str | Path | None = None, *, read_only_ok: bool = False, exis
     of refused. ``existing``: a named store that is not there is refused, not created (nothing to read
     means a wrong path)."""
     from workbench.config.paths import default_db
-    from workbench.errors import StoreError
+    from workbench.errors import StoreFieldError
+    from workbench.store.db import DB
 
     named = db or os.environ.get("WORKBENCH_DB") or None
     path = named or default_db()
     if existing and named and not os.path.lexists(Path(path).expanduser()):
-        raise StoreError(f"no store at {path}: nothing has been stored there (the first `workbench eval` "
-                         "creates it); pass the --db of an existing store")
+        raise StoreFieldError(DB, path, template="no store at {value}: nothing has been stored there (the first "
+                              "`workbench eval` creates it); pass the {field} of an existing store")
     try:
         return Store(path)
     except StoreReadOnlyError:
