@@ -35,7 +35,7 @@ from workbench_app.trace_source import (
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.virtual_table import Column, VirtualTable
-from workbench_app.workers import call_ui, post_ui
+from workbench_app.workers import notify_ui, post_ui
 
 from workbench.analysis.diff import RolloutDiff, load_diff
 from workbench.errors import WorkbenchError
@@ -134,6 +134,20 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
             super().__init__()
             self.diff = diff
 
+    class SuggestionsRead(Message, bubble=False):
+        """The stored values each filter input suggests, read in a worker."""
+
+        def __init__(self, values: dict[str, list[str]]) -> None:
+            super().__init__()
+            self.values = values
+
+    class Recounted(Message, bubble=False):
+        """``source`` holds ``delta`` rollouts more (or fewer) than the list shows."""
+
+        def __init__(self, source: RolloutSource, delta: int) -> None:
+            super().__init__()
+            self.source, self.delta = source, delta
+
     def __init__(self) -> None:
         super().__init__()
         self.filters = Filters()
@@ -169,11 +183,12 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
             values = suggestions(self.workbench_app.store)
         except Exception:
             return  # suggestions are a convenience
-        call_ui(self.app, self._set_suggesters, values)
+        post_ui(self, self.SuggestionsRead(values))
 
-    def _set_suggesters(self, values: dict[str, list[str]]) -> None:
+    @on(SuggestionsRead)
+    def _set_suggesters(self, event: SuggestionsRead) -> None:
         by_field = {field: wid for wid, _, field, _ in FILTER_INPUTS}
-        for field, options in values.items():
+        for field, options in event.values.items():
             self.query_one(f"#{by_field[field]}", Input).suggester = SuggestFromList(options, case_sensitive=False)
 
     @property
@@ -227,11 +242,12 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         except Exception:
             return
         if n != shown:
-            call_ui(self.app, self._note_new, source, n - shown)
+            post_ui(self, self.Recounted(source, n - shown))
 
-    def _note_new(self, source: RolloutSource, delta: int) -> None:
-        if self.table.source is source:
-            self._new = delta
+    @on(Recounted)
+    def _note_new(self, event: Recounted) -> None:
+        if self.table.source is event.source:
+            self._new = event.delta
             self._show_status()
 
     @on(VirtualTable.Counted)
@@ -312,10 +328,10 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         try:
             message = read()
         except WorkbenchError as e:
-            call_ui(self.app, self.notify, str(e), severity="error")
+            notify_ui(self, str(e), severity="error")
             return
         except Exception as e:
-            call_ui(self.app, self.notify, f"{failed}: {e}", severity="error")
+            notify_ui(self, f"{failed}: {e}", severity="error")
             return
         post_ui(self, message)
 
@@ -374,7 +390,6 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         try:
             n = export_jsonl(self.workbench_app.store, filters, sort, path)
         except Exception as e:
-            call_ui(self.app, self.notify, f"export to {path} failed: {e}", title="export failed", severity="error",
-                    timeout=10)
+            notify_ui(self, f"export to {path} failed: {e}", title="export failed", severity="error", timeout=10)
             return
-        call_ui(self.app, self.notify, f"exported {n:,} rollouts to {path}", title="export done", timeout=10)
+        notify_ui(self, f"exported {n:,} rollouts to {path}", title="export done", timeout=10)

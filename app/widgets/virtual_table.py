@@ -15,14 +15,14 @@ from typing import Any, ClassVar, Protocol
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
+from textual import events, on
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from workbench_app.workers import call_ui
+from workbench_app.workers import post_ui
 
 from workbench.format import visible
 
@@ -183,21 +183,35 @@ class VirtualTable(ScrollView, can_focus=True):
         self.run_worker(lambda: self._load_page(gen, source, page, prev, nxt, total), thread=True,
                         exit_on_error=False, group="virtual-table-page")
 
+    class PageRead(Message, bubble=False):
+        """A page read in a worker (``rows``), or the error reading it; page -1 is the count."""
+
+        def __init__(self, gen: int, page: int, rows: list[Row] | None, error: Exception | None = None) -> None:
+            super().__init__()
+            self.gen, self.page, self.rows, self.error = gen, page, rows, error
+
+    class CountRead(Message, bubble=False):
+        def __init__(self, gen: int, total: int) -> None:
+            super().__init__()
+            self.gen, self.total = gen, total
+
     def _load_page(self, gen: int, source: PageSource, page: int, prev: list[Row] | None,
                    nxt: list[Row] | None, total: int | None) -> None:
         try:
             rows = source.page(page, self.page_size, prev, nxt, total)
         except Exception as e:
-            call_ui(self.app, self._page_failed, gen, page, e)
+            post_ui(self, self.PageRead(gen, page, None, e))
             return
-        call_ui(self.app, self._page_loaded, gen, page, rows)
+        post_ui(self, self.PageRead(gen, page, rows))
 
-    def _page_failed(self, gen: int, page: int, error: Exception) -> None:
-        if gen == self._gen:
-            self._pending.discard(page)
-            self.notify(f"reading rows failed: {error}", severity="error")
-
-    def _page_loaded(self, gen: int, page: int, rows: list[Row]) -> None:
+    @on(PageRead)
+    def _page_read(self, event: PageRead) -> None:
+        gen, page, rows = event.gen, event.page, event.rows
+        if rows is None:
+            if gen == self._gen:
+                self._pending.discard(page)
+                self.notify(f"reading rows failed: {event.error}", severity="error")
+            return
         if gen != self._gen:
             return
         self._pending.discard(page)
@@ -217,17 +231,18 @@ class VirtualTable(ScrollView, can_focus=True):
         try:
             total = source.count()
         except Exception as e:
-            call_ui(self.app, self._page_failed, gen, -1, e)
+            post_ui(self, self.PageRead(gen, -1, None, e))
             return
-        call_ui(self.app, self._counted, gen, total)
+        post_ui(self, self.CountRead(gen, total))
 
-    def _counted(self, gen: int, total: int) -> None:
-        if gen != self._gen:
+    @on(CountRead)
+    def _counted(self, event: CountRead) -> None:
+        if event.gen != self._gen:
             return
-        self.total = total
+        self.total = event.total
         self._resize()
         self.refresh()
-        self.post_message(self.Counted(self, total))
+        self.post_message(self.Counted(self, event.total))
 
     # -- geometry and rendering -----------------------------------------------------------------
     def _resize(self) -> None:
