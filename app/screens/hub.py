@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -19,42 +17,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Header, Input, Static
-from workbench_app.format import esc, fnum, safe_text, visible
+from workbench_app.format import esc, safe_text
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
 from workbench_app.workers import call_ui
 
 from workbench.errors import WorkbenchError
-
-
-def card_renderable(card: dict[str, Any]) -> Group:
-    head = Text.assemble((visible(f"{card['env']} {card['version']}"), "bold"), visible(f"  on {card.get('index', '-')}"),
-                         "\n", visible(f"hash {str(card['hash'])[:12]}, env version {card['env_version']}, "
-                                       f"{card.get('tasks', '-')} tasks, {card.get('harness', '-')}"))
-    parts: list[Any] = [head]
-    if card.get("forked_from"):
-        f = card["forked_from"]
-        parts.append(safe_text(f"forked from {f.get('name')} {f.get('version')}", style="italic"))
-    if card.get("description"):
-        parts.append(safe_text(card["description"]))
-    rewards = Table(title="reward design", box=None, show_edge=False, header_style="bold", title_justify="left")
-    for col in ("function", "kind", "weight", "what"):
-        rewards.add_column(col)
-    for r in card.get("rewards", []):
-        rewards.add_row(safe_text(r["name"]), safe_text(r["kind"]), f"{r['weight']:g}", safe_text(r["doc"]))
-    parts.append(rewards)
-    results = Table(title="results", box=None, show_edge=False, header_style="bold", title_justify="left")
-    for col in ("model", "reward", "n", "env version", "date"):
-        results.add_column(col)
-    for r in card.get("results", []):
-        se = f"±{r['stderr']:.3f}" if r.get("stderr") is not None else ""
-        results.add_row(safe_text(r["model"]), fnum(r.get("mean_reward")) + se, safe_text(r.get("rollouts")),
-                        safe_text(r.get("env_version")), safe_text(r.get("date")))
-    parts.append(results if card.get("results") else Text("no results were published with this version", style="dim"))
-    if card.get("readme"):
-        parts.append(safe_text(card["readme"].strip(), style="dim"))
-    return Group(*parts)
+from workbench.hub.card_view import card_renderable
 
 
 class ForkNameScreen(ModalScreen["str | None"]):

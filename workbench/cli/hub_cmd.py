@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from workbench.cli.common import console, console_err, db_option, emit_json, json_option, open_store
-from workbench.format import esc, fnum, safe_text
 
 INDEX_HELP = "A package index named in the settings ([hub.indexes.NAME]) or its simple-API URL (default: [hub] default)."
 
@@ -111,36 +110,9 @@ def show_command(spec: str, index: str | None, as_json: bool) -> None:
 
 
 def print_card(card: dict[str, Any]) -> None:
-    from rich.table import Table
+    from workbench.hub.card_view import card_renderable
 
-    console.print(f"[bold]{esc(card['env'])} {esc(card['version'])}[/] on index {esc(card.get('index', '-'))}: hash "
-                  f"{esc(str(card['hash'])[:12])}, env version {esc(card['env_version'])}, {esc(card.get('tasks', '-'))} "
-                  f"tasks, harness {esc(card.get('harness', '-'))}", highlight=False)
-    if card.get("forked_from"):
-        f = card["forked_from"]
-        console.print(safe_text(f"forked from {f.get('name')} {f.get('version')} ({str(f.get('hash', ''))[:12]})"),
-                      highlight=False)
-    if card.get("description"):
-        console.print(safe_text(card["description"]), highlight=False)
-    t = Table(title="reward design", box=None, show_edge=False, header_style="bold", title_justify="left")
-    for col in ("function", "kind", "weight", "what"):
-        t.add_column(col)
-    for r in card.get("rewards", []):
-        t.add_row(safe_text(r["name"]), safe_text(r["kind"]), f"{r['weight']:g}", safe_text(r["doc"]))
-    console.print(t)
-    res = Table(title="results", box=None, show_edge=False, header_style="bold", title_justify="left")
-    for col in ("model", "reward", "n", "pass@k", "cost", "env version", "date"):
-        res.add_column(col)
-    for r in card.get("results", []):
-        se = f" ± {r['stderr']:.3f}" if r.get("stderr") is not None else ""
-        res.add_row(safe_text(r["model"]), fnum(r.get("mean_reward")) + se, safe_text(r.get("rollouts")),
-                    safe_text(" ".join(f"{k} {v:.2f}" for k, v in (r.get("pass_at_k") or {}).items())),
-                    "-" if r.get("cost_usd") is None else f"${r['cost_usd']:.4f}", safe_text(r.get("env_version")),
-                    safe_text(r.get("date")))
-    console.print(res if card.get("results") else "no results were published with this version", highlight=False)
-    if card.get("readme"):
-        console.print()
-        console.print(safe_text(card["readme"].strip()), highlight=False)
+    console.print(card_renderable(card), highlight=False)
 
 
 @hub_group.command("pull")
