@@ -140,7 +140,7 @@ def generate_texts(model: Any, tokenizer: Any, prompts: list[str], *, temperatur
                    max_new_tokens: int) -> list[str]:
     """A minimal batched sampler (left padding, KV cache) for measuring the build; the server has its own."""
     import torch
-    from workbench_local.server.generation import forward_step
+    from workbench_local.models.forward import forward_step
 
     eos = tokenizer.eos_token_id
     enc = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench_local.models.forward import forward_step
 from workbench_local.models.loading import LoadedModel
 from workbench_local.server.constraints import Constraints
 from workbench_local.server.generation import (
     Detokenizer,
     Sequence,
-    forward_step,
     make_generator,
     prompt_logprob_entries,
     record_logprobs,
