@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -102,3 +103,9 @@ def field_name(field: str) -> str:
 def named(error: BaseException, name_of: Callable[[str], str]) -> str:
     """``str(error)``, with the fields a :class:`FieldError` names said by ``name_of``."""
     return error.render(name_of) if isinstance(error, FieldError) else str(error)
+
+
+def nearest(name: str, valid: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the closest valid name, or ``""``: the hint an error about an unknown name gives."""
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""

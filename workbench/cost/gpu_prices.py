@@ -13,9 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, nearest
 from workbench.fsutil import atomic_write
-from workbench.training.algorithms import nearest
 
 
 @dataclass(frozen=True, slots=True)

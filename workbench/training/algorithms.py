@@ -29,13 +29,12 @@ Data flow, as the async loop (issue 5, item 3) uses it::
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, nearest
 from workbench.rollouts.trace import Trace
 
 
@@ -367,12 +366,6 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "distill": OnPolicyDistillation,
     "on_policy_distillation": OnPolicyDistillation,
 }
-
-
-def nearest(name: str, valid: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the closest valid name, or ``""``."""
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def configure(obj: Any, kind: str, cfg: dict[str, Any]) -> Any:

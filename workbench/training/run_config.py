@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from workbench import plugins
-from workbench.errors import ConfigError
-from workbench.training.algorithms import ALGORITHMS, make_algorithm, nearest
+from workbench.errors import ConfigError, nearest
+from workbench.training.algorithms import ALGORITHMS, make_algorithm
 from workbench.training.roles import TrainRoles
 
 
