@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -127,6 +128,7 @@ def discover() -> list[EnvRef]:
         if name not in seen and (path.is_file() or _is_env_dir(path)):
             refs.append(EnvRef(name, "hub", path))
             seen.add(name)
+    eps: Iterable[metadata.EntryPoint]
     try:
         eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except Exception:  # pragma: no cover - broken metadata

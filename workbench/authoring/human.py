@@ -15,6 +15,9 @@ class Human(Harness):
     one turn, as ``wb.SingleTurn``). The person comes from whoever drives the run: ``policy`` here, or
     the one ``workbench play`` and the app give the rollout."""
 
+    harness: Harness
+    policy: object | None
+
     def __init__(self, harness: Harness | None = None, policy: object | None = None) -> None:
         if harness is not None and not isinstance(harness, Harness):
             raise EnvLoadError(f"wb.Human(harness) takes a harness such as wb.ToolLoop(...), not "

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from workbench.authoring.tasks import Message, Task
+
+#: A probe's model: (messages, tool schemas) -> the assistant message it replies with.
+ProbeModel = Callable[[list[Message], list[dict[str, Any]]], Awaitable[Message]]
 
 LONG_CHARS = 20_000
 EVERY_NUMBER_LIMIT = 2_000
@@ -31,7 +35,7 @@ class ProbeTurn:
     tasks: list[Task]  # every task the probe runs over (for borrowed answers)
     turn: int  # 0 for the first assistant turn
     state: dict[str, Any] = field(default_factory=dict)  # the probe's own memory across this rollout's turns
-    model: Any = None  # async (messages, tools) -> Message: the probe's model, for a probe that needs one
+    model: ProbeModel | None = None  # the probe's model, for a probe that needs one
 
     @property
     def prompt_text(self) -> str:
@@ -306,14 +310,16 @@ def _arg(t: ProbeTurn, tool: str) -> str:
     for s in t.tools:
         f = s.get("function", {})
         if f.get("name") == tool:
-            props = (f.get("parameters") or {}).get("properties") or {}
+            props: dict[str, Any] = (f.get("parameters") or {}).get("properties") or {}
             return next((k for k, v in props.items() if (v or {}).get("type") == "string"), next(iter(props), "command"))
     return "command"
 
 
-def _placeholder(schema: Any) -> Any:
-    kind = (schema or {}).get("type")
-    return {"integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}.get(kind, "x")
+def _placeholder(schema: dict[str, Any] | None) -> object:
+    """A value of the JSON schema's type (a string for any other)."""
+    kind = str((schema or {}).get("type"))
+    placeholders: dict[str, object] = {"integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}
+    return placeholders.get(kind, "x")
 
 
 BUILT_IN: tuple[type[Probe], ...] = (Gold, Empty, EchoPrompt, Restate, EveryAnswer, OtherGold, WrongValue, LongAnswer,

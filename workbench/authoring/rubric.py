@@ -7,9 +7,12 @@ import math
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from workbench.errors import RubricError
+
+#: A scoring function, returned unchanged by the decorators that register it.
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Names a per-rollout reward or metric may ask for.
 ROLLOUT_ARGS: frozenset[str] = frozenset(
@@ -141,7 +144,7 @@ class Rubric:
         self.functions: list[ScoreFn] = []
 
     # -- registration --------------------------------------------------------------------------
-    def _add(self, fn: Callable[..., Any], kind: str, weight: float, name: str | None) -> Callable[..., Any]:
+    def _add(self, fn: F, kind: str, weight: float, name: str | None) -> F:
         fname = name or getattr(fn, "__name__", None) or repr(fn)
         if any(f.name == fname for f in self.functions):
             raise RubricError(f"the rubric already has a function named {fname!r}; pass name=... to tell them apart")
@@ -156,17 +159,30 @@ class Rubric:
         )
         return fn
 
-    def reward(self, fn: Callable[..., Any] | None = None, *, weight: float = 1.0, name: str | None = None) -> Any:
+    @overload
+    def reward(self, fn: F, *, weight: float = 1.0, name: str | None = None) -> F: ...
+    @overload
+    def reward(self, fn: None = None, *, weight: float = 1.0, name: str | None = None) -> Callable[[F], F]: ...
+    def reward(self, fn: F | None = None, *, weight: float = 1.0, name: str | None = None) -> F | Callable[[F], F]:
         if fn is not None:
             return self._add(fn, "reward", weight, name)
         return lambda f: self._add(f, "reward", weight, name)
 
-    def metric(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    @overload
+    def metric(self, fn: F, *, name: str | None = None) -> F: ...
+    @overload
+    def metric(self, fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+    def metric(self, fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
         if fn is not None:
             return self._add(fn, "metric", 0.0, name)
         return lambda f: self._add(f, "metric", 0.0, name)
 
-    def group_reward(self, fn: Callable[..., Any] | None = None, *, weight: float = 1.0, name: str | None = None) -> Any:
+    @overload
+    def group_reward(self, fn: F, *, weight: float = 1.0, name: str | None = None) -> F: ...
+    @overload
+    def group_reward(self, fn: None = None, *, weight: float = 1.0, name: str | None = None) -> Callable[[F], F]: ...
+    def group_reward(self, fn: F | None = None, *, weight: float = 1.0,
+                     name: str | None = None) -> F | Callable[[F], F]:
         if fn is not None:
             return self._add(fn, "group", weight, name)
         return lambda f: self._add(f, "group", weight, name)

@@ -36,10 +36,10 @@ def _json_type(tp: Any) -> dict[str, Any]:
             return _json_type(args[0])
         return {"anyOf": [_json_type(a) for a in args]}
     if origin in (list, tuple, set, frozenset) or tp in (list, tuple):
-        args = get_args(tp)
+        items = get_args(tp)
         out: dict[str, Any] = {"type": "array"}
-        if args and args[0] is not Ellipsis:
-            out["items"] = _json_type(args[0])
+        if items and items[0] is not Ellipsis:
+            out["items"] = _json_type(items[0])
         return out
     if origin is dict or tp is dict:
         return {"type": "object"}

@@ -255,7 +255,7 @@ class MessagesStream:
         self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> content block index
 
     def start(self) -> bytes:
-        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+        message: dict[str, Any] = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": _usage({})}
         return sse_event("message_start", {"type": "message_start", "message": message}) + \
             sse_event("ping", {"type": "ping"})

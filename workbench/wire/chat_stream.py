@@ -147,13 +147,14 @@ class ChatStreamAccumulator:
 def completion_chunks(data: dict[str, Any]) -> list[dict[str, Any]]:
     """A whole chat completion body as the stream chunks that carry the same answer: one chunk with every
     choice's whole delta (its token ids and logprobs too), then the usage."""
-    base = {k: data[k] for k in ("id", "created", "model", "policy_version") if k in data}
+    base: dict[str, Any] = {k: data[k] for k in ("id", "created", "model", "policy_version") if k in data}
     base["object"] = "chat.completion.chunk"
-    choices = []
+    choices: list[dict[str, Any]] = []
     for i, c in enumerate(data.get("choices") or ()):
         if not isinstance(c, dict):
             continue
-        msg = c.get("message") if isinstance(c.get("message"), dict) else {}
+        message = c.get("message")
+        msg: dict[str, Any] = message if isinstance(message, dict) else {}
         delta: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
         thought = msg.get("reasoning_content") or msg.get("reasoning")
         if isinstance(thought, str) and thought:

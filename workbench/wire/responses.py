@@ -390,21 +390,23 @@ class ResponsesStream:
             out += self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output) - 1,
                                content_index=0, delta=delta.text, logprobs=[])
         for td in delta.tools:
-            item = self.calls.get(td.index)
-            if item is None:
+            found = self.calls.get(td.index)
+            if found is None:
                 self.call_names[td.index] = td.name
-                item = self.calls[td.index] = _call_item({"id": td.id, "function": {"name": td.name, "arguments": ""}},
+                call = self.calls[td.index] = _call_item({"id": td.id, "function": {"name": td.name, "arguments": ""}},
                                                          self.spaces)
-                out += self._add(item)
-            elif td.name:
-                self.call_names[td.index] += td.name
-                ns, item["name"] = _split(self.call_names[td.index], self.spaces)
-                if ns is not None:
-                    item["namespace"] = ns
+                out += self._add(call)
+            else:
+                call = found
+                if td.name:
+                    self.call_names[td.index] += td.name
+                    ns, call["name"] = _split(self.call_names[td.index], self.spaces)
+                    if ns is not None:
+                        call["namespace"] = ns
             if td.arguments:
-                item["arguments"] += td.arguments
-                out += self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                   output_index=self.output.index(item), delta=td.arguments)
+                call["arguments"] += td.arguments
+                out += self._event("response.function_call_arguments.delta", item_id=call["id"],
+                                   output_index=self.output.index(call), delta=td.arguments)
         return out
 
     def finish(self, acc: ChatStreamAccumulator) -> bytes:

@@ -47,6 +47,7 @@ QUESTIONS: list[tuple[str, str, list[str]]] = [
 
 
 def _gold(kind: str, items: list[str]) -> str:
+    value: float
     if kind == "sum_stock":
         value = sum(STOCK[i] for i in items)
     elif kind == "value":
