@@ -209,3 +209,22 @@ async def test_the_launch_preflight_is_one_verdict_from_the_cli_mcp_and_the_use_
     assert tight_check.budget_problem and tight_check.refusal == tight_check.budget_problem
     assert tight["budget_problem"] == tight_check.budget_problem and tight["within_budget"] is False
     assert tight_check.budget_problem in refused
+
+
+async def test_a_probe_is_one_verdict_from_the_cli_and_the_function_the_app_calls(
+        in_process: dict[str, str], cli: Callable[..., CliResult], store_path: Path) -> None:
+    from workbench.runs.probe import probe_env
+    from workbench.store import Store
+
+    res = cli("probe", "arithmetic", "-n", 3, "--json")
+    assert res.rc in (0, 1), res.stderr  # 1: a policy is exploitable, which is a verdict too
+    from_cli = last_json(res.stdout)
+    with Store(store_path) as store:
+        from_function = orjson.loads(orjson.dumps(await probe_env("arithmetic", store, n=3)))
+
+    def verdict(out: dict[str, Any]) -> dict[str, Any]:
+        keep = ("name", "mean_reward", "rewards", "exploitable", "earns_nothing", "skipped", "summary")
+        return {"env": out["env"], "env_version": out["env_version"], "tasks": out["tasks"], "basis": out["basis"],
+                "exploitable": out["exploitable"], "policies": [{k: p[k] for k in keep} for p in out["policies"]]}
+
+    assert verdict(from_cli) == verdict(from_function) and len(from_cli["policies"]) > 3
