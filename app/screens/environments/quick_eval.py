@@ -1,5 +1,6 @@
 """The Environments screen's quick eval (``e``; escape stops it): a few rollouts of the selected environment
-against the configured endpoint, run by ``workbench eval``'s own ``evaluate`` in a thread worker.
+against the configured endpoint, run by ``workbench eval``'s own use case (``workbench.usecases.evaluation.run_eval``,
+with its summary and its every-rollout-failed error) in a thread worker.
 
 The eval's callbacks (on its own loop, in the worker's thread) only store its counters here; a UI timer
 draws them in the eval bar. Its end comes back as :class:`QuickEval.Finished`.
@@ -80,7 +81,8 @@ class QuickEval:
             self.runner.cancel()
 
     def _eval(self, runner: CancellableRun, name: str, spec: str) -> None:
-        from workbench.runs.evaluate import EvalOptions, evaluate
+        from workbench.runs.evaluate import EvalOptions
+        from workbench.usecases.evaluation import run_eval
 
         app = self.screen.workbench_app
         cfg = app.config
@@ -98,8 +100,11 @@ class QuickEval:
 
         try:
             store = app.store.get()
-            out = runner.run(lambda: evaluate(opts, store, on_start=on_start, counters_cb=on_counters,
+            out = runner.run(lambda: run_eval(opts, store, on_start=on_start, counters_cb=on_counters,
                                               on_status=on_status))
+            failure = out.failure(f"the Traces screen has the details (run {out.run_id})")
+            if failure is not None:
+                raise failure
         except WorkbenchError as e:
             post_ui(self.screen, self.Finished(name, None, for_app(e, QUICK_EVAL_LABELS)))
         except (asyncio.CancelledError, KeyboardInterrupt):
