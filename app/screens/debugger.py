@@ -190,8 +190,9 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     @work(thread=True, exit_on_error=False, group="debug-price")
     def _price_for_stored(self, rollout: dict[str, Any]) -> None:
         """Per-turn cost from the model's price; weights from the run's environment (best effort)."""
+        from workbench.analysis.run_env import load_run_env
         from workbench.cost.pricing import match_price
-        from workbench.runs.debug_report import load_run_env, score_lines
+        from workbench.runs.debug_report import score_lines
 
         store = self.workbench_app.store.get()
         price = match_price(rollout.get("model") or "", store.prices())

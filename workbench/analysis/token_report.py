@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.analysis.run_env import load_run_env
 from workbench.rollouts.trace import Trace, TraceNode
 from workbench.store.reports import trace_row
 
@@ -91,8 +92,6 @@ def tools_for_run(store: Any, run_id: str) -> list[dict[str, Any]] | None:
     """The tool schemas a run's harness declares, or None: what a trace stored before each call's own
     tools were recorded is re-rendered with (the chat template renders tools into the prompt, so a
     re-render without them would differ)."""
-    from workbench.runs.debug_report import load_run_env
-
     return getattr(load_run_env(store, run_id).harness, "schemas", None)
 
 

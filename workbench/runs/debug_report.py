@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.authoring.tasks import Message
 from workbench.rollouts.rollout import ModelCall
-from workbench.store import Store
 
 
 @dataclass(slots=True)
@@ -87,15 +85,3 @@ def score_lines(env: Environment, rewards: dict[str, float], metrics: dict[str, 
         f = owner(name)
         out.append(ScoreLine(name, f.name if f else "(engine)", "metric", None, v))
     return out
-
-
-def load_run_env(store: Store, run_id: str) -> Environment:
-    """A stored run's environment, loaded again as the run recorded it (spec, args, swapped harness)."""
-    run = store.get_run(run_id)
-    cfg = run.get("config") or {}
-    env = discovery.load(cfg.get("env") or run.get("env_source") or run["env_name"], run.get("env_args") or {})
-    if cfg.get("harness"):
-        from workbench.authoring.hotswap import load_harness
-
-        env.harness = load_harness(cfg["harness"])
-    return env
