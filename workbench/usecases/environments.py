@@ -99,11 +99,11 @@ def describe(ref: EnvRef, *, reload: bool = False, count_tasks: bool = False,
         rec = record(ref.name) or {}
         framework = str(rec.get("framework") or "")
         tasks = rec.get("tasks") if isinstance(rec.get("tasks"), int) else None
-        desc = str(rec.get("description") or "").strip().splitlines()
+        lines = str(rec.get("description") or "").strip().splitlines()
         hub = {k: rec.get(k) for k in ("version", "index", "hash", "error", "tasks", "harness", "framework")}
         return EnvListing(ref, "unreadable" if files_error else files, files, files_error, files_error or "",
                           "" if framework == "workbench" else framework, None, hub, fork, tasks,
-                          desc[0] if desc else "")
+                          lines[0] if lines else "")
     try:
         with contextlib.redirect_stdout(sys.stderr) if stdout_to_stderr else contextlib.nullcontext():
             env = load_ref(ref, reload=reload)

@@ -112,7 +112,7 @@ class QuickEval:
         except Exception as e:
             post_ui(self.screen, self.Finished(name, None, f"{type(e).__name__}: {e}"))
         else:
-            post_ui(self.screen, self.Finished(name, out.summary, "interrupted" if out.interrupted else ""))
+            post_ui(self.screen, self.Finished(name, dict(out.summary), "interrupted" if out.interrupted else ""))
 
     def tick(self) -> None:
         """The eval bar, from the counters the eval's callbacks left."""
