@@ -174,7 +174,7 @@ def test_the_students_held_out_score_on_the_teachers_answers_rises(
     (["--min-reward", "inf"], ["--min-reward", "finite"]),
     (["--method", "on-policy"], ["on-policy distillation needs a teacher that tokenizes like the student",
                                  "does not answer /tokenize"]),
-    (["--method", "on-policy", "-n", "3"], ["-n limits the teacher's rollouts of --method sft"]),
+    (["--method", "on-policy", "-n", "3"], ["-n/--num-tasks limits the teacher's rollouts of --method sft"]),
     (["--student", "mock-teacher"], ["--student mock-teacher", "registered endpoint", "cannot be trained"]),
 ])
 def test_bad_input_is_one_clear_line(cli: Callable[..., CliResult], store_path: Path, codeword: Path,

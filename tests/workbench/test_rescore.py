@@ -304,7 +304,7 @@ def test_bad_arguments_are_clear_errors(env_file: Path, db: Path, tmp_path: Path
         do_rescore(other, db)
     with pytest.raises(NotFoundError, match="no run 'nope'"):
         do_rescore(env_file, db, run_id="nope")
-    with pytest.raises(ConfigError, match="--limit must be at least 1"):
+    with pytest.raises(ConfigError, match="limit must be at least 1, not 0"):
         do_rescore(env_file, db, limit=0)
     assert query(db, "SELECT COUNT(*) FROM rescore") == [(0,)]
 

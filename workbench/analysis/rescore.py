@@ -41,7 +41,7 @@ from workbench.authoring.environment import Environment
 from workbench.authoring.harness import MultiTurn
 from workbench.authoring.rubric import Rubric, Scores
 from workbench.authoring.tasks import Task
-from workbench.errors import ConfigError, NotFoundError
+from workbench.errors import ConfigError, NotFoundError, OptionError
 from workbench.rollouts.rollout import Rollout, Usage
 from workbench.store import Store, dumps
 from workbench.store.rescores import (
@@ -325,7 +325,7 @@ async def rescore(store: Store, env: Environment, *, env_for_args: EnvFactory | 
     scores as a re-score record (the originals stay as they are).
     """
     if limit is not None and limit < 1:
-        raise ConfigError("--limit must be at least 1")
+        raise OptionError("rescore.limit", limit, "at least 1")
     if chunk_size < 1 or concurrency < 1:
         raise ValueError("chunk_size and concurrency must be at least 1")
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ from workbench.cli.common import (
 @click.option("--heldout", type=int, default=None, metavar="N",
               help="Hold out the last N tasks for the comparison (default: a fifth of the tasks, at least 1).")
 @click.option("-n", "--num-tasks", "n", type=int, default=None, help="Only the first N tasks of the training split.")
-@click.option("-r", "--rollouts", "r", type=int, default=4, show_default=True,
+@click.option("-r", "--rollouts", "rollouts_per_task", type=int, default=4, show_default=True,
               help="The teacher's rollouts per training task.")
 @click.option("--steps", type=int, default=20, show_default=True, help="The student's optimizer steps.")
 @click.option("--lr", type=float, default=None, help="The student's learning rate (default: the trainer's).")
@@ -46,7 +46,7 @@ from workbench.cli.common import (
 @json_option()
 @click.pass_context
 def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url: str | None, student: str,
-                    min_reward: float, heldout: int | None, n: int | None, r: int, steps: int, lr: float | None,
+                    min_reward: float, heldout: int | None, n: int | None, rollouts_per_task: int, steps: int, lr: float | None,
                     method: str, env_args: str | None, c: int, threads: int | None, db: str | None,
                     as_json: bool) -> None:
     """Distill TEACHER into STUDENT on ENV: the teacher's rollouts on the training split that reach
@@ -58,7 +58,7 @@ def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url
 
     opts = DistillOptions(env=env, teacher=teacher, student=student, env_args=parse_env_args(env_args),
                           teacher_base_url=teacher_base_url, min_reward=min_reward, heldout=heldout, n=n,
-                          rollouts_per_task=r, steps=steps, lr=lr, method=method, concurrency=c, threads=threads)
+                          rollouts_per_task=rollouts_per_task, steps=steps, lr=lr, method=method, concurrency=c, threads=threads)
     out_console = console_err if as_json else console  # --json: stdout holds the JSON line only
 
     def log(message: str) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError, EndpointError, WorkbenchError
+from workbench.errors import ConfigError, EndpointError, OptionError, WorkbenchError
 from workbench.runs.endpoint import resolve_endpoint
 from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate
 from workbench.store import Store
@@ -74,25 +74,25 @@ class DistillOptions:
     threads: int | None = None  # torch CPU threads of the training run's server and trainer
 
     def validate(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {self.method!r}")
+        def check(name: str, ok: bool, allowed: str, template: str = "{field} must be {allowed}, not {value}") -> None:
+            if not ok:
+                raise OptionError(f"DistillOptions.{name}", getattr(self, name), allowed, template)
+
+        check("method", self.method in METHODS, f"one of {', '.join(METHODS)}", "{field} must be {allowed}, not {value!r}")
         if self.method == "on-policy" and self.n is not None:
-            raise ConfigError("-n limits the teacher's rollouts of --method sft; on-policy distillation samples the "
-                              "student on every training task (hold out more with --heldout, or pass -a)")
-        if not math.isfinite(self.min_reward):
-            raise ConfigError(f"--min-reward must be a finite number, not {self.min_reward}")
-        if self.heldout is not None and self.heldout < 1:
-            raise ConfigError(f"--heldout must be at least 1 (the comparison is on held-out tasks), not {self.heldout}")
-        if self.n is not None and self.n < 1:
-            raise ConfigError(f"-n must be at least 1, not {self.n}")
-        if self.rollouts_per_task < 1:
-            raise ConfigError(f"-r must be at least 1, not {self.rollouts_per_task}")
-        if self.steps < 1:
-            raise ConfigError(f"--steps must be at least 1, not {self.steps}")
-        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"--lr must be a positive number, not {self.lr}")
-        if self.concurrency < 1:
-            raise ConfigError(f"-c must be at least 1, not {self.concurrency}")
+            raise OptionError("DistillOptions.n", self.n, template="{field} limits the teacher's rollouts of {method} "
+                              "sft; on-policy distillation samples the student on every training task (hold out more "
+                              "with {heldout}, or pass {env_args})", names={
+                                  "method": "DistillOptions.method", "heldout": "DistillOptions.heldout",
+                                  "env_args": "DistillOptions.env_args"})
+        check("min_reward", math.isfinite(self.min_reward), "a finite number")
+        check("heldout", self.heldout is None or self.heldout >= 1, "at least 1",
+              "{field} must be {allowed} (the comparison is on held-out tasks), not {value}")
+        check("n", self.n is None or self.n >= 1, "at least 1")
+        check("rollouts_per_task", self.rollouts_per_task >= 1, "at least 1")
+        check("steps", self.steps >= 1, "at least 1")
+        check("lr", self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "a positive number")
+        check("concurrency", self.concurrency >= 1, "at least 1")
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from workbench.authoring import discovery, overrides
 from workbench.cost.pricing import match_price
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 from workbench.runs.endpoint import resolve_endpoint
 from workbench.runs.evaluate import EvalOptions, evaluate
 from workbench.runs.prompt_search import (
@@ -63,14 +63,15 @@ class OptimizeOptions:
 
     def validate(self) -> None:
         if not self.reflection_model:
-            raise ConfigError("optimize needs a reflection model: --reflection-model NAME (a registered model, or "
-                              "--reflection-base-url URL with its id)")
+            raise OptionError("OptimizeOptions.reflection_model", self.reflection_model, template="optimize needs a "
+                              "reflection model: {field} NAME (a registered model, or {url} URL with its id)",
+                              names={"url": "OptimizeOptions.reflection_base_url"})
         if self.budget_usd is not None and not (math.isfinite(self.budget_usd) and self.budget_usd > 0):
-            raise ConfigError(f"--budget must be a positive number of US dollars, not {self.budget_usd}")
-        for name, value in (("--max-evals", self.max_evals), ("-n", self.n), ("--heldout", self.heldout),
-                            ("-r", self.rollouts_per_task), ("-c", self.concurrency), ("--minibatch", self.minibatch)):
+            raise OptionError("OptimizeOptions.budget_usd", self.budget_usd, "a positive number of US dollars")
+        for name in ("max_evals", "n", "heldout", "rollouts_per_task", "concurrency", "minibatch"):
+            value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"{name} must be at least 1, not {value}")
+                raise OptionError(f"OptimizeOptions.{name}", value, "at least 1")
 
 
 @dataclass(slots=True)

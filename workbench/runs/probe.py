@@ -23,7 +23,7 @@ from typing import Any
 from workbench.authoring import discovery
 from workbench.authoring.probes import BUILT_IN, Probe, ProbeTurn
 from workbench.authoring.tasks import Message, Task
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store
@@ -133,9 +133,9 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
     every policy that would call one."""
     env_args = env_args or {}
     if n is not None and n < 1:
-        raise ConfigError(f"-n must be at least 1, not {n}")
+        raise OptionError("probe.n", n, "at least 1")
     if not 0 < threshold <= 1:
-        raise ConfigError(f"--threshold must be above 0 and at most 1, not {threshold}")
+        raise OptionError("probe.threshold", threshold, "above 0 and at most 1")
     env = discovery.load(spec, env_args)
     tasks = list(enumerate(itertools.islice(env.tasks, n or DEFAULT_TASKS)))  # no more than it plays
     if not tasks:
