@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench_cloud.launch import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
+from workbench_cloud.local_price import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
 from workbench_cloud.plan import Plan, check_budget, load_launch_config, make_plan
 
 from workbench.cost.budgets import check_monthly, month_spent_usd, monthly_budget_usd, run_cap

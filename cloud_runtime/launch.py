@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workbench_cloud.forecast import local_forecast
+from workbench_cloud.local_price import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
 from workbench_cloud.stream import FINISHED, Event, follow, open_log
 
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
 from workbench.fsutil import atomic_write
-
-LOCAL_PROVIDER, LOCAL_DEVICE = "local", "cpu"
 
 
 @dataclass(slots=True)
@@ -36,14 +36,6 @@ class Launched:
     bundle_hash: str
     spent_usd: float
     summary: dict[str, Any]
-
-
-def local_price() -> float:
-    """USD per device-second of the local backend: ``workbench gpu-prices set local cpu ...``, else 0."""
-    from workbench.cost.gpu_prices import load_prices
-
-    p = load_prices().get((LOCAL_PROVIDER, LOCAL_DEVICE))
-    return p.usd_per_gpu_s if p else 0.0
 
 
 def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threads: int | None = None,
@@ -144,8 +136,6 @@ class LocalBackend:
     def preflight(self, conn: Any, *, env: str | None, config_file: str | None = None, max_steps: int | None = None,
                   budget_usd: float | None = None, overrides: dict[str, Any] | None = None) -> Any:
         """Device-seconds × the local price and the cap the budget guard will enforce (no cluster plan)."""
-        from workbench_cloud.forecast import local_forecast
-
         steps = max_steps if max_steps is not None else int((overrides or {}).get("loop.max_steps") or 0)
         return local_forecast(conn, steps, budget_usd)
 
