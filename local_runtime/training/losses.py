@@ -36,8 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.errors import ConfigError
-from workbench.training.algorithms import configure, nearest
+from workbench.errors import ConfigError, nearest
+from workbench.training.algorithms import configure
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.errors import ConfigError
-from workbench.training.algorithms import nearest
+from workbench.errors import ConfigError, nearest
 from workbench.training.roles import TrainRoles
 
 

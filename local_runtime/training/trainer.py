@@ -46,8 +46,8 @@ from workbench_local.training.distributed import all_reduce_, rank_world
 from workbench_local.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
 from workbench_local.training.packing import MicroBatch, collate, pack, shard
 
-from workbench.errors import ConfigError
-from workbench.training.algorithms import TrainSample, nearest
+from workbench.errors import ConfigError, nearest
+from workbench.training.algorithms import TrainSample
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float)}
 
