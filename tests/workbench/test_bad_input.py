@@ -25,6 +25,9 @@ from tests.helpers import (
 )
 from workbench.store import SCHEMA_VERSION
 
+# slow: a CLI process per case (the fast lane's CLI errors: test_option_errors.py)
+pytestmark = pytest.mark.slow
+
 
 class Seed:
     """A store holding one finished run; each test works on its own copy."""

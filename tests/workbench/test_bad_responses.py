@@ -16,6 +16,9 @@ import pytest
 
 from tests.helpers import ADDER_ENV, CliResult, assert_user_error, last_json, query
 
+# slow: responses that drip or time out, each through a CLI eval
+pytestmark = pytest.mark.slow
+
 GOOD = {"id": "x", "object": "chat.completion", "model": "mock-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "42"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1}}

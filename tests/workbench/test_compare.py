@@ -11,6 +11,9 @@ import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
 
+# slow: several CLI evals and compares per test
+pytestmark = pytest.mark.slow
+
 
 def _eval(cli: Callable[..., CliResult], mock: Any, *args: str) -> dict[str, Any]:
     res = cli("eval", "arithmetic", "--base-url", mock.base_url, "-m", "mock-model", "--json", *args)

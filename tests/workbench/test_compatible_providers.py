@@ -14,6 +14,9 @@ import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
 
+# slow: CLI processes against a mock per provider
+pytestmark = pytest.mark.slow
+
 PROVIDERS = [
     # (flavor, API path, model id, the base URL as a user copies it from the provider's docs)
     ("gemini", "/v1beta/openai", "gemini-2.5-flash", "{root}/v1beta/openai/"),

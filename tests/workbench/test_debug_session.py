@@ -21,6 +21,9 @@ from workbench.runs.evaluate import EvalOptions
 from workbench.store import Store
 from workbench.store.queries import get_rollout
 
+# slow: bundled envs stepped against the mock, the coding env in a real sandbox
+pytestmark = pytest.mark.slow
+
 LS_THEN_DONE = [
     {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "ls -R"}'}}]},
     "I looked around; done.",
