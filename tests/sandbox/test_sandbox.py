@@ -119,7 +119,7 @@ def test_runtime_declarations() -> None:
     assert isinstance(load_runtime("local", swapped), wb.Local)
     dock = wb.Docker(dockerfile="Dockerfile")
     assert load_runtime("docker", dock) is dock
-    with pytest.raises(wb.WorkbenchError, match="unknown --runtime"):
+    with pytest.raises(wb.WorkbenchError, match="unknown runtime 'podman'"):
         load_runtime("podman")
 
 

@@ -24,6 +24,7 @@ from tests.helpers import (
 )
 from workbench.authoring import discovery
 from workbench.authoring.discovery import EnvRef, env_version
+from workbench.errors import OptionError
 
 HEX12 = re.compile(r"^[0-9a-f]{12}$")
 
@@ -171,8 +172,9 @@ def test_env_args_must_be_a_json_object() -> None:
     assert discovery.parse_env_args('{"n": 5, "seed": 1}') == {"n": 5, "seed": 1}
     assert discovery.parse_env_args(None) == {}
     for bad in ("{n: 5}", "[1]", "3"):
-        with pytest.raises(wb.WorkbenchError, match="-a"):
+        with pytest.raises(OptionError, match="^env_args ") as caught:
             discovery.parse_env_args(bad)
+        assert (caught.value.field, caught.value.value) == ("EvalOptions.env_args", bad)
 
 
 # -- versions -----------------------------------------------------------------------------------

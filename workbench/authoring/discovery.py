@@ -25,7 +25,7 @@ import orjson
 from workbench.authoring.env_files import SKIP_DIRS, content_hash, read_env_files
 from workbench.authoring.environment import Environment
 from workbench.config import paths
-from workbench.errors import ConfigError, EnvLoadError
+from workbench.errors import ConfigError, EnvLoadError, OptionError
 
 ENTRY_POINT_GROUP = "workbench.environments"
 
@@ -57,16 +57,19 @@ class EnvRef:
         return env_version(self)
 
 
-def parse_env_args(text: str | None) -> dict[str, Any]:
-    """Parse ``-a JSON`` into keyword arguments for ``load_environment``."""
+def parse_env_args(text: str | None, field: str = "EvalOptions.env_args") -> dict[str, Any]:
+    """Parse JSON (``-a``) into keyword arguments for ``load_environment``; an :class:`OptionError` on
+    ``field`` when it is not a JSON object."""
     if not text:
         return {}
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as e:
-        raise ConfigError(f"-a is not valid JSON ({e}); example: -a '{{\"n\": 50, \"seed\": 1}}'") from None
+        raise OptionError(field, text, template="{field} is not valid JSON ({why}); example: {field} '{example}'",
+                          why=e, example='{"n": 50, "seed": 1}') from None
     if not isinstance(value, dict):
-        raise ConfigError(f"-a must be a JSON object of keyword arguments, got {type(value).__name__}; example: -a '{{\"n\": 50}}'")
+        raise OptionError(field, text, "a JSON object of keyword arguments", "{field} must be {allowed}, got {kind}; "
+                          "example: {field} '{example}'", kind=type(value).__name__, example='{"n": 50}')
     return value
 
 

@@ -8,33 +8,39 @@ from pathlib import Path
 from typing import Any
 
 from workbench.authoring.harness import Harness
-from workbench.errors import ConfigError
+from workbench.errors import OptionError, field_name
+
+HARNESS = "EvalOptions.harness"  # the field ``--harness`` fills
 
 
-def load_attr(spec: str, option: str = "--harness") -> Any:
-    """``module:Name`` or ``path/to/file.py:Name``; errors name ``option``, the flag that gave ``spec``."""
+def load_attr(spec: str, field: str = "EvalOptions.harness") -> Any:
+    """``module:Name`` or ``path/to/file.py:Name``; errors are :class:`OptionError` on ``field``, the
+    option that gave ``spec``."""
+    def refused(template: str, **values: Any) -> OptionError:
+        return OptionError(field, spec, template="{field} {value!r}" + template, **values)
+
     if ":" not in spec:
-        raise ConfigError(f"{option} {spec!r} must look like module:Name or path/to/file.py:Name")
+        raise refused(" must look like module:Name or path/to/file.py:Name")
     where, _, attr = spec.rpartition(":")
     try:
         if where.endswith(".py"):
             p = Path(where)
             if not p.is_file():
-                raise ConfigError(f"{option} file {where} does not exist")
-            s = importlib.util.spec_from_file_location(f"_workbench_{option.strip('-')}_{p.stem}", p)
+                raise OptionError(field, spec, template="{field} file {where} does not exist", where=where)
+            s = importlib.util.spec_from_file_location(f"_workbench_{field_name(field)}_{p.stem}", p)
             assert s and s.loader
             mod = importlib.util.module_from_spec(s)
             s.loader.exec_module(mod)
         else:
             mod = importlib.import_module(where)
-    except ConfigError:
+    except OptionError:
         raise
     except (Exception, SystemExit) as e:
-        raise ConfigError(f"{option} {spec!r}: cannot import {where} ({type(e).__name__}: {e})") from None
+        raise refused(": cannot import {where} ({why})", where=where, why=f"{type(e).__name__}: {e}") from None
     try:
         return getattr(mod, attr)
     except AttributeError:
-        raise ConfigError(f"{option} {spec!r}: {where} has no attribute {attr!r}") from None
+        raise refused(": {where} has no attribute {attr!r}", where=where, attr=attr) from None
 
 
 def load_harness(spec: str) -> Harness:
@@ -47,9 +53,11 @@ def load_harness(spec: str) -> Harness:
         try:
             obj = obj()
         except Exception as e:
-            raise ConfigError(f"--harness {spec!r}: constructing it failed ({type(e).__name__}: {e})") from None
+            raise OptionError(HARNESS, spec, template="{field} {value!r}: constructing it failed ({why})",
+                              why=f"{type(e).__name__}: {e}") from None
     if not isinstance(obj, Harness):
-        raise ConfigError(f"--harness {spec!r} is a {type(obj).__name__}, not a wb harness")
+        raise OptionError(HARNESS, spec, "a wb harness", "{field} {value!r} is a {kind}, not {allowed}",
+                          kind=type(obj).__name__)
     return obj
 
 

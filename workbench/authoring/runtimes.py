@@ -28,12 +28,13 @@ from workbench.authoring.sandbox import (
     network_policy,
     parse_memory,
 )
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 
 if TYPE_CHECKING:
     from workbench.authoring.tasks import Task
 
 #: Fields that describe *which* sandbox, not how much it may use: never carried by ``--runtime``.
+RUNTIME = "EvalOptions.runtime"  # the field ``--runtime`` fills
 _NOT_CARRIED = frozenset({"image", "dockerfile", "isolation", "binds"})
 
 
@@ -244,12 +245,12 @@ def swap_runtime(spec: str, current: Any = None) -> Runtime:
     for runtimes that take one (``docker:python:3.12``)."""
     kind, _, arg = spec.partition(":")
     if not plugins.available("runtimes", kind):
-        raise ConfigError(f"unknown --runtime {spec!r}; use one of {', '.join(runtime_names())} "
-                          "(docker takes an image: docker:IMAGE)")
+        raise OptionError(RUNTIME, spec, f"one of {', '.join(runtime_names())}", "unknown {field} {value!r}; use "
+                          "{allowed} (docker takes an image: docker:IMAGE)")
     cls = runtime_class(kind)
     names = {f.name for f in fields(cls)}
     if arg and "image" not in names:
-        raise ConfigError(f"--runtime {spec!r}: {kind} takes no argument")
+        raise OptionError(RUNTIME, spec, template="{field} {value!r}: {kind} takes no argument", kind=kind)
     if isinstance(current, cls) and not arg and kind == "docker":
         return current  # the env's own image or Dockerfile
     carried: dict[str, Any] = {}
@@ -264,4 +265,4 @@ def swap_runtime(spec: str, current: Any = None) -> Runtime:
     try:
         return cls(**carried)
     except TypeError as e:
-        raise ConfigError(f"--runtime {spec!r}: {e}") from None
+        raise OptionError(RUNTIME, spec, template="{field} {value!r}: {why}", why=e) from None

@@ -78,9 +78,10 @@ def load_probe(spec: str) -> type[Probe]:
     """``module:Class`` or ``file.py:Class``: a user's own probe."""
     from workbench.authoring.hotswap import load_attr
 
-    obj = load_attr(spec, option="--probe")
+    obj = load_attr(spec, field="probe.probe")
     if not (isinstance(obj, type) and issubclass(obj, Probe)):
-        raise ConfigError(f"--probe {spec!r} is a {type(obj).__name__}, not a wb.Probe subclass")
+        raise OptionError("probe.probe", spec, "a wb.Probe subclass", "{field} {value!r} is a {kind}, not {allowed}",
+                          kind=type(obj).__name__)
     return obj
 
 
