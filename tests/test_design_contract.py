@@ -8,6 +8,7 @@ it; each row is also looked for in the page, so the table cannot drift from what
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -122,7 +123,19 @@ def test_every_wb_name_in_the_contract_is_public_and_every_public_name_is_in_it(
     assert not undocumented, f"workbench exports {sorted(undocumented)}, which docs/design.md does not name"
 
 
-def test_the_mcp_server_has_exactly_the_tools_the_contract_names() -> None:
+#: (wb function, the keyword arguments the contract names for it).
+PYTHON_JOBS = [("eval", ("model", "base_url", "n", "rollouts", "env_args", "db")), ("compare", ("baseline", "db"))]
+
+
+@pytest.mark.parametrize(("name", "keywords"), PYTHON_JOBS, ids=[name for name, _ in PYTHON_JOBS])
+def test_the_python_jobs_take_the_arguments_the_contract_names(name: str, keywords: tuple[str, ...]) -> None:
+    job = getattr(workbench, name)
+    missing = set(keywords) - set(inspect.signature(job).parameters)
+    assert not missing, f"wb.{name} takes no {sorted(missing)}, which docs/design.md promises"
+    assert f"`wb.{name}(" in TEXT and all(f"{k}=" in TEXT for k in keywords)
+
+
+def test_the_mcp_server_has_the_tools_the_contract_names() -> None:
     from workbench.cli.mcp_server import build_server
 
     tools = {tool.name for tool in asyncio.run(build_server(lambda read_only_ok: None).list_tools())}
