@@ -23,6 +23,9 @@ from tests.helpers import (
     workbench_argv,
 )
 
+# slow: evals killed mid-run, then resumed, each through CLI processes
+pytestmark = pytest.mark.slow
+
 # With -c 1 and 10 ms of latency per request the first run cannot finish 1200 rollouts in under ~12 s;
 # it is stopped as soon as a few groups are committed (well under a second on an idle machine).
 N, R = 600, 2
