@@ -24,6 +24,9 @@ from tests.helpers import REPO, last_json
 
 pytest.importorskip("verifiers", reason="needs the verifiers extra (pip install 'rl-workbench[verifiers]')")
 
+# slow: each case imports verifiers and datasets in fresh processes and runs two evals
+pytestmark = pytest.mark.slow
+
 FIXTURES = REPO / "tests" / "fixtures" / "verifiers_envs"
 
 
