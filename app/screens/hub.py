@@ -222,7 +222,11 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
     def action_fork(self) -> None:
         name = self._selected()
         if name is not None and self.workbench_app.require_writable("a fork"):
-            self.app.push_screen(ForkNameScreen(name), lambda new: self._fork(name, new) if new else None)
+            def fork_as(new: str | None) -> None:
+                if new:
+                    self._fork(name, new)
+
+            self.app.push_screen(ForkNameScreen(name), fork_as)
 
     @work(thread=True, exit_on_error=False, group="hub-fork")
     def _fork(self, name: str, new: str) -> None:

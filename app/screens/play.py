@@ -347,7 +347,7 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
             form.show_error(e.message, e.field)
             return None
         try:
-            msg = parse_reply(text, self.tools) if text.strip() else {"role": "assistant", "content": None}
+            msg: ChatMessage = parse_reply(text, self.tools) if text.strip() else {"role": "assistant", "content": None}
         except ReplyError as e:
             self._reply_error(e.message)
             return None

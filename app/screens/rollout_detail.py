@@ -109,7 +109,8 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
                 for e in errors:
                     text.append(visible(e.get("kind")), style="bold red")
                     text.append(visible(f" in {redact(str(e.get('source')))}: {redact(str(e.get('message')))}") + "\n")
-                box = Static(text.rstrip() or text, id="rollout-errors", classes="section")
+                text.rstrip()  # in place: the last error's newline
+                box = Static(text, id="rollout-errors", classes="section")
                 box.border_title = "errors"
                 yield box
             for i, m in enumerate(r.get("messages") or []):

@@ -18,7 +18,7 @@ class RowTable(DataTable[Any]):
         Binding("end", "scroll_bottom", "Last row", show=False),
     ]
 
-    def _on_idle(self, _: events.Idle) -> None:
+    async def _on_idle(self, _: events.Idle) -> None:
         """Textual measures added and updated cells when the table is idle (its own ``_on_idle``, which runs
         after this one), but keeps the rows it rendered before then in caches that do not know the widths:
         a column that widens or narrows then is redrawn whole."""

@@ -86,7 +86,7 @@ class Launches:
                            title="launched")
 
     def finished(self, event: Finished) -> None:
-        sev = "information" if event.status == "completed" else "warning"
         self.screen.notify(f"{event.env}: run {event.run_id} {event.status}, spent {fcost(event.spent_usd)}",
-                           title="launch done", severity=sev, timeout=10)
+                           title="launch done", severity="information" if event.status == "completed" else "warning",
+                           timeout=10)
         self.screen.catalog.scan(set())

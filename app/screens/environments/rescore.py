@@ -110,10 +110,9 @@ class Rescores:
                 notify(f"{name} has no stored rollouts to re-score; quick eval (e) stores some", severity="warning")
         else:
             st.rescore = res
-            sev = "warning" if res.failed else "information"
             notify(f"{name}: mean reward {fnum(res.before.mean)} → {fnum(res.after.mean)}, {res.changed:,} of "
                    f"{res.rescored:,} rollouts changed" + (f", {res.failed:,} with errors" if res.failed else ""),
-                   title="re-scored", severity=sev, timeout=5)
+                   title="re-scored", severity="warning" if res.failed else "information", timeout=5)
         self.screen.show_detail()
 
     def show(self, st: EnvState | None) -> None:

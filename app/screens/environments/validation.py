@@ -59,6 +59,6 @@ class Validation:
         if error or rep is None:
             self.screen.notify(f"{name}: {clip(error, 200)}", title="validate failed", severity="error")
         else:
-            sev = "information" if rep.ok else "error"
             self.screen.notify(f"{name}: {'ok' if rep.ok else f'{len(rep.problems)} problems'}, "
-                               f"{len(rep.warnings)} warnings", title="validate", severity=sev)
+                               f"{len(rep.warnings)} warnings", title="validate",
+                               severity="information" if rep.ok else "error")
