@@ -179,8 +179,8 @@ class Plan:
     mode: str  # "async" | "sync"
     max_steps: int
     rollouts_per_step: int
-    tokens_per_step: int
-    generated_tokens_per_step: int
+    tokens_per_step: float  # rollouts × mean tokens, as the plan's breakdown computes it
+    generated_tokens_per_step: float
     trainer_time_s: float
     inference_time_s: float
     inference_bound: str  # "compute" | "bandwidth"

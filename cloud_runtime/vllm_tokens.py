@@ -130,7 +130,7 @@ def chat_message(text: str, finish: str | None, ctx: TokenRoute) -> tuple[dict[s
 
 def chat_response(completion: dict[str, Any], ctx: TokenRoute, *, policy_version: int | None = None) -> dict[str, Any]:
     """A ``/v1/completions`` response as the ``chat.completion`` the token route answers."""
-    choices = []
+    choices: list[dict[str, Any]] = []
     prompt_ids = completion.get("prompt_token_ids")
     prompt_lps = completion.get("prompt_logprobs")
     for c in completion.get("choices") or []:

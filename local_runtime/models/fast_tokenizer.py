@@ -98,7 +98,7 @@ class FastTokenizer:
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """The ids of ``text`` (as :meth:`encode`) and each token's character span in it."""
         enc = self._tok.encode(text, add_special_tokens=False)
-        return enc.ids, [tuple(o) for o in enc.offsets]
+        return enc.ids, [(start, end) for start, end in enc.offsets]
 
     def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                             add_generation_prompt: bool = False, tokenize: bool = True, **kwargs: Any) -> Any:

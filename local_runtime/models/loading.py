@@ -116,7 +116,7 @@ def load(spec: str | None, *, served_name: str | None = None, dtype: str = "auto
     except Exception as e:
         raise ModelLoadError(f"cannot load model {spec or name} ({type(e).__name__}: "
                              f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]  # transformers' stubs wrap .to so that mypy takes dev for self
     model.eval()
     cfg = model.config
     ctx = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048

@@ -53,7 +53,7 @@ def load_base_model(spec: str, *, dtype: Any, device: str, allow_download: bool 
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    return model.to(device)
+    return model.to(device)  # type: ignore[arg-type]  # transformers' stubs wrap .to so that mypy takes device for self
 
 
 def linear_module_names(model: Any) -> list[str]:
@@ -99,7 +99,8 @@ def apply_lora(model: Any, *, rank: int, alpha: float, dropout: float, targets: 
     if rank < 1:
         raise ConfigError(f"LoRA rank must be at least 1, not {rank}")
     tm = check_targets(model, targets)
-    cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=tm, bias="none",
+    # peft declares lora_alpha an int; any number scales the same
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=tm, bias="none",  # type: ignore[arg-type]
                      task_type="CAUSAL_LM")
     with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
         warnings.simplefilter("ignore", FutureWarning)

@@ -76,7 +76,7 @@ def warm_config(setting: bool | Sequence[str]) -> dict[str, Any] | None:
     and the modules it imports before it forks (``True``: what ``python3 -m unittest`` needs)."""
     if not setting:
         return None
-    modules = WARM_DEFAULT if setting is True else tuple(str(m) for m in setting)  # type: ignore[union-attr]
+    modules = WARM_DEFAULT if setting is True else tuple(str(m) for m in setting)
     return {"program": warm_source(), "modules": list(modules), "agent": agent_source().decode()}
 
 

@@ -375,7 +375,7 @@ def pool_dir(kind: str) -> Path:
 def stale_pool_dirs() -> list[Path]:
     """Pool folders whose owner process is gone (left by a crash or kill -9)."""
     root = sandboxes_root()
-    out = []
+    out: list[Path] = []
     if not root.is_dir():
         return out
     for d in root.iterdir():

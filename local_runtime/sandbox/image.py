@@ -225,8 +225,8 @@ def build_rootfs(out: Any, log: Callable[[str], None] = lambda s: None) -> dict[
                 libs.append(f)
     libdir = layout.get("libdir") or ""
     ver = layout["version"]
-    for lib in Path(libdir).glob(f"libpython{ver}*.so*") if libdir and os.path.isdir(libdir) else ():
-        tar.file(str(lib))
+    for libpython in Path(libdir).glob(f"libpython{ver}*.so*") if libdir and os.path.isdir(libdir) else ():
+        tar.file(str(libpython))
     for lib in sorted(_ldd(libs) | _runtime_libs()):
         tar.file(lib)
     tar.text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/tmp:/bin/sh\n"

@@ -49,7 +49,7 @@ def _parse(entry: str, gateway: str) -> tuple[str, int | None, str | None]:
         infos = socket.getaddrinfo(host, port or 80, socket.AF_INET, socket.SOCK_STREAM)
     except OSError as e:
         raise SandboxError(f"network allow list entry {entry!r}: cannot resolve {host} ({e})") from None
-    return infos[0][4][0], port, host
+    return str(infos[0][4][0]), port, host
 
 
 def allow_list_network(client: Any, entries: tuple[str, ...]) -> tuple[str, dict[str, str]]:

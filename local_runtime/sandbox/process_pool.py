@@ -255,7 +255,11 @@ class ProcessPool(SandboxPool):
             sb.closed = True
         while self._resets:  # recycles, and the reaping of every agent killed above
             await asyncio.gather(*self._resets, return_exceptions=True)
-        await asyncio.to_thread(lambda: [sb.remove_memory_group() for sb in [*self.held, *self.idle]])
+        def remove_memory_groups() -> None:
+            for sb in [*self.held, *self.idle]:
+                sb.remove_memory_group()
+
+        await asyncio.to_thread(remove_memory_groups)
         self.idle.clear()
         self.held.clear()
         if self.dir != Path():

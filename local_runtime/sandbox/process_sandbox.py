@@ -99,8 +99,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         if iso.mode == "none":
             home = str(self.tmp.path)
             run_cwd = str(self.work.path) if cwd is None else cwd if cwd.startswith("/") else str(self.work.path / cwd)
-            outer = [*drop, "--"] if drop else []
-            return [*enter, *outer, *limits, *argv], {"env": base_env(home, env) | {"TMPDIR": home}, "cwd": run_cwd,
+            return [*enter, *([*drop, "--"] if drop else []), *limits, *argv], {"env": base_env(home, env) | {"TMPDIR": home}, "cwd": run_cwd,
                                               "preexec_fn": preexec}
         inner_cwd = WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")
         inner = list(limits)

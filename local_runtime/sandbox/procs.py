@@ -95,9 +95,9 @@ async def communicate(proc: asyncio.subprocess.Process, stdin: str | bytes | Non
             if not t.done():
                 t.cancel()
         for s in (proc.stdout, proc.stderr):
-            if s is not None and hasattr(s, "_transport") and s._transport is not None:  # type: ignore[attr-defined]
+            if s is not None and hasattr(s, "_transport") and s._transport is not None:
                 with contextlib.suppress(Exception):
-                    s._transport.close()  # type: ignore[attr-defined]
+                    s._transport.close()
     rc = proc.returncode
     if timed_out:
         code = TIMEOUT_EXIT

@@ -202,7 +202,7 @@ def plan(argv, env, cwd, zygote):
 
 
 # -- running a command in place ------------------------------------------------------------------------
-_FLAGS_TYPE = []  # the look-alike's class, made once in the zygote (a class per command would cost each one)
+_FLAGS_TYPE = []  # type: list[type]  # the look-alike's class, made once in the zygote (a class per command would cost each one)
 
 
 def look_alike_flags(changes):
@@ -248,9 +248,10 @@ def run(p):
     sys.orig_argv = list(p["words"])
     sys.executable = os.path.abspath(p["exe"])
     ub = p["unbuffered"]
-    sys.stdin = sys.__stdin__ = stdio(0, False, "<stdin>", sys.__stdin__ or sys.stdin, ub, False)
-    sys.stdout = sys.__stdout__ = stdio(1, True, "<stdout>", sys.__stdout__ or sys.stdout, ub, False)
-    sys.stderr = sys.__stderr__ = stdio(2, True, "<stderr>", sys.__stderr__ or sys.stderr, ub, True)
+    # The command's own streams replace the interpreter's, __stdin__ and the rest included (typeshed: Final).
+    sys.stdin = sys.__stdin__ = stdio(0, False, "<stdin>", sys.__stdin__ or sys.stdin, ub, False)  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = stdio(1, True, "<stdout>", sys.__stdout__ or sys.stdout, ub, False)  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = stdio(2, True, "<stderr>", sys.__stderr__ or sys.stderr, ub, True)  # type: ignore[misc]
     if not p["flags"]["no_site"]:
         import site
 

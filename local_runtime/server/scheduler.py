@@ -109,7 +109,9 @@ class Scheduler:
         """The next batch: FIFO jobs for the oldest job's model, up to max_batch sequences."""
         first = self._pending[0]
         model = first.seqs[0].model
-        batch, size, skipped = [], 0, deque()
+        batch: list[Job] = []
+        size = 0
+        skipped: deque[Job] = deque()
         while self._pending:
             job = self._pending.popleft()
             if job.seqs[0].model != model or (batch and size + len(job.seqs) > self.max_batch):

@@ -255,7 +255,7 @@ class TrainLoop:
         from workbench.training.teacher import fill_teacher_logprobs
 
         t0 = time.perf_counter()
-        fill_teacher_logprobs(groups, teacher_url, self.algorithm.teacher_model)
+        fill_teacher_logprobs(groups, teacher_url, getattr(self.algorithm, "teacher_model", ""))
         return time.perf_counter() - t0
 
     def _checkpoint(self, step: int) -> None:
@@ -287,8 +287,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m workbench_loca
     run_dir = Path(args.dir)
     rank, _ = init_from_env()  # a process group when RANK/WORLD_SIZE say so (torchrun, a cluster)
     store = Store(args.db) if rank == 0 and open_feed is None else None  # only rank 0 touches the store
-    feed = (open_feed() if open_feed is not None else StoreFeed(store, args.run, args.parent_pid)) \
-        if rank == 0 else None
+    feed = None
+    if rank == 0 and open_feed is not None:
+        feed = open_feed()
+    elif store is not None:
+        feed = StoreFeed(store, args.run, args.parent_pid)
     try:
         cfg = validate_tables(json.loads((run_dir / "config.json").read_text()))
         loop = TrainLoop(store, args.run, args.server, run_dir, cfg, args.parent_pid, feed=feed)
