@@ -39,6 +39,7 @@ def _notes(app: WorkbenchApp) -> str:
     return " | ".join(n.message for n in app._notifications)  # noqa: SLF001
 
 
+@pytest.mark.slow  # steps a bundled env turn by turn against a mock server
 async def test_step_a_bundled_env_turn_by_turn(make_app: Callable[..., WorkbenchApp],
                                                mock_server: Callable[..., MockServer], store_file: Path) -> None:
     server = mock_server("script", "--tokens", script=GUESSES)

@@ -134,6 +134,7 @@ def vf_results(mock_server: Callable[..., MockServer], tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # its results come from a real verifiers evaluate run (verifiers imported)
 def test_verifiers_results_round_trip_through_export(cli: Callable[..., Any], vf_results: Path,
                                                      store_path: Path) -> None:
     saved = [json.loads(line) for line in (vf_results / "results.jsonl").read_text().splitlines()]
