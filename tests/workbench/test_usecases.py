@@ -84,7 +84,7 @@ async def test_listing_environments_is_one_answer_from_the_cli_mcp_and_the_use_c
     from_function = {listing.name: listing.row() for listing in list_environments()}
     assert from_cli == from_mcp == from_function
     assert {"arithmetic", "adder", "broken"} <= set(from_cli)
-    assert from_cli["broken"]["error"] == "RuntimeError: no data here" or "no data here" in from_cli["broken"]["error"]
+    assert "RuntimeError: no data here" in from_cli["broken"]["error"]
     assert "error" not in from_cli["adder"] and from_cli["adder"]["origin"] == "user"
 
 
