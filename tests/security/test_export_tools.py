@@ -15,6 +15,9 @@ import pytest
 
 from tests.helpers import last_json, query
 
+# slow: a CLI eval and export, the file loaded with datasets
+pytestmark = pytest.mark.slow
+
 
 def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

@@ -23,6 +23,9 @@ import pytest
 
 from tests.helpers import ADDER_ENV, assert_user_error, last_json, query, workbench_argv, write_file
 
+# slow: a CLI process per hostile file, writers killed mid-import
+pytestmark = pytest.mark.slow
+
 TABLES = ("run", "rollout", "score", "rollout_fts")
 GOOD = {"messages": [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
         "reward": 1.0}

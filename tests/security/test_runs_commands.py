@@ -24,6 +24,9 @@ from tests.helpers import (
 from tests.security import runs_common
 from tests.security.runs_common import Seed, snapshot
 
+# slow: CLI evals per case, an optimisation killed and resumed
+pytestmark = pytest.mark.slow
+
 seed, store = runs_common.seed, runs_common.store  # the fixtures, shared by the hostile-runs files
 
 # -- compare, resume, distill and probe say what they mean ------------------------------------------

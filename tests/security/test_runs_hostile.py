@@ -22,6 +22,9 @@ from tests.helpers import (
 from tests.security import runs_common
 from tests.security.runs_common import Seed, snapshot
 
+# slow: a CLI eval against a mock server per case
+pytestmark = pytest.mark.slow
+
 seed, store = runs_common.seed, runs_common.store  # the fixtures, shared by the hostile-runs files
 
 # -- rewards that are not finite numbers, or that exit ------------------------------------------

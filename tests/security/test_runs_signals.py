@@ -21,6 +21,9 @@ from tests.helpers import (
 from tests.security import runs_common
 from tests.security.runs_common import Seed, snapshot
 
+# slow: evals ended by signals and runs of long task sets
+pytestmark = pytest.mark.slow
+
 seed, store = runs_common.seed, runs_common.store  # the fixtures, shared by the hostile-runs files
 
 # -- task sets bounded by the run, and signals that always end a command ----------------------------

@@ -26,6 +26,9 @@ from tests.helpers import (
     write_file,
 )
 
+# slow: a CLI process per hostile string and command
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-live-0123456789abcdef"
 
 # -- keys in URLs ------------------------------------------------------------------------------------
