@@ -197,6 +197,7 @@ def inspect_log(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # a real inspect_ai eval log (inspect_ai imported)
 def test_inspect_log_round_trips_through_export(cli: Callable[..., Any], inspect_log: Path,
                                                 store_path: Path) -> None:
     out = _import(cli, inspect_log, "--format", "inspect")
