@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 
@@ -37,9 +38,10 @@ class WorkbenchCommands(Provider):
         await self.app.switch_mode("environments")
         screen = self.app.screen
         if isinstance(screen, EnvironmentsScreen):
-            screen.catalog.when_loaded(partial(screen.run_action, action))
-        else:
-            await screen.run_action(action)
+            loaded = asyncio.Event()
+            screen.catalog.when_loaded(loaded.set)
+            await loaded.wait()
+        await screen.run_action(action)
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app

@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
@@ -23,7 +24,7 @@ from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.pipeline_view import optimize_renderable, pipeline_line
 from workbench_app.widgets.tables import RowTable
 from workbench_app.widgets.train_view import TrainView, read_new_rollouts
-from workbench_app.workers import call_ui
+from workbench_app.workers import notify_ui, post_ui
 
 from workbench.errors import WorkbenchError
 from workbench.store.run_lookups import comparison_of, run_counts
@@ -83,6 +84,34 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         Binding("c", "compare", "Compare", id="runs.compare"),
     ]
 
+    class RunsRead(Message, bubble=False):
+        def __init__(self, runs: list[dict[str, Any]]) -> None:
+            super().__init__()
+            self.runs = runs
+
+    class SummaryRead(Message, bubble=False):
+        """A run, its summary and, for a training run, its records and rollouts so far."""
+
+        def __init__(self, run: dict[str, Any], summary: dict[str, Any], records: list[dict[str, Any]] | None,
+                     rollouts: list[Any]) -> None:
+            super().__init__()
+            self.run, self.summary, self.records, self.rollouts = run, summary, records, rollouts
+
+    class TrainPolled(Message, bubble=False):
+        """A poll's result: new records and rollouts, the run's status and (when rollouts came in) its
+        counts (``records`` None and ``status`` an error message when it failed)."""
+
+        def __init__(self, run_id: str, records: list[dict[str, Any]] | None, rollouts: list[Any], status: str,
+                     counts: tuple[int, int, float | None] | None = None) -> None:
+            super().__init__()
+            self.run_id, self.records, self.rollouts, self.status, self.counts = \
+                run_id, records, rollouts, status, counts
+
+    class ComparisonRead(Message, bubble=False):
+        def __init__(self, result: dict[str, Any], means: dict[str, dict[str, float]]) -> None:
+            super().__init__()
+            self.result, self.means = result, means
+
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[dict[str, Any]] = []
@@ -121,11 +150,13 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
 
             runs = list_runs(self.workbench_app.store.get().conn, limit=500)
         except Exception as e:
-            call_ui(self.app, self.notify, f"reading runs failed: {e}", severity="error")
+            notify_ui(self, f"reading runs failed: {e}", severity="error")
             return
-        call_ui(self.app, self._show_runs, runs)
+        post_ui(self, self.RunsRead(runs))
 
-    def _show_runs(self, runs: list[dict[str, Any]]) -> None:
+    @on(RunsRead)
+    def _show_runs(self, event: RunsRead) -> None:
+        runs = event.runs
         table = self.query_one(DataTable)
         selected = self._selected_id()
         self.runs = runs
@@ -163,25 +194,31 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-compare")
     def _compare(self, runs: list[str] | None, of_run: str | None) -> None:
-        from workbench_app.screens.compare import CompareScreen, load_comparison
+        from workbench_app.screens.compare import load_comparison
 
         conn = self.workbench_app.store.get().conn
         if runs is None:
             comparison = comparison_of(conn, of_run or "")
             if comparison is None:
-                call_ui(self.app, self.notify, "mark two runs or more with m, or pick a run of a comparison "
-                        "(`workbench eval ENV -m A -m B`)", severity="warning")
+                notify_ui(self, "mark two runs or more with m, or pick a run of a comparison "
+                          "(`workbench eval ENV -m A -m B`)", severity="warning")
                 return
             runs = [comparison]
         try:
             result, means = load_comparison(conn, runs)
         except WorkbenchError as e:
-            call_ui(self.app, self.notify, str(e), severity="error")
+            notify_ui(self, str(e), severity="error")
             return
         except Exception as e:
-            call_ui(self.app, self.notify, f"comparing failed: {e}", severity="error")
+            notify_ui(self, f"comparing failed: {e}", severity="error")
             return
-        call_ui(self.app, self.app.push_screen, CompareScreen(result, means))
+        post_ui(self, self.ComparisonRead(result, means))
+
+    @on(ComparisonRead)
+    def _show_comparison(self, event: ComparisonRead) -> None:
+        from workbench_app.screens.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(event.result, event.means))
 
     def _selected_id(self) -> str | None:
         return self.query_one(RowTable).selected_key()
@@ -202,15 +239,16 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             records = store.train_records(run["id"]) if run["kind"] == "train" else None
             rollouts = read_new_rollouts(store.conn, run["id"]) if records is not None else []
         except WorkbenchError as e:
-            call_ui(self.app, self.notify, str(e), severity="error")
+            notify_ui(self, str(e), severity="error")
             return
         except Exception as e:
-            call_ui(self.app, self.notify, f"summarising run {run_id} failed: {e}", severity="error")
+            notify_ui(self, f"summarising run {run_id} failed: {e}", severity="error")
             return
-        call_ui(self.app, self._show_summary, run, summary, records, rollouts)
+        post_ui(self, self.SummaryRead(run, summary, records, rollouts))
 
-    def _show_summary(self, run: dict[str, Any], summary: dict[str, Any],
-                      records: list[dict[str, Any]] | None, rollouts: list[Any]) -> None:
+    @on(SummaryRead)
+    def _show_summary(self, event: SummaryRead) -> None:
+        run, summary, records, rollouts = event.run, event.summary, event.records, event.rollouts
         if self._selected_id() != run["id"]:
             return
         optimizing = run["kind"] == "optimize"
@@ -250,14 +288,14 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             status = store.get_run(run_id)["status"]
             counts = run_counts(store.conn, run_id) if rollouts else None
         except Exception as e:
-            call_ui(self.app, self._add_train, run_id, None, [], f"reading training run {run_id} failed: {e}")
+            post_ui(self, self.TrainPolled(run_id, None, [], f"reading training run {run_id} failed: {e}"))
             return
-        call_ui(self.app, self._add_train, run_id, records, rollouts, status, counts)
+        post_ui(self, self.TrainPolled(run_id, records, rollouts, status, counts))
 
-    def _add_train(self, run_id: str, records: list[dict[str, Any]] | None, rollouts: list[Any],
-                   status: str, counts: tuple[int, int, float | None] | None = None) -> None:
-        """A poll's result: new records and rollouts, the run's status and (when rollouts came in) its
-        counts (``None`` and an error message when it failed)."""
+    @on(TrainPolled)
+    def _add_train(self, event: TrainPolled) -> None:
+        run_id, records, rollouts, status, counts = event.run_id, event.records, event.rollouts, event.status, \
+            event.counts
         view = self.query_one(TrainView)
         if view.run_id != run_id or self._train_timer is None:
             return
@@ -308,9 +346,9 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         try:
             rid = stop_run(self.workbench_app.store.get(), run_id)
         except WorkbenchError as e:
-            call_ui(self.app, self.notify, str(e), title="stop", severity="warning", timeout=8)
+            notify_ui(self, str(e), title="stop", severity="warning", timeout=8)
             return
         except Exception as e:
-            call_ui(self.app, self.notify, f"stopping run {run_id} failed: {e}", severity="error")
+            notify_ui(self, f"stopping run {run_id} failed: {e}", severity="error")
             return
-        call_ui(self.app, self.notify, f"asked run {rid} to stop; it stops within one step", title="stop")
+        notify_ui(self, f"asked run {rid} to stop; it stops within one step", title="stop")

@@ -147,7 +147,7 @@ class Catalog:
             return
         callbacks, self._after_load = self._after_load, []
         for callback in callbacks:
-            self.screen.call_later(callback)
+            self.screen.call_after_refresh(callback)
 
     # -- the table ------------------------------------------------------------------------------
     def add_columns(self) -> None:
