@@ -16,6 +16,9 @@ from tests.app.conftest import SIZE, screen_text, wait_until
 from workbench.cost.ledger import month_start, read_ledger
 from workbench.store import Store
 
+# slow: the Costs screen over ledgers, budgets and forecasts, a Pilot run each
+pytestmark = pytest.mark.slow
+
 LAUNCHED, UNBUDGETED, EVAL = "0101-launch1", "0101-launch2", "0101-evalrun"
 
 

@@ -16,6 +16,9 @@ from tests.helpers import ADDER_ENV, MockServer, write_file
 from workbench.authoring.discovery import EnvRef
 from workbench.store import Store
 
+# slow: the whole Environments screen with file watching and quick evals (its controllers alone: test_env_controllers.py)
+pytestmark = pytest.mark.slow
+
 
 def _screen(app: WorkbenchApp) -> EnvironmentsScreen:
     assert isinstance(app.screen, EnvironmentsScreen)

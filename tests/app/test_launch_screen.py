@@ -24,6 +24,9 @@ from workbench.cost.budgets import month_spent_usd
 from workbench.cost.gpu_prices import set_price
 from workbench.store import Store
 
+# slow: a Pilot run per input of the launch dialog
+pytestmark = pytest.mark.slow
+
 
 class Recorder:
     """Stands in for ``launch_local``: records its arguments, reports a start, returns at once."""

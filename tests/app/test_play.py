@@ -20,6 +20,9 @@ from workbench_app.widgets.tool_form import ToolForm, fields_of
 from tests.app.conftest import SIZE, screen_text, wait_until
 from tests.workbench.test_play import CALC
 
+# slow: the Play screen through each harness turn, with SVG snapshots
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _calc(env_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ from tests.app.conftest import T0, screen_text, wait_until
 from tests.helpers import ADDER_ENV, write_file
 from workbench.store import Store
 
+# slow: screens redrawn at several terminal sizes, a Pilot run each
+pytestmark = pytest.mark.slow
+
 SMALL = [(80, 24), (100, 30)]
 BROKEN = "import workbench as wb\n\ndef load_environment(:\n    pass\n"
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import Input, Static
 from workbench_app.config import TuiConfig
 from workbench_app.main import WorkbenchApp
@@ -16,6 +17,9 @@ from workbench_app.widgets.virtual_table import VirtualTable
 
 from tests.app.conftest import SIZE, _record, screen_text, wait_until
 from workbench.store import Store
+
+# slow: a Pilot run per filter, sort and page of the Traces screen
+pytestmark = pytest.mark.slow
 
 
 def _traces(app: WorkbenchApp) -> TracesScreen:
