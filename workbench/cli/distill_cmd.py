@@ -1,4 +1,4 @@
-"""``workbench distill``: a teacher's good rollouts train the student (workbench/runs/distill.py)."""
+"""``workbench distill``: a teacher's good rollouts train the student (workbench/training/distill.py)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def distill_command(ctx: click.Context, env: str, teacher: str, teacher_base_url
     evaluated on the held-out tasks and compared. Every stage is a run (`workbench runs`)."""
     from workbench.authoring.discovery import parse_env_args
     from workbench.cli.compare_cmd import print_comparison
-    from workbench.runs.distill import DistillOptions, distill
+    from workbench.training.distill import DistillOptions, distill
 
     opts = DistillOptions(env=env, teacher=teacher, student=student, env_args=parse_env_args(env_args),
                           teacher_base_url=teacher_base_url, min_reward=min_reward, heldout=heldout, n=n,
