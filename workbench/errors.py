@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,6 +38,10 @@ class NotFoundError(WorkbenchError):
     """A run, rollout or other record that the user named does not exist."""
 
 
+#: A placeholder followed by another (``{field} {value``): group 1 the first, group 2 the second.
+_BEFORE_A_VALUE = re.compile(r"\{(\w+)\}(?= \{(\w+))")
+
+
 class FieldError(WorkbenchError):
     """An error about an input, as data: the field it fills (``"EvalOptions.rollouts_per_task"``), the value
     given and what is allowed. The message is a template; each face names the fields in it its own way
@@ -51,15 +56,24 @@ class FieldError(WorkbenchError):
         self.values = values  # the other values the template shows: {placeholder: value}
         super().__init__(self.render(field_name))
 
-    def render(self, name_of: Callable[[str], str]) -> str:
-        """The message with every field it names said by ``name_of`` (a face's word for a field)."""
-        names = {key: name_of(f) for key, f in self.names.items()}
-        return self.template.format(field=name_of(self.field), value=self.value, allowed=self.allowed, **names,
-                                    **self.values)
+    def render(self, name_of: Callable[[str], str], typed: Callable[[str], str] | None = None) -> str:
+        """The message with every field it names said by ``name_of`` (a face's word for a field); a field
+        followed by one of the values (``{field} {value}``) by ``typed`` where given: as it is typed before a
+        value (the CLI's ``-m NAME``, where ``name_of`` says ``-m/--model``)."""
+        fields = {"field": self.field, **self.names}
+        words = {key: name_of(f) for key, f in fields.items()}
+        template = self.template
+        if typed is not None:
+            words.update({f"{key}__typed": typed(f) for key, f in fields.items()})
+            template = _BEFORE_A_VALUE.sub(
+                lambda m: f"{{{m[1]}__typed}}" if m[1] in fields and m[2] not in fields else m[0], template)
+        return template.format(value=self.value, allowed=self.allowed, **words, **self.values)
 
-    def framed(self, before: str, after: str, **values: Any) -> FieldError:
-        """This error with words around its message (templates, with ``values`` for their placeholders)."""
+    def framed(self, before: str, after: str, *, names: Mapping[str, str] | None = None, **values: Any) -> FieldError:
+        """This error with words around its message (templates, with ``names`` and ``values`` for their
+        placeholders)."""
         self.template = before + self.template + after
+        self.names.update(names or {})
         self.values.update(values)
         self.args = (self.render(field_name),)
         return self

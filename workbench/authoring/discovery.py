@@ -65,11 +65,11 @@ def parse_env_args(text: str | None, field: str = "EvalOptions.env_args") -> dic
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as e:
-        raise OptionError(field, text, template="{field} is not valid JSON ({why}); example: {field} '{example}'",
-                          why=e, example='{"n": 50, "seed": 1}') from None
+        raise OptionError(field, text, template="{field} is not valid JSON ({why}); example: {field} {example}",
+                          why=e, example="""'{"n": 50, "seed": 1}'""") from None
     if not isinstance(value, dict):
         raise OptionError(field, text, "a JSON object of keyword arguments", "{field} must be {allowed}, got {kind}; "
-                          "example: {field} '{example}'", kind=type(value).__name__, example='{"n": 50}')
+                          "example: {field} {example}", kind=type(value).__name__, example="""'{"n": 50}'""")
     return value
 
 

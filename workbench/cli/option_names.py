@@ -12,15 +12,18 @@ import click
 from workbench.errors import FieldError, field_name
 
 
-def flag_of(command: click.Command, field: str, *, within: Sequence[click.Command] = ()) -> str:
-    """How ``command`` spells ``field``: its flags (``-t/--temperature``), an argument's metavar (``ENV``);
-    else the flag of a group ``within`` which it runs (``workbench --db``); else the field's own name."""
+def flag_of(command: click.Command, field: str, *, within: Sequence[click.Command] = (), typed: bool = False) -> str:
+    """How ``command`` spells ``field``: its flags (``-t/--temperature``; ``typed``: the first, as it is typed
+    before a value, ``-t``), an argument's metavar (``ENV``); else the flag of a group ``within`` which it
+    runs (``workbench --db``); else the field's own name."""
     attr = field_name(field)
     long = "--" + attr.replace("_", "-")
     for each in (command, *reversed(within)):
         for param in each.params:
             if param.name == attr or long in param.opts:
-                return "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
+                if not isinstance(param, click.Option):
+                    return param.human_readable_name
+                return param.opts[0] if typed else "/".join(param.opts)
     return attr
 
 
@@ -50,4 +53,5 @@ def cli_message(error: BaseException, group: click.Group, args: list[str]) -> st
     if not isinstance(error, FieldError):
         return str(error)
     *groups, command = commands_of(group, args)
-    return error.render(lambda field: flag_of(command, field, within=groups))
+    return error.render(lambda field: flag_of(command, field, within=groups),
+                        lambda field: flag_of(command, field, within=groups, typed=True))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError, FieldError, WorkbenchError
+from workbench.errors import FieldError, OptionError, WorkbenchError
 from workbench.runs.evaluate import EvalOptions, EvalOutcome, evaluate
 
 #: The keys of each run's summary in a comparison's ``--json`` (the eval summary's, per model).
@@ -46,7 +46,8 @@ def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) 
     """One option set per model, each endpoint resolved now: two names for the same endpoint and model id
     are refused before anything runs."""
     if base.resume:
-        raise ConfigError("--resume finishes one run; resume each run of a comparison on its own")
+        raise OptionError("EvalOptions.resume", base.resume, template="{field} finishes one run; resume each run of "
+                          "a comparison on its own")
     seen: dict[tuple[str, str], str] = {}
     out = []
     for name in models:
@@ -55,8 +56,9 @@ def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) 
         url, model_id = endpoint.base_url, endpoint.model
         key = (url, model_id)
         if key in seen:
-            raise ConfigError(f"-m {seen[key]} and -m {name} are the same model ({model_id} at {url}); "
-                              "compare different models")
+            raise OptionError("EvalOptions.model", name, template="{field} {first} and {field} {value} are the same "
+                              "model ({model_id} at {url}); compare different models", first=seen[key],
+                              model_id=model_id, url=url)
         seen[key] = name
         out.append(opts)
     return out
@@ -68,7 +70,7 @@ async def evaluate_models(base: EvalOptions, models: list[str], store_path: str 
 
     if len(set(models)) != len(models):
         dup = next(m for m in models if models.count(m) > 1)
-        raise ConfigError(f"-m {dup} is given twice")
+        raise OptionError("EvalOptions.model", dup, template="{field} {value} is given twice")
     cid = new_comparison_id()
     runs = options_per_model(base, models, cid)
     stores = [Store(store_path) for _ in runs]
@@ -89,6 +91,7 @@ async def evaluate_models(base: EvalOptions, models: list[str], store_path: str 
         done = [m for m, r in zip(models, results, strict=True) if not isinstance(r, BaseException)]
         kept = f"; the runs of {', '.join(done)} are stored" if done else ""
         if isinstance(error, FieldError):  # its fields stay data, for each face to name
-            raise error.framed("-m {_model_given}: ", "{_kept}", _model_given=name, _kept=kept)
+            raise error.framed("{_model} {_model_given}: ", "{_kept}", names={"_model": "EvalOptions.model"},
+                               _model_given=name, _kept=kept)
         raise type(error)(f"-m {name}: {error}{kept}")
     return Comparison(cid, [r for r in results if isinstance(r, EvalOutcome)], list(models))
