@@ -14,6 +14,9 @@ import pytest
 
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json
 
+# slow: several CLI processes per case against a mock endpoint
+pytestmark = pytest.mark.slow
+
 
 def _registry(cli_env: dict[str, str]) -> Path:
     return Path(cli_env["XDG_CONFIG_HOME"]) / "workbench" / "models.json"

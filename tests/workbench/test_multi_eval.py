@@ -13,6 +13,9 @@ import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
 
+# slow: evals of several models at once against two mock endpoints
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def two_models(cli: Callable[..., CliResult], mock_server: Callable[..., Any]) -> tuple[Any, Any]:

@@ -19,6 +19,9 @@ import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
 
+# slow: GEPA searches, each many evals against two mock endpoints
+pytestmark = pytest.mark.slow
+
 BETTER = "Answer with a number. Work it out step by step, then give only the final integer."
 REFLECTION = f"Having read the feedback, a better instruction:\n```\n{BETTER}\n```"
 ENV_ARGS = ["-a", '{"n": 40}']

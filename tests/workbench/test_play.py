@@ -18,6 +18,9 @@ import workbench as wb
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json, workbench_argv
 from workbench.rollouts.human import ReplyError, parse_reply
 
+# slow: played rollouts through the CLI with a person's replies on stdin
+pytestmark = pytest.mark.slow
+
 CALC = '''
 import workbench as wb
 

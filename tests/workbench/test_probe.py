@@ -14,6 +14,9 @@ import pytest
 
 from tests.helpers import CliResult, assert_user_error, last_json
 
+# slow: a probe runs several policies through each env's harness, sandbox and rubric
+pytestmark = pytest.mark.slow
+
 ARITH = '''
     import workbench as wb
 

@@ -15,6 +15,9 @@ from workbench.authoring import discovery
 from workbench.authoring.templates import PLACEHOLDER, TEMPLATES, check_name, create_env
 from workbench.errors import ConfigError
 
+# slow: every template created, validated and evaluated through the CLI
+pytestmark = pytest.mark.slow
+
 
 def _user_envs(tmp_path: Path) -> Path:
     return tmp_path / "xdg-data" / "workbench" / "envs"  # where cli_environment puts XDG_DATA_HOME

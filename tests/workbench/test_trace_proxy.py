@@ -19,6 +19,9 @@ from workbench.rollouts.rollout import Rollout
 from workbench.rollouts.trace import Trace
 from workbench.testing.mock_openai import toy_render, toy_tokens
 
+# slow: token traces and external agent programs through CLI evals
+pytestmark = pytest.mark.slow
+
 U1 = {"role": "user", "content": "guess a word"}
 A1 = {"role": "assistant", "content": "crane please"}
 U2 = {"role": "user", "content": "XXGYX try again"}
