@@ -251,9 +251,10 @@ class VerifiersHarness(Harness):
             rollout.errors.append(RolloutError("harness", self.describe(), f"{type(err).__name__}: {_chain_text(err)}"))
 
 
-def _copy_state(state: Mapping[str, Any], into: dict[str, Any]) -> None:
-    """What a reader and a re-score need of the verifiers State: its stop fields and the env's own keys."""
-    for k, v in dict.items(state):  # type: ignore[arg-type]
+def _copy_state(state: Any, into: dict[str, Any]) -> None:
+    """What a reader and a re-score need of the verifiers State (a dict subclass of an untyped package,
+    read as a plain dict): its stop fields and the env's own keys."""
+    for k, v in dict.items(state):
         if k in _STATE_MACHINERY or k.startswith("_"):
             continue
         try:
@@ -275,7 +276,7 @@ def _raise_workbench(err: BaseException) -> None:
 
 
 def _chain_text(err: BaseException) -> str:
-    parts = []
+    parts: list[str] = []
     e: BaseException | None = err
     while e is not None and len(parts) < 4:
         if str(e):
@@ -297,7 +298,7 @@ def _client_class() -> type:
     from openai.types.chat import ChatCompletion
     from verifiers.legacy.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
 
-    class WorkbenchClient(OpenAIChatCompletionsClient):  # type: ignore[misc, valid-type]
+    class WorkbenchClient(OpenAIChatCompletionsClient):
         """The rollout is the client: verifiers converts messages and tools, Workbench makes the call."""
 
         def setup_client(self, config: Any) -> Any:  # pragma: no cover - always built from a rollout

@@ -98,6 +98,8 @@ def resolve_runs(conn: Any, targets: list[str]) -> list[str]:
 
 def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
     run = reports.compared_run(conn, run_id)
+    if run is None:
+        raise NotFoundError(f"no run {run_id} in the store")
     rewards: dict[str, list[float]] = defaultdict(list)
     lat: dict[str, list[float]] = defaultdict(list)
     passes: dict[str, int] = defaultdict(int)

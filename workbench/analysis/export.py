@@ -29,12 +29,13 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OptionError
 from workbench.fsutil import atomic_open
 from workbench.rollouts.rollout import OFFERED_TOOLS
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 from workbench.store.reports import trace_nodes
 
+OUTPUT = "export.output"  # the field of the file an export writes (``-o``)
 FORMATS = ("sft", "rollouts")
 
 
@@ -61,8 +62,10 @@ def rollout_tools(conn: Any, r: dict[str, Any]) -> list[Any]:
     model rollout's from its state (:data:`~workbench.rollouts.rollout.OFFERED_TOOLS`: the tools its
     latest call that sent tools offered, kept with or without a token trace), else, for a rollout
     stored before the state kept them, from its trace."""
-    state = r.get("state") if isinstance(r.get("state"), dict) else {}
-    imported = state.get("import") if isinstance(state.get("import"), dict) else None
+    stored = r.get("state")
+    state: dict[str, Any] = stored if isinstance(stored, dict) else {}
+    found = state.get("import")
+    imported: dict[str, Any] | None = found if isinstance(found, dict) else None
     if imported is not None:
         return imported.get("tools") or []
     offered = state.get(OFFERED_TOOLS)
@@ -117,15 +120,18 @@ def check_output(path: Path, store_path: Path | None) -> Path:
     """``path`` made absolute, refused in one clear line when it cannot be an export's output."""
     out = Path(os.path.abspath(path.expanduser()))
     if out.is_dir():
-        raise ConfigError(f"-o {path} is a directory; give a file path such as {out / 'export.jsonl'}")
+        raise OptionError(OUTPUT, path, template="{field} {value} is a directory; give a file path such as {example}",
+                          example=out / "export.jsonl")
     if not out.parent.is_dir():
-        raise ConfigError(f"-o {path}: the folder {out.parent} does not exist; create it or choose another path")
+        raise OptionError(OUTPUT, path, template="{field} {value}: the folder {folder} does not exist; create it or "
+                          "choose another path", folder=out.parent)
     if store_path is not None:
         db = Path(os.path.abspath(store_path))
         protected = {db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"),
                      db.with_name(db.name + "-journal")}
         if out in protected or (out.exists() and any(p.exists() and out.samefile(p) for p in protected)):
-            raise ConfigError(f"-o {path} is the store itself (or its WAL); choose another output file")
+            raise OptionError(OUTPUT, path, template="{field} {value} is the store itself (or its WAL); choose another "
+                              "output file")
     return out
 
 

@@ -33,9 +33,8 @@ def mcp_calls_table(state: Any) -> Table | None:
     if not calls:
         return None
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for col, justify in (("by", "left"), ("server", "left"), ("tool", "left"), ("arguments", "left"),
-                         ("result", "left"), ("ms", "right")):
-        t.add_column(col, justify=justify, overflow="ellipsis", no_wrap=col in ("by", "server", "tool", "ms"))
+    for col in ("by", "server", "tool", "arguments", "result", "ms"):
+        t.add_column(col, justify="right" if col == "ms" else "left", overflow="ellipsis", no_wrap=col in ("by", "server", "tool", "ms"))
     for c in calls:
         result = Text(_short(c.get("result", "")), style="red" if c.get("error") else "")
         t.add_row(str(c.get("by", "")), str(c.get("server", "")), str(c.get("tool", "")),

@@ -303,7 +303,7 @@ def build_bundle(env: str | EnvRef, out_dir: str | Path = "dist", *,
     wheel_name, entries = wheel_entries(ref.name, kind, files, lock, digest)
     wheel = zip_bytes(entries)
     _, mod, _ = names(ref.name, digest)
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "env": ref.name,
         "kind": kind,

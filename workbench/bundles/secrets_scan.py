@@ -225,9 +225,9 @@ def _members(path: str, data: bytes) -> list[tuple[str, bytes]] | None:
             out = []
             for m in t.getmembers():
                 if m.isfile():
-                    f = t.extractfile(m)
-                    if f is not None:
-                        out.append((f"{path}!{m.name}", _bounded(f)))
+                    member = t.extractfile(m)
+                    if member is not None:
+                        out.append((f"{path}!{m.name}", _bounded(member)))
             return out
     return None
 

@@ -51,7 +51,9 @@ class _Progress:
     thread (sent in order, the same one never twice)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx, self.last, self.pending = ctx, None, []
+        self.ctx = ctx
+        self.last: tuple[float, float | None, str | None] | None = None
+        self.pending: list[asyncio.Task[None]] = []
         self.loop = asyncio.get_running_loop()
 
     def __call__(self, done: float, total: float | None, message: str | None = None) -> None:

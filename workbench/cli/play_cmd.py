@@ -129,8 +129,8 @@ def play_command(ctx: click.Context, env: str, task: int, env_args: str | None, 
                   f"(played by {policy.name})")
     for name, v in {**result.rewards, **result.metrics}.items():
         console.print(f"  {name}  {fnum(v)}", highlight=False)
-    for e in result.errors:
-        console.print(f"[red]{e['kind']}[/] in {e['source']}: {e['message']}", highlight=False)
+    for err in result.errors:
+        console.print(f"[red]{err['kind']}[/] in {err['source']}: {err['message']}", highlight=False)
     console.print(f"stored in run {result.run_id}: `workbench show {result.rollout_id}`")
 
 

@@ -91,7 +91,8 @@ def gpu_prices_list(as_json: bool) -> None:
     for col in ("provider", "gpu", "$/GPU-s", "$/GPU-h", "source"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["provider"], r["gpu"], f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}", r["source"])
+        t.add_row(str(r["provider"]), str(r["gpu"]), f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}",
+                  str(r["source"]))
     console.print(t)
     console.print(f"overrides: {prices_path()} (edit with `workbench gpu-prices set PROVIDER GPU --per-hour USD`)")
 

@@ -35,6 +35,7 @@ listed in ``Settings.problems`` for the app to show.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ def _keymap_problems(raw: Any) -> list[str]:
             for k, v in raw.items() if not (isinstance(v, str) and v.strip())]
 
 
-def _describe(err: dict[str, Any], data: dict[str, Any]) -> tuple[str, str]:
+def _describe(err: Mapping[str, Any], data: dict[str, Any]) -> tuple[str, str]:
     """(the top-level key to drop, "key.sub must ..., got VALUE") of one validation error."""
     loc = [str(p) for p in err.get("loc", ())]
     value: Any = data

@@ -118,7 +118,8 @@ class IndexClient:
         except NotFoundError:
             raise EndpointError(f"{self.index.url} is not a package index (no simple API there: HTTP 404)") from None
         if isinstance(page, dict):
-            listed = page.get("projects") if isinstance(page.get("projects"), list) else []
+            projects = page.get("projects")
+            listed: list[Any] = projects if isinstance(projects, list) else []
             return sorted(normalize(str(p["name"])) for p in listed if isinstance(p, dict) and p.get("name"))
         return sorted({normalize(text) for _, text in page if text})
 
@@ -134,7 +135,8 @@ class IndexClient:
             for f in page.get("files", []) if isinstance(page.get("files"), list) else []:
                 if not isinstance(f, dict) or "filename" not in f or "url" not in f:
                     continue
-                hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+                digests = f.get("hashes")
+                hashes: dict[str, Any] = digests if isinstance(digests, dict) else {}
                 out.append(IndexFile(str(f["filename"]), urljoin(url, str(f["url"])), _sha256(hashes.get("sha256"))))
         else:
             for href, text in page:

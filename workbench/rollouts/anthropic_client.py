@@ -248,7 +248,7 @@ def from_messages_response(body: bytes | dict[str, Any]) -> ChatResponse:
         extra["thinking"] = "".join(thinking)
     if reason and reason not in FINISH:
         extra["stop_reason"] = reason
-    return ChatResponse(message=message, finish_reason=FINISH.get(reason, reason) if reason else None,  # type: ignore[arg-type]
+    return ChatResponse(message=message, finish_reason=FINISH.get(reason, reason) if reason else None,
                         prompt_tokens=_tokens(usage, "input_tokens") + cache_read + cache_write,
                         completion_tokens=_tokens(usage, "output_tokens"), extra=extra)
 

@@ -62,10 +62,10 @@ class ServerHandle:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), self.spec.startup_timeout)
         except TimeoutError:
-            error = ServerStartError(f"MCP server {self.label!r} did not answer initialize within "
-                                     f"{self.spec.startup_timeout:g}s{self._stderr_tail()}")
+            timed_out = ServerStartError(f"MCP server {self.label!r} did not answer initialize within "
+                                         f"{self.spec.startup_timeout:g}s{self._stderr_tail()}")
             await self.close()
-            raise error from None
+            raise timed_out from None
         except asyncio.CancelledError:
             await self.close()
             raise
@@ -239,16 +239,17 @@ def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir:
     from workbench.rollouts.mcp_zygote import stop
 
     assert spec.command is not None
+    command = list(spec.command)
     cwd, env = _on_host(spec, env_dir)
     err_path = zygote.new_path(".err")
     handle._stderr = open(err_path, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed with the handle)
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
         async with _Listener(zygote.new_path(".sock")) as listener:
-            pid = await zygote.fork(list(spec.command), env, cwd, listener.path, err_path)
+            pid = await zygote.fork(command, env, cwd, listener.path, err_path)
             stack.push_async_callback(stop, pid)
             reader, writer = await listener.accepted
-        stack.callback(lambda: os.path.exists(err_path) and os.unlink(err_path))
+        stack.callback(Path(err_path).unlink, missing_ok=True)
         return await stack.enter_async_context(_stream_transport(reader, writer))
 
     return connect
@@ -258,10 +259,11 @@ def http_connector(spec: MCPTools) -> Connector:
     from mcp.client.streamable_http import streamablehttp_client
 
     assert spec.url is not None
+    url = spec.url
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
         read, write, _ = await stack.enter_async_context(
-            streamablehttp_client(spec.url, headers=dict(spec.headers or {}), timeout=spec.startup_timeout,
+            streamablehttp_client(url, headers=dict(spec.headers or {}), timeout=spec.startup_timeout,
                                   sse_read_timeout=max(spec.call_timeout, 60.0)))
         return read, write
 

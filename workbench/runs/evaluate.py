@@ -192,7 +192,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
         price = endpoint.price or match_price(model, prices)
 
         if run is None:
-            config = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
+            config: dict[str, Any] = {"env": opts.env, "env_args": opts.env_args, "n": opts.n,
                       "rollouts_per_task": opts.rollouts_per_task, "model": model, "base_url": base_url,
                       "harness": opts.harness, "runtime": opts.runtime, "temperature": opts.temperature,
                       "max_tokens": opts.max_tokens}
@@ -323,13 +323,18 @@ def _record_end(store: Store, run_id: str, status: str, error: str, expected: in
     return status, error
 
 
+def _has_field(obj: object, name: str) -> bool:
+    """Whether ``obj`` is a dataclass instance with a field ``name``."""
+    return (dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+            and name in {f.name for f in dataclasses.fields(obj)})
+
+
 def run_runtime(env: Environment) -> Any:
     """The environment's runtime as a run opens it: with the host paths its harness must see mounted
     (an agent program's interpreter and files, the commands of sandboxed MCP servers)."""
     runtime = env.runtime
     mounts = getattr(env.harness, "host_mounts", None)
-    if mounts is not None and dataclasses.is_dataclass(runtime) and "binds" in {
-            f.name for f in dataclasses.fields(runtime)}:
+    if mounts is not None and _has_field(runtime, "binds"):
         extra = mounts(runtime.kind)
         if extra:
             runtime = dataclasses.replace(runtime, binds=[*runtime.binds, *extra])

@@ -212,7 +212,7 @@ def _scores(obj: dict[str, Any], where: str) -> tuple[float | None, dict[str, fl
         else:
             return None, {}, "'rewards' is not an object of named numbers"
         if total is None and named:
-            if type(t := finite_total(named)) is str:
+            if isinstance(t := finite_total(named), str):
                 return None, {}, t
             total = t
     return total, named, None
@@ -258,7 +258,7 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
             if "messages" not in obj:
                 yield Problem(where, n, "no 'messages' field")
                 continue
-            if type(shape := check_messages(obj["messages"])) is str:
+            if isinstance(shape := check_messages(obj["messages"]), str):
                 yield Problem(where, n, shape)
                 continue
             reward, rewards = None, _NO_SCORES
@@ -269,7 +269,7 @@ def read_openai_jsonl(path: Path) -> tuple[Source, Iterator[Conversation | Probl
                     continue
             meta = decoded(obj.get("metadata"), dict)  # `workbench export` writes it as a JSON string
             meta = meta if type(meta) is dict else ({} if meta is None else {"metadata": meta})
-            if type(info := info_object(obj["info"] if "info" in obj else meta.get("info"), where)) is str:
+            if isinstance(info := info_object(obj["info"] if "info" in obj else meta.get("info"), where), str):
                 yield Problem(where, n, info)
                 continue
             tools = decoded(obj.get("tools"), list)

@@ -111,11 +111,11 @@ def read_inspect(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
             except (TypeError, ValueError) as e:  # tool-call arguments JSON cannot encode (nested too deep)
                 yield Problem(where, n, f"its messages cannot be encoded as JSON ({e})")
                 continue
-            if type(shape := check_messages(messages)) is str:
+            if isinstance(shape := check_messages(messages), str):
                 yield Problem(where, n, shape)
                 continue
             named, why = _inspect_scores(s.scores or {}, to_float)
-            if why is None and named and type(total := finite_total(named)) is str:
+            if why is None and named and isinstance(total := finite_total(named), str):
                 why = total
             if why is not None:
                 yield Problem(where, n, why)

@@ -256,7 +256,7 @@ def import_file(store: Store, path: Path | str, fmt: str, *, env: str | None = N
     def pick_model(c: Conversation) -> str:
         return model or c.model or run_model
 
-    config = {"import": {"file": res.file, "format": fmt, "sha256": sha}, "env": env, "env_args": env_args or {}}
+    config: dict[str, Any] = {"import": {"file": res.file, "format": fmt, "sha256": sha}, "env": env, "env_args": env_args or {}}
     run = {"id": res.run_id, **RUN_DEFAULTS, "kind": "import", "env_name": env_name, "env_version": res.env_version,
            "env_source": environment.source if environment is not None else "", "model": run_model,
            "harness": "imported", "config": dumps(config), "env_args": dumps(env_args or {}),

@@ -30,6 +30,10 @@ _VF_FIELDS = frozenset({"example_id", "prompt", "completion", "answer", "info", 
                         "error_chain", "long_error_chain", "task", "trajectory"})
 
 
+def _object(v: object) -> dict[str, Any]:
+    """``v`` when it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
 def _vf_messages(v: Any) -> list[dict[str, Any]] | None:
     if v is None:
         return []
@@ -126,20 +130,20 @@ def read_verifiers(path: Path) -> tuple[Source, Iterator[Conversation | Problem]
             if isinstance(obj.get("completion"), str):
                 completion = [{"role": "assistant", "content": obj["completion"]}]
             messages = _vf_tool_calls(prompt + completion)
-            if type(shape := check_messages(messages)) is str:
+            if isinstance(shape := check_messages(messages), str):
                 yield Problem(where, n, shape)
                 continue
             reward = as_number(obj.get("reward"))
             if reward is None and obj.get("reward") is not None:
                 yield Problem(where, n, f"'reward' is not a finite number (got {short_repr(obj.get('reward'))})")
                 continue
-            if type(info := _vf_info(obj.get("info"), where)) is str:
+            if isinstance(info := _vf_info(obj.get("info"), where), str):
                 yield Problem(where, n, info)
                 continue
-            metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
+            metrics = _object(obj.get("metrics"))
             named = {str(k): x for k, v in metrics.items() if (x := as_number(v)) is not None}
-            timing = obj.get("timing") if isinstance(obj.get("timing"), dict) else {}
-            usage = obj.get("token_usage") if isinstance(obj.get("token_usage"), dict) else {}
+            timing = _object(obj.get("timing"))
+            usage = _object(obj.get("token_usage"))
             extra = {k: v for k, v in obj.items() if k not in _VF_FIELDS and k not in metrics}
             if obj.get("error"):
                 extra["error"] = obj["error"]

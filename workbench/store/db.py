@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from workbench.errors import StoreError, StoreFieldError
 from workbench.store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, create_schema
@@ -46,7 +47,7 @@ def _read_only(p: Path, why: str) -> StoreReadOnlyError:
                               "permissions, `chattr -i`, or the mount) or pass another {field}", why=why)
 
 
-def _refused(p: Path, template: str, **values: object) -> StoreFieldError:
+def _refused(p: Path, template: str, **values: Any) -> StoreFieldError:
     """The store file named by the ``db`` field (``--db``, the app's store) cannot be used."""
     return StoreFieldError(DB, p, template=template, **values)
 

@@ -200,7 +200,7 @@ class _Stopped(Exception):
 
 def _answer(stream: IO[bytes]) -> tuple[str, Any] | None:
     try:
-        return pickle.load(stream)  # type: ignore[no-any-return]
+        return pickle.load(stream)
     except (EOFError, pickle.UnpicklingError):  # the writer process stopped before it answered
         return None
 

@@ -252,12 +252,12 @@ class _Query:
             gather = gather or self.best_gather(seg, uses + ([lead] if lead else []))
             rows_left = (need - len(out)) * walked / len(out) if out else math.inf
             if rows_left * c_row <= gather[1]:  # the walk will find them soon: keep walking
-                budget = rows_left * 1.5
+                next_budget = rows_left * 1.5
             elif spent >= gather[1]:
                 return out + self.gather(seg, cursor, gather[0], need - len(out))
             else:  # no telling yet: walk on until the walk has cost what gathering would
-                budget = (gather[1] - spent) / c_row
-            budget = int(min(max(budget, _WALK), 1 << 22))
+                next_budget = (gather[1] - spent) / c_row
+            budget = int(min(max(next_budget, _WALK), 1 << 22))
 
     def walk(self, seg: str, cursor: Cursor | None, uses: list[_Pred], fts: bool, tests: list[_Pred], need: int,
              budget: int) -> tuple[list[Cursor], Cursor | None, bool, int]:
@@ -353,7 +353,7 @@ def page_rollouts(conn: sqlite3.Connection, f: RolloutFilter | None = None, limi
     for i in range(0, len(pks), 500):
         chunk = pks[i:i + 500]
         for r in cur.execute(f"SELECT {_LIGHT} FROM rollout WHERE pk IN ({','.join('?' * len(chunk))})", chunk):
-            rows[r[0]] = RolloutSummary(*r[:13], r[13] or "")
+            rows[r[0]] = RolloutSummary(*[*r[:13], r[13] or ""])
     return [rows[pk] for pk in pks if pk in rows]
 
 

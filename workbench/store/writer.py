@@ -381,7 +381,7 @@ def _commit_loop(path: Path, max_batch: int, linger_s: float, inbox: queue.Simpl
     acks.close()
 
 
-def _store_error(e: BaseException, path: str) -> BaseException:
+def _store_error(e: BaseException, path: str | Path) -> BaseException:
     """A failed commit as one clear :class:`StoreError` (what went wrong, that what was committed is kept,
     and what to do); anything that is not SQLite's is passed on as it is, when it survives pickling."""
     import sqlite3

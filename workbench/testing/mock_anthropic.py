@@ -143,9 +143,15 @@ class MockAnthropic:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_get("/v1/models", self.list_models)
-        app.router.add_get("/requests", lambda r: web.json_response({"requests": self.bodies}))
-        app.router.add_get("/stats", lambda r: web.json_response({"requests": len(self.bodies)}))
+        app.router.add_get("/requests", self.received)
+        app.router.add_get("/stats", self.stats)
         return app
+
+    async def received(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.bodies})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": len(self.bodies)})
 
     @staticmethod
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

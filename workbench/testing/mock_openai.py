@@ -158,6 +158,7 @@ class MockOpenAI:
         if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
             return web.json_response({"error": {"message": "invalid api key"}}, status=401)
         owner = "vllm" if self.tokens else "mock"
+        data: list[dict[str, Any]]
         if self.flavor == "gemini":
             data = [{"id": f"models/{m}", "object": "model", "owned_by": "google"} for m in self.models]
         elif self.flavor == "openrouter":
@@ -212,7 +213,7 @@ class MockOpenAI:
         return web.Response(body=orjson.dumps({"error": {"message": message}}), status=status,
                             content_type="application/json")
 
-    async def chat(self, request: web.Request) -> web.Response:
+    async def chat(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         if self.require_key and request.headers.get("Authorization") != f"Bearer {self.require_key}":
             return self._err(401, "invalid api key")
