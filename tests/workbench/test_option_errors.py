@@ -70,6 +70,9 @@ def test_a_base_url_that_cannot_work_is_a_field_error() -> None:
 def test_each_face_renders_the_field_its_own_way() -> None:
     e = OptionError("EvalOptions.temperature", 9.0, "a number from 0 to 5")
     assert e.render(lambda f: "-t/--temperature") == "-t/--temperature must be a number from 0 to 5, not 9.0"
+    dup = OptionError("EvalOptions.model", "a", template="{field} {value} is given twice")
+    assert dup.render(lambda f: "-m/--model", lambda f: "-m") == "-m a is given twice", "typed before its value"
+    assert dup.render(lambda f: "model") == "model a is given twice"
     framed = OptionError("EvalOptions.n", 0, "at least 1").framed("-m {who}: ", "{kept}", who="a", kept="; b kept")
     assert framed.render(lambda f: "N") == "-m a: N must be at least 1, not 0; b kept" and isinstance(framed, FieldError)
 

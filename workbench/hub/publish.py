@@ -24,11 +24,12 @@ from packaging.version import InvalidVersion, Version
 
 from workbench.authoring import discovery
 from workbench.bundles.bundle import Contents, bundle_contents, names, wheel_entries, zip_bytes
-from workbench.errors import ConfigError, EndpointError, NotFoundError
+from workbench.errors import ConfigError, EndpointError, NotFoundError, OptionError
 from workbench.hub.card import CARD_FILE, build_card, card_problem, markdown
 from workbench.hub.indexes import Index, resolve_index
 from workbench.hub.simple_api import IndexClient, IndexFile, normalize
 
+VERSION = "publish.version"  # the field of the version pushed (``--version``)
 FORKED_FROM = "workbench.fork.json"  # in a fork's folder: what it was forked from (written by `hub fork`)
 UPLOAD_TIMEOUT_S = 300.0
 
@@ -76,9 +77,11 @@ def next_version(existing: list[str], given: str | None) -> str:
         try:
             v = Version(given)
         except InvalidVersion:
-            raise ConfigError(f"--version {given!r} is not a version; give one like 1.2.0") from None
+            raise OptionError(VERSION, given, "a version like 1.2.0", "{field} {value!r} is not a version; give one like "
+                              "1.2.0") from None
         if v.local is not None:
-            raise ConfigError(f"--version {given!r} has a local part (+...), which indexes refuse; give one like 1.2.0")
+            raise OptionError(VERSION, given, "a version like 1.2.0", "{field} {value!r} has a local part (+...), which "
+                              "indexes refuse; give one like 1.2.0")
         return str(v)
     parsed = []
     for s in existing:
