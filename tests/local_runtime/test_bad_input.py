@@ -227,7 +227,7 @@ async def test_over_capacity_is_429(tiny_dir: Path) -> None:
         assert get_json(root + "/health")["rejected"] == results.count("429")
 
 
-@pytest.mark.slow  # a server process that loads torch and transformers before it refuses
+@pytest.mark.slow  # server processes that refuse at startup, seconds each
 def test_unknown_model_path_at_startup(tmp_path: Path) -> None:
     p = start_fails("--model", str(tmp_path / "missing-model"))
     assert p.returncode == 2
@@ -237,7 +237,7 @@ def test_unknown_model_path_at_startup(tmp_path: Path) -> None:
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.slow  # a server process that loads torch and transformers before it refuses
+@pytest.mark.slow  # server processes that refuse at startup, seconds each
 def test_unknown_hub_id_at_startup(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "workbench_local.server", "--model", "no-such-org/no-such-model"],
                        capture_output=True, text=True, env={**server_env(), "HF_HOME": str(tmp_path)}, cwd=ROOT,
