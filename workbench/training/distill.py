@@ -305,7 +305,8 @@ async def distill(opts: DistillOptions, store: Store, *, log: Callable[[str], No
     lora_name = f"distilled-{train_run}"
     await asyncio.to_thread(_post, student_url + "/load_lora_adapter", {"lora_name": lora_name,
                                                                         "lora_path": str(adapter)})
-    heldout = {"task_indices": p.heldout_indices, "rollouts_per_task": 1, "comparison_id": p.pipeline_id}
+    heldout: dict[str, Any] = {"task_indices": p.heldout_indices, "rollouts_per_task": 1,
+                               "comparison_id": p.pipeline_id}
     runs = {
         "student_before": dataclasses.replace(student, **heldout, pipeline=p.stage("student-before")),
         "student_after": dataclasses.replace(student, endpoint=dataclasses.replace(student_endpoint, model=lora_name,
