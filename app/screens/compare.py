@@ -9,7 +9,7 @@ a cell opens that task's rollout next to the baseline's (the rollout diff).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -17,6 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
@@ -24,7 +25,10 @@ from workbench_app.format import fnum, safe_text, title, visible
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
-from workbench_app.workers import call_ui
+from workbench_app.workers import notify_ui, post_ui
+
+if TYPE_CHECKING:
+    from workbench.analysis.diff import RolloutDiff
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -136,10 +140,15 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
             return
         self._open_diff(self.runs[0], run, self.tasks[row])
 
+    class DiffLoaded(Message, bubble=False):
+        """The baseline's and another run's rollouts of a task, side by side, ready to show."""
+
+        def __init__(self, diff: RolloutDiff) -> None:
+            super().__init__()
+            self.diff = diff
+
     @work(thread=True, exit_on_error=False, group="compare-diff", exclusive=True)
     def _open_diff(self, base_run: str, run: str, task_id: str) -> None:
-        from workbench_app.screens.rollout_diff import RolloutDiffScreen
-
         from workbench.analysis.diff import load_diff
         from workbench.store.run_lookups import first_rollout_of_task
 
@@ -148,15 +157,21 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
         for r in (base_run, run):
             rollout_id = first_rollout_of_task(conn, r, task_id)
             if rollout_id is None:
-                call_ui(self.app, self.notify, f"run {r} has no rollout of task {task_id}", severity="warning")
+                notify_ui(self, f"run {r} has no rollout of task {task_id}", severity="warning")
                 return
             ids.append(rollout_id)
         try:
             diff = load_diff(conn, ids[0], ids[1])
         except Exception as e:
-            call_ui(self.app, self.notify, f"comparing the rollouts failed: {e}", severity="error")
+            notify_ui(self, f"comparing the rollouts failed: {e}", severity="error")
             return
-        call_ui(self.app, self.app.push_screen, RolloutDiffScreen(diff))
+        post_ui(self, self.DiffLoaded(diff))
+
+    @on(DiffLoaded)
+    def _diff_loaded(self, event: DiffLoaded) -> None:
+        from workbench_app.screens.rollout_diff import RolloutDiffScreen
+
+        self.app.push_screen(RolloutDiffScreen(event.diff))
 
 
 def load_comparison(conn: Any, runs: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:

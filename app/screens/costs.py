@@ -14,6 +14,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Label, ProgressBar, Select, Static
@@ -23,7 +24,7 @@ from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.forecast import ConfigPicker, forecast_text
 from workbench_app.widgets.tables import RowTable
-from workbench_app.workers import call_ui
+from workbench_app.workers import notify_ui, post_ui
 
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
@@ -112,16 +113,30 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
         self.query_one("#costs-group", Static).update(f"by {self.group}: reading…")
         self.action_refresh()
 
+    class LedgerRead(Message, bubble=False):
+        def __init__(self, ledger: Ledger) -> None:
+            super().__init__()
+            self.ledger = ledger
+
+    class ForecastMade(Message, bubble=False):
+        """The forecast of ``config`` (a ``cloud_forecast`` result, or the message that says why there is none)."""
+
+        def __init__(self, gen: int, config: str, result: Any) -> None:
+            super().__init__()
+            self.gen, self.config, self.result = gen, config, result
+
     @work(thread=True, exit_on_error=False, exclusive=True, group="costs")
     def _load(self, group: str) -> None:
         try:
             ledger = read_ledger(self.workbench_app.store.get().conn, group)
         except Exception as e:
-            call_ui(self.app, self.notify, f"reading the cost ledger failed: {e}", severity="error")
+            notify_ui(self, f"reading the cost ledger failed: {e}", severity="error")
             return
-        call_ui(self.app, self._show, ledger)
+        post_ui(self, self.LedgerRead(ledger))
 
-    async def _show(self, ledger: Ledger) -> None:
+    @on(LedgerRead)
+    async def _show(self, event: LedgerRead) -> None:
+        ledger = event.ledger
         if ledger.group != self.group:
             return  # a newer grouping was asked for meanwhile
         totals = Text("total ", style="bold")
@@ -204,9 +219,11 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
             result = for_app(e)
         except Exception as e:  # never a crash: the message goes where the forecast would be
             result = f"{type(e).__name__}: {e}"
-        call_ui(self.app, self._show_forecast, gen, config, result)
+        post_ui(self, self.ForecastMade(gen, config, result))
 
-    def _show_forecast(self, gen: int, config: str, result: Any) -> None:
+    @on(ForecastMade)
+    def _show_forecast(self, event: ForecastMade) -> None:
+        gen, config, result = event.gen, event.config, event.result
         if gen != self._forecast_gen or not self.is_attached:
             return
         self.forecast = (config, result)

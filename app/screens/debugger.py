@@ -16,6 +16,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, Select, Static
 from workbench_app.env_state import env_spec
@@ -32,7 +33,7 @@ from workbench_app.widgets.debug_panels import (
 )
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.token_view import TokenView
-from workbench_app.workers import SessionLoop, call_ui
+from workbench_app.workers import SessionLoop, notify_ui, post_ui
 
 from workbench.errors import WorkbenchError
 from workbench.runs.debug_session import DebugSession
@@ -123,16 +124,32 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         loop.stop()
 
     # -- environments ---------------------------------------------------------------------------
+    class EnvsListed(Message, bubble=False):
+        """The environments to pick from: (label, spec) each."""
+
+        def __init__(self, envs: list[tuple[str, str]]) -> None:
+            super().__init__()
+            self.envs = envs
+
+    class StoredPriced(Message, bubble=False):
+        """A stored rollout's model price and score lines, read in a worker."""
+
+        def __init__(self, rollout: dict[str, Any], price: Any, scores: Any) -> None:
+            super().__init__()
+            self.rollout, self.price, self.scores = rollout, price, scores
+
     @work(thread=True, exit_on_error=False, group="debug-envs")
     def _list_envs(self) -> None:
         try:
             refs = self.workbench_app.discover_fn()
         except Exception as e:
-            call_ui(self.app, self.notify, f"listing environments failed: {e}", severity="error")
+            notify_ui(self, f"listing environments failed: {e}", severity="error")
             return
-        call_ui(self.app, self._set_envs, [(r.name, env_spec(r)) for r in refs])
+        post_ui(self, self.EnvsListed([(r.name, env_spec(r)) for r in refs]))
 
-    def _set_envs(self, envs: list[tuple[str, str]]) -> None:
+    @on(EnvsListed)
+    def _set_envs(self, event: EnvsListed) -> None:
+        envs = event.envs
         select = self.query_one("#dbg-env", Select)
         current = select.value
         self._env_options = list(dict.fromkeys(envs))
@@ -201,11 +218,12 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
                                  rollout.get("metrics") or {})
         except Exception:  # the env moved or no longer loads: the scores keep their names only
             scores = None
-        call_ui(self.app, self._apply_stored, rollout, price, scores)
+        post_ui(self, self.StoredPriced(rollout, price, scores))
 
-    def _apply_stored(self, rollout: dict[str, Any], price: Any, scores: Any) -> None:
-        if self.stored is rollout:
-            self._show(stored_view(rollout, price, scores))
+    @on(StoredPriced)
+    def _apply_stored(self, event: StoredPriced) -> None:
+        if self.stored is event.rollout:
+            self._show(stored_view(event.rollout, event.price, event.scores))
 
     # -- stepping -------------------------------------------------------------------------------
     def _reset(self) -> None:

@@ -12,10 +12,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 from workbench_app.format import for_app, fpath
-from workbench_app.workers import call_ui
+from workbench_app.workers import post_ui
 
 from workbench.authoring.templates import TEMPLATES, check_name, default_dir
 from workbench.errors import WorkbenchError
@@ -124,6 +125,13 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         self.query_one("#new-error", Static).update("creating…")
         self._create(name, self.template)
 
+    class Created(Message, bubble=False):
+        """The environment is written at ``path``, or (``path`` None) ``error`` says why not."""
+
+        def __init__(self, path: Path | None, error: str = "") -> None:
+            super().__init__()
+            self.path, self.error = path, error
+
     @work(thread=True, exit_on_error=False, exclusive=True, group="new-env")
     def _create(self, name: str, template: str) -> None:
         from workbench.authoring.templates import create_env
@@ -131,13 +139,16 @@ class NewEnvScreen(ModalScreen["Path | None"]):
         try:
             path = create_env(name, template, self.directory)
         except WorkbenchError as e:
-            call_ui(self.app, self.show_error, for_app(e))
+            post_ui(self, self.Created(None, for_app(e)))
             return
         except Exception as e:  # an unexpected failure is a message in the dialog, never a crash
-            call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
+            post_ui(self, self.Created(None, f"{type(e).__name__}: {e}"))
             return
-        call_ui(self.app, self._created, path)
+        post_ui(self, self.Created(path))
 
-    def _created(self, path: Path) -> None:
-        if self.is_current:
-            self.dismiss(path)
+    @on(Created)
+    def _created(self, event: Created) -> None:
+        if event.path is None:
+            self.show_error(event.error)
+        elif self.is_current:
+            self.dismiss(event.path)
