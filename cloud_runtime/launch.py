@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench_cloud.forecast import local_forecast
 from workbench_cloud.local_price import LOCAL_DEVICE, LOCAL_PROVIDER, local_price
@@ -27,6 +27,9 @@ from workbench_cloud.stream import FINISHED, Event, follow, open_log
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
 from workbench.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from workbench.training.backends import LaunchBackend
 
 
 @dataclass(slots=True)
@@ -149,4 +152,4 @@ class LocalBackend:
                             on_start=on_start)
 
 
-BACKEND = LocalBackend()
+BACKEND: LaunchBackend = LocalBackend()

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench_cloud.launch import FINISHED, Launched
 from workbench_cloud.modal.spec import ModalSpec
@@ -28,6 +28,9 @@ from workbench_cloud.stream import Event, follow, open_log
 
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from workbench.training.backends import LaunchBackend
 
 UNVERIFIED = ("--backend modal has never run on Modal from this project: it is built against the Modal SDK and "
               "tested offline up to the spawn. Watch the first run closely (`workbench runs RUN --follow`, "
@@ -173,6 +176,6 @@ class ModalBackend:
         return launch_modal(store, run, plan, budget_usd=budget_usd, on_event=on_event, on_start=on_start)
 
 
-BACKEND = ModalBackend()
+BACKEND: LaunchBackend = ModalBackend()
 
 __all__ = ["BACKEND", "UNVERIFIED", "ModalBackend", "launch_modal", "modal_credentials", "modal_spec_for", "run_secrets"]

@@ -6,9 +6,12 @@ milliseconds; anything else through transformers' ``AutoTokenizer``."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from workbench.rollouts.render import Tokenizers
 
 
 class TransformersTokenizers:
@@ -50,4 +53,4 @@ class TransformersTokenizers:
             return None
 
 
-TOKENIZERS = TransformersTokenizers()
+TOKENIZERS: Tokenizers = TransformersTokenizers()

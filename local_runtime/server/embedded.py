@@ -19,11 +19,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench_local.models.loading import TINY_ALIASES
 
 from workbench.errors import EndpointError
+
+if TYPE_CHECKING:
+    from workbench.runs.endpoint import ModelServer
 from workbench.fsutil import atomic_write
 
 START_TIMEOUT_S = 600.0  # a first run builds the tiny model (about a minute and a half on two cores) before serving
@@ -242,4 +245,4 @@ class EmbeddedEndpoint:
         resolve(model, allow_download=False)
 
 
-ENDPOINT = EmbeddedEndpoint()
+ENDPOINT: ModelServer = EmbeddedEndpoint()

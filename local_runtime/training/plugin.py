@@ -4,10 +4,13 @@ and the roles that place the inference server and the trainer process."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ConfigError, nearest
 from workbench.training.roles import TrainRoles
+
+if TYPE_CHECKING:
+    from workbench.training.run_config import Trainer
 
 
 class LocalTrainer:
@@ -37,4 +40,4 @@ class LocalTrainer:
         return LocalRoles()
 
 
-TRAINER = LocalTrainer()
+TRAINER: Trainer = LocalTrainer()
