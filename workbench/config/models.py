@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from workbench.config import paths
 from workbench.config.redact import redact_url, url_credentials
-from workbench.errors import ConfigError, NotFoundError
+from workbench.errors import ConfigError, NotFoundError, OptionError
 from workbench.fsutil import atomic_write
 
 MODELS_FILE = "models.json"
@@ -128,9 +128,11 @@ def add_model(name: str, *, base_url: str, model_id: str | None = None, provider
               api_key_env: str | None = None, input_price: float | None = None, output_price: float | None = None,
               replace: bool = False, path: Path | None = None) -> ModelEndpoint:
     if provider not in PROVIDERS:
-        raise ConfigError(f"--provider {provider!r}: use one of {', '.join(PROVIDERS)}")
+        raise OptionError("ModelEndpoint.provider", provider, f"one of {', '.join(PROVIDERS)}",
+                          "{field} {value!r}: use {allowed}")
     if (input_price is None) != (output_price is None):
-        raise ConfigError("give both --input-price and --output-price (USD per million tokens), or neither")
+        raise OptionError("ModelEndpoint.input_price", input_price, template="give both {field} and {output} (USD per "
+                          "million tokens), or neither", names={"output": "ModelEndpoint.output_price"})
     try:
         entry = ModelEndpoint(name=name, base_url=base_url, model_id=model_id or name, provider=provider,  # type: ignore[arg-type]
                               api_key_env=api_key_env, input_price=input_price, output_price=output_price)
