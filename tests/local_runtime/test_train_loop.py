@@ -136,6 +136,7 @@ def test_stale_groups_are_dropped_and_counted(tiny_dir: Path, tmp_path: Path) ->
     store.close()
 
 
+@pytest.mark.slow  # a `workbench train` process per case (in process: tests/training/test_train_config.py)
 def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
     bad_key = _train(tmp_path, "arithmetic", "--trainer.lrr", "1e-4")
     assert bad_key.returncode != 0 and "unknown key trainer.lrr (did you mean 'lr'?)" in bad_key.stderr
@@ -163,6 +164,7 @@ def test_config_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert con.execute("SELECT kind, status FROM run").fetchall() == [("train", "failed")]
 
 
+@pytest.mark.slow  # a `workbench train` process per case (in process: tests/training/test_train_config.py)
 @pytest.mark.parametrize(("args", "line"), [
     (["--trainer.lr", "fast"], "trainer.lr must be a number, not 'fast'"),
     (["--trainer.lr", "-1e-4"], "trainer.lr must be a positive number"),
