@@ -25,7 +25,7 @@ import orjson
 from workbench.authoring.env_files import SKIP_DIRS, content_hash, read_env_files
 from workbench.authoring.environment import Environment
 from workbench.config import paths
-from workbench.errors import ConfigError, EnvLoadError, OptionError
+from workbench.errors import EnvLoadError, OptionError
 
 ENTRY_POINT_GROUP = "workbench.environments"
 
@@ -316,7 +316,9 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
         sig.bind(**env_args)
     except TypeError as e:
         accepted = ", ".join(p for p in sig.parameters if p != "kwargs") or "none"
-        raise ConfigError(f"load_environment of {ref.name!r} does not accept these -a arguments ({e}); it accepts: {accepted}") from None
+        raise OptionError("EvalOptions.env_args", env_args, template="load_environment of {env!r} does not accept these "
+                          "{field} arguments ({why}); it accepts: {accepted}", env=ref.name, why=e,
+                          accepted=accepted) from None
     handlers = _signal_handlers()
     try:
         env = fn(**env_args)

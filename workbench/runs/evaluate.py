@@ -180,7 +180,8 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
     groups = select_tasks(env, opts)
     tasks = [t for _, t in groups]
     if not tasks:
-        raise ConfigError(f"environment {env.name!r} has no tasks (with -a {opts.env_args or '{}'})")
+        raise OptionError("EvalOptions.env_args", opts.env_args, template="environment {env!r} has no tasks (with "
+                          "{field} {given})", env=env.name, given=opts.env_args or {})
     # The writer process starts now, while the endpoint, the preflight and the sandboxes are set up:
     # its start-up (an interpreter and the store) then costs the run nothing.
     writer = store.writer()

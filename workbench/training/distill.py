@@ -344,9 +344,10 @@ async def _teacher_data(p: Plan, opts: DistillOptions, store: Store,
         f"{kept} reached --min-reward {opts.min_reward:g}")
     if not kept:
         seen = "none of them finished without an error" if best is None else f"the best reward was {best:g}"
-        raise ConfigError(f"no rollout of the teacher run {t.run_id} reached --min-reward {opts.min_reward:g} "
-                          f"({total} rollouts; {seen}); lower --min-reward, sample more with -r, or use a stronger "
-                          f"teacher (the run is kept: `workbench show {t.run_id}`)")
+        raise OptionError("DistillOptions.min_reward", opts.min_reward, template="no rollout of the teacher run {run} "
+                          "reached {field} {value:g} ({total} rollouts; {seen}); lower {field}, sample more with {r}, or "
+                          "use a stronger teacher (the run is kept: `workbench show {run}`)", run=t.run_id, total=total,
+                          seen=seen, names={"r": "DistillOptions.rollouts_per_task"})
     return t.run_id, kept, total
 
 
