@@ -9,9 +9,11 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from workbench_local.sandbox.bwrap import (
+    Isolation,
     bwrap_argv,
     limits_preexec,
     prlimit_args,
@@ -31,19 +33,41 @@ from workbench.authoring.sandbox import (
     BRIDGE_DIR,
     WORKDIR,
     ExecResult,
+    Limits,
     Sandbox,
     SandboxError,
 )
 
-if TYPE_CHECKING:
-    from workbench_local.sandbox.process_pool import ProcessPool
+
+class SandboxHost(Protocol):
+    """What a sandbox uses of the pool that made it (``process_pool.ProcessPool``): the pool's folder,
+    isolation, limits, network and binds; the exec agent's program and state; uids, memory groups and
+    the tracking of reaped processes."""
+
+    dir: Path
+    bridge_dir: Path | None
+    iso: Isolation
+    limits: Limits
+    network: str | tuple[str, ...]
+    binds: tuple[tuple[str, str], ...]
+    use_agent: bool
+    agent_ok: bool
+    agent_python: str
+    agent_program: bytes | None
+
+    def slot_uid(self, slot: int) -> int | None: ...
+    def per_sandbox_nproc(self, uid: int | None) -> bool: ...
+    def memory_group(self) -> MemoryGroup | None: ...
+    def agent_config(self, sb: ProcessSandbox) -> dict[str, Any]: ...
+    def agent_unavailable(self, reason: str) -> None: ...
+    def track(self, coro: Any) -> asyncio.Future[None]: ...
 
 
 # -- the sandbox -----------------------------------------------------------------------------------
 class ProcessSandbox(WorkdirFiles, Sandbox):
     kind = "local"
 
-    def __init__(self, pool: ProcessPool, slot: int) -> None:
+    def __init__(self, pool: SandboxHost, slot: int) -> None:
         self.pool = pool
         self.slot = slot
         self.id = f"local-{slot}"
