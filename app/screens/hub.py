@@ -15,13 +15,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Header, Input, Static
 from workbench_app.format import esc, safe_text
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
-from workbench_app.workers import call_ui
+from workbench_app.workers import notify_ui, post_ui
 
 from workbench.errors import WorkbenchError
 from workbench.hub.card_view import card_renderable
@@ -54,6 +55,26 @@ class ForkNameScreen(ModalScreen["str | None"]):
 
 
 class HubScreen(WorkbenchAppMixin, Screen[None]):
+    class Listed(Message, bubble=False):
+        """The configured indexes, the index searched and the environments it lists."""
+
+        def __init__(self, indexes: list[str], index: str, rows: list[dict[str, Any]]) -> None:
+            super().__init__()
+            self.indexes, self.index, self.rows = indexes, index, rows
+
+    class CardRead(Message, bubble=False):
+        def __init__(self, name: str, card: dict[str, Any]) -> None:
+            super().__init__()
+            self.name, self.card = name, card
+
+    class Pulled(Message, bubble=False):
+        """A pull (or update) is done: the list is read again."""
+
+    class Failed(Message, bubble=False):
+        def __init__(self, message: str) -> None:
+            super().__init__()
+            self.message = message
+
     TITLE = "Environments — Hub"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,H", "local", "Local scope", id="hub.local"),
@@ -116,15 +137,18 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
                 rec = record(row["name"])
                 row["here"] = rec.get("version") if rec and rec.get("index") == out["index"] else None
         except WorkbenchError as e:
-            call_ui(self.app, self._failed, str(e))
+            post_ui(self, self.Failed(str(e)))
             return
-        call_ui(self.app, self._show, list(indexes), out["index"], out["environments"])
+        post_ui(self, self.Listed(list(indexes), out["index"], out["environments"]))
 
-    def _failed(self, message: str) -> None:
-        self.query_one("#hub-card", Static).update(Text(message, style="red"))
-        self.notify(message, severity="error", title="hub")
+    @on(Failed)
+    def _failed(self, event: Failed) -> None:
+        self.query_one("#hub-card", Static).update(Text(event.message, style="red"))
+        self.notify(event.message, severity="error", title="hub")
 
-    def _show(self, indexes: list[str], index: str, rows: list[dict[str, Any]]) -> None:
+    @on(Listed)
+    def _show(self, event: Listed) -> None:
+        indexes, index, rows = event.indexes, event.index, event.rows
         self.indexes, self.index, self.rows = indexes or [index], index, rows
         self._scope()
         table = self.query_one(DataTable)
@@ -160,11 +184,13 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
         try:
             card = show(name, self.index)
         except WorkbenchError as e:
-            call_ui(self.app, self._failed, str(e))
+            post_ui(self, self.Failed(str(e)))
             return
-        call_ui(self.app, self._show_card, name, card)
+        post_ui(self, self.CardRead(name, card))
 
-    def _show_card(self, name: str, card: dict[str, Any]) -> None:
+    @on(CardRead)
+    def _show_card(self, event: CardRead) -> None:
+        name, card = event.name, event.card
         if self._selected() in (None, name):
             self.query_one("#hub-card", Static).update(card_renderable(card))
 
@@ -212,12 +238,16 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
         try:
             rec = pull(name, self.index)
         except WorkbenchError as e:
-            call_ui(self.app, self._failed, str(e))
+            post_ui(self, self.Failed(str(e)))
             return
         # a pull runs none of the env's code, so whether it loads is for validate to say, not the pull
-        call_ui(self.app, self.notify, f"{what}ed {rec['name']} {rec['version']} from {rec['index']}",
-                title="hub", severity="information")
-        call_ui(self.app, self._load)
+        notify_ui(self, f"{what}ed {rec['name']} {rec['version']} from {rec['index']}", title="hub",
+                  severity="information")
+        post_ui(self, self.Pulled())
+
+    @on(Pulled)
+    def _pulled(self) -> None:
+        self._load()
 
     def action_fork(self) -> None:
         name = self._selected()
@@ -235,10 +265,9 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
         try:
             out = fork(name, new, self.index)
         except WorkbenchError as e:
-            call_ui(self.app, self._failed, str(e))
+            post_ui(self, self.Failed(str(e)))
             return
-        call_ui(self.app, self.notify, f"forked {name} {out['forked_from']['version']} as {new} into {out['path']}",
-                title="hub")
+        notify_ui(self, f"forked {name} {out['forked_from']['version']} as {new} into {out['path']}", title="hub")
 
 
 __all__ = ["ForkNameScreen", "HubScreen", "card_renderable"]

@@ -25,13 +25,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static
 from workbench_app.format import esc, for_app
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.forecast import ConfigPicker, cloud_text, local_text
-from workbench_app.workers import call_ui
+from workbench_app.workers import post_ui
 
 from workbench.errors import WorkbenchError
 
@@ -251,7 +252,23 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         except Exception as e:  # never a crash: say what went wrong where the plan would be
             msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else for_app(str(e))
             fc = Forecast(backend, (steps, budget, config), Text(f"no plan: {msg}", style="bold red"), msg)
-        call_ui(self.app, self._show_forecast, gen, fc)
+        post_ui(self, self.ForecastMade(gen, fc))
+
+    class ForecastMade(Message, bubble=False):
+        def __init__(self, gen: int, forecast: Forecast) -> None:
+            super().__init__()
+            self.gen, self.forecast = gen, forecast
+
+    class Resolved(Message, bubble=False):
+        """The launch request the dialog's fields make, or (``request`` None) why there is none."""
+
+        def __init__(self, request: LaunchRequest | None, error: str = "") -> None:
+            super().__init__()
+            self.request, self.error = request, error
+
+    @on(ForecastMade)
+    def _forecast_made(self, event: ForecastMade) -> None:
+        self._show_forecast(event.gen, event.forecast)
 
     def _show_forecast(self, gen: int, fc: Forecast) -> None:
         if gen != self._plan_gen or not self.is_attached:
@@ -269,9 +286,12 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         self.error = message
         self.query_one("#launch-error", Static).update(Text(message, style="bold red"))
 
-    def _resolved(self, request: LaunchRequest) -> None:
-        if self.is_current:  # not cancelled meanwhile
-            self.dismiss(request)
+    @on(Resolved)
+    def _resolved(self, event: Resolved) -> None:
+        if event.request is None:
+            self.show_error(event.error)
+        elif self.is_current:  # not cancelled meanwhile
+            self.dismiss(event.request)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -300,12 +320,12 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
             cluster = getattr(_backend(backend), "takes", "") == "launch"
             request = (self._cluster_request if cluster else self._local_request)(backend, steps, budget, config)
         except WorkbenchError as e:
-            call_ui(self.app, self.show_error, for_app(str(e)))
+            post_ui(self, self.Resolved(None, for_app(str(e))))
             return
         except Exception as e:
-            call_ui(self.app, self.show_error, f"{type(e).__name__}: {e}")
+            post_ui(self, self.Resolved(None, f"{type(e).__name__}: {e}"))
             return
-        call_ui(self.app, self._resolved, request)
+        post_ui(self, self.Resolved(request))
 
     def _local_request(self, backend: str, steps: int, budget: float | None, config: str | None) -> LaunchRequest:
         from workbench.cost.budgets import run_cap
