@@ -13,8 +13,9 @@ Two kinds of work need an event loop of their own, and get it here, exposed thro
   turns, a rollout played by hand): its clients, sandboxes and store connection belong to that loop, which
   must outlive any one worker. The UI side awaits it in an ``@work`` worker (:meth:`SessionLoop.run`).
 
-``tests/app/test_workers.py`` fails when code elsewhere in ``app/`` starts a thread, makes an event loop or
-calls ``call_from_thread`` itself.
+Nothing in the app calls ``call_from_thread``: a worker's result is a message, and a worker's notification
+is Textual's own ``Notify`` message (:func:`notify_ui`). ``tests/app/test_workers.py`` fails when code
+elsewhere in ``app/`` starts a thread, makes an event loop or calls ``call_from_thread``.
 """
 
 from __future__ import annotations
@@ -48,15 +49,6 @@ def notify_ui(node: Widget, message: str, **kwargs: Any) -> None:
     try:
         node.notify(message, **kwargs)
     except RuntimeError:  # the loop is closed: nobody to tell
-        pass
-
-
-def call_ui(app: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Run ``fn`` on the app's thread from a worker thread; a no-op once the app has stopped. For a
-    result that the screen handles, post a message (:func:`post_ui`) instead."""
-    try:
-        app.call_from_thread(fn, *args, **kwargs)
-    except RuntimeError:  # the app (or its loop) is gone: nobody to show it to
         pass
 
 
