@@ -29,6 +29,7 @@ def test_without_cuda_it_refuses_in_one_line() -> None:
     assert len(lines) == 1 and "CUDA is not available" in lines[0], lines
 
 
+@pytest.mark.slow  # trains and serves a tiny model through every phase on the CPU
 @pytest.mark.timeout(300)
 def test_cpu_smoke_runs_every_phase_and_claims_no_gpu() -> None:
     p = _run("--device", "cpu", "--size", "small", "--steps", "1", "--json")
