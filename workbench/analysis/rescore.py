@@ -357,8 +357,10 @@ async def rescore(store: Store, env: Environment, *, env_for_args: EnvFactory | 
                             break
                 rows = [r for g in groups for r in g]
                 res.considered += len(rows)
-                if isinstance(scorer, str) or scorer.skip is not None:
-                    skipped[f"run {rid}: {scorer}" if isinstance(scorer, str) else scorer.skip] += len(rows)
+                if isinstance(scorer, str):
+                    skipped[f"run {rid}: {scorer}"] += len(rows)
+                elif scorer.skip is not None:
+                    skipped[scorer.skip] += len(rows)
                 else:
                     kept.update(scorer.kept)
                     written = await _score_chunk(conn, scorer, groups, tally, skipped, sem)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.authoring.harness import Harness
 from workbench.errors import OptionError, field_name
+
+if TYPE_CHECKING:
+    from workbench.authoring.runtimes import Runtime
 
 HARNESS = "EvalOptions.harness"  # the field ``--harness`` fills
 
@@ -61,7 +64,7 @@ def load_harness(spec: str) -> Harness:
     return obj
 
 
-def load_runtime(spec: str, current: Any = None) -> Any:
+def load_runtime(spec: str, current: Runtime | None = None) -> Runtime:
     """``--runtime local|docker[:IMAGE]|modal``; the environment's own limits (timeout, memory, ...) carry over."""
     from workbench.authoring.runtimes import swap_runtime
 

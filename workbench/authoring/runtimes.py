@@ -240,7 +240,7 @@ def runtime_class(name: str) -> type[Runtime]:
     return cls
 
 
-def swap_runtime(spec: str, current: Any = None) -> Runtime:
+def swap_runtime(spec: str, current: Runtime | None = None) -> Runtime:
     """``--runtime NAME[:ARG]``: a new runtime that keeps the current one's limits. ``ARG`` is the image
     for runtimes that take one (``docker:python:3.12``)."""
     kind, _, arg = spec.partition(":")

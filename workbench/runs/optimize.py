@@ -20,7 +20,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.authoring import discovery, overrides
 from workbench.cost.pricing import match_price
@@ -38,6 +38,9 @@ from workbench.runs.prompt_search import (
     SearchStopped,
 )
 from workbench.store import Store
+
+if TYPE_CHECKING:
+    from gepa import GEPAAdapter, GEPAResult
 from workbench.store.costs import add_cost_event
 
 KIND = "optimize"
@@ -213,13 +216,19 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
         reflection = ReflectionModel(bridge, state, base_url=r_url, model=r_model, api_key=reflect.api_key,
                                      provider=reflect.provider, price=r_price, record=record_reflection)
         stopper = BudgetStopper(state, opts.budget_usd, per_heldout, bridge)
-        try:
-            result = await asyncio.to_thread(
-                gepa.optimize, seed_candidate={COMPONENT: seed_prompt}, trainset=train, valset=train, adapter=adapter,
+        task_adapter: GEPAAdapter[int, Any, Any] = adapter  # a data instance is a task index
+
+        def search() -> GEPAResult[Any, Any]:
+            return gepa.optimize(
+                seed_candidate={COMPONENT: seed_prompt}, trainset=train, valset=train, adapter=task_adapter,
                 reflection_lm=reflection, candidate_selection_strategy="pareto", reflection_minibatch_size=opts.minibatch,
                 max_metric_calls=max_evals, stop_callbacks=[stopper], logger=ProgressLog(log), seed=opts.seed,
                 raise_on_exception=True, display_progress_bar=False,
                 run_dir=str(optimize_resume.gepa_dir(store, pid)))
+
+        result: GEPAResult[Any, Any] | None
+        try:
+            result = await asyncio.to_thread(search)
         except (asyncio.CancelledError, KeyboardInterrupt):
             bridge.stop.set()
             raise
@@ -232,7 +241,8 @@ async def _optimize(opts: OptimizeOptions, store: Store, pid: str, run: dict[str
                 cand.score = float(result.val_aggregate_scores[i])
                 parents = [p for p in result.parents[i] if p is not None]
                 cand.parent = (state.candidate(result.candidates[parents[0]][COMPONENT]).index if parents else None)
-            best_prompt = result.best_candidate[COMPONENT]
+            best = result.best_candidate  # a dict, as the seed candidate is one
+            best_prompt = best[COMPONENT] if isinstance(best, dict) else best
         publish(best_prompt=best_prompt, stopped_by=stopper.reason or "max_evals")
         if best_prompt == seed_prompt:
             after = before

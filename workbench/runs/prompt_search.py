@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gepa.core.adapter import EvaluationBatch
+from gepa.core.adapter import EvaluationBatch, ProposalFn
 
 from workbench.errors import WorkbenchError
 from workbench.rollouts.client import ChatClient
@@ -100,7 +100,7 @@ class RunAdapter:
                  on_update: Callable[[], None] | None = None) -> None:
         self.bridge, self.store, self.base, self.state = bridge, store, base, state
         self.on_update = on_update or (lambda: None)
-        self.propose_new_texts = None
+        self.propose_new_texts: ProposalFn | None = None  # None: GEPA's own reflective proposer
 
     def evaluate(self, batch: list[int], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
         return self.bridge.call(lambda: self._evaluate(batch, candidate[COMPONENT], capture_traces))
