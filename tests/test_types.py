@@ -54,3 +54,22 @@ def test_the_strict_modules_get_every_strict_flag() -> None:
              "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_return_any",
              "no_implicit_reexport", "strict_equality", "extra_checks"}
     assert {k for k, v in strict[0].items() if v is True} == flags
+
+
+def test_the_registry_returns_each_groups_type_and_refuses_another() -> None:
+    from workbench import plugins
+    from workbench.authoring.runtimes import is_pool_class
+    from workbench.rollouts.render import is_tokenizers
+    from workbench.runs.endpoint import is_model_server
+    from workbench.training.backends import backend, is_launch_backend
+    from workbench.training.run_config import is_trainer
+
+    for kind, name, conforms in [("backends", "local", is_launch_backend), ("backends", "modal", is_launch_backend),
+                                 ("endpoints", "embedded", is_model_server), ("trainers", "local", is_trainer),
+                                 ("tokenizers", "transformers", is_tokenizers), ("sandbox_pools", "local", is_pool_class)]:
+        assert conforms(plugins.load(kind, name, conforms)), (kind, name)
+    assert backend("local").takes == "run" and backend("modal").takes == "launch"
+    with pytest.raises(plugins.PluginError) as e:
+        plugins.load("backends", "local", is_model_server)
+    assert "'local' (workbench_cloud.launch:BACKEND) is a LocalBackend" in str(e.value)
+    assert plugins.KINDS["backends"] in str(e.value)
