@@ -247,6 +247,7 @@ def test_cli_sandbox_commands(cli: Callable[..., Any], docker_client: Any) -> No
     assert r["timed_out"] is True and r["stdout"] == "partial\n"
 
 
+@pytest.mark.slow  # an eval interrupted mid-rollout with sandboxed commands running, per runtime
 @pytest.mark.parametrize("kind", ["local", "docker"])
 def test_ctrl_c_mid_rollout_leaves_no_sandbox_behind(kind: str, request: pytest.FixtureRequest, tmp_path: Path,
                                                      cli_env: dict[str, str], mock_server: Callable[..., Any]) -> None:

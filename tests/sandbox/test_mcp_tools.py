@@ -18,6 +18,9 @@ import pytest
 
 from tests.helpers import REPO, assert_user_error, last_json
 
+# slow: MCP servers as toolsets through CLI evals, on both runtimes
+pytestmark = pytest.mark.slow
+
 COUNTER = REPO / "tests" / "fixtures" / "mcp_servers" / "counter_server.py"
 
 ENV = '''

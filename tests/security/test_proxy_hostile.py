@@ -30,6 +30,9 @@ from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy import InterceptionProxy
 from workbench.rollouts.rollout import Rollout
 
+# slow: fifty cases through the proxy against the mock upstream process (SDK clients, a CLI eval)
+pytestmark = pytest.mark.slow
+
 PARAMS = {"logprobs": True, "return_token_ids": True}
 IDS = ("run.0.0", "run.1.0")
 USER = {"role": "user", "content": "hello there"}
