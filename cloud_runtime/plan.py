@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
-from workbench.errors import ConfigError, OptionError
-from workbench.training.algorithms import nearest
+from workbench.errors import ConfigError, OptionError, nearest
 from workbench.training.run_config import RunConfig, load_tables, validate_tables
 
 

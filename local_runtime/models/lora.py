@@ -9,8 +9,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.errors import ConfigError
-from workbench.training.algorithms import nearest
+from workbench.errors import ConfigError, nearest
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:
