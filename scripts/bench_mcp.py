@@ -228,7 +228,7 @@ async def pooled(rollouts: int, concurrency: int, warm: int, model_s: float) -> 
 
 # -- 3. workbench eval support_desk -------------------------------------------------------------------
 def start_mock(*args: str) -> tuple[subprocess.Popen[str], str]:
-    proc, port = _spawn(["-m", "workbench.testing.mock_openai", "--port", "0", *args])
+    proc, port, _ = _spawn(["-m", "workbench.testing.mock_openai", "--port", "0", *args])
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
