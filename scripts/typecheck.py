@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Type-check Workbench with mypy: `.venv/bin/python scripts/typecheck.py [MYPY ARGS]`.
+"""Type-check Workbench with mypy: `scripts/typecheck.py [MYPY ARGS]` (mypy from the project's `.venv`).
 
 The folders install under other names (setup.py: `app/` is `workbench_app`, ...) through setuptools'
 editable finder, which mypy cannot follow. This script gives mypy a directory of symlinks named by the
@@ -13,6 +13,7 @@ Arguments go to mypy; with none it checks every package. Exit status: mypy's.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -48,11 +49,20 @@ def link_tree(cache_dir: Path) -> Path:
     return links
 
 
+def interpreter() -> tuple[str, Path]:
+    """(the Python that has mypy, its environment): this one, else the project's virtual environment."""
+    if importlib.util.find_spec("mypy") is not None:
+        return sys.executable, Path(sys.prefix)
+    venv = Path(os.environ.get("WORKBENCH_VENV") or ROOT / ".venv")
+    return str(venv / "bin" / "python"), venv
+
+
 def main(argv: list[str]) -> int:
-    cache_dir = Path(os.environ.get("WORKBENCH_MYPY_CACHE") or Path(sys.prefix) / "mypy_cache")
+    python, env_dir = interpreter()
+    cache_dir = Path(os.environ.get("WORKBENCH_MYPY_CACHE") or env_dir / "mypy_cache")
     links = link_tree(cache_dir)
     targets = argv or [arg for name in CHECKED for arg in ("-p", name)]
-    command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+    command = [python, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                "--cache-dir", str(cache_dir / "incremental"), *targets]
     env = {**os.environ, "MYPYPATH": str(links)}
     result = subprocess.run(command, cwd=links, env=env, capture_output=True, text=True)
