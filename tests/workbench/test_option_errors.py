@@ -117,6 +117,8 @@ async def test_the_mcp_tool_names_its_argument(cli_env: dict[str, str], tmp_path
             text = res.content[0].text  # type: ignore[union-attr]
             assert text.startswith(said), f"{argument}: {text!r}"
             assert "--" not in text.split(";")[0], f"a flag in the tool's error: {text!r}"
+        res = await s.call_tool("validate_environment", {"env": "arithmetic", "args": {"bogus": 1}})
+        assert res.isError and "does not accept these args arguments" in res.content[0].text  # type: ignore[union-attr]
     assert arith_server.requests() == before, "a refused run_eval called the model"
 
 

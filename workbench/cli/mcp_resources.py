@@ -126,15 +126,17 @@ def list_env_resources() -> list[Any]:
     return out
 
 
-#: Where a tool's argument is named otherwise than the field it fills (any other field is its own argument).
+#: Where a tool's argument is named otherwise than the field it fills (any other field is its own argument);
+#: every tool that loads an environment takes its keyword arguments as ``args``.
 TOOL_ARGUMENTS: dict[str, dict[str, str]] = {
-    "run_eval": {"EvalOptions.rollouts_per_task": "r", "EvalOptions.timeout_s": "timeout", "EvalOptions.env_args": "args"},
+    "run_eval": {"EvalOptions.rollouts_per_task": "r", "EvalOptions.timeout_s": "timeout"},
 }
+ANY_TOOL_ARGUMENTS = {"EvalOptions.env_args": "args"}
 
 
 def argument_of(tool: str | None, field: str) -> str:
     """The argument of ``tool`` that fills ``field`` (``"EvalOptions.rollouts_per_task"`` → ``r``)."""
-    return TOOL_ARGUMENTS.get(tool or "", {}).get(field) or field_name(field)
+    return TOOL_ARGUMENTS.get(tool or "", {}).get(field) or ANY_TOOL_ARGUMENTS.get(field) or field_name(field)
 
 
 def error_line(e: BaseException, tool: str | None = None) -> str:
