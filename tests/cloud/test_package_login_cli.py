@@ -12,6 +12,9 @@ import pytest
 from tests.helpers import REPO, CliResult, assert_user_error, cli_environment, last_json, write_file
 from workbench.bundles.verify import verify_bundle
 
+# slow: package, login and logout as CLI processes, several per case
+pytestmark = pytest.mark.slow
+
 KEYRING = "tests.cloud.keyring_backend.FileKeyring"
 TOKEN_VARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "ANTHROPIC_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
               "MODAL_CONFIG_PATH", "MODAL_PROFILE")

@@ -20,6 +20,9 @@ from mcp.client.streamable_http import streamablehttp_client
 
 from tests.helpers import _readline, stop_process, wait_for, workbench_argv, write_file
 
+# slow: a workbench mcp --http process per case (the MCP face in the fast lane: tests/workbench/test_mcp_server.py)
+pytestmark = pytest.mark.slow
+
 CHOSEN = "a-token-chosen-by-the-user-0123456789"
 #: Code a hostile process writes and asks the server to load: if it ever runs, the marker file appears.
 EVIL = """

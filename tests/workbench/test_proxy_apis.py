@@ -24,6 +24,9 @@ from workbench.rollouts.proxy import InterceptionProxy
 from workbench.rollouts.rollout import Rollout
 from workbench.testing.mock_openai import toy_render, toy_tokens
 
+# slow: a mock upstream process and SDK clients per case of each API
+pytestmark = pytest.mark.slow
+
 PARAMS = {"logprobs": True, "return_token_ids": True}
 
 
