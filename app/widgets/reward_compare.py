@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -101,9 +101,10 @@ class RewardCompare(Vertical):
 
     def _table(self, res: RescoreResult) -> Group:
         t = Table(box=None, pad_edge=False, show_edge=False, expand=True)
-        for col, just in (("function", "left"), ("kind", "left"), ("before", "right"), ("after", "right"),
-                          ("changed", "right"), ("errors", "right")):
-            t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+        columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("kind", "left"), ("before", "right"),
+                                                          ("after", "right"), ("changed", "right"), ("errors", "right"))
+        for col, just in columns:
+            t.add_column(col, justify=just, no_wrap=True)
         t.add_row(Text("weighted total", style="bold"), "", fnum(res.before.mean), fnum(res.after.mean),
                   f"{res.changed:,}", f"{res.failed:,}")
         for f in res.functions:

@@ -21,8 +21,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from workbench.errors import EnvLoadError, WorkbenchError
+
+T = TypeVar("T")
 
 
 class MCPToolError(WorkbenchError):
@@ -124,7 +127,7 @@ class MCPTools:
         return f"MCP {self.label} ({scope})"
 
 
-def split_tools(tools: Sequence[object]) -> tuple[list[object], list[MCPTools]]:
+def split_tools(tools: Sequence[T | MCPTools]) -> tuple[list[T], list[MCPTools]]:
     """Plain tools and MCP toolsets, in the order given."""
     plain = [t for t in tools if not isinstance(t, MCPTools)]
     sets = [t for t in tools if isinstance(t, MCPTools)]

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import orjson
 
@@ -168,6 +168,10 @@ class TaskSet:
     def __len__(self) -> int:
         return len(self.materialize())
 
+    @overload
+    def __getitem__(self, key: int) -> Task: ...
+    @overload
+    def __getitem__(self, key: slice) -> TaskSet: ...
     def __getitem__(self, key: int | slice) -> Task | TaskSet:
         if isinstance(key, int):
             if key < 0:
@@ -186,7 +190,7 @@ class TaskSet:
         raise TypeError("TaskSet indices must be integers or slices")
 
     def take(self, n: int | None) -> TaskSet:
-        return self if n is None else self[:n]  # type: ignore[return-value]
+        return self if n is None else self[:n]
 
     def shuffle(self, seed: int = 0) -> TaskSet:
         parent = self

@@ -26,8 +26,9 @@ class Toolbox:
                  max_tool_output: int = 256_000, parallel: bool = True) -> None:
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
             raise EnvLoadError(f"{owner}(tools=...) takes a list of functions or wb.MCPTools")
+        plain: list[Callable[..., Any] | Tool]
         plain, self.toolsets = split_tools(list(tools))
-        self.tools = [Tool.from_function(t) for t in plain]  # type: ignore[arg-type]
+        self.tools = [Tool.from_function(t) for t in plain]
         if not isinstance(max_tool_output, int) or isinstance(max_tool_output, bool) or max_tool_output < 1:
             raise EnvLoadError(f"{owner}(max_tool_output=...) must be a whole number of characters, at least 1")
         self.max_tool_output = max_tool_output

@@ -96,7 +96,7 @@ class Tool:
     is_async: bool
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
+    def from_function(cls, fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
         if isinstance(fn, Tool):
             return fn
         tname = name or getattr(fn, "__name__", None)

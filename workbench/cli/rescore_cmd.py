@@ -76,6 +76,7 @@ def _mean(d: Any) -> str:
 
 def print_result(res: Any) -> None:
     """Before and after side by side, for people (``--json`` is the machine form)."""
+    from rich.console import JustifyMethod
     from rich.markup import escape
     from rich.table import Table
 
@@ -106,9 +107,10 @@ def print_result(res: Any) -> None:
                       f"{res.failed:,} with a scoring error")
         console.print()
         ft = Table(box=None, show_edge=False, pad_edge=False)
-        for col, just in (("function", "left"), ("kind", "left"), ("before", "right"), ("after", "right"),
-                          ("changed", "right"), ("errors", "right")):
-            ft.add_column(col, justify=just)  # type: ignore[arg-type]
+        columns: tuple[tuple[str, JustifyMethod], ...] = (("function", "left"), ("kind", "left"), ("before", "right"),
+                                                          ("after", "right"), ("changed", "right"), ("errors", "right"))
+        for col, just in columns:
+            ft.add_column(col, justify=just)
         for f in res.functions:
             ft.add_row(escape(f.name), f.kind, fnum(f.before.mean), fnum(f.after.mean), f"{f.changed:,}",
                        f"[red]{f.errors:,}[/]" if f.errors else "0")
