@@ -371,7 +371,7 @@ def _signal_handlers() -> dict[int, Any]:
                 return signal.getsignal(sig)
 
             _signal_shim = only_on_main
-            signal.signal = only_on_main  # type: ignore[assignment]
+            signal.signal = only_on_main  # type: ignore[assignment]  # replaced on purpose; typeshed types the handler narrower
         return {}
     return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
