@@ -19,7 +19,7 @@ import stat
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -385,10 +385,10 @@ def stale_pool_dirs() -> list[Path]:
     return out
 
 
-def wait_until(pred: object, timeout: float, interval: float = 0.05) -> bool:
+def wait_until(pred: Callable[[], object], timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
+        if pred():
             return True
         time.sleep(interval)
     return False

@@ -92,12 +92,13 @@ def verifiers_version() -> str:
         return "unknown"
 
 
-def missing_extra(e: BaseException) -> str | None:
+def missing_extra(error: BaseException) -> str | None:
     """The one-line error for an import that failed because verifiers is not installed, else None."""
+    e: BaseException | None = error
     while e is not None:
         if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "verifiers":
             return f"needs the verifiers package, which is not installed: {EXTRA_HINT}"
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        e = e.__cause__ or e.__context__
     return None
 
 

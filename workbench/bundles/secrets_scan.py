@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from workbench.errors import WorkbenchError
 
@@ -232,8 +233,12 @@ def _members(path: str, data: bytes) -> list[tuple[str, bytes]] | None:
     return None
 
 
-def _bounded(f: object) -> bytes:
-    data = f.read(MAX_EXPANDED + 1)  # type: ignore[attr-defined]
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _bounded(f: _Readable) -> bytes:
+    data = f.read(MAX_EXPANDED + 1)
     if len(data) > MAX_EXPANDED:
         raise ValueError(f"it expands past {MAX_EXPANDED >> 20} MB")
     return data
