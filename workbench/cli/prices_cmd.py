@@ -109,7 +109,7 @@ def gpu_prices_set(provider: str, gpu: str, per_s: float | None, per_h: float | 
 
     if (per_s is None) == (per_h is None):
         raise ConfigError("give exactly one of --per-second or --per-hour")
-    p = set_price(provider, gpu, per_s if per_s is not None else per_h / 3600, source)  # type: ignore[operator]
+    p = set_price(provider, gpu, per_s if per_s is not None else (per_h or 0.0) / 3600, source)  # exactly one is given
     console.print(f"{p.provider} {p.gpu}: ${p.usd_per_gpu_s:.6f}/GPU-s (${p.usd_per_gpu_hour:.2f}/GPU-h)")
 
 

@@ -284,7 +284,7 @@ class RolloutEngine:
                 id=rollout.id, run_id=self.run_id, env_name=self.env.name, model=rollout.model, task=group.task,
                 task_index=group.task_index, sample_index=rollout.sample_index,
                 status="error" if failed else "ok",
-                error_kind=rollout.failure.kind if failed else None,  # type: ignore[union-attr]
+                error_kind=rollout.failure.kind if rollout.failure is not None else None,
                 reward=None if failed else sc.total, usage=rollout.usage, duration_s=rollout.duration_s,
                 turns=rollout.turns, completion=rollout.completion, messages=rollout.messages, state=rollout.state,
                 scores=sc, calls=rollout.calls, errors=rollout.errors, provider=self.provider, trace=rollout.trace,

@@ -239,7 +239,7 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[st
         "run_id": run_id, "steps": steps[-1]["step"] if steps else 0,
         "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
         "reward_start": start, "reward_end": end, "reward_window": window,
-        "reward_gain": (end - start) if rewards else None,  # type: ignore[operator]
+        "reward_gain": (end - start) if end is not None and start is not None else None,
         "dropped": int(sum(s["metrics"].get("dropped", 0.0) for s in steps + events)),
         "skipped_steps": len(store.train_records(run_id, "skipped")),
         "eval_first": evals[0]["metrics"]["reward_mean"] if evals else None,
