@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 from workbench_app.main import WorkbenchApp
@@ -15,6 +16,9 @@ from workbench_app.widgets.train_view import TrainView, read_new_rollouts
 
 from tests.app.conftest import SIZE, T0, _record, wait_until
 from workbench.store import Store
+
+# slow: the Runs screen on a training run, its curves redrawn and refreshed live
+pytestmark = pytest.mark.slow
 
 TRAIN = "1114-train1"
 

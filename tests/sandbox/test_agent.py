@@ -17,6 +17,9 @@ from workbench_local.sandbox.channel import AgentDied
 import workbench as wb
 from tests.sandbox.conftest import hand_back, make_runtime
 
+# slow: commands that sleep into their timeouts, escaped daemons and dying agents, on both runtimes
+pytestmark = pytest.mark.slow
+
 # A daemon that leaves the command's process group and session and is re-parented away from it.
 DOUBLE_FORK = ("import os, sys, time\n"
                "if os.fork() == 0:\n"
