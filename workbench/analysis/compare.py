@@ -103,6 +103,7 @@ def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
     rewards: dict[str, list[float]] = defaultdict(list)
     lat: dict[str, list[float]] = defaultdict(list)
     passes: dict[str, int] = defaultdict(int)
+    costs: list[float] = []
     stats = RunStats(run_id, run[0], run[1], run[2], 0, 0, {}, {}, 0, 0, 0.0)
     stats.label = (run[3] or run[0]) + (f" ({run[4]})" if run[4] else "")
     for task_id, reward, ptok, ctok, cost, dur in reports.task_results(conn, run_id):
@@ -113,7 +114,8 @@ def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
         lat[task_id].append(dur)
         stats.prompt_tokens += ptok
         stats.completion_tokens += ctok
-        stats.cost_usd += cost
+        costs.append(cost)
+    stats.cost_usd = math.fsum(costs)  # exactly rounded: the same total whatever order the rows come in
     stats.rewards, stats.latencies = dict(rewards), dict(lat)
     stats.rollouts = sum(len(v) for v in rewards.values())
     stats.errors = reports.errored_rollouts(conn, run_id)

@@ -54,6 +54,7 @@ class EvalOptions:
     max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / (1 << 20)  # a larger response is a bad_response
     resume: str | None = None
     comparison_id: str | None = None  # set for each run of `eval -m A -m B` (workbench/runs/multi_eval.py)
+    comparison_index: int | None = None  # this run's place among the comparison's models (the -m order)
     tokens: bool | None = None  # ask the upstream for token ids + logprobs (None: where it supports them)
     render_prompts: bool = False  # let the server re-render follow-up prompts instead of continuing exact tokens
     task_indices: list[int] | None = None  # only these tasks (by index in the task set), instead of the first -n
@@ -199,6 +200,8 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
                       "max_tokens": opts.max_tokens}
             if opts.comparison_id:
                 config["comparison_id"] = opts.comparison_id
+            if opts.comparison_index is not None:
+                config["comparison_index"] = opts.comparison_index
             name = endpoint.name  # a registered name (or the spec the embedded server resolved)
             if name and name != model:
                 config["model_name"] = name

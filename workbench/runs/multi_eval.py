@@ -50,8 +50,8 @@ def options_per_model(base: EvalOptions, models: list[str], comparison_id: str) 
                           "a comparison on its own")
     seen: dict[tuple[str, str], str] = {}
     out = []
-    for name in models:
-        opts = dataclasses.replace(base, model=name, comparison_id=comparison_id, endpoint=None)
+    for index, name in enumerate(models):
+        opts = dataclasses.replace(base, model=name, comparison_id=comparison_id, comparison_index=index, endpoint=None)
         endpoint = opts.resolve()  # resolved once: each run uses exactly this endpoint
         url, model_id = endpoint.base_url, endpoint.model
         key = (url, model_id)

@@ -65,9 +65,11 @@ def run_exists_in(db: Path, run_id: str) -> bool:
 
 
 def comparison_runs(conn: sqlite3.Connection, comparison_id: str) -> list[str]:
-    """The ids of the runs of a comparison (``eval -m A -m B``, a pipeline), oldest first."""
+    """The ids of the runs of a comparison: in the order its models were given (``eval -m A -m B``, whose runs
+    start together), else oldest first (a pipeline's stages)."""
     return [r for (r,) in conn.execute(
-        "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? ORDER BY created_at", (comparison_id,))]
+        "SELECT id FROM run WHERE json_extract(config, '$.comparison_id') = ? "
+        "ORDER BY json_extract(config, '$.comparison_index'), created_at, rowid", (comparison_id,))]
 
 
 def running_runs_of(conn: sqlite3.Connection, kind: str) -> list[str]:
