@@ -60,6 +60,7 @@ class CloudForecast:
     refusal: str | None  # the sentence `workbench launch` refuses this plan with; None: it may launch
     launch: Any = None  # the LaunchConfig planned (what a confirmed launch runs)
     budget_problem: str | None = None  # the budgets' part of the refusal (the run's or the month's cap)
+    budget_error: ConfigError | None = None  # the same as the error, its fields for each face to name
 
     @property
     def within_run_budget(self) -> bool | None:
@@ -82,14 +83,15 @@ def cloud_forecast(conn: sqlite3.Connection, config_file: str | Path | None, *, 
         overrides["loop.max_steps"] = max_steps
     cfg = load_launch_config(config_file, overrides, env if require_env else env or PLANNED_ENV)
     plan = make_plan(cfg, budget_usd=budget_usd, max_steps=max_steps)
-    budget_problem = None
+    budget_error = None
     try:
         check_budget(plan)
         check_monthly(conn, plan.total_usd)
     except ConfigError as e:
-        budget_problem = str(e)
+        budget_error = e
+    budget_problem = None if budget_error is None else str(budget_error)
     refusal = budget_problem if budget_problem is not None or plan.fits else DOES_NOT_FIT
-    return CloudForecast(plan, this_month(conn), refusal, cfg, budget_problem)
+    return CloudForecast(plan, this_month(conn), refusal, cfg, budget_problem, budget_error)
 
 
 @dataclass(slots=True)

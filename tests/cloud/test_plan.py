@@ -178,7 +178,9 @@ def test_budget_refusal_says_the_numbers() -> None:
         check_budget(p)
     msg = str(e.value)
     assert "exceeds the budget of $0" in msg and f"${p.total_usd:,.0f}" in msg and "100 steps" in msg
-    assert "--max-steps" in msg
+    # the domain names fields; each face says them its own way (test_plan_cli: the CLI's flags)
+    assert e.value.field == "LaunchPlan.budget" and e.value.names == {"max_steps": "LaunchPlan.max_steps"}
+    assert "(max_steps 0)" in msg and "raise budget" in msg
     check_budget(plan_for(SMALL, budget_usd=1e6))  # within: no error
     with pytest.raises(ConfigError, match="exceeds the budget"):
         check_budget(plan_for({**SMALL, "cloud.budget_usd": 0.5}))

@@ -43,6 +43,7 @@ def test_budget_refusal_and_overrides(tmp_path: Path) -> None:
     assert p.returncode != 0
     err = p.stderr.strip()
     assert "plan refused" in err and "exceeds the budget of $1,000" in err and "Traceback" not in err
+    assert "(--max-steps " in err and "raise --budget" in err, err  # the fields said as the command's flags
     assert len(err.splitlines()) == 1
     # a dotted override and --max-steps bring it under the budget
     ok = run(["launch", "arithmetic", "--config", str(CONFIG_28), "--plan", "--json", "--budget", "1000",

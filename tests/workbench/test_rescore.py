@@ -342,6 +342,6 @@ def test_cli_bad_input(env_file: Path, db: Path, tmp_path: Path, script_server: 
     run_eval(env_file, db, script_server)
     assert_user_error(cli(env_file, "--run", "0000-ffffff"), "no run '0000-ffffff'", "workbench runs")
     assert_user_error(cli(env_file, "--limit", "0"), "--limit must be at least 1")
-    assert_user_error(cli(env_file, "-a", "[1]"), "-a must be a JSON object")
-    assert_user_error(cli(env_file, "-a", '{"nope": 1}'), "does not accept these -a arguments")
+    assert_user_error(cli(env_file, "-a", "[1]"), "-a/--env-args must be a JSON object")
+    assert_user_error(cli(env_file, "-a", '{"nope": 1}'), "does not accept these -a/--env-args arguments")
     assert query(db, "SELECT COUNT(*) FROM rescore") == [(0,)]

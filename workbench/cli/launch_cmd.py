@@ -172,7 +172,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         else:
             render_plan(plan)
     if checked.budget_problem is not None:
-        raise ConfigError(checked.budget_problem)
+        raise checked.budget_error or ConfigError(checked.budget_problem)
     if plan_only:
         return
     checked.raise_if_refused()  # the memory fit

@@ -42,6 +42,11 @@ class Preflight:
         return getattr(self.forecast, "budget_problem", self.forecast.refusal)
 
     @property
+    def budget_error(self) -> Exception | None:
+        """The budgets' refusal as the error itself (a field error names its fields in each face's words)."""
+        return getattr(self.forecast, "budget_error", None)
+
+    @property
     def plan(self) -> Any:
         return getattr(self.forecast, "plan", None)
 
