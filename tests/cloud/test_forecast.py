@@ -90,7 +90,9 @@ def test_cloud_forecast_refuses_as_the_cli_does(store: Store, tmp_path: Path, cl
     fc = cloud_forecast(store.conn, BIG, max_steps=1000, budget_usd=1000)
     assert fc.within_run_budget is False and fc.within_month is None
     res = cli("launch", "arithmetic", "--config", BIG, "--plan", "--budget", "1000", "--max-steps", "1000")
-    assert res.rc != 0 and stderr_lines(res.stderr)[-1] == f"error: {fc.refusal}"
+    assert fc.refusal == str(fc.budget_error)  # the domain's words: the plan's fields by their own names
+    flags = {"LaunchPlan.max_steps": "--max-steps", "LaunchPlan.budget": "--budget"}
+    assert res.rc != 0 and stderr_lines(res.stderr)[-1] == f"error: {fc.budget_error.render(flags.__getitem__)}"
 
     fc = cloud_forecast(store.conn, BIG)
     assert fc.refusal is None and fc.plan.max_steps == 1000 and fc.plan.fits

@@ -208,7 +208,8 @@ async def test_the_launch_preflight_is_one_verdict_from_the_cli_mcp_and_the_use_
     assert checked.refusal is None and planned["within_budget"] is True
     assert tight_check.budget_problem and tight_check.refusal == tight_check.budget_problem
     assert tight["budget_problem"] == tight_check.budget_problem and tight["within_budget"] is False
-    assert tight_check.budget_problem in refused
+    flags = {"LaunchPlan.max_steps": "--max-steps", "LaunchPlan.budget": "--budget"}  # the CLI names the fields
+    assert tight_check.budget_error is not None and tight_check.budget_error.render(flags.__getitem__) in refused
 
 
 async def test_a_probe_is_one_verdict_from_the_cli_and_the_function_the_app_calls(
