@@ -4,6 +4,8 @@ whole are hidden (the last ones first), never cut mid-word, and never the pinned
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import ComposeResult
 from textual.containers import HorizontalGroup
 from textual.widget import Widget
@@ -17,9 +19,9 @@ PINNED_ACTIONS = ("help", "quit")
 class WorkbenchFooter(Footer):
     DEFAULT_CSS = """
     WorkbenchFooter {
-        #footer-pinned { dock: right; width: auto; height: 1; border-left: vkey $foreground 20%;
+        .footer-pinned { dock: right; width: auto; height: 1; border-left: vkey $foreground 20%;
                          background: $footer-background; }
-        #footer-pinned FooterKey.-command-palette { dock: none; border-left: none; margin-left: 1; }
+        .footer-pinned FooterKey.-command-palette { dock: none; border-left: none; margin-left: 1; }
     }
     """
 
@@ -34,11 +36,15 @@ class WorkbenchFooter(Footer):
             else:
                 yield widget
         if pinned or palette:
-            yield HorizontalGroup(*pinned, *palette, id="footer-pinned")
+            yield HorizontalGroup(*pinned, *palette, classes="footer-pinned")
 
     async def recompose(self) -> None:
-        await super().recompose()
-        self._fit()
+        # One at a time: the bindings can change twice at once (a screen pushed as another is dismissed), and
+        # two recomposes that overlap would each mount their keys.
+        lock = self.__dict__.setdefault("_recomposing", asyncio.Lock())
+        async with lock:
+            await super().recompose()
+            self._fit()
 
     def on_resize(self) -> None:
         self._fit()
@@ -48,11 +54,11 @@ class WorkbenchFooter(Footer):
         if not self.size.width:
             return  # not laid out (its screen is not shown): it fits itself when it is
         room = self.size.width
-        for group in self.query("#footer-pinned"):
+        for group in self.query(".footer-pinned"):
             room -= group.styles.gutter.width + sum(_width(w, self) for w in group.children)
         used = 0
         for w in self.children:
-            if w.id == "footer-pinned":
+            if w.has_class("footer-pinned"):
                 continue
             used += _width(w, self)
             w.display = used <= room
