@@ -223,7 +223,7 @@ def read_cursor(conn: sqlite3.Connection, run_id: str) -> int:
 def ingest(conn: sqlite3.Connection, run_id: str, events: list[Event]) -> list[Event]:
     """Apply ``events`` (in seq order) past the run's cursor, in one transaction with the new
     cursor; returns the events applied (duplicates and replays are skipped)."""
-    from workbench.rollouts.rollout import searchable_text
+    from workbench.records.rollout import searchable_text
 
     applied: list[Event] = []
     with rows.immediate(conn):

@@ -52,7 +52,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def _rollout(rid: str = "bench") -> Any:
     import workbench as wb
-    from workbench.rollouts.rollout import Rollout
+    from workbench.records.rollout import Rollout
 
     return Rollout(id=rid, task=wb.Task(prompt="x"), sample_index=0, client=None, base_url="", model="mock-model",
                    params={})

@@ -41,9 +41,9 @@ def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int, str]:
 async def serve_proxy(upstream: str) -> None:
     """The proxy process: one registered rollout that every request records into."""
     import workbench as wb
+    from workbench.records.rollout import Rollout
     from workbench.rollouts.client import ChatClient
     from workbench.rollouts.proxy import InterceptionProxy
-    from workbench.rollouts.rollout import Rollout
 
     client = ChatClient(None, max_connections=128)
     params = {"logprobs": True, "return_token_ids": True, "temperature": 1.0}

@@ -91,7 +91,7 @@ def load_env(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
 
 async def _score(env: Any, task: Any, texts: list[str]) -> list[float]:
     """The rewards of one group of completions of ``task``, as the rollout engine computes them."""
-    from workbench.rollouts.rollout import Rollout
+    from workbench.records.rollout import Rollout
 
     ctxs, scores = [], []
     for i, text in enumerate(texts):

@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.authoring.rubric import Scores  # noqa: E402
-from workbench.authoring.tasks import Task  # noqa: E402
-from workbench.rollouts.rollout import ModelCall, RolloutError, Usage, searchable_text  # noqa: E402
+from workbench.records.rollout import ModelCall, RolloutError, Usage, searchable_text  # noqa: E402
+from workbench.records.task import Task  # noqa: E402
 from workbench.store import Store  # noqa: E402
 from workbench.store.writer import (  # noqa: E402
     _CALL_SQL,

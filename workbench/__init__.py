@@ -20,10 +20,11 @@ from workbench.authoring.probes import Probe, ProbeTurn
 from workbench.authoring.rubric import Rubric
 from workbench.authoring.runtimes import Docker, Local, ModalSandbox, Runtime
 from workbench.authoring.sandbox import ExecResult, Limits, Sandbox, SandboxError
-from workbench.authoring.tasks import Task, TaskSet
+from workbench.authoring.tasks import TaskSet
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError, RubricError, WorkbenchError
-from workbench.rollouts.rollout import Rollout, RolloutFailed
+from workbench.records.rollout import Rollout, RolloutFailed
+from workbench.records.task import Task
 
 # Public as wb.eval and wb.compare, left out of __all__ so that a star import keeps the builtin eval.
 from workbench.usecases.api import compare as compare

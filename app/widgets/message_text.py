@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from workbench_app.format import safe_text, visible
 
-from workbench.rollouts.rollout import content_text
+from workbench.records.rollout import content_text
 
 
 def message_body(m: dict[str, Any]) -> Text:

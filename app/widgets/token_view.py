@@ -18,7 +18,7 @@ from workbench_app.workers import post_ui
 
 from workbench.analysis.token_render import legend, render_report
 from workbench.analysis.token_report import TokenReport
-from workbench.rollouts.trace import Trace
+from workbench.records.trace import Trace
 
 if TYPE_CHECKING:
     from workbench_app.store_access import StoreHandle

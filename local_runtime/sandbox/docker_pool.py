@@ -67,7 +67,7 @@ from workbench.authoring.sandbox import (
     check_task_needs,
     network_policy,
 )
-from workbench.authoring.tasks import Task
+from workbench.records.task import Task
 
 LABEL = "workbench.sandbox"
 TIMEOUT_EXIT = 124

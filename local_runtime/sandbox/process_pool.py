@@ -63,7 +63,7 @@ from workbench.authoring.sandbox import (
     check_task_needs,
     network_policy,
 )
-from workbench.authoring.tasks import Task
+from workbench.records.task import Task
 
 
 # -- the pool --------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from workbench_app.main import WorkbenchApp  # noqa: E402
 from tests.helpers import ADDER_ENV, write_file  # noqa: E402
 from workbench.authoring.discovery import EnvRef  # noqa: E402
 from workbench.authoring.rubric import Scores  # noqa: E402
-from workbench.authoring.tasks import Task  # noqa: E402
-from workbench.rollouts.rollout import ModelCall, RolloutError, Usage  # noqa: E402
+from workbench.records.rollout import ModelCall, RolloutError, Usage  # noqa: E402
+from workbench.records.task import Task  # noqa: E402
 from workbench.store import RolloutRecord, Store  # noqa: E402
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC

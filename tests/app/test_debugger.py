@@ -21,9 +21,9 @@ from tests.helpers import MockServer, query
 from workbench.analysis.token_render import BAND_STYLES, MARK_STYLE, render_report
 from workbench.analysis.token_report import build_report
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
-from workbench.rollouts.rollout import ModelCall, Usage
-from workbench.rollouts.trace import Trace
+from workbench.records.rollout import ModelCall, Usage
+from workbench.records.task import Task
+from workbench.records.trace import Trace
 from workbench.store import RolloutRecord, Store
 from workbench.store.queries import get_rollout
 

@@ -15,9 +15,9 @@ from workbench_cloud.stream import DirLog, KeyValueLog
 from workbench_local.training.feed import StoreFeed
 
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
-from workbench.rollouts.rollout import Usage
-from workbench.rollouts.trace import Trace
+from workbench.records.rollout import Usage
+from workbench.records.task import Task
+from workbench.records.trace import Trace
 from workbench.store import RolloutRecord, Store
 from workbench.training.algorithms import Branch, TrainRollout
 

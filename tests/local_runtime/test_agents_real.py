@@ -21,10 +21,10 @@ import pytest
 
 import workbench as wb
 from tests.helpers import CliResult, MockServer, agent_script, cli_environment, last_json
+from workbench.records.rollout import Rollout
+from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy import InterceptionProxy
-from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import Trace
 
 from .helpers import ARITH, SERVED
 

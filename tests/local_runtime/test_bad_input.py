@@ -106,8 +106,8 @@ def test_unknown_model_name_is_404(client: Any) -> None:
 
 
 def test_workbench_client_classifies_404(server: str) -> None:
+    from workbench.records.model_reply import ModelError
     from workbench.rollouts.client import ChatClient
-    from workbench.rollouts.model_reply import ModelError
 
     async def go() -> None:
         async with ChatClient(max_retries=0) as c:
@@ -152,8 +152,8 @@ def test_a_prompt_over_the_context_is_400_with_the_lengths(client: Any, server: 
 
 
 def test_workbench_client_ends_a_call_over_the_context_with_a_clear_kind(server: str) -> None:
+    from workbench.records.model_reply import ModelError
     from workbench.rollouts.client import ChatClient
-    from workbench.rollouts.model_reply import ModelError
 
     async def go() -> None:
         async with ChatClient(max_retries=3) as c:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from tests.helpers import agent_script
+from workbench.records.trace import Trace
 from workbench.rollouts.render import check_trace, load_tokenizer
-from workbench.rollouts.trace import Trace
 
 from .helpers import ROOT, SERVED, server_env
 

@@ -14,12 +14,12 @@ from typing import Any
 import openai
 
 import workbench as wb
+from workbench.records.rollout import Rollout
+from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.continuation import TokenContinuation
 from workbench.rollouts.proxy import InterceptionProxy
 from workbench.rollouts.render import check_trace, load_tokenizer
-from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import Trace
 
 from .helpers import ARITH, ROOT, SERVED, server_env
 

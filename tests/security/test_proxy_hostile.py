@@ -26,9 +26,9 @@ import pytest
 
 import workbench as wb
 from tests.helpers import CliResult, MockServer, last_json
+from workbench.records.rollout import Rollout
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy import InterceptionProxy
-from workbench.rollouts.rollout import Rollout
 
 # slow: fifty cases through the proxy against the mock upstream process (SDK clients, a CLI eval)
 pytestmark = pytest.mark.slow

@@ -26,10 +26,10 @@ import pytest
 import workbench as wb
 from tests.local_runtime.helpers import ROOT, SERVED, free_port, get_json, post_json, run_server, server_env
 from tests.security.test_proxy_hostile import _PATHS, MALFORMED, SEEDS, _assert_shape, _mutate
+from workbench.records.rollout import Rollout
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.continuation import TokenContinuation
 from workbench.rollouts.proxy import InterceptionProxy
-from workbench.rollouts.rollout import Rollout
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -133,8 +133,8 @@ def test_the_writer_keeps_a_batch_whose_rows_the_store_refuses(tmp_path: Path) -
     """A record made outside scoring with a non-finite score, and one with a value SQLite cannot hold:
     each is kept (bare where need be), the rest of the batch with it."""
     from workbench.authoring.rubric import Scores
-    from workbench.authoring.tasks import Task
-    from workbench.rollouts.rollout import Usage
+    from workbench.records.rollout import Usage
+    from workbench.records.task import Task
     from workbench.store import RolloutRecord, Store
 
     def record(i: int, scores: Scores, turns: int = 1) -> RolloutRecord:

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from workbench.errors import NotFoundError
-from workbench.rollouts.rollout import searchable_text
+from workbench.records.rollout import searchable_text
 from workbench.store import Store, queries
 from workbench.store.db import connect
 from workbench.store.queries import (

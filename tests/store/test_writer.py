@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
 from workbench.errors import StoreError
-from workbench.rollouts.rollout import Usage
+from workbench.records.rollout import Usage
+from workbench.records.task import Task
 from workbench.store import BatchWriter, RolloutRecord, Store
 
 ROOT = Path(__file__).resolve().parents[2]

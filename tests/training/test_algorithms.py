@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import CliResult, MockServer, last_json
 from workbench.errors import ConfigError
-from workbench.rollouts.trace import Trace
+from workbench.records.trace import Trace
 from workbench.training.algorithms import (
     Branch,
     TrainRollout,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
-from workbench.rollouts.rollout import Usage
-from workbench.rollouts.trace import Trace
+from workbench.records.rollout import Usage
+from workbench.records.task import Task
+from workbench.records.trace import Trace
 from workbench.store import RolloutRecord, Store
 from workbench.training.algorithms import make_algorithm
 from workbench.training.data import complete_groups, load_rollouts

@@ -17,13 +17,13 @@ import pytest
 
 import workbench as wb
 from tests.helpers import REPO, _readline, query
+from workbench.records.model_reply import ModelError
 from workbench.rollouts.anthropic_client import (
     classify_anthropic_status,
     from_messages_response,
     to_messages_request,
 )
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.model_reply import ModelError
 
 PNG = "iVBORw0KGgo="
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}

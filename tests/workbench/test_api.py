@@ -15,9 +15,9 @@ import workbench as wb
 from tests.helpers import MockServer
 from workbench.authoring.rubric import ROLLOUT_ARGS, Scores
 from workbench.errors import EnvLoadError, RubricError
+from workbench.records.model_reply import ModelError
+from workbench.records.rollout import Rollout, Usage
 from workbench.rollouts.client import ChatClient, classify_status, parse_chat_body
-from workbench.rollouts.model_reply import ModelError
-from workbench.rollouts.rollout import Rollout, Usage
 
 
 # -- Task ---------------------------------------------------------------------------------------

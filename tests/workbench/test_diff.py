@@ -22,9 +22,9 @@ from workbench.analysis.diff import (
 )
 from workbench.analysis.diff_render import SAME_LINES, message_body, values_table
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
 from workbench.errors import NotFoundError
-from workbench.rollouts.rollout import ModelCall, RolloutError, Usage
+from workbench.records.rollout import ModelCall, RolloutError, Usage
+from workbench.records.task import Task
 from workbench.store import RolloutRecord, Store
 
 RUN = "0101-abcdef"

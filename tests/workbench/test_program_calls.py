@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from tests.helpers import CliResult, MockServer, agent_script, last_json
-from workbench.rollouts.conversations import Conversations
-from workbench.rollouts.trace import Trace
+from workbench.records.conversations import Conversations
+from workbench.records.trace import Trace
 from workbench.testing.mock_openai import toy_render, toy_tokens
 
 LOOKUP = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {

@@ -19,9 +19,9 @@ import pytest
 
 import workbench as wb
 from tests.helpers import MockServer
+from workbench.records.rollout import Rollout
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy import InterceptionProxy
-from workbench.rollouts.rollout import Rollout
 from workbench.testing.mock_openai import toy_render, toy_tokens
 
 # slow: a mock upstream process and SDK clients per case of each API

@@ -13,10 +13,10 @@ import pytest
 
 import workbench as wb
 from tests.helpers import CliResult, MockServer, last_json
+from workbench.records.rollout import Rollout
+from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy import InterceptionProxy
-from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import Trace
 from workbench.testing.mock_openai import toy_render, toy_tokens
 
 # slow: token traces and external agent programs through CLI evals

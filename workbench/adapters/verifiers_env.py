@@ -29,9 +29,10 @@ import orjson
 from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import Harness
 from workbench.authoring.rubric import Rubric
-from workbench.authoring.tasks import Task, TaskSet
+from workbench.authoring.tasks import TaskSet
 from workbench.errors import EnvLoadError
-from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.task import Task
 
 EXTRA_HINT = "pip install 'rl-workbench[verifiers]'"
 #: verifiers classes whose rollouts need what this adapter does not provide, and why.
@@ -267,7 +268,7 @@ def _copy_state(state: Any, into: dict[str, Any]) -> None:
 
 
 def _raise_workbench(err: BaseException) -> None:
-    from workbench.rollouts.model_reply import ModelError
+    from workbench.records.model_reply import ModelError
 
     e: BaseException | None = err
     while e is not None:

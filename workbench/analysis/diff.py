@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
-from workbench.rollouts.rollout import content_text
+from workbench.records.rollout import content_text
 
 #: (text, changed): a piece of one side's text; the pieces of a side concatenate to its whole text.
 Span = tuple[str, bool]

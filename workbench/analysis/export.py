@@ -31,7 +31,7 @@ import orjson
 
 from workbench.errors import ConfigError, OptionError
 from workbench.fsutil import atomic_open
-from workbench.rollouts.rollout import OFFERED_TOOLS
+from workbench.records.rollout import OFFERED_TOOLS
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 from workbench.store.reports import trace_nodes
 
@@ -59,7 +59,7 @@ def _sft_message(m: Any) -> Any:
 
 def rollout_tools(conn: Any, r: dict[str, Any]) -> list[Any]:
     """The tool definitions a rollout's conversation was offered: an imported one's from its file, a
-    model rollout's from its state (:data:`~workbench.rollouts.rollout.OFFERED_TOOLS`: the tools its
+    model rollout's from its state (:data:`~workbench.records.rollout.OFFERED_TOOLS`: the tools its
     latest call that sent tools offered, kept with or without a token trace), else, for a rollout
     stored before the state kept them, from its trace."""
     stored = r.get("state")

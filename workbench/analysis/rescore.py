@@ -1,7 +1,7 @@
 """Re-scoring: run an environment's current rubric over its stored rollouts, without the model.
 
 Edit a reward, re-score, and see the reward distribution before and after. Each stored rollout is
-rebuilt as a :class:`~workbench.rollouts.rollout.Rollout` (task, messages, state, usage; model calls and the
+rebuilt as a :class:`~workbench.records.rollout.Rollout` (task, messages, state, usage; model calls and the
 token trace when a function asks for ``trace``) and scored by the same ``Rubric.score_rollout`` /
 ``Rubric.score_group`` calls the engine makes at eval time, over the same groups (the successful
 rollouts of one task in one run). A function that raises is counted against that function and the
@@ -40,9 +40,9 @@ from workbench.analysis.reward_stats import Distribution, Histogram, shared_hist
 from workbench.authoring.environment import Environment
 from workbench.authoring.harness import MultiTurn
 from workbench.authoring.rubric import Rubric, Scores
-from workbench.authoring.tasks import Task
 from workbench.errors import ConfigError, NotFoundError, OptionError
-from workbench.rollouts.rollout import Rollout, Usage
+from workbench.records.rollout import Rollout, Usage
+from workbench.records.task import Task
 from workbench.store import Store, dumps
 from workbench.store.rescores import (
     ROW_ID,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.analysis.run_env import load_run_env
-from workbench.rollouts.trace import Trace, TraceNode
+from workbench.records.trace import Trace, TraceNode
 from workbench.store.reports import trace_row
 
 #: Logprob bands, best first: (lowest probability in the band, label). A sampled token's colour

@@ -8,11 +8,11 @@ from typing import Any
 import orjson
 
 from workbench.authoring.mcp_tools import MCPTools
-from workbench.authoring.tasks import Message, Task
 from workbench.authoring.toolbox import Toolbox
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError
-from workbench.rollouts.rollout import Rollout
+from workbench.records.rollout import Rollout
+from workbench.records.task import Message, Task
 
 
 class Harness:
@@ -288,15 +288,14 @@ class Program(Harness):
     def host_mounts(self, kind: str = "local") -> list[str]:
         """What a local sandbox mounts read-only for the program: ``HOST`` or ``HOST:SANDBOX`` entries
         (on Docker the command line names paths of the image: nothing)."""
-        from workbench.rollouts.program_mounts import program_mounts
+        from workbench.records.program_mounts import program_mounts
 
         return program_mounts(self.argv, self.binds) if kind == "local" else []
 
     async def run(self, rollout: Rollout) -> None:
-        from workbench.rollouts.conversations import Conversations
-        from workbench.rollouts.program_mounts import sandbox_argv
-        from workbench.rollouts.proxy import url_key
-        from workbench.rollouts.rollout import RolloutFailed
+        from workbench.records.conversations import Conversations
+        from workbench.records.program_mounts import sandbox_argv
+        from workbench.records.rollout import RolloutFailed, url_key
 
         self.start(rollout)
         sb = rollout.sandbox

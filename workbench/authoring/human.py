@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from workbench.authoring.harness import Harness, SingleTurn
 from workbench.errors import EnvLoadError
-from workbench.rollouts.rollout import Rollout, RolloutFailed
+from workbench.records.rollout import Rollout, RolloutFailed
 
 
 class Human(Harness):

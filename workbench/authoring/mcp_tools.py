@@ -116,7 +116,7 @@ class MCPTools:
 
     def host_mounts(self) -> list[str]:
         """What a sandbox must mount (read-only) to run the server: the host paths its command names."""
-        from workbench.rollouts.program_mounts import program_mounts
+        from workbench.records.program_mounts import program_mounts
 
         if not self.in_sandbox or self.command is None:
             return []

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workbench.authoring.tasks import Message, Task
+from workbench.records.task import Message, Task
 
 #: A probe's model: (messages, tool schemas) -> the assistant message it replies with.
 ProbeModel = Callable[[list[Message], list[dict[str, Any]]], Awaitable[Message]]

@@ -31,7 +31,7 @@ from workbench.authoring.sandbox import (
 from workbench.errors import ConfigError, OptionError
 
 if TYPE_CHECKING:
-    from workbench.authoring.tasks import Task
+    from workbench.records.task import Task
 
 #: Fields that describe *which* sandbox, not how much it may use: never carried by ``--runtime``.
 RUNTIME = "EvalOptions.runtime"  # the field ``--runtime`` fills

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import ConfigError, WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.authoring.tasks import Task
+    from workbench.records.task import Task
 
 #: Where the rollout's working directory appears inside an isolated sandbox.
 WORKDIR = "/work"

@@ -15,10 +15,10 @@ import orjson
 
 from workbench.authoring.mcp_tools import MCPTools, split_tools
 from workbench.authoring.rubric import USER_CODE_ERRORS
-from workbench.authoring.tasks import Message
 from workbench.authoring.tools import Tool
 from workbench.errors import EnvLoadError
-from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.task import Message
 
 
 class Toolbox:

@@ -116,7 +116,7 @@ def print_transcript(r: dict[str, Any], full: bool = False) -> None:
     from rich.text import Text
 
     from workbench.config.redact import redact
-    from workbench.rollouts.rollout import content_text
+    from workbench.records.rollout import content_text
 
     clip = (lambda text: text) if full else cut
     status = Text("ok", style="green") if r["status"] == "ok" else safe_text(r["error_kind"], "red")

@@ -34,7 +34,7 @@ def print_turn(turn: Any, cost_known: bool) -> None:
 def print_messages(messages: list[dict[str, Any]]) -> None:
     from rich.panel import Panel
 
-    from workbench.rollouts.rollout import content_text
+    from workbench.records.rollout import content_text
 
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
     for m in messages:
@@ -135,7 +135,7 @@ def _prompt(session: Any) -> list[dict[str, Any]]:
 def print_turn_prompt(session: Any) -> None:
     from rich.panel import Panel
 
-    from workbench.rollouts.rollout import content_text
+    from workbench.records.rollout import content_text
 
     for m in _prompt(session):
         role = str(m.get("role", "?"))

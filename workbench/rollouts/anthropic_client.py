@@ -7,7 +7,7 @@
 - :func:`to_messages_request`: OpenAI chat ``messages``/``tools``/params as a Messages request body (system
   messages the top-level ``system``; ``tool_calls`` ``tool_use`` blocks; ``tool`` messages ``tool_result``
   blocks in a user turn; consecutive same-role turns merged, as the API requires roles to alternate).
-- :func:`from_messages_response`: a ``message`` body as a :class:`~workbench.rollouts.model_reply.ChatResponse`.
+- :func:`from_messages_response`: a ``message`` body as a :class:`~workbench.records.model_reply.ChatResponse`.
 - :func:`classify_anthropic_status`: an HTTP error and Anthropic's error body as a ``ModelError`` kind.
 
 Not streamed: one request, one JSON answer.
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from workbench.rollouts.model_reply import ChatResponse, ModelError
+from workbench.records.model_reply import ChatResponse, ModelError
 
 ANTHROPIC_VERSION = "2023-06-01"
 #: Anthropic requires ``max_tokens``; a request without it gets this.

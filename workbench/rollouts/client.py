@@ -15,16 +15,16 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from workbench.authoring.tasks import Message
 from workbench.config.redact import register as register_secret
 from workbench.errors import ConfigError, EndpointError, EndpointFieldError, OptionError
+from workbench.records.model_reply import ChatResponse, ModelError
+from workbench.records.task import Message
 from workbench.rollouts.anthropic_client import (
     ANTHROPIC_VERSION,
     classify_anthropic_status,
     from_messages_response,
     to_messages_request,
 )
-from workbench.rollouts.model_reply import ChatResponse, ModelError
 
 #: A response that sends nothing for this long is a timeout (``--stall-timeout``).
 DEFAULT_STALL_S = 60.0

@@ -28,9 +28,9 @@ from typing import Any
 
 import orjson
 
+from workbench.records.model_reply import ModelError
+from workbench.records.trace import Message, Trace
 from workbench.rollouts.client import ChatClient, EndpointInfo
-from workbench.rollouts.model_reply import ModelError
-from workbench.rollouts.trace import Message, Trace
 
 _PROBE_USER: list[Message] = [{"role": "user", "content": "x"}]
 #: Answers that show a route exists: served (200) or a body refused by its validation (400, 422).

@@ -16,12 +16,12 @@ from typing import Any
 from workbench.authoring.environment import Environment, needs_sandbox
 from workbench.authoring.rubric import USER_CODE_ERRORS, Scores
 from workbench.authoring.sandbox import SandboxError, SandboxPool
-from workbench.authoring.tasks import Task
 from workbench.config.redact import redact
 from workbench.cost.pricing import Price
+from workbench.records.model_reply import FATAL, ModelError
+from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.model_reply import FATAL, ModelError
-from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
 from workbench.store import BatchWriter, RolloutRecord
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from workbench.authoring.mcp_tools import MCPToolError, MCPTools
 from workbench.errors import EnvLoadError
+from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
 from workbench.rollouts.mcp_pools import PreparedSandboxes, WarmServers
 from workbench.rollouts.mcp_transport import (
     ServerHandle,
@@ -31,7 +32,6 @@ from workbench.rollouts.mcp_transport import (
     install_relay,
     sandbox_connector,
 )
-from workbench.rollouts.rollout import Rollout, RolloutError, RolloutFailed
 
 #: How much of a result the trace keeps per call (the model's tool message holds all of it).
 TRACE_RESULT_CHARS = 4000

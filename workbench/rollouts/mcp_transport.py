@@ -282,7 +282,7 @@ def sandbox_connector(spec: MCPTools, handle: ServerHandle, sandbox: Any, bridge
                       python: str = "python3") -> Connector:
     """A stdio server inside ``sandbox``: the relay connects to a socket in the bridge folder and
     becomes the server, so its stdio is that socket. The server's exit ends the session."""
-    from workbench.rollouts.program_mounts import sandbox_argv
+    from workbench.records.program_mounts import sandbox_argv
 
     assert spec.command is not None
     name = f"mcp-{uuid.uuid4().hex[:12]}.sock"

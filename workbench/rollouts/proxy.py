@@ -28,11 +28,11 @@ import orjson
 from aiohttp import web
 
 from workbench.fsutil import atomic_write
+from workbench.records.model_reply import ModelError
+from workbench.records.rollout import Rollout
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import relay_completions, relay_stream
-from workbench.rollouts.rollout import Rollout
 from workbench.wire import WireError, anthropic
 from workbench.wire.responses import ResponseStore
 
@@ -54,11 +54,6 @@ class _Live:
 
 #: Between a rollout's id and its secret in the rollout's URL segment (``/r/<id>~<secret>/v1``).
 SECRET_SEP = "~"
-
-
-def url_key(base_url: str) -> str:
-    """The ``<id>~<secret>`` segment of a rollout's proxy URL (what the sandbox's bridge serves under)."""
-    return base_url.split("/r/", 1)[1].split("/", 1)[0] if "/r/" in base_url else base_url
 
 
 class InterceptionProxy:

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from workbench.records.model_reply import ChatResponse
+from workbench.records.rollout import Rollout
 from workbench.rollouts.client import parse_chat_data
-from workbench.rollouts.model_reply import ChatResponse
-from workbench.rollouts.rollout import Rollout
 from workbench.wire import WireError, anthropic, responses
 from workbench.wire.chat_stream import ChatStreamAccumulator, sse_data
 

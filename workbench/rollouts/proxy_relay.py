@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
+from workbench.records.model_reply import ModelError
+from workbench.records.rollout import Rollout
+from workbench.records.trace import RAW_PROMPT
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.model_reply import ModelError
 from workbench.rollouts.proxy_calls import ChatAPI, WireAPI, record_choices
-from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import RAW_PROMPT
 from workbench.wire.chat_stream import ChatStreamAccumulator, completion_chunks
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from workbench.errors import ConfigError
-from workbench.rollouts.trace import RAW_PROMPT, Trace, TraceNode
+from workbench.records.trace import RAW_PROMPT, Trace, TraceNode
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from workbench.authoring.environment import Environment
-from workbench.authoring.tasks import Message
-from workbench.rollouts.rollout import ModelCall
+from workbench.records.rollout import ModelCall
+from workbench.records.task import Message
 
 
 @dataclass(slots=True)

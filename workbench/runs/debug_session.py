@@ -21,13 +21,13 @@ from typing import Any
 
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
-from workbench.authoring.tasks import Message, Task
 from workbench.cost.pricing import Price, match_price
 from workbench.errors import TASK_OUT_OF_RANGE, EndpointError, OptionError
+from workbench.records.rollout import Rollout
+from workbench.records.task import Message, Task
+from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine
-from workbench.rollouts.rollout import Rollout
-from workbench.rollouts.trace import Trace
 from workbench.runs.debug_report import DebugResult, Turn, score_lines
 from workbench.runs.evaluate import (
     EvalOptions,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError
-from workbench.rollouts.rollout import _text
+from workbench.records.rollout import _text
 
 _NO_SCORES: dict[str, float] = {}  # shared, never changed: a conversation the file gave no scores
 _NO_INFO: dict[str, Any] = {}

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError
-from workbench.rollouts.rollout import _text, searchable_text
+from workbench.records.rollout import _text, searchable_text
 from workbench.runs.import_formats import Conversation, Problem, Source
 from workbench.runs.import_sources import check_kind, open_source
 from workbench.store import RUN_DEFAULTS, Store, dumps

@@ -13,8 +13,8 @@ from typing import Any
 
 from workbench.authoring import discovery
 from workbench.authoring.human import Human
-from workbench.authoring.tasks import Task
 from workbench.errors import TASK_OUT_OF_RANGE, OptionError
+from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
 from workbench.rollouts.human import HumanPolicy, PlayStopped

@@ -22,8 +22,8 @@ from typing import Any
 
 from workbench.authoring import discovery
 from workbench.authoring.probes import BUILT_IN, Probe, ProbeTurn
-from workbench.authoring.tasks import Message, Task
 from workbench.errors import ConfigError, OptionError
+from workbench.records.task import Message, Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
 from workbench.store import Store

@@ -9,9 +9,9 @@ from typing import Any
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
 from workbench.authoring.rubric import Scores
-from workbench.authoring.tasks import Task
 from workbench.errors import WorkbenchError
-from workbench.rollouts.rollout import Rollout, RolloutFailed, Usage
+from workbench.records.rollout import Rollout, RolloutFailed, Usage
+from workbench.records.task import Task
 
 
 @dataclass(slots=True)
@@ -188,7 +188,7 @@ async def check_token_consistency(rep: ValidationReport, store: Any, spec: str, 
                                   model: str | None, base_url: str | None, api_key: str | None, rollouts: int,
                                   tokenizer: str | None) -> None:
     """Run a few rollouts and check that every turn's prompt tokens extend the previous turn's."""
-    from workbench.rollouts.trace import Trace
+    from workbench.records.trace import Trace
     from workbench.runs.evaluate import EvalOptions, evaluate
     from workbench.store.reports import traced_rollouts
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from workbench.rollouts.rollout import ModelCall
-from workbench.rollouts.trace import Trace
+from workbench.records.rollout import ModelCall
+from workbench.records.trace import Trace
 from workbench.store.writer import dumps
 
 Row = tuple[Any, ...]

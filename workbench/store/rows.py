@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from workbench.config.redact import redact
-from workbench.rollouts.rollout import searchable_text
+from workbench.records.rollout import searchable_text
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 

@@ -47,9 +47,9 @@ if TYPE_CHECKING:
     import asyncio
 
     from workbench.authoring.rubric import Scores
-    from workbench.authoring.tasks import Task
-    from workbench.rollouts.rollout import ModelCall, RolloutError, Usage
-    from workbench.rollouts.trace import Trace
+    from workbench.records.rollout import ModelCall, RolloutError, Usage
+    from workbench.records.task import Task
+    from workbench.records.trace import Trace
 
 @dataclass(slots=True)
 class RolloutRecord:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from workbench.errors import ConfigError, nearest
-from workbench.rollouts.trace import Trace
+from workbench.records.trace import Trace
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from workbench.rollouts.trace import Trace
+from workbench.records.trace import Trace
 from workbench.store.train_records import traced_rollouts
 from workbench.training.algorithms import TrainRollout, group_rollouts
 

@@ -32,10 +32,10 @@ from typing import Any
 from workbench.analysis.reward_stats import stderr_of_sums
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
-from workbench.authoring.tasks import Task
 from workbench.config.paths import data_dir
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.fsutil import atomic_write
+from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes

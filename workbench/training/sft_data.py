@@ -25,8 +25,8 @@ from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.fsutil import atomic_write
-from workbench.rollouts.rollout import OFFERED_TOOLS
-from workbench.rollouts.trace import Trace
+from workbench.records.rollout import OFFERED_TOOLS
+from workbench.records.trace import Trace
 from workbench.store.train_records import conversation_rollouts, run_kind_and_env
 from workbench.training.algorithms import Branch, TrainRollout
 

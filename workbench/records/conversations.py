@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.rollouts.trace import Message, message_key
+from workbench.records.trace import Message, message_key
 
 
 @dataclass(slots=True)

@@ -7,13 +7,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.authoring.tasks import Message, Task
-from workbench.rollouts.model_reply import ChatResponse
-from workbench.rollouts.trace import Trace, completion_logprobs, message_key
+from workbench.records.model_reply import ChatResponse, ModelClient
+from workbench.records.task import Message, Task
+from workbench.records.trace import Trace, completion_logprobs, message_key
 
 if TYPE_CHECKING:
-    from workbench.rollouts.client import ChatClient
-    from workbench.rollouts.conversations import Conversations
+    from workbench.records.conversations import Conversations
 
 
 @dataclass(slots=True)
@@ -70,6 +69,11 @@ class RolloutFailed(Exception):
 OFFERED_TOOLS = "offered_tools"
 
 
+def url_key(base_url: str) -> str:
+    """The ``<id>~<secret>`` segment of a rollout's proxy URL (what the sandbox's bridge serves under)."""
+    return base_url.split("/r/", 1)[1].split("/", 1)[0] if "/r/" in base_url else base_url
+
+
 @dataclass(slots=True)
 class Rollout:
     """One attempt of a model at one task. Harnesses drive it; rewards read it."""
@@ -77,7 +81,7 @@ class Rollout:
     id: str
     task: Task
     sample_index: int
-    client: ChatClient
+    client: ModelClient
     base_url: str  # what harness code calls: the interception proxy's per-rollout URL when one runs
     model: str
     params: dict[str, Any]

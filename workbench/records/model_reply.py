@@ -1,15 +1,15 @@
 """What a model call comes back as: a :class:`ChatResponse`, or a :class:`ModelError` naming its kind.
 
-Every client dialect (``client.py`` for OpenAI-compatible endpoints, ``anthropic_client.py`` for the
-Messages API) answers in these, and the engine, the proxy and the rollout read them."""
+Every client dialect (``rollouts/client.py`` for OpenAI-compatible endpoints, ``rollouts/anthropic_client.py``
+for the Messages API) answers in these, and the engine, the proxy and the rollout read them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from workbench.authoring.tasks import Message
 from workbench.config.redact import redact
+from workbench.records.task import Message
 
 RETRYABLE = frozenset({"rate_limit", "server", "connection", "timeout"})
 FATAL = frozenset({"auth", "unknown_model"})
@@ -37,3 +37,10 @@ class ChatResponse:
     prompt_tokens: int
     completion_tokens: int
     extra: dict[str, Any] | None = None
+
+
+class ModelClient(Protocol):
+    """What a rollout asks for the model's replies (``workbench.rollouts.client.ChatClient`` is one)."""
+
+    async def chat(self, *, base_url: str, model: str, messages: list[Message], tools: list[dict[str, Any]] | None = None,
+                   params: dict[str, Any] | None = None, prompt_ids: list[int] | None = None) -> ChatResponse: ...
