@@ -208,8 +208,8 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     def _price_for_stored(self, rollout: dict[str, Any]) -> None:
         """Per-turn cost from the model's price; weights from the run's environment (best effort)."""
         from workbench.analysis.run_env import load_run_env
-        from workbench.cost.pricing import match_price
         from workbench.runs.debug_report import score_lines
+        from workbench.store.prices import match_price
 
         store = self.workbench_app.store.get()
         price = match_price(rollout.get("model") or "", store.prices())

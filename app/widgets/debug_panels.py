@@ -17,9 +17,9 @@ from rich.text import Text
 from workbench_app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
 from workbench_app.widgets.message_text import message_body
 
-from workbench.cost.pricing import Price
 from workbench.runs.debug_report import ScoreLine
 from workbench.runs.debug_session import DebugSession
+from workbench.store.prices import Price
 
 
 @dataclass(slots=True)

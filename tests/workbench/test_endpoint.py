@@ -14,10 +14,10 @@ import pytest
 from tests.helpers import REPO, write_file
 from workbench import plugins
 from workbench.config.models import add_model
-from workbench.cost.pricing import Price
 from workbench.errors import ConfigError, OptionError
 from workbench.runs.endpoint import Endpoint, resolve_endpoint
 from workbench.runs.evaluate import EvalOptions
+from workbench.store.prices import Price
 
 KEY = "sk-test-a-key-never-shown"
 

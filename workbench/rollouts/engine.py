@@ -17,12 +17,12 @@ from workbench.authoring.environment import Environment, needs_sandbox
 from workbench.authoring.rubric import USER_CODE_ERRORS, Scores
 from workbench.authoring.sandbox import SandboxError, SandboxPool
 from workbench.config.redact import redact
-from workbench.cost.pricing import Price
 from workbench.records.model_reply import FATAL, ModelError
 from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
 from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.store import BatchWriter, RolloutRecord
+from workbench.store.prices import Price
 
 
 class FatalRunError(Exception):

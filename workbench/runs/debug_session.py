@@ -21,7 +21,6 @@ from typing import Any
 
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
-from workbench.cost.pricing import Price, match_price
 from workbench.errors import TASK_OUT_OF_RANGE, EndpointError, OptionError
 from workbench.records.rollout import Rollout
 from workbench.records.task import Message, Task
@@ -37,6 +36,7 @@ from workbench.runs.evaluate import (
     open_sandboxes,
 )
 from workbench.store import BatchWriter, Store
+from workbench.store.prices import Price, match_price
 from workbench.store.run_lookups import has_rollouts
 
 #: The engine's per-rollout limit. A debugger waits on its user between turns, and that time is not

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
-from workbench.cost.pricing import Price
 from workbench.errors import ConfigError, EndpointFieldError, OptionError
 from workbench.rollouts.client import api_key_source
+from workbench.store.prices import Price
 
 #: ``on_status(what, done, total)``: what a run waits for before its rollouts start (the embedded
 #: model being built or started); ``done``/``total`` are None when there is no count to show.

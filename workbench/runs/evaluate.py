@@ -16,7 +16,6 @@ from typing import Any
 from workbench.analysis.report import run_summary
 from workbench.authoring import discovery
 from workbench.authoring.environment import Environment
-from workbench.cost.pricing import match_price
 from workbench.errors import ConfigError, EndpointError, OptionError, StoreError
 from workbench.rollouts.client import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -30,6 +29,7 @@ from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
 from workbench.runs.endpoint import Endpoint, StatusCallback, is_registered, resolve_endpoint
 from workbench.store import Store, run_lookups
 from workbench.store.costs import add_cost_event
+from workbench.store.prices import match_price
 from workbench.store.run_lock import run_lock
 
 

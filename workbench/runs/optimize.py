@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.authoring import discovery, overrides
-from workbench.cost.pricing import match_price
 from workbench.errors import ConfigError, OptionError
 from workbench.runs.endpoint import resolve_endpoint
 from workbench.runs.evaluate import EvalOptions, evaluate
@@ -38,6 +37,7 @@ from workbench.runs.prompt_search import (
     SearchStopped,
 )
 from workbench.store import Store
+from workbench.store.prices import match_price
 
 if TYPE_CHECKING:
     from gepa import GEPAAdapter, GEPAResult

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 
 from workbench.config.redact import redact, redact_url
-from workbench.cost.pricing import DEFAULT_PRICES, DEFAULT_SOURCE, Price
 from workbench.errors import NotFoundError
 from workbench.store.db import StoreReadOnlyError, connect, open_store_file
 from workbench.store.migrations import SCHEMA_VERSION
+from workbench.store.prices import DEFAULT_PRICES, DEFAULT_SOURCE, Price
 from workbench.store.writer import BatchWriter, RolloutRecord, dumps
 
 __all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "StoreReadOnlyError", "dumps"]
