@@ -47,8 +47,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "SQLite's online backup writes the temporary copy; the rename publishes it",
     # temporary files in a private temporary folder, handed to a subprocess and gone with the folder
     ("workbench/hub/publish.py", "upload", "write_bytes"): "the wheel handed to `uv publish`, in a temp folder",
-    ("workbench/hub/uv.py", "compile_lock", "write_text"): "requirements handed to uv, in a temp folder",
-    ("workbench/hub/uv.py", "install_target", "write_text"): "the lock handed to uv, in a temp folder",
+    ("workbench/packaging/uv.py", "compile_lock", "write_text"): "requirements handed to uv, in a temp folder",
+    ("workbench/packaging/uv.py", "install_target", "write_text"): "the lock handed to uv, in a temp folder",
     ("local_runtime/sandbox/image.py", "_Tar.__init__", "tarfile.open('w')"): "a rootfs tar in a NamedTemporaryFile",
     # streams and logs: appended to or written as they go, never replaced
     ("workbench/cli/mcp_cmd.py", "_protocol_stdout", "open('w')"): "the MCP server's protocol stream (stdout)",

@@ -126,8 +126,8 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="hub-list")
     def _load(self) -> None:
         from workbench.hub.browse import search
-        from workbench.hub.indexes import configured
         from workbench.hub.pull import record
+        from workbench.packaging.indexes import configured
 
         try:
             indexes, default = configured()

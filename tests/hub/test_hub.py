@@ -204,8 +204,8 @@ def test_a_tampered_wheel_is_refused_and_a_broken_env_stays_listed(tmp_path: Pat
     from workbench.authoring import discovery
     from workbench.bundles.bundle import bundle_contents
     from workbench.hub.card import build_card
-    from workbench.hub.indexes import Index
     from workbench.hub.publish import build_wheel, upload
+    from workbench.packaging.indexes import Index
 
     index = package_index(private=True)
     me = Home(tmp_path / "me", index)

@@ -150,7 +150,7 @@ def _toml_list(text: str, where: str, table: tuple[str, ...]) -> list[str]:
 
 def lock_requirements(reqs: list[str], env: str, index: Any = None) -> list[str]:
     """The requirements (those whose marker applies here) resolved by uv, their own dependencies included,
-    into ``name==version`` pins, sorted: against ``index`` (a :class:`workbench.hub.indexes.Index`), else the
+    into ``name==version`` pins, sorted: against ``index`` (a :class:`workbench.packaging.indexes.Index`), else the
     settings' default package index, else uv's own configuration (PyPI unless it says otherwise)."""
     if not reqs:
         return []
@@ -169,8 +169,8 @@ def lock_requirements(reqs: list[str], env: str, index: Any = None) -> list[str]
                               "publish it or vendor the code into the environment")
         applicable.append(text)
     from workbench.errors import EndpointError
-    from workbench.hub.indexes import lock_index
-    from workbench.hub.uv import compile_lock
+    from workbench.packaging.indexes import lock_index
+    from workbench.packaging.uv import compile_lock
 
     try:
         return compile_lock(applicable, index if index is not None else lock_index())

@@ -19,7 +19,7 @@ def _provider_key(provider_name: str, index_name: str | None) -> str:
         return provider_name
     if not index_name:
         raise click.UsageError("`workbench login index NAME` needs the index's name from the settings ([hub.indexes.NAME])")
-    from workbench.hub.indexes import resolve_index
+    from workbench.packaging.indexes import resolve_index
 
     resolve_index(index_name)  # an unknown name is refused, with the configured ones
     return f"index:{index_name}"

@@ -11,11 +11,11 @@ from typing import Any
 
 from workbench.config import paths
 from workbench.errors import EndpointError, NotFoundError
-from workbench.hub.indexes import resolve_index
 from workbench.hub.publish import project_name, read_card, sorted_versions, wheel_versions
 from workbench.hub.pull import env_projects, parse_spec, pick_version, versions_of
 from workbench.hub.safe_fs import write_inside
 from workbench.hub.simple_api import IndexClient, IndexFile
+from workbench.packaging.indexes import resolve_index
 
 
 def _cache(f: IndexFile) -> Path | None:

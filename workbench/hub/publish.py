@@ -26,8 +26,8 @@ from workbench.authoring import discovery
 from workbench.bundles.bundle import Contents, bundle_contents, names, wheel_entries, zip_bytes
 from workbench.errors import ConfigError, EndpointError, NotFoundError, OptionError
 from workbench.hub.card import CARD_FILE, build_card, card_problem, markdown
-from workbench.hub.indexes import Index, resolve_index
 from workbench.hub.simple_api import IndexClient, IndexFile, normalize
+from workbench.packaging.indexes import Index, resolve_index
 
 VERSION = "publish.version"  # the field of the version pushed (``--version``)
 FORKED_FROM = "workbench.fork.json"  # in a fork's folder: what it was forked from (written by `hub fork`)
@@ -141,7 +141,7 @@ def build_wheel(ref: discovery.EnvRef, contents: Contents, version: str, card: d
 
 def upload(index: Index, filename: str, wheel: bytes) -> None:
     """The standard upload API, spoken by ``uv publish``; its refusal becomes one sentence."""
-    from workbench.hub.uv import uv_command
+    from workbench.packaging.uv import uv_command
 
     if index.auth is None:
         raise ConfigError(f"pushing to index {index.name} needs credentials: run `workbench login index {index.name}` "

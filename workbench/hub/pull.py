@@ -31,7 +31,6 @@ from workbench.bundles.bundle import lock_text
 from workbench.config import paths
 from workbench.errors import ConfigError, NotFoundError, WorkbenchError
 from workbench.hub import safe_fs
-from workbench.hub.indexes import Index, resolve_index
 from workbench.hub.publish import (
     FORKED_FROM,
     fork_record,
@@ -42,6 +41,7 @@ from workbench.hub.publish import (
 )
 from workbench.hub.simple_api import IndexClient, IndexFile
 from workbench.hub.unpack import requirement, unpack
+from workbench.packaging.indexes import Index, resolve_index
 
 PREFIX = "workbench-env-"
 
@@ -233,7 +233,7 @@ def pull(spec: str, index: str | None = None, *, local_name: str | None = None) 
     in a folder of their own inside the hub folder (locked while it fills); the record, replaced
     atomically under the name's lock, is what makes it the installed version. A kill before that leaves
     the previous version whole; what it left behind is removed by the next pull of the name."""
-    from workbench.hub.uv import install_target
+    from workbench.packaging.uv import install_target
 
     fetched = fetch(spec, index)
     name = local_name or fetched.name.replace("-", "_")

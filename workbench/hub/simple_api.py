@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from workbench.errors import EndpointError, NotFoundError
-from workbench.hub.indexes import Index
+from workbench.packaging.indexes import Index
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, text/html;q=0.5"

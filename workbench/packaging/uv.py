@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from workbench.errors import ConfigError, EndpointError
-from workbench.hub.indexes import Index
+from workbench.packaging.indexes import Index
 
 TIMEOUT_S = 600.0
 

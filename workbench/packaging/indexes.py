@@ -1,4 +1,4 @@
-"""Which package index a hub command talks to, and with what credentials.
+"""Which package index a hub command or a bundle's lock talks to, and with what credentials.
 
 Indexes are named in the settings file (``[hub.indexes.NAME] url = "..."``, ``[hub] default = "NAME"``);
 ``--index`` takes a name or a URL. The URL is the index's simple API (PEP 503/691: ``.../simple/``);
