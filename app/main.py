@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import App
@@ -22,6 +22,7 @@ from workbench_app.screens.rollout_diff import RolloutDiffScreen
 from workbench_app.screens.runs import RunsScreen
 from workbench_app.screens.traces import TracesScreen
 from workbench_app.store_access import StoreHandle
+from workbench_app.typed import WorkbenchHost
 
 from workbench.authoring import discovery
 from workbench.authoring.discovery import EnvRef
@@ -31,7 +32,8 @@ from workbench.config import paths
 class WorkbenchApp(App[None]):
     """Screens are modes: each keeps its own stack (Traces -> rollout detail), switched by 1/2/3/4.
 
-    Screens reach these attributes through ``workbench_app`` (:class:`workbench_app.typed.WorkbenchAppMixin`);
+    Screens reach these attributes through ``workbench_app`` (:class:`workbench_app.typed.WorkbenchAppMixin`),
+    typed as the :class:`~workbench_app.typed.WorkbenchHost` protocol this class satisfies;
     what their workers produce for another screen arrives here as typed messages (the ``@on`` handlers)."""
 
     TITLE = "Workbench"
@@ -175,6 +177,10 @@ class WorkbenchApp(App[None]):
         cfg = self.config
         self.theme = cfg.light_theme if self.theme != cfg.light_theme else cfg.theme
         self.notify(f"theme: {self.theme}", timeout=2)
+
+
+if TYPE_CHECKING:
+    _SCREENS_HOST: type[WorkbenchHost] = WorkbenchApp  # mypy checks that the app provides what its screens use
 
 
 def run_app(db: str | None) -> None:

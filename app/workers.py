@@ -24,17 +24,29 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from textual.message import Message
-    from textual.message_pump import MessagePump
-    from textual.widget import Widget
+    from textual.notifications import SeverityLevel
 
 T = TypeVar("T")
 
 
-def post_ui(target: MessagePump, message: Message) -> None:
+class MessageTarget(Protocol):
+    """A screen or widget, or what a controller sees of one: something a message can be posted to."""
+
+    def post_message(self, message: Message) -> bool: ...
+
+
+class Notifier(Protocol):
+    """A screen or widget, or what a controller sees of one: something that shows a notification."""
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
+
+def post_ui(target: MessageTarget, message: Message) -> None:
     """Post ``message`` to ``target`` (a screen or widget) from a worker thread: ``post_message`` is
     thread-safe; a no-op once the app (or its loop) has stopped."""
     try:
@@ -43,7 +55,7 @@ def post_ui(target: MessagePump, message: Message) -> None:
         pass
 
 
-def notify_ui(node: Widget, message: str, **kwargs: Any) -> None:
+def notify_ui(node: Notifier, message: str, **kwargs: Any) -> None:
     """A notification from a worker thread: ``notify`` posts Textual's own ``Notify`` message, which is
     thread-safe; a no-op once the app (or its loop) has stopped."""
     try:

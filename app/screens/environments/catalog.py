@@ -20,7 +20,7 @@ from workbench_app.format import clip, fnum
 from workbench_app.workers import notify_ui, post_ui
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
@@ -44,7 +44,7 @@ class Catalog:
             super().__init__()
             self.result = result
 
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self.envs: dict[str, EnvState] = {}
         self.listed = False  # a first scan has come back

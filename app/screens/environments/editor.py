@@ -14,11 +14,11 @@ from workbench_app.format import fpath
 from workbench_app.screens.new_env import NewEnvScreen
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 
 class Editor:
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self._open_after_scan: Path | None = None
 

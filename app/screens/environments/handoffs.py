@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from workbench_app.env_state import EnvState, env_spec
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 
 class Handoffs:
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
 
     def debug(self, st: EnvState) -> None:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from workbench_app.env_state import affected
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 
 class HotReload:
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self._stop: asyncio.Event | None = None
         self.watching: list[Path] | None = None  # the folders the watcher watches

@@ -19,7 +19,7 @@ from workbench_app.workers import notify_ui, post_ui
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 
 class Launches:
@@ -37,7 +37,7 @@ class Launches:
             super().__init__()
             self.env, self.run_id, self.status, self.spent_usd = env, run_id, status, spent_usd
 
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
 
     def open_dialog(self, st: EnvState) -> None:

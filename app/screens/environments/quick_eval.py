@@ -20,7 +20,7 @@ from workbench_app.workers import CancellableRun, post_ui
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 #: What a quick eval's options are called here: they come from the settings file.
 QUICK_EVAL_LABELS = {"EvalOptions.base_url": "base_url in {settings}", "EvalOptions.model": "model in {settings}",
@@ -36,7 +36,7 @@ class QuickEval:
             super().__init__()
             self.name, self.summary, self.error = name, summary, error
 
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self.runner: CancellableRun | None = None
         self.env = ""

@@ -22,7 +22,7 @@ from workbench.authoring.discovery import EnvRef
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
     from workbench.analysis.rescore import RescoreResult
 
@@ -41,7 +41,7 @@ class Rescores:
             super().__init__()
             self.name, self.runner, self.result, self.error, self.quiet = name, runner, result, error, quiet
 
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self._running: dict[str, CancellableRun] = {}  # env name -> its running re-score
 

@@ -15,7 +15,7 @@ from workbench.errors import WorkbenchError
 from workbench.runs.validate import ValidationReport
 
 if TYPE_CHECKING:
-    from workbench_app.screens.environments.screen import EnvironmentsScreen
+    from workbench_app.screens.environments.host import EnvironmentsHost
 
 
 class Validation:
@@ -27,7 +27,7 @@ class Validation:
             super().__init__()
             self.name, self.files, self.report, self.error = name, files, report, error
 
-    def __init__(self, screen: EnvironmentsScreen) -> None:
+    def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
 
     def start(self, st: EnvState) -> None:
