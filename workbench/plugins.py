@@ -1,7 +1,7 @@
 """The registry: where the domain finds what lives above it.
 
 Sandbox runtimes, the pools that open their sandboxes, the default model endpoint, the trainer, launch
-backends and tokenizers are *plugins*: each kind is an entry-point group (``workbench.runtimes``,
+backends, tokenizers and environment adapters are *plugins*: each kind is an entry-point group (``workbench.runtimes``,
 ``workbench.sandbox_pools``, ...), and the domain looks a name up here instead of importing the module
 that implements it. The bundled implementations (``local_runtime``, ``cloud_runtime``) register
 themselves in ``pyproject.toml`` exactly as a third-party package registers its own::
@@ -38,6 +38,7 @@ KINDS: dict[str, str] = {
     "trainers": "a trainer plugin: its config defaults and checks, and the roles `workbench train` runs",
     "backends": "a launch backend for `workbench launch --backend NAME`",
     "tokenizers": "a function loading a model's tokenizer offline, and finding a served model's one",
+    "env_adapters": "an adapter adopting another framework's environments as wb.Environments (EnvAdapter)",
 }
 
 

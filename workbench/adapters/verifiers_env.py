@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from workbench.authoring.env_adapters import EnvAdapter
 from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import Harness
 from workbench.authoring.rubric import Rubric
@@ -422,3 +423,25 @@ async def _vf_state(vf_env: Any, state: dict[str, Any], messages: list[dict[str,
         if k not in _STATE_MACHINERY and not k.startswith("_"):
             st[k] = v
     return st
+
+
+class VerifiersAdapter:
+    """verifiers as a ``workbench.env_adapters`` plugin (``verifiers``): discovery's way to this module."""
+
+    def adopts(self, obj: Any) -> bool:
+        return is_verifiers_env(obj)
+
+    def wrap(self, obj: Any, name: str) -> Environment:
+        return wrap(obj, name)
+
+    def unsupported(self, obj: Any) -> str | None:
+        return v1_kind(obj)
+
+    def missing_extra(self, error: BaseException) -> str | None:
+        return missing_extra(error)
+
+    def download_error(self, error: BaseException) -> str | None:
+        return download_error(error)
+
+
+ADAPTER: EnvAdapter = VerifiersAdapter()

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from workbench.authoring import env_adapters
 from workbench.authoring.env_files import SKIP_DIRS, content_hash, read_env_files
 from workbench.authoring.environment import Environment
 from workbench.config import paths
@@ -279,10 +280,9 @@ def _import_module(modname: str, ref: EnvRef) -> ModuleType:
 
 
 def _raise_missing_extra(e: BaseException, where: str) -> None:
-    """An environment written for verifiers, imported where verifiers is not installed: say which extra."""
-    from workbench.adapters.verifiers_env import missing_extra
-
-    msg = missing_extra(e)
+    """An environment written for another framework (verifiers, ...), imported where that framework is not
+    installed: its adapter says which extra."""
+    msg = env_adapters.missing_extra(e)
     if msg:
         raise EnvLoadError(f"{where} {msg}") from None
 
@@ -306,9 +306,7 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
     fn = getattr(module, "load_environment", None)
     where = str(ref.path) if ref.path else ref.module
     if fn is None or not callable(fn):
-        from workbench.adapters.verifiers_env import v1_kind
-
-        if (v1 := v1_kind(module)) is not None:
+        if (v1 := env_adapters.unsupported(module)) is not None:
             raise EnvLoadError(f"{where}: {v1}")
         raise EnvLoadError(f"{where} defines no load_environment(**kwargs) function; an environment module must define one")
     try:
@@ -325,22 +323,17 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
     except EnvLoadError:
         raise
     except Exception as e:
-        from workbench.adapters.verifiers_env import download_error, missing_extra
-
-        msg = missing_extra(e) or download_error(e)
+        msg = env_adapters.missing_extra(e) or env_adapters.download_error(e)
         if msg:
             raise EnvLoadError(f"environment {ref.name!r} {msg}") from None
         raise EnvLoadError(f"load_environment of {ref.name!r} raised {_where(e)}") from None
     if not isinstance(env, Environment):
-        from workbench.adapters.verifiers_env import is_verifiers_env, wrap
-
-        if is_verifiers_env(env):
+        adopted = env_adapters.adopt(env, ref.name)
+        if adopted is not None:
             _restore_signal_handlers(handlers)  # a verifiers Environment takes SIGINT and SIGTERM for itself
-            env = wrap(env, ref.name)
+            env = adopted
     if not isinstance(env, Environment):
-        from workbench.adapters.verifiers_env import v1_kind
-
-        if (v1 := v1_kind(env)) is not None:
+        if (v1 := env_adapters.unsupported(env)) is not None:
             raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}: {v1}")
         raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment "
                            "(or a verifiers Environment)")
