@@ -59,8 +59,12 @@ class CloudForecast:
     month: Month
     refusal: str | None  # the sentence `workbench launch` refuses this plan with; None: it may launch
     launch: Any = None  # the LaunchConfig planned (what a confirmed launch runs)
-    budget_problem: str | None = None  # the budgets' part of the refusal (the run's or the month's cap)
-    budget_error: ConfigError | None = None  # the same as the error, its fields for each face to name
+    budget_error: ConfigError | None = None  # the budgets' refusal (the run's or the month's cap), as raised
+
+    @property
+    def budget_problem(self) -> str | None:
+        """The budgets' part of the refusal, as a sentence (the error's fields by their own names)."""
+        return None if self.budget_error is None else str(self.budget_error)
 
     @property
     def within_run_budget(self) -> bool | None:
@@ -89,9 +93,8 @@ def cloud_forecast(conn: sqlite3.Connection, config_file: str | Path | None, *, 
         check_monthly(conn, plan.total_usd)
     except ConfigError as e:
         budget_error = e
-    budget_problem = None if budget_error is None else str(budget_error)
-    refusal = budget_problem if budget_problem is not None or plan.fits else DOES_NOT_FIT
-    return CloudForecast(plan, this_month(conn), refusal, cfg, budget_problem, budget_error)
+    refusal = str(budget_error) if budget_error is not None else (None if plan.fits else DOES_NOT_FIT)
+    return CloudForecast(plan, this_month(conn), refusal, cfg, budget_error)
 
 
 @dataclass(slots=True)
