@@ -250,7 +250,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
         try:
             fc = compute_forecast(self.workbench_app.store.get().conn, backend, self.spec, steps, budget, config)
         except Exception as e:  # never a crash: say what went wrong where the plan would be
-            msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else for_app(str(e))
+            msg = f"{type(e).__name__}: {e}" if not isinstance(e, WorkbenchError) else for_app(e)
             fc = Forecast(backend, (steps, budget, config), Text(f"no plan: {msg}", style="bold red"), msg)
         post_ui(self, self.ForecastMade(gen, fc))
 
@@ -320,7 +320,7 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
             cluster = getattr(_backend(backend), "takes", "") == "launch"
             request = (self._cluster_request if cluster else self._local_request)(backend, steps, budget, config)
         except WorkbenchError as e:
-            post_ui(self, self.Resolved(None, for_app(str(e))))
+            post_ui(self, self.Resolved(None, for_app(e)))
             return
         except Exception as e:
             post_ui(self, self.Resolved(None, f"{type(e).__name__}: {e}"))

@@ -74,7 +74,7 @@ class Launches:
             else:
                 out = launch(store, req.run_cfg, budget_usd=req.budget_usd, threads=1, on_start=on_start)
         except WorkbenchError as e:
-            notify_ui(screen, f"{req.env}: {for_app(str(e))}", title="launch failed", severity="error", timeout=10)
+            notify_ui(screen, f"{req.env}: {for_app(e)}", title="launch failed", severity="error", timeout=10)
         except Exception as e:
             notify_ui(screen, f"{req.env}: {type(e).__name__}: {e}", title="launch failed", severity="error",
                       timeout=10)

@@ -43,7 +43,7 @@ class Validation:
         try:
             rep = CancellableRun().run(lambda: validate_env(spec))
         except WorkbenchError as e:
-            post_ui(self.screen, self.Done(name, files, None, for_app(str(e))))
+            post_ui(self.screen, self.Done(name, files, None, for_app(e)))
         except Exception as e:
             post_ui(self.screen, self.Done(name, files, None, f"{type(e).__name__}: {e}"))
         else:
