@@ -30,7 +30,6 @@ How the async loop (issue 5, item 3) drives it::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -43,101 +42,12 @@ from workbench_local.models import lora
 from workbench_local.training import checkpoint as ckpt
 from workbench_local.training import shared_prefix
 from workbench_local.training.distributed import all_reduce_, rank_world
-from workbench_local.training.losses import NORMALIZATIONS, Loss, LossBatch, build_loss, token_weights
+from workbench_local.training.losses import Loss, LossBatch, build_loss, token_weights
 from workbench_local.training.packing import MicroBatch, collate, pack, shard
+from workbench_local.training.trainer_config import TrainerConfig
 
-from workbench.errors import ConfigError, nearest
+from workbench.errors import ConfigError
 from workbench.training.algorithms import TrainSample
-
-_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float)}
-
-
-def _check_type(key: str, value: Any, annotation: str) -> None:
-    """``value`` has the field's annotated type (``int``, ``float | None``, ``str | list[str]``...):
-    one clear line naming the key otherwise (a bool is never a number)."""
-    for alt in (a.strip() for a in annotation.split("|")):
-        if alt == "None" and value is None:
-            return
-        if alt.startswith("list[") and isinstance(value, list):
-            inner = _TYPES.get(alt[5:-1], ())
-            if all(isinstance(x, inner) and not isinstance(x, bool) for x in value):
-                return
-        kinds = _TYPES.get(alt)
-        if kinds and isinstance(value, kinds) and (alt == "bool" or not isinstance(value, bool)):
-            return
-    want = {"str": "a string", "bool": "true or false", "int": "a whole number", "float": "a number",
-            "None": "unset", "list[str]": "a list of strings"}
-    wanted = " or ".join(want.get(a.strip(), a.strip()) for a in annotation.split("|"))
-    raise ConfigError(f"{key} must be {wanted}, not {value!r}")
-
-
-@dataclass(slots=True)
-class TrainerConfig:
-    """Trainer settings (the ``[trainer]`` table of a run config)."""
-
-    model: str = "tiny"  # a directory written by save_pretrained, "tiny", or a cached Hugging Face id
-    lora: bool = True  # False: full fine-tuning
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0  # 0 = no clipping
-    warmup_steps: int = 0  # linear warm-up, then a constant learning rate
-    micro_batch_tokens: int = 4096  # rows * padded width of one micro-batch
-    normalization: str = "token"  # token | sequence | constant (see workbench_local.training.losses)
-    max_tokens: int | None = None  # the generation budget, for normalization = "constant"
-    temperature: float = 1.0
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16
-    device: str = "auto"
-    seed: int = 0
-    gradient_checkpointing: bool = False
-    compute_entropy: bool = True
-    shared_prefix: bool = True  # run each group's common prompt once per row (shared_prefix.py)
-    pad_id: int = 0
-    allow_download: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
-        names = [f.name for f in dataclasses.fields(cls)]
-        for k in d:
-            if k not in names:
-                raise ConfigError(f"unknown trainer option {k!r}{nearest(k, names)}; valid: {', '.join(names)}")
-        for f in dataclasses.fields(cls):
-            if f.name in d:
-                _check_type(f"trainer.{f.name}", d[f.name], str(f.type))
-        cfg = cls(**d)
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        if self.normalization not in NORMALIZATIONS:
-            raise ConfigError(f"trainer.normalization {self.normalization!r}{nearest(self.normalization, NORMALIZATIONS)}"
-                              f"; use one of {', '.join(NORMALIZATIONS)}")
-        if self.micro_batch_tokens < 2:
-            raise ConfigError("trainer.micro_batch_tokens must be at least 2")
-        for name in ("lr", "temperature", "adam_eps"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"trainer.{name} must be a positive number, not {v!r}")
-        for name in ("weight_decay", "lora_dropout", "max_grad_norm", "lora_alpha"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"trainer.{name} must be a non-negative number, not {v!r}")
-        for name in ("adam_beta1", "adam_beta2"):
-            v = getattr(self, name)
-            if not 0 <= v < 1:
-                raise ConfigError(f"trainer.{name} must be in [0, 1), not {v!r}")
-        if self.lora_rank < 1 or self.warmup_steps < 0 or (self.max_tokens is not None and self.max_tokens < 1):
-            raise ConfigError("trainer.lora_rank and trainer.max_tokens must be at least 1, trainer.warmup_steps at "
-                              "least 0")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(slots=True)
@@ -172,7 +82,12 @@ class Trainer:
             model.gradient_checkpointing_enable()
             if cfg.lora:
                 model.enable_input_require_grads()
+        from workbench_local.training.policy import PolicyForward
+
         self.model = model
+        self.policy = PolicyForward(model, temperature=cfg.temperature, compute_entropy=cfg.compute_entropy)
+        if self.reference is not None:
+            self.reference = PolicyForward(self.reference, temperature=cfg.temperature, compute_entropy=False)
         self.shares_prefix = cfg.shared_prefix and shared_prefix.supports(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
@@ -273,50 +188,26 @@ class Trainer:
         return sums, None
 
     def _forward(self, mb: MicroBatch, n_loss: float, n_seq: float, loss: Loss) -> tuple[Any, dict[str, Any]]:
-        import torch
-
         cfg = self.config
-        logprobs, logits = self._logprobs(self.model, mb)
+        logprobs, entropy = self.policy(mb)
         share = mb.loss_mask.float() / n_loss
         ref = self._reference_logprobs(mb) if loss.uses_reference else None
         weights = token_weights(mb.loss_mask, cfg.normalization, n_loss, n_seq, cfg.max_tokens)
         value, metrics = loss(LossBatch(logprobs, mb.inference_logprobs, mb.advantages, mb.loss_mask, weights,
                                         share, ref))
         metrics = {**metrics, "loss": value.detach()}
-        if cfg.compute_entropy:
-            with torch.no_grad():
-                lg = logits.detach()
-                ent = lg.logsumexp(-1) - (lg.softmax(-1) * lg).sum(-1)
-                metrics["entropy"] = ((share[mb.loss_mask] if mb.shared is not None else share) * ent).sum()
+        if entropy is not None:
+            metrics["entropy"] = ((share[mb.loss_mask] if mb.shared is not None else share) * entropy).sum()
         return value, metrics
-
-    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[Any, Any]:
-        """The ``[B, T-1]`` logprobs of the sampled tokens (0 where nothing is sampled, under shared-prefix
-        packing), and the temperature-scaled logits they come from (``[B, T-1, V]``, or ``[N, V]`` at
-        the sampled tokens only under shared-prefix packing)."""
-        import torch
-
-        temperature = self.config.temperature
-        if mb.shared is None:
-            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
-            if temperature != 1.0:
-                logits = logits / temperature
-            return logits.gather(-1, mb.target_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1), logits
-        logits = shared_prefix.sampled_logits(model, mb.shared).float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        sampled = logits.gather(-1, mb.target_ids[mb.loss_mask].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-        return torch.zeros(mb.loss_mask.shape, dtype=sampled.dtype, device=sampled.device).masked_scatter(
-            mb.loss_mask, sampled), logits
 
     def _reference_logprobs(self, mb: MicroBatch) -> Any:
         import torch
 
         with torch.no_grad():
             if self.reference is not None:
-                return self._logprobs(self.reference, mb)[0]
+                return self.reference(mb)[0]
             with self.model.disable_adapter():
-                return self._logprobs(self.model, mb)[0]
+                return self.policy(mb)[0]
 
     def _skip(self, reason: str, metrics: dict[str, float], t0: float) -> StepResult:
         self.optimizer.zero_grad(set_to_none=True)
