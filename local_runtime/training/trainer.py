@@ -41,6 +41,7 @@ from typing import Any
 from workbench_local.models import lora
 from workbench_local.training import checkpoint as ckpt
 from workbench_local.training import shared_prefix
+from workbench_local.training.context_parallel import require_ring_attention
 from workbench_local.training.distributed import all_reduce_, rank_world
 from workbench_local.training.losses import Loss, LossBatch, build_loss, token_weights
 from workbench_local.training.packing import MicroBatch, collate, pack, shard
@@ -64,6 +65,7 @@ class Trainer:
 
         self.config = cfg = config or TrainerConfig()
         cfg.validate()
+        require_ring_attention(cfg.context_parallel, cfg.device)  # before any model loads
         self.loss = build_loss(loss) if isinstance(loss, str) else loss
         self.rank, self.world_size = rank_world()
         self.device = lora.resolve_device(cfg.device)
