@@ -222,8 +222,12 @@ class Trainer:
 
     # -- weights and checkpoints ----------------------------------------------------------------
     def save_adapter(self, path: Path | str) -> Path:
-        """The current LoRA adapter (or full weights) alone, for hot-loading into a server; atomic."""
-        return self._on_rank0(path, lambda tmp: self._write_weights(tmp))
+        """The current LoRA adapter (or full weights) alone, in Hugging Face's layout, for hot-loading
+        into a server; atomic. A collective: every rank calls it (under FSDP each parameter is gathered
+        in turn and rank 0 writes it; see ``export.py``)."""
+        from workbench_local.training import export
+
+        return export.write_weights(self.model, path, lora=self.config.lora)
 
     def save_checkpoint(self, path: Path | str) -> Path:
         """Weights, optimizer, scheduler, step and RNG state (layout in ``checkpoint.py``); atomic: a
@@ -273,10 +277,10 @@ class Trainer:
         return self.step_count
 
     def _write_weights(self, path: Path) -> None:
-        if self.config.lora:
-            lora.save_adapter(self.model, path)
-        else:
-            self.model.save_pretrained(str(path), safe_serialization=True)
+        from workbench_local.training import export
+
+        path.mkdir(parents=True, exist_ok=True)
+        export.write_into(self.model, path, lora=self.config.lora)
 
     def _on_rank0(self, path: Path | str, write: Any) -> Path:
         """Rank 0 writes atomically; every rank learns whether it worked (so none hangs or goes on)."""
