@@ -172,15 +172,21 @@ def attention_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(seen, zero, torch.finfo(dtype).min).unsqueeze(1)
 
 
+def sampled_hidden(model: Any, rows: SharedRows) -> torch.Tensor:
+    """``[N, hidden]`` last hidden states at the positions that predict the sampled tokens (loss-mask
+    order): what the output head turns into their logits."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    mask = attention_mask(rows.segments, base.get_output_embeddings().weight.dtype)
+    hidden = base.get_decoder()(input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=mask,
+                                use_cache=False).last_hidden_state
+    return hidden[rows.src_row, rows.src_col]
+
+
 def sampled_logits(model: Any, rows: SharedRows) -> torch.Tensor:
     """``[N, vocab]`` logits at the positions that predict the sampled tokens (loss-mask order)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = base.get_output_embeddings()
-    mask = attention_mask(rows.segments, head.weight.dtype)
-    hidden = base.get_decoder()(input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=mask,
-                                use_cache=False).last_hidden_state
-    return head(hidden[rows.src_row, rows.src_col])
+    return base.get_output_embeddings()(sampled_hidden(model, rows))
 
 
 __all__ = ["PLAIN_HEAD_MODELS", "Row", "SharedRows", "attention_mask", "build", "common_prefix", "micro_batches",
-           "plan_rows", "sampled_logits", "supports"]
+           "plan_rows", "sampled_hidden", "sampled_logits", "supports"]

@@ -87,9 +87,11 @@ class Trainer:
         from workbench_local.training.policy import PolicyForward
 
         self.model = model
-        self.policy = PolicyForward(model, temperature=cfg.temperature, compute_entropy=cfg.compute_entropy)
+        self.policy = PolicyForward(model, temperature=cfg.temperature, compute_entropy=cfg.compute_entropy,
+                                    loss_chunk_tokens=cfg.loss_chunk_tokens)
         if self.reference is not None:
-            self.reference = PolicyForward(self.reference, temperature=cfg.temperature, compute_entropy=False)
+            self.reference = PolicyForward(self.reference, temperature=cfg.temperature, compute_entropy=False,
+                                           loss_chunk_tokens=cfg.loss_chunk_tokens)
         self.shares_prefix = cfg.shared_prefix and shared_prefix.supports(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
