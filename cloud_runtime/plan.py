@@ -7,9 +7,13 @@ price table. Every number is recorded with the formula that produced it (``Plan.
 
 The model is a roofline estimate, not a simulation. Its stated assumptions:
 
-- Trainer: FSDP / ZeRO-3 full sharding over all trainer GPUs (weights, gradients and Adam state),
-  one layer gathered plus one prefetched; activation checkpointing at every layer; context
-  parallelism ``cloud.context_parallel`` splits one sequence of ``context_length`` tokens.
+- Trainer: the sharding of ``[trainer] sharding`` (``fsdp`` unless the config says ``ddp``). ``fsdp``:
+  FSDP2 full sharding over all trainer GPUs (weights, gradients and Adam state), one layer gathered
+  plus one prefetched; ``ddp``: the whole replica on every trainer GPU. The training state per GPU is
+  :func:`workbench.training.memory.state_bytes_per_rank` over the model's parameter shapes (see
+  ``plan_memory``), the arithmetic the trainer's sharding bench checks against measured shards.
+  Activation checkpointing at every layer; context parallelism ``cloud.context_parallel`` splits one
+  sequence of ``context_length`` tokens.
 - Trainer time: model FLOPs at a stated MFU. Linear layers cost 6 × active params per token
   (4 × with LoRA: frozen weights get no weight gradient); causal attention adds
   6 × layers × (heads × head_dim) × mean sequence length per token (PaLM's MFU accounting, halved
@@ -33,6 +37,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workbench_cloud.plan_memory import planned_sharding, trainer_memory
 
 from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
 from workbench.errors import ConfigError, OptionError, nearest
@@ -64,6 +70,15 @@ class CloudConfig:
     experts: int | None = None  # routed experts per MoE layer (for decode weight reads)
     experts_per_token: int | None = None
     dtype_bytes: int = 2
+    # the model's shapes (optional: without intermediate_size and vocab_size, params_b as equal layers)
+    intermediate_size: int | None = None  # the dense MLP's width
+    vocab_size: int | None = None
+    tied_embeddings: bool = False  # the output head shares the embedding matrix
+    qkv_bias: bool = False  # biases on q/k/v (Qwen2, GLM-4.5)
+    qk_norm: bool = False  # per-head q/k RMSNorm (Qwen3, GLM-4.5)
+    moe_intermediate_size: int | None = None  # one routed expert's MLP width
+    shared_experts: int = 0  # always-on experts per MoE layer
+    dense_layers: int = 0  # leading layers with a dense MLP before the MoE layers
     # the workload
     context_length: int | None = None
     mean_tokens_per_rollout: int | None = None  # the whole sequence the trainer sees
@@ -88,7 +103,8 @@ class CloudConfig:
 CLOUD_KEYS = [f.name for f in dataclasses.fields(CloudConfig)]
 _REQUIRED = ("params_b", "layers", "hidden_size", "context_length", "mean_tokens_per_rollout")
 _ZERO_OK = ("trainer_nodes", "inference_nodes", "trainer_gpus", "inference_gpus", "mean_generated_tokens",
-            "startup_s", "budget_usd")
+            "startup_s", "budget_usd", "shared_experts", "dense_layers")
+_FLAGS = ("tied_embeddings", "qkv_bias", "qk_norm")
 _FRACTIONS = ("mfu", "inference_mfu", "hbm_efficiency", "network_efficiency", "memory_utilization")
 
 
@@ -96,6 +112,7 @@ _FRACTIONS = ("mfu", "inference_mfu", "hbm_efficiency", "network_efficiency", "m
 class LaunchConfig:
     run: RunConfig
     cloud: CloudConfig
+    sharding: str = "fsdp"  # the trainer's sharding the plan assumes (and the launched run uses)
 
 
 def _cloud_config(table: dict[str, Any]) -> CloudConfig:
@@ -109,6 +126,10 @@ def _cloud_config(table: dict[str, Any]) -> CloudConfig:
     for f in dataclasses.fields(CloudConfig):
         v = getattr(cfg, f.name)
         if v is None or f.name in ("provider", "gpu"):
+            continue
+        if f.name in _FLAGS:
+            if not isinstance(v, bool):
+                raise ConfigError(f"cloud.{f.name} must be true or false, not {v!r}")
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
             raise ConfigError(f"cloud.{f.name} must be a non-negative number, not {v!r}")
@@ -137,11 +158,14 @@ def load_launch_config(file: str | Path | None, overrides: dict[str, Any] | None
     if not tables["env"].get("name"):
         raise ConfigError("no environment: give it as `workbench launch ENV` or as env.name in the config")
     cloud = _cloud_config(tables["cloud"])
+    sharding = planned_sharding(file, overrides, env or tables["env"]["name"])
+    tables["trainer"]["sharding"] = sharding
     run = validate_tables(tables)
     if run.data:  # the trainer reads the chosen rollouts from the run directory, which a cluster lacks
         raise ConfigError("launch does not take data.runs: SFT on stored runs trains on this machine with "
                           "`workbench train ENV --algorithm.name sft --data RUN`")
-    return LaunchConfig(run=run, cloud=cloud)
+    return LaunchConfig(run=run, cloud=cloud, sharding=sharding)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +199,7 @@ class Plan:
     trainer_gpus: int
     inference_gpus: int
     inference_tp: int  # GPUs per inference replica
+    sharding: str  # the trainer's: "fsdp" | "ddp"
     mode: str  # "async" | "sync"
     max_steps: int
     rollouts_per_step: int
@@ -283,12 +308,6 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
     kvb = b("KV cache per token", f"2 (K,V) × {L} layers × {kvh} kv heads × {hd} head dim × {B} B",
             2 * L * kvh * hd * B, "bytes")
     lora = bool(trainer.get("lora", False))
-    if lora:
-        rank = int(trainer.get("lora_rank", 8))
-        trainable = b("LoRA params", f"{L} layers × 7 matrices × rank {rank} × 2 × hidden {h} (experts not adapted)",
-                      L * 7 * rank * 2 * h, "params")
-    else:
-        trainable = P
 
     # the workload
     ctx, M = c.context_length, c.mean_tokens_per_rollout
@@ -305,16 +324,9 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
 
     # memory per trainer GPU (GB)
     gb = 1e9
-    m_tr: dict[str, Any] = {}
-    m_tr["weights_gb"] = b("trainer weights/GPU", f"{fmt(P)} params × {B} B / {tr_gpus} GPUs (FSDP full shard)",
-                           P * B / tr_gpus / gb, "GB")
-    m_tr["grads_gb"] = b("trainer grads/GPU", f"{fmt(trainable)} trainable × {B} B / {tr_gpus} GPUs",
-                         trainable * B / tr_gpus / gb, "GB")
-    m_tr["optimizer_gb"] = b("trainer optimizer/GPU", f"{fmt(trainable)} trainable × 12 B (Adam m + v + fp32 master) "
-                             f"/ {tr_gpus} GPUs (ZeRO-3: sharded across all trainer GPUs)",
-                             trainable * 12 / tr_gpus / gb, "GB")
-    m_tr["gathered_layers_gb"] = b("trainer gathered layers/GPU", f"2 layers (current + prefetch) × {fmt(P)} × {B} B "
-                                   f"/ {L} layers", 2 * P * B / L / gb, "GB")
+    m_tr, trainable_params = trainer_memory(c, trainer, cfg.sharding, tr_gpus, b)
+    trainable = b("LoRA params", "adapters of every linear layer (plan_memory.model_shapes)", trainable_params,
+                  "params") if lora else P
     s_local = ctx / c.context_parallel
     m_tr["activations_gb"] = b(
         "trainer activations/GPU", f"{fmt(s_local)} tokens ({ctx:,} / CP {c.context_parallel}) × hidden {h} × "
@@ -322,7 +334,7 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
         s_local * h * (L * B + 34) / gb, "GB")
     usable = b("usable memory/GPU", f"{mem_gb:g} GB × memory_utilization {c.memory_utilization}",
                mem_gb * c.memory_utilization, "GB")
-    m_tr["total_gb"] = sum(v for k, v in m_tr.items())
+    m_tr["total_gb"] = sum(m_tr.values())
     m_tr.update(usable_gb=usable, fits=m_tr["total_gb"] <= usable)
 
     # memory per inference GPU (GB); KV heads split across tensor-parallel ranks up to kv_heads
@@ -402,14 +414,17 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
         f"price ${rate:g}/GPU-s ({price.source or price.provider})",
         f"trainer MFU {c.mfu} (model FLOPs; recompute is inside it); inference MFU {c.inference_mfu}; "
         f"HBM efficiency {c.hbm_efficiency}; network {gbps:g} Gbit/s/node × {c.network_efficiency}",
-        f"{'full fine-tuning' if not lora else 'LoRA'}; FSDP/ZeRO-3 over {tr_gpus} trainer GPUs; context parallel "
-        f"{c.context_parallel}; activation checkpointing",
+        f"{'full fine-tuning' if not lora else 'LoRA'}; sharding {cfg.sharding}: "
+        + (f"FSDP2 full shard of weights, gradients and Adam state over {tr_gpus} trainer GPUs"
+           if cfg.sharding == "fsdp" else f"DDP, a whole replica on each of {tr_gpus} trainer GPUs")
+        + f" ([trainer] sharding; memory from workbench.training.memory); context parallel {c.context_parallel}; "
+        "activation checkpointing",
         f"{R} rollouts/step × {M:,} mean tokens ({G:,} generated); {replicas} inference replicas of {tp} GPUs",
         f"{'async: max(trainer, inference) + sync' if asynchronous else 'sync: trainer + inference + sync'}; "
         f"startup {c.startup_s:g} s once; CPU, memory, storage and sandboxes not priced",
     ]
     return Plan(provider=c.provider, gpu=c.gpu, nodes=c.nodes, gpus_per_node=c.gpus_per_node, trainer_gpus=tr_gpus,
-                inference_gpus=inf_gpus, inference_tp=tp, mode="async" if asynchronous else "sync", max_steps=steps,
+                inference_gpus=inf_gpus, inference_tp=tp, sharding=cfg.sharding, mode="async" if asynchronous else "sync", max_steps=steps,
                 rollouts_per_step=R, tokens_per_step=T, generated_tokens_per_step=gen, trainer_time_s=t_train,
                 inference_time_s=t_inf, inference_bound=bound, weight_sync_s=t_sync, step_time_s=step,
                 usd_per_gpu_s=rate, usd_per_step=per_step, total_usd=total, wall_s=wall,

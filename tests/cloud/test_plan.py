@@ -78,14 +78,16 @@ def test_small_dense_plan_by_hand() -> None:
     assert p.wall_s == pytest.approx(60 + 100 * step)
     assert p.total_usd == pytest.approx(8 * H100_USD_S * (60 + 100 * step))
 
-    # memory per trainer GPU: FSDP shards of weights, grads, Adam (12 B/param), two gathered layers,
+    # memory per trainer GPU: FSDP shards of float32 weights, grads and Adam m + v (the trainer keeps
+    # float32 shards and computes in bf16: 4 + 4 + 8 = 16 B/param), two gathered bf16 layers,
     # checkpointed activations at the full context
     tr = p.memory["trainer"]
-    assert tr["weights_gb"] == pytest.approx(0.5) and tr["grads_gb"] == pytest.approx(0.5)
-    assert tr["optimizer_gb"] == pytest.approx(3.0)
+    assert p.sharding == "fsdp"
+    assert tr["weights_gb"] == pytest.approx(1.0) and tr["grads_gb"] == pytest.approx(1.0)
+    assert tr["optimizer_gb"] == pytest.approx(2.0)
     assert tr["gathered_layers_gb"] == pytest.approx(0.25)
     assert tr["activations_gb"] == pytest.approx(8192 * 2048 * (16 * 2 + 34) / 1e9)
-    assert tr["total_gb"] == pytest.approx(0.5 + 0.5 + 3 + 0.25 + 8192 * 2048 * 66 / 1e9)
+    assert tr["total_gb"] == pytest.approx(1 + 1 + 2 + 0.25 + 8192 * 2048 * 66 / 1e9)
     assert tr["usable_gb"] == pytest.approx(72.0) and tr["fits"]
     inf = p.memory["inference"]
     assert inf["weights_gb"] == pytest.approx(2.0)
@@ -105,7 +107,7 @@ def test_sync_mode_sums_the_phases() -> None:
 def test_lora_changes_flops_optimizer_and_sync() -> None:
     p = plan_for({**SMALL, "trainer.lora": True, "trainer.lora_rank": 8})
     adapters = 16 * 7 * 8 * 2 * 2048
-    assert p.memory["trainer"]["optimizer_gb"] == pytest.approx(adapters * 12 / 4 / 1e9)
+    assert p.memory["trainer"]["optimizer_gb"] == pytest.approx(adapters * 8 / 4 / 1e9)  # fp32 m + v
     assert p.weight_sync_s == pytest.approx(adapters * 2 * 8 / (3200e9 * 0.5))
     fpt = 4 * 1e9 + 6 * 16 * 2048 * 2048  # frozen weights: no weight gradients
     assert p.trainer_time_s == pytest.approx(131_072 * fpt / (4 * H100_PEAK * 0.4))
@@ -131,10 +133,13 @@ def test_memory_fit_verdicts() -> None:
     big = {**SMALL, "cloud.gpu": "A100-80GB", "cloud.params_b": 70.0, "cloud.layers": 80, "cloud.hidden_size": 8192,
            "cloud.attention_heads": 64, "cloud.inference_tp": 4}
     p = plan_for(big)  # 70B full fine-tuning on 4 trainer GPUs: 16 B/param / 4 = 280 GB each
-    assert p.memory["trainer"]["weights_gb"] + p.memory["trainer"]["optimizer_gb"] == pytest.approx(70e9 * 14 / 4 / 1e9)
+    assert p.memory["trainer"]["weights_gb"] + p.memory["trainer"]["optimizer_gb"] == pytest.approx(70e9 * 12 / 4 / 1e9)
     assert not p.memory["trainer"]["fits"] and p.memory["inference"]["fits"] and not p.fits
-    lora = plan_for({**big, "trainer.lora": True})  # adapters only: the optimizer state nearly vanishes
+    # adapters only: the optimizer state nearly vanishes; the frozen base in bf16 (trainer.dtype) fits
+    lora = plan_for({**big, "trainer.lora": True, "trainer.dtype": "bfloat16"})
     assert lora.memory["trainer"]["fits"] and lora.fits
+    # with dtype auto FSDP keeps float32 shards of the frozen base too: 70 GB of weights per GPU
+    assert not plan_for({**big, "trainer.lora": True}).memory["trainer"]["fits"]
     one_gpu = plan_for({**big, "trainer.lora": True, "cloud.inference_tp": 1})  # 140 GB of weights on one 80 GB GPU
     assert not one_gpu.memory["inference"]["fits"] and not one_gpu.fits
     # a long context without context parallelism does not fit; CP 8 on 8 trainer GPUs does
@@ -223,3 +228,83 @@ def test_gpu_price_overrides(tmp_path: Path) -> None:
     assert p.usd_per_gpu_s == pytest.approx(2.99 / 3600)
     assert delete_price("modal", "H100", path=path)
     assert load_prices(path)[("modal", "H100")].usd_per_gpu_s == H100_USD_S
+
+
+# --- the trainer's sharding and the training state from the model's shapes -----------------------
+
+#: Qwen2.5-7B's shapes: 7.6B parameters.
+QWEN_7B = {**SMALL, "cloud.params_b": 7.6, "cloud.layers": 28, "cloud.hidden_size": 3584, "cloud.attention_heads": 28,
+           "cloud.kv_heads": 4, "cloud.head_dim": 128, "cloud.intermediate_size": 18944, "cloud.vocab_size": 152064,
+           "cloud.qkv_bias": True}
+
+
+def test_the_plan_assumes_fsdp_unless_the_trainer_table_says_ddp(tmp_path: Path) -> None:
+    assert plan_for(SMALL).sharding == "fsdp" and plan_for(SMALL).to_dict()["sharding"] == "fsdp"
+    ddp = plan_for({**SMALL, "trainer.sharding": "ddp"})
+    assert ddp.sharding == "ddp" and any("sharding ddp" in a for a in ddp.assumptions)
+    f = tmp_path / "run.toml"
+    f.write_text('[trainer]\nsharding = "ddp"\n')
+    cfg = load_launch_config(f, SMALL, "arithmetic")
+    assert cfg.sharding == "ddp" and cfg.run.trainer["sharding"] == "ddp"  # the launched trainer runs what is planned
+    assert load_launch_config(f, {**SMALL, "trainer.sharding": "fsdp"}, "arithmetic").sharding == "fsdp"
+    assert load_launch_config(None, SMALL, "arithmetic").run.trainer["sharding"] == "fsdp"
+
+
+def test_ddp_holds_world_size_times_the_fsdp_state_for_full_fine_tuning() -> None:
+    same_dtype = {**QWEN_7B, "cloud.nodes": 2, "trainer.dtype": "bfloat16"}  # 8 trainer GPUs
+    fsdp, ddp = plan_for(same_dtype), plan_for({**same_dtype, "trainer.sharding": "ddp"})
+    assert fsdp.trainer_gpus == 8
+
+    def state(p: Any) -> float:
+        return sum(p.memory["trainer"][k] for k in ("weights_gb", "grads_gb", "optimizer_gb"))
+
+    assert state(ddp) == pytest.approx(7.6e9 * 8 / 1e9, rel=0.01)  # bf16 weights + grads + Adam m, v
+    assert state(ddp) / state(fsdp) == pytest.approx(8, rel=1e-3)  # shards: 1/8, up to dim-0 padding
+    assert ddp.memory["trainer"]["gathered_layers_gb"] == 0 < fsdp.memory["trainer"]["gathered_layers_gb"]
+    # dtype auto: FSDP keeps float32 shards (16 B/param over 8 GPUs), DDP the bf16 replica (8 B/param)
+    auto = plan_for({**QWEN_7B, "cloud.nodes": 2})
+    assert state(plan_for({**QWEN_7B, "cloud.nodes": 2, "trainer.sharding": "ddp"})) / state(auto) == pytest.approx(
+        4, rel=1e-3)
+    # 7.6B full fine-tuning with a whole replica per 80 GB GPU does not fit (61 GB of state + 21 GB activations)
+    big = plan_for({**QWEN_7B, "cloud.gpu": "A100-80GB", "cloud.context_length": 65536, "trainer.sharding": "ddp"})
+    assert not big.memory["trainer"]["fits"] and not big.fits
+    assert plan_for({**QWEN_7B, "cloud.gpu": "A100-80GB", "cloud.context_length": 65536}).memory["trainer"]["fits"]
+
+
+def test_the_training_state_is_the_memory_module_over_the_model_shapes() -> None:
+    from workbench.training.memory import decoder_param_shapes, state_bytes_per_rank
+
+    shapes = decoder_param_shapes(28, 3584, 18944, 28, 4, 128, 152064, False, qkv_bias=True)
+    want = state_bytes_per_rank(shapes, 4, sharding="fsdp", param_bytes=4, grad_bytes=4, optimizer_bytes=8)
+    tr = plan_for(QWEN_7B).memory["trainer"]
+    assert (tr["weights_gb"], tr["grads_gb"], tr["optimizer_gb"]) == (want.params / 1e9, want.grads / 1e9,
+                                                                      want.optimizer / 1e9)
+    lora = decoder_param_shapes(28, 3584, 18944, 28, 4, 128, 152064, False, 16, qkv_bias=True)
+    p = plan_for({**QWEN_7B, "trainer.lora": True, "trainer.lora_rank": 16})
+    want = state_bytes_per_rank(lora, 4, sharding="fsdp", param_bytes=4, grad_bytes=4, optimizer_bytes=8)
+    assert p.memory["trainer"]["optimizer_gb"] == want.optimizer / 1e9 < 1
+    row = next(d for d in p.derivation if d.quantity == "trainer weights/GPU")
+    assert "parameter shapes from [cloud]" in row.formula and "ceil(dim 0 / 4 GPUs)" in row.formula
+
+
+def test_160_experts_over_64_gpus_pad_to_3_a_gpu() -> None:
+    """FSDP2 shards each parameter on dim 0: fused experts shard by expert, so 8 trainer nodes hold
+    ceil(160 / 64) = 3 experts a GPU and the 28-node job no longer fits; 10 nodes hold 2 each."""
+    ten = plan_for({}, CONFIG_28)
+    eight = plan_for({"cloud.trainer_nodes": 8, "cloud.inference_nodes": 20}, CONFIG_28)
+    assert ten.memory["trainer"]["fits"] and not eight.memory["trainer"]["fits"]
+    ratio = eight.memory["trainer"]["optimizer_gb"] / ten.memory["trainer"]["optimizer_gb"]
+    assert ratio > 80 / 64 * 1.15  # well above the 1.25 an even split would give
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"trainer.sharding": "zero3"}, "trainer.sharding 'zero3'"),
+    ({"cloud.qkv_bias": 1}, "cloud.qkv_bias must be true or false, not 1"),
+    ({**QWEN_7B, "cloud.params_b": 70.0}, r"cloud.params_b \(70\) is not what the \[cloud\] architecture adds up to"),
+    ({**QWEN_7B, "cloud.experts": 8}, "needs cloud.moe_intermediate_size"),
+    ({**QWEN_7B, "trainer.dtype": "fp8"}, "trainer"),
+])
+def test_bad_sharding_and_shape_keys_are_one_clear_line(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        plan_for({**SMALL, **overrides})
+    assert "\n" not in str(e.value)

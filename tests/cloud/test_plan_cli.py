@@ -26,6 +26,20 @@ def test_plan_json_for_the_28_node_config(tmp_path: Path) -> None:
     assert d["step_time_s"] < 300 and 3.0 <= d["wall_days"] <= 3.5
     assert d["total_usd"] > 0 and d["fits"] is True
     assert {"trainer_nodes", "inference_nodes", "memory", "derivation", "usd_per_step"} <= set(d)
+    assert d["sharding"] == "fsdp"
+
+
+def test_plan_names_the_sharding_it_assumes(tmp_path: Path) -> None:
+    """FSDP shards the 355B model's state over 80 trainer GPUs; a whole replica per GPU (ddp) cannot fit."""
+    p = run(["launch", "arithmetic", "--config", str(CONFIG_28), "--plan", "--json", "--trainer.sharding", "ddp"],
+            tmp_path)
+    assert p.returncode == 0, p.stderr
+    ddp = json.loads(p.stdout.strip().splitlines()[-1])
+    assert ddp["sharding"] == "ddp" and ddp["fits"] is False and ddp["memory"]["trainer"]["fits"] is False
+    assert ddp["memory"]["trainer"]["weights_gb"] > 700  # 352.8B bf16 parameters on every GPU
+    text = run(["launch", "arithmetic", "--config", str(CONFIG_28), "--plan"], tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "sharding fsdp: FSDP2 full shard" in text.stdout and "workbench.training.memory" in text.stdout
 
 
 def test_plan_table_shows_roles_memory_and_derivations(tmp_path: Path) -> None:
