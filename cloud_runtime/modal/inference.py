@@ -11,7 +11,9 @@ Each node runs
   proxied (streaming included) to the least-busy vLLM; ``load_lora_adapter`` first reloads the run
   volume until the adapter the trainer just wrote is visible here (a Modal Volume shows another
   container's files only after it commits and this one reloads), and on the head node it is fanned
-  out to every node, so one call from the trainer loads the adapter everywhere;
+  out to every node, so one call from the trainer loads the adapter everywhere; ``/update_weights``
+  (full fine-tuning) does the same for whole weights through vLLM's weight reload
+  (``weight_update``), the protocol the embedded server accepts;
 * ``/v1/chat/completions/tokens`` (token-in chat, which vLLM lacks) on top of vLLM's
   ``/v1/completions`` (``vllm_tokens``), so multi-turn rollouts keep their sampled tokens exact; and
   the ``policy_version`` of the adapter a response came from (the trainer passes it with every
@@ -40,7 +42,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
-from workbench_cloud.modal.spec import INFERENCE_PORT, VLLM_PORT, ModalSpec
+from workbench_cloud.modal import weight_update
+from workbench_cloud.modal.spec import FANOUT_HEADER, INFERENCE_PORT, VLLM_PORT, ModalSpec
 from workbench_cloud.modal.trainer import cluster_view, url_host
 from workbench_cloud.vllm_tokens import PARSERS, serve_token_route
 
@@ -50,7 +53,6 @@ ADAPTER_OPS = ("load_lora_adapter", "unload_lora_adapter")
 _ADAPTER_FIELDS = ("lora_name", "lora_path", "load_inplace")
 _HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive",
                   "proxy-connection", "te", "trailer", "upgrade"})
-FANOUT_HEADER = "X-Workbench-Fanout"
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
@@ -65,10 +67,11 @@ def vllm_command(spec: ModalSpec, port: int = VLLM_PORT) -> list[str]:
     """The ``vllm serve`` command line of one inference node."""
     cmd = ["vllm", "serve", spec.base_model, "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", spec.base_model,
-           "--tensor-parallel-size", str(spec.tensor_parallel),
-           "--enable-lora", "--max-lora-rank", str(vllm_lora_rank(spec.lora_rank)),
-           "--max-loras", str(spec.max_loras),
-           "--gpu-memory-utilization", "0.90"]
+           "--tensor-parallel-size", str(spec.tensor_parallel)]
+    if not spec.full_weights:  # full fine-tuning replaces the base weights instead (weight_update)
+        cmd += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(spec.lora_rank)),
+                "--max-loras", str(spec.max_loras)]
+    cmd += ["--gpu-memory-utilization", "0.90"]
     if spec.replicas_per_node > 1:
         cmd += ["--data-parallel-size", str(spec.replicas_per_node)]
     if spec.max_model_len:
@@ -104,12 +107,14 @@ class AdapterGate:
         self._sync_lock: asyncio.Lock | None = None
         self.base_model = base_model  # policy version 0
         self.versions: dict[str, int] = {}  # adapter name -> policy version, from the loads
+        self.base_version = 0  # the base model's, raised by /update_weights (full fine-tuning)
+        self.weight_updates = 0
         self.tool_call_parser = tool_call_parser  # None: no token route (the probe then finds none)
 
     def version_of(self, model: str | None) -> int | None:
         if model is not None and model in self.versions:
             return self.versions[model]
-        return 0 if model is not None and model == self.base_model else None
+        return self.base_version if model is not None and model == self.base_model else None
 
     # -- the aiohttp app -----------------------------------------------------------------------------
     def app(self) -> Any:
@@ -118,6 +123,7 @@ class AdapterGate:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         for op in ADAPTER_OPS:
             app.router.add_post(f"/v1/{op}", self._adapter_handler(op))
+        app.router.add_post("/update_weights", self.update_weights)
         app.router.add_get("/health", self.health)
         if self.tool_call_parser in PARSERS:
             app.router.add_post("/v1/chat/completions/tokens", self.tokens)
@@ -276,6 +282,13 @@ class AdapterGate:
         return web.Response(text=f"Success: {op} {body['lora_name']} on {len(results)} node(s)")
 
 
+    # -- whole weights (full fine-tuning) --------------------------------------------------------------
+    async def update_weights(self, request: Any) -> Any:
+        """``{"weight_dir": DIR, "policy_version": N}``: reload every node's vLLM from DIR once it is
+        visible (``weight_update.handle``); then the base model answers with version N."""
+        return await weight_update.handle(self, request)
+
+
 def run_gate(gate: AdapterGate, host: str, port: int) -> Callable[[], None]:
     """Serve ``gate`` on ``host:port`` in a daemon thread with its own event loop; returns ``stop``.
     Raises here when it cannot listen (say, the port is taken)."""
@@ -346,7 +359,8 @@ def serve_inference(spec_json: str) -> dict[str, Any]:
     print(f"inference node {view.rank}/{view.nodes}: {' '.join(vllm_command(spec))}", flush=True)
     # The orchestrator put the weights in the cache volume before spawning this: no hub calls (or cache
     # writes racing other containers) from here.
-    vllm = subprocess.Popen(vllm_command(spec), stdin=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(weight_update.DEV_MODE_ENV if spec.full_weights else {})}
+    vllm = subprocess.Popen(vllm_command(spec), stdin=subprocess.DEVNULL, env=env)
     gate = AdapterGate([f"http://127.0.0.1:{VLLM_PORT}", *peers], peers=peers, sync=runs.reload,
                        base_model=spec.base_model, tool_call_parser=spec.tool_call_parser)
     stop_gate: Callable[[], None] | None = None

@@ -47,9 +47,6 @@ def modal_spec_for(launch: Any, plan: Any, bundle: Any, run_id: str, secrets: di
         raise ConfigError(f"Modal gives each role whole nodes of {g} GPUs, but the plan splits a node "
                           f"({plan.trainer_gpus} trainer / {plan.inference_gpus} inference GPUs); set "
                           "cloud.trainer_nodes and cloud.inference_nodes")
-    if not run.trainer.get("lora", True):
-        raise ConfigError("full fine-tuning (trainer.lora = false) publishes weights through the embedded server's "
-                          "/update_weights, which the vLLM inference function does not have: use LoRA on Modal")
     model = str(run.trainer.get("model", ""))
     if model in ("", "tiny") or Path(model).expanduser().exists():
         raise ConfigError(f"trainer.model is {model!r}: on Modal vLLM serves and the trainer loads a Hugging Face "
@@ -59,6 +56,7 @@ def modal_spec_for(launch: Any, plan: Any, bundle: Any, run_id: str, secrets: di
         run_id=run_id, base_model=model, bundle_dir=str(bundle.path), bundle_hash=bundle.hash, gpu=plan.gpu,
         gpus_per_node=g, trainer_nodes=plan.trainer_gpus // g, inference_nodes=plan.inference_gpus // g,
         lora_rank=int(run.trainer.get("lora_rank", 16)), max_loras=max(4, run.loop.max_off_policy_steps + 2),
+        full_weights=not run.trainer.get("lora", True),  # each step's whole weights reload vLLM (weight_update)
         inference_tp=plan.inference_tp, max_model_len=launch.cloud.context_length, secrets=secrets,
         region=region if isinstance(region, str) else None)
 

@@ -99,7 +99,6 @@ def test_a_failed_spawn_marks_the_run_failed(tmp_path: Path, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"trainer.lora": False}, "full fine-tuning"),
     ({"trainer.model": "tiny"}, "Hugging Face id"),
 ])
 def test_what_modal_cannot_run_as_planned_is_refused(overrides: dict[str, Any], message: str,
@@ -111,6 +110,22 @@ def test_what_modal_cannot_run_as_planned_is_refused(overrides: dict[str, Any], 
 
     with pytest.raises(ConfigError, match=message):
         modal_spec_for(launch, plan, Bundle(), "r1", {})
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_full_fine_tuning_runs_on_modal_with_vllm_reloading_whole_weights(lora: bool, tmp_path: Path) -> None:
+    """trainer.lora = false: vLLM serves without LoRA, in dev mode, and each step reloads its weights
+    through the gate's /update_weights (tests/cloud/test_modal_weight_update.py)."""
+    from workbench_cloud.modal.inference import vllm_command
+
+    launch, plan = _planned({"trainer.lora": lora})
+
+    class Bundle:
+        path, hash = tmp_path, "0" * 64
+
+    spec = modal_spec_for(launch, plan, Bundle(), "r1", {})
+    assert spec.full_weights is (not lora)
+    assert ("--enable-lora" in vllm_command(spec)) is lora
 
 
 def test_without_a_modal_token_nothing_is_launched(tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
