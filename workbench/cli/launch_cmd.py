@@ -29,7 +29,9 @@ def render_plan(plan: Any) -> None:
     cluster.add_column()
     cluster.add_row("provider / GPU", f"{plan.provider} {plan.gpu}")
     cluster.add_row("nodes", f"{plan.nodes} × {plan.gpus_per_node} GPUs = {plan.total_gpus} GPUs")
-    cluster.add_row("trainer", f"{fmt(d['trainer_nodes'])} nodes, {plan.trainer_gpus} GPUs")
+    cluster.add_row("trainer", f"{fmt(d['trainer_nodes'])} nodes, {plan.trainer_gpus} GPUs, sharding {plan.sharding} "
+                    + ("(FSDP2: weights, gradients, Adam state split over them)" if plan.sharding == "fsdp"
+                       else "(DDP: a whole replica on each)"))
     cluster.add_row("inference", f"{fmt(d['inference_nodes'])} nodes, {plan.inference_gpus} GPUs "
                     f"({plan.inference_replicas} replicas × {plan.inference_tp} GPUs)")
     cluster.add_row("mode", f"{plan.mode}, {plan.rollouts_per_step} rollouts/step, "
@@ -42,7 +44,7 @@ def render_plan(plan: Any) -> None:
         mem.add_column(col, justify="right" if col else "left")
     tr, inf = plan.memory["trainer"], plan.memory["inference"]
     rows = [("weights", tr["weights_gb"], inf["weights_gb"]), ("gradients", tr["grads_gb"], None),
-            ("optimizer (Adam fp32 m+v+master)", tr["optimizer_gb"], None),
+            ("optimizer (Adam m+v)", tr["optimizer_gb"], None),
             ("gathered layers (FSDP)", tr["gathered_layers_gb"], None),
             ("activations (checkpointed)", tr["activations_gb"], None),
             ("KV cache, batch at mean length", None, inf["kv_batch_gb"]),
