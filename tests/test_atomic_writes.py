@@ -42,7 +42,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("local_runtime/models/tiny_model.py", "_build_into", "os.replace"): "the build folder renamed into place",
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
         "inside the checkpoint's temporary folder (checkpoint.write_atomic renames it whole)",
-    ("local_runtime/training/checkpoint.py", "write_atomic", "os.rename"): "checkpoint folders swapped into place",
+    ("local_runtime/training/checkpoint.py", "commit", "os.rename"): "checkpoint folders swapped into place",
+    ("local_runtime/training/sharded_checkpoint.py", "save", "write_text"):
+        "inside the checkpoint's temporary folder (checkpoint.commit renames it whole)",
     ("cloud_runtime/resume.py", "snapshot_store", "os.replace"):
         "SQLite's online backup writes the temporary copy; the rename publishes it",
     # temporary files in a private temporary folder, handed to a subprocess and gone with the folder

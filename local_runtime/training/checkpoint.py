@@ -33,24 +33,44 @@ class CheckpointError(WorkbenchError):
 def write_atomic(target: Path | str, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_dir)`` and move ``tmp_dir`` to ``target``, replacing it only on success."""
     target = Path(target).expanduser().resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp = target.parent / f".{target.name}.tmp-{tag}"
+    tmp = temp_dir(target)
     try:
-        tmp.mkdir()
         write(tmp)
-        _fsync_dir(tmp)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise CheckpointError(f"no space left on the device while writing the checkpoint {target}; the "
-                                  f"previous checkpoint there{' is intact' if target.exists() else ' (none)'}; free "
-                                  "some disk space or point the checkpoint directory elsewhere, then resume") from None
-        raise CheckpointError(f"cannot write the checkpoint {target}: {e.strerror or e}") from None
+        raise write_error(target, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = target.parent / f".{target.name}.old-{tag}"
+    return commit(tmp, target)
+
+
+def temp_dir(target: Path) -> Path:
+    """A fresh hidden sibling of ``target`` to write a checkpoint into (``.NAME.tmp-XXXX``)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+    except OSError as e:
+        raise write_error(target, e) from None
+    return tmp
+
+
+def write_error(target: Path, e: OSError) -> CheckpointError:
+    """The one-line error for ``e`` raised while writing the checkpoint ``target``."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return CheckpointError(f"no space left on the device while writing the checkpoint {target}; the "
+                               f"previous checkpoint there{' is intact' if target.exists() else ' (none)'}; free "
+                               "some disk space or point the checkpoint directory elsewhere, then resume")
+    return CheckpointError(f"cannot write the checkpoint {target}: {e.strerror or e}")
+
+
+def commit(tmp: Path, target: Path) -> Path:
+    """Move the fully written ``tmp`` to ``target``: the previous checkpoint goes aside first
+    (``.NAME.old-XXXX``, which :func:`resolve` finds after a crash between the renames) and is
+    removed after the swap."""
+    _fsync_dir(tmp)
+    old = target.parent / f".{target.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
     if target.exists():
         os.rename(target, old)
     os.rename(tmp, target)
@@ -83,4 +103,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["CheckpointError", "resolve", "write_atomic"]
+__all__ = ["CheckpointError", "commit", "resolve", "temp_dir", "write_atomic", "write_error"]

@@ -232,26 +232,34 @@ class Trainer:
         return export.write_weights(self.model, path, lora=self.config.lora)
 
     def save_checkpoint(self, path: Path | str) -> Path:
-        """Weights, optimizer, scheduler, step and RNG state (layout in ``checkpoint.py``); atomic: a
-        full disk raises CheckpointError and leaves the previous checkpoint at ``path`` intact."""
+        """Weights, optimizer, scheduler, step and RNG state; atomic: a full disk raises CheckpointError
+        and leaves the previous checkpoint at ``path`` intact. With ``sharding = "fsdp"`` every rank
+        writes its shards through torch.distributed.checkpoint (``sharded_checkpoint.py``), which a run
+        on any number of ranks resumes from; otherwise rank 0 writes whole weights (``checkpoint.py``)."""
         import torch
+        from workbench_local.training import sharded_checkpoint
+
+        state = {"scheduler": self.scheduler.state_dict(), "step": self.step_count, "skipped_steps": self.skipped_steps,
+                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
+        meta = {"step": self.step_count, "skipped_steps": self.skipped_steps, "world_size": self.world_size,
+                "sharding": self.config.sharding, "config": self.config.to_dict(),
+                "model": sharded_checkpoint.model_identity(self.model)}
+        if self.config.sharding == "fsdp":
+            return sharded_checkpoint.save(path, self.model, self.optimizer, state, meta)
 
         def write(tmp: Path) -> None:
             self._write_weights(tmp / ("adapter" if self.config.lora else "model"))
-            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                     "step": self.step_count, "skipped_steps": self.skipped_steps,
-                     "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
-            torch.save(state, tmp / "trainer_state.pt")
-            (tmp / "trainer.json").write_text(json.dumps(
-                {"step": self.step_count, "skipped_steps": self.skipped_steps, "world_size": self.world_size,
-                 "config": self.config.to_dict()}, indent=2, default=str))
+            torch.save({**state, "optimizer": self.optimizer.state_dict()}, tmp / "trainer_state.pt")
+            (tmp / "trainer.json").write_text(json.dumps(meta, indent=2, default=str))
 
         return self._on_rank0(path, write)
 
     def load_checkpoint(self, path: Path | str) -> int:
-        """Resume from ``path``: weights, optimizer and scheduler state, step count, RNG. Returns the step."""
+        """Resume from ``path`` (either layout, saved on any number of ranks): weights, optimizer and
+        scheduler state, step count, RNG. Returns the step. Every rank calls it."""
         import torch
+        from workbench_local.training import sharded_checkpoint
 
         src = ckpt.resolve(path)
         meta = json.loads((src / "trainer.json").read_text())
@@ -260,12 +268,19 @@ class Trainer:
             if k in saved and saved[k] != getattr(self.config, k):
                 raise ConfigError(f"the checkpoint at {src} was trained with {k}={saved[k]!r}, this trainer has "
                                   f"{getattr(self.config, k)!r}; resume with the same settings")
-        if self.config.lora:
-            lora.load_adapter_weights(self.model, src / "adapter")
+        sharded_checkpoint.check_model(meta.get("model"), self.model, src)
+        if sharded_checkpoint.is_sharded(src):
+            state = sharded_checkpoint.load(src, self.model, self.optimizer)
         else:
-            lora.load_full_weights(self.model, src / "model")
-        state = torch.load(src / "trainer_state.pt", map_location=self.device, weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+            state = torch.load(src / "trainer_state.pt", map_location=self.device, weights_only=False)
+            if self.config.sharding == "fsdp":
+                sharded_checkpoint.load_whole(src, self.model, self.optimizer, state["optimizer"])
+            else:
+                if self.config.lora:
+                    lora.load_adapter_weights(self.model, src / "adapter")
+                else:
+                    lora.load_full_weights(self.model, src / "model")
+                self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count = int(state["step"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
