@@ -3,12 +3,21 @@
 On Modal the orchestrator's SQLite store is on its own container's disk; the trainer nodes are
 other containers. So the two meet in two append-only event logs (``workbench_cloud.stream``: a
 ``modal.Dict`` there, a directory for ``workbench launch --backend local``, which runs exactly this
-code path on one machine):
+code path on one machine) and a bulk directory (``workbench_cloud.bulk``: a folder of the run's
+Volume there, a directory next to the logs locally):
 
 * the **batch log**, written by :class:`HandoffBridge` in the orchestrator: every finished rollout
-  of the run, in store order, as the trainer needs it (token ids, logprobs, mask, policy version,
-  reward), the steps whose held-out eval is recorded (the trainer may then unload their adapters),
-  plus a heartbeat while there is nothing new;
+  of the run, in store order, as a small control record (id, group, reward, status, policy
+  versions, and where its arrays are: a bulk file's relative path, byte size and sha256, and each
+  branch's offset and length in it), the steps whose held-out eval is recorded (the trainer may then
+  unload their adapters), plus a heartbeat while there is nothing new;
+* the **bulk files**: the per-token arrays (token ids, logprobs, loss mask, teacher logprobs) of
+  each shipment — the rollouts one bridge pass ships, at most ``bulk.FILE_TOKENS`` tokens — in one
+  safetensors file, written (and on Modal committed) before the events that name it are appended.
+  The trainer reads a file once for all its rollouts, reloading the Volume until it is visible,
+  and refuses a file whose size or checksum differs or a path outside the directory
+  (:class:`~workbench_cloud.bulk.HandoffError`). A 256-rollout step at 131K tokens (≈ 34M tokens,
+  ≈ 300 MB of arrays) thus puts ≈ 0.1 MB of control records in the Dict (docs/cloud.md);
 * the **record log**, written by the trainer's rank 0 through :class:`LogFeed`: its step, skipped
   and event records, which the bridge copies into the orchestrator's store — where
   :class:`workbench.training.loop.Orchestrator` and the stream exporter already look for them.
@@ -19,7 +28,16 @@ the checkpointed step's position. Rank 0 still broadcasts each batch to the othe
 
 Exactly-once: the bridge resumes its batch position from the log itself (every event carries the
 store pk it had shipped up to), copies records and advances its record cursor in one SQLite
-transaction, and the feed skips a rollout id it has already seen.
+transaction, and the feed skips a rollout id it has already seen. A bulk file is named after the
+sequence numbers of its first and last rollout, so a bridge restarted between writing a file and
+appending its events writes the same name again (or a wider one, removed with the rest below).
+
+Bounded files: when the trainer reports a saved checkpoint, the bridge removes the bulk files whose
+rollouts all lie at or below the cursor of the checkpoint before it (a resumed trainer reads from
+its checkpoint's cursor; the one checkpoint of slack covers a newest checkpoint that never reached
+the Volume). So the directory holds at most the rollouts of two checkpoint intervals, and none once
+the run completed. Without a bulk directory (a spec that names none) the arrays travel inline in the
+events as base64 (:func:`encode_rollout`); :func:`decode_rollout` reads both forms.
 
     python -m workbench_cloud.handoff --handoff JSON --run RUN --server URL --dir RUN_DIR
 
@@ -39,6 +57,7 @@ from array import array
 from typing import Any
 
 import orjson
+from workbench_cloud.bulk import FILE_TOKENS, BulkDir, HandoffError, file_name, pack, unpack_branches
 from workbench_cloud.stream import DirLog, Event, EventLog, KeyValueLog
 
 from workbench.store import train_records
@@ -49,6 +68,8 @@ from workbench.training.data import load_rollouts
 #: A trainer that hears nothing (not even a heartbeat) for this long takes its orchestrator for gone.
 ORPHAN_AFTER_S = 600.0
 HEARTBEAT_S = 30.0
+#: How the training worker's record of a saved checkpoint begins (an ``event`` record at its step).
+CHECKPOINT_SAVED = "checkpoint saved at step"
 _PAGE = 500
 
 
@@ -73,23 +94,52 @@ def encode_rollout(r: TrainRollout, pk: int) -> Event:
                              else {})} for b in r.branches]}
 
 
-def decode_rollout(ev: Event) -> TrainRollout:
-    branches = [Branch(_unb64("i", b["ids"]), _unb64("f", b["lps"]), list(base64.b64decode(b["mask"])),
-                       b.get("version"), _unb64("f", b["teacher"]) if "teacher" in b else None)
-                for b in ev["branches"]]
+def decode_rollout(ev: Event, bulk: BulkDir | None = None) -> TrainRollout:
+    """A rollout back from its event: arrays inline (:func:`encode_rollout`) or in the bulk file the
+    event names (:func:`rollout_events`; read through ``bulk``, which checks it)."""
+    if "file" in ev:
+        if bulk is None:
+            raise HandoffError(f"hand-off: rollout {ev.get('id')} is in a bulk file but this feed has no bulk directory")
+        branches = unpack_branches(bulk.read(ev["file"]), ev["branches"])
+    else:
+        branches = [Branch(_unb64("i", b["ids"]), _unb64("f", b["lps"]), list(base64.b64decode(b["mask"])),
+                           b.get("version"), _unb64("f", b["teacher"]) if "teacher" in b else None)
+                    for b in ev["branches"]]
     return TrainRollout(ev["id"], ev["group"], ev["reward"], branches, ev.get("status", "ok"), bool(ev.get("gold")),
                         int(ev["seq"]))
 
 
+def rollout_events(rollouts: list[TrainRollout], bulk: BulkDir, first_seq: int) -> list[Event]:
+    """The batch-log events of one shipment whose arrays go to one bulk file: ``first_seq`` is the
+    sequence number the first of them gets (the log has one writer, so it is known beforehand)."""
+    arrays, places = pack(rollouts)
+    ref = bulk.write(file_name(first_seq, first_seq + len(rollouts) - 1), arrays,
+                     {"rollouts": ",".join(r.id for r in rollouts)})
+    return [{"kind": "rollout", "pk": r.pk, "id": r.id, "group": r.group_id, "reward": r.reward, "status": r.status,
+             "gold": r.gold, "file": ref, "branches": spots} for r, spots in zip(rollouts, places, strict=True)]
+
+
+def append_rollouts(batches: EventLog, bulk: BulkDir | None, rollouts: list[TrainRollout]) -> int:
+    """Ship ``rollouts`` into the batch log (arrays in one bulk file when there is a bulk directory,
+    inline otherwise); the log's new head."""
+    if bulk is None:
+        return batches.append([encode_rollout(r, r.pk) for r in rollouts])
+    return batches.append(rollout_events(rollouts, bulk, batches.head() + 1))
+
+
 # -- where the two logs live ---------------------------------------------------------------------------
-def open_handoff(spec: dict[str, Any]) -> tuple[EventLog, EventLog]:
-    """(batch log, record log) of a hand-off spec: ``{"kind": "dir", "path": DIR}`` (two directories
-    under DIR) or ``{"kind": "modal_dict", "name": NAME}`` (one ``modal.Dict``, two key prefixes)."""
+def open_handoff(spec: dict[str, Any]) -> tuple[EventLog, EventLog, BulkDir | None]:
+    """(batch log, record log, bulk directory) of a hand-off spec: ``{"kind": "dir", "path": DIR}``
+    (three directories under DIR) or ``{"kind": "modal_dict", "name": NAME, "bulk": {"path": P,
+    "volume": V}}`` (one ``modal.Dict``, two key prefixes, and the folder P of the Volume V; without
+    ``bulk`` the arrays travel inline in the Dict)."""
     kind = spec.get("kind")
     if kind == "dir":
-        return DirLog(f"{spec['path']}/batches"), DirLog(f"{spec['path']}/records")
+        return DirLog(f"{spec['path']}/batches"), DirLog(f"{spec['path']}/records"), BulkDir(f"{spec['path']}/bulk")
     if kind == "modal_dict":
-        return KeyValueLog.modal(spec["name"], "b:"), KeyValueLog.modal(spec["name"], "r:")
+        bulk = spec.get("bulk")
+        return (KeyValueLog.modal(spec["name"], "b:"), KeyValueLog.modal(spec["name"], "r:"),
+                BulkDir.modal(bulk["path"], bulk["volume"]) if bulk else None)
     raise ValueError(f"unknown hand-off kind {kind!r}")
 
 
@@ -107,9 +157,9 @@ def _read_all(log: EventLog, after: int) -> list[Event]:
 class LogFeed:
     """The trainer's feed over the two logs (``workbench_local.training.feed.TrainFeed``)."""
 
-    def __init__(self, batches: EventLog, records: EventLog, *, orphan_after_s: float = ORPHAN_AFTER_S,
-                 parent_pid: int | None = None) -> None:
-        self.batches, self.records_log, self.orphan_after_s = batches, records, orphan_after_s
+    def __init__(self, batches: EventLog, records: EventLog, bulk: BulkDir | None = None, *,
+                 orphan_after_s: float = ORPHAN_AFTER_S, parent_pid: int | None = None) -> None:
+        self.batches, self.records_log, self.bulk, self.orphan_after_s = batches, records, bulk, orphan_after_s
         self.parent_pid = parent_pid  # the orchestrator's process, when it runs on this machine
         self.seen: set[str] = set()
         self.evaluated: set[int] = set()  # steps whose held-out eval the orchestrator has recorded
@@ -123,7 +173,7 @@ class LogFeed:
         for ev in events:
             if ev["kind"] == "rollout" and ev["id"] not in self.seen:
                 self.seen.add(ev["id"])
-                out.append(decode_rollout(ev))
+                out.append(decode_rollout(ev, self.bulk))
             elif ev["kind"] == "evaluated":
                 self.evaluated.add(int(ev["step"]))
         return out, events[-1]["seq"] if events else after
@@ -158,12 +208,16 @@ class HandoffBridge(threading.Thread):
     """Ships the run's finished rollouts from the store to the batch log and copies the trainer's
     records from the record log into the store, every ``every_s`` (see the module doc)."""
 
-    def __init__(self, db: Any, run_id: str, batches: EventLog, records: EventLog, *, every_s: float = 0.2,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, db: Any, run_id: str, batches: EventLog, records: EventLog, bulk: BulkDir | None = None, *,
+                 every_s: float = 0.2, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(daemon=True, name="handoff-bridge")
         self.conn = train_records.open_bridge(db)
-        self.run_id, self.batches, self.records = run_id, batches, records
+        self.run_id, self.batches, self.records, self.bulk = run_id, batches, records, bulk
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
+        self.page = _PAGE  # rollouts per shipment: fewer when they are long (a file holds FILE_TOKENS)
+        self.step_cursor: dict[int, int] = {}  # the batch-log cursor each step record says it consumed up to
+        self.checkpoints: list[int] = []  # the cursors of the checkpoints the trainer reported, in order
+        self.finished = False  # set when the run completed: stop() then removes the bulk files left
         self.shipped_pk = self._shipped_pk()
         self.evals_shipped: set[int] = set()  # a restarted bridge says them all again: the feed keeps a set
         self.last_append = 0.0
@@ -178,14 +232,16 @@ class HandoffBridge(threading.Thread):
 
     def ship(self) -> int:
         """Append the rollouts committed since the last call (or a heartbeat when due); how many."""
-        rollouts, last = load_rollouts(self.conn, self.run_id, after_pk=self.shipped_pk, limit=_PAGE)
+        rollouts, last = load_rollouts(self.conn, self.run_id, after_pk=self.shipped_pk, limit=self.page)
         evals = sorted(train_records.eval_steps(self.conn, self.run_id) - self.evals_shipped)
         now = time.monotonic()
         if evals:
             self.batches.append([{"kind": "evaluated", "pk": self.shipped_pk, "step": step} for step in evals])
             self.evals_shipped.update(evals)
         if rollouts:
-            self.batches.append([encode_rollout(r, r.pk) for r in rollouts])
+            append_rollouts(self.batches, self.bulk, rollouts)
+            tokens = sum(len(b.token_ids) for r in rollouts for b in r.branches)
+            self.page = max(1, min(_PAGE, FILE_TOKENS * len(rollouts) // max(1, tokens)))
         elif evals:
             last = self.shipped_pk
         elif now - self.last_append >= self.heartbeat_s:
@@ -195,6 +251,19 @@ class HandoffBridge(threading.Thread):
         self.shipped_pk, self.last_append = last, now
         return len(rollouts)
 
+    def _release(self, rows: list[dict[str, Any]]) -> None:
+        """Remove the bulk files no trainer can read again: those at or below the cursor of the
+        checkpoint before the newest one (a resumed trainer reads from its checkpoint's cursor; one
+        checkpoint of slack covers a newest checkpoint that never reached the volume)."""
+        for r in rows:
+            if r["kind"] == "step" and "last_pk" in r["metrics"]:
+                self.step_cursor[int(r["step"])] = int(r["metrics"]["last_pk"])
+            elif r["kind"] == "event" and str(r["message"]).startswith(CHECKPOINT_SAVED) \
+                    and int(r["step"]) in self.step_cursor:
+                self.checkpoints.append(self.step_cursor[int(r["step"])])
+        if self.bulk is not None and len(self.checkpoints) >= 2:
+            self.bulk.release(self.checkpoints[-2])
+
     def take_records(self) -> int:
         """Copy new trainer records into ``train_metric`` with the cursor, in one transaction."""
         key = records_cursor_key(self.run_id)
@@ -203,15 +272,17 @@ class HandoffBridge(threading.Thread):
         events = self.records.read(cursor, _PAGE)
         if not events:
             return 0
+        rows = [ev["row"] for ev in events]
         train_records.add_records(
             self.conn, self.run_id,
             [(int(r["step"]), r["kind"], orjson.dumps(r["metrics"]).decode(), r["message"], float(r["created_at"]))
-             for r in (ev["row"] for ev in events)],
+             for r in rows],
             key, str(events[-1]["seq"]))
+        self._release(rows)
         return len(events)
 
     def pump(self) -> None:
-        while self.ship() >= _PAGE:
+        while self.ship() >= self.page:
             pass
         while self.take_records() >= _PAGE:
             pass
@@ -233,6 +304,8 @@ class HandoffBridge(threading.Thread):
             self.join()
         try:
             self.pump()
+            if self.finished and self.bulk is not None:
+                self.bulk.release()  # a completed run resumes no more
         finally:
             self.conn.close()
 

@@ -141,6 +141,7 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
         outcome = asyncio.run(train(cfg, store, resume=run_id if resume else None, run_id=run_id, threads=threads,
                                     should_stop=stop_reason, on_start=lambda *_: ledger.start(), roles=roles))
         started = True
+        bridge.finished = outcome.status == "completed"  # its bulk files go: no trainer resumes a completed run
         return outcome.status
     finally:
         bridge.stop()

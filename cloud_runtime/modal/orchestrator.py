@@ -15,7 +15,9 @@ The launcher calls it with the run's spec, its job (run tables, stream, cost) an
    (:class:`~workbench_cloud.roles.ModalRoles`) points the rollouts at the inference URL and spawns
    the clustered trainer (:meth:`CloudRun.start_trainer`) running ``python -m
    workbench_cloud.handoff``, which reads its batches from the hand-off ``modal.Dict``
-   (``spec.train_dict_name``) that the job's bridge fills. The run tables are passed unchanged
+   (``spec.train_dict_name``) that the job's bridge fills with control records, and the
+   rollouts' arrays from the files the bridge writes and commits in ``RUN_DIR/handoff`` on the run
+   volume (reloading until a file is visible). The run tables are passed unchanged
    (their ``[cloud]`` table is the plan's);
 4. hands the run over before Modal's 24 h limit (``workbench_cloud.resume``): the run stops right
    after a checkpoint, the store is snapshotted onto the volume, and a fresh ``orchestrator`` call
@@ -194,7 +196,9 @@ def orchestrate(spec_json: str, job: dict[str, Any], inference_fn: Any, trainer_
     inference = inference_fn.spawn(spec_json)
     run = CloudRun(spec, "", trainer_fn, [inference])
     t0 = time.monotonic()
-    handoff = {"kind": "modal_dict", "name": spec.train_dict_name}
+    # Control records in the Dict, the rollouts' arrays in files on the run volume (workbench_cloud.handoff).
+    handoff = {"kind": "modal_dict", "name": spec.train_dict_name,
+               "bulk": {"path": f"{spec.run_dir}/handoff", "volume": spec.volume_name}}
     respawn = None
     try:
         run.inference_url = wait_for_url(lambda: state.get("inference_url"), call_alive(inference, "inference"),
