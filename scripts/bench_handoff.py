@@ -17,8 +17,10 @@ each is written by the bridge's code (``handoff.append_rollouts``: packing, file
 and then read by the trainer's feed (``LogFeed.read``: log, checksum, decode into the token lists the
 trainer takes), and compared with what was sent (outside the timings). Building the rollouts is not
 timed. The files are in the page cache when read (same machine), as on the local backend. Prints,
-for each path, write/read/total seconds, MB/s of array payload (9 bytes a token), the bytes in the
-log, the largest single event, and the bytes in files; ends with one JSON line.
+for each path, write/read/total seconds (and the process's CPU seconds, steadier on a busy machine),
+MB/s of array payload (9 bytes a token), the bytes in the log, the largest single event, and the
+bytes in files; then the floor both paths share (the trainer's ``Branch`` holds Python lists: the
+list <-> array conversion alone, no I/O); ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench_cloud.bulk import FILE_TOKENS, BulkDir  # noqa: E402
+from workbench_cloud.bulk import FILE_TOKENS, BulkDir, pack, unpack_branches  # noqa: E402
 from workbench_cloud.handoff import LogFeed, append_rollouts  # noqa: E402
 from workbench_cloud.stream import DirLog  # noqa: E402
 
@@ -72,21 +74,34 @@ def run(rollouts: int, tokens: int, seed: int, root: Path) -> dict[str, Any]:
         batches, records = DirLog(root / name / "batches"), DirLog(root / name / "records")
         bulk = BulkDir(root / name / "bulk") if name == "bulk" else None
         sides[name] = (batches, bulk, LogFeed(batches, records, bulk))
-        paths[name] = {"path": name, "write_s": 0.0, "read_s": 0.0, "file_bytes": 0, "files": 0, "cursor": 0}
+        paths[name] = {"path": name, "write_s": 0.0, "read_s": 0.0, "cpu_s": 0.0, "file_bytes": 0, "files": 0,
+                       "cursor": 0}
+    floor = {"path": "lists", "write_s": 0.0, "read_s": 0.0, "cpu_s": 0.0}
     for first in range(0, rollouts, per_file):
         shipment = make_shipment(rng, first, min(per_file, rollouts - first), tokens)
         for name, (batches, bulk, feed) in sides.items():
             stats = paths[name]
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             append_rollouts(batches, bulk, shipment)
             t1 = time.perf_counter()
             got, stats["cursor"] = feed.read(stats["cursor"])
             t2 = time.perf_counter()
             stats["write_s"] += t1 - t0
             stats["read_s"] += t2 - t1
+            stats["cpu_s"] += time.process_time() - c0
             if not same(shipment, got):
                 raise SystemExit(f"bench_handoff: the {name} path changed the rollouts {first}..{first + len(got)}")
             del got
+        # The floor both paths share: the trainer's Branch holds Python lists, so every token is
+        # converted list -> array on the way out and array -> list on the way in.
+        c0, t0 = time.process_time(), time.perf_counter()
+        arrays, places = pack(shipment)
+        t1 = time.perf_counter()
+        for spots in places:
+            unpack_branches(arrays, spots)
+        floor["write_s"] += t1 - t0
+        floor["read_s"] += time.perf_counter() - t1
+        floor["cpu_s"] += time.process_time() - c0
     payload = rollouts * tokens * PAYLOAD_BYTES_PER_TOKEN
     for name, (batches, bulk, _feed) in sides.items():
         stats = paths.pop(name)
@@ -100,10 +115,14 @@ def run(rollouts: int, tokens: int, seed: int, root: Path) -> dict[str, Any]:
                      events=len(lines))
         total = stats["write_s"] + stats["read_s"]
         stats.update(total_s=round(total, 3), write_s=round(stats["write_s"], 3), read_s=round(stats["read_s"], 3),
-                     mb_per_s=round(payload / total / 1e6, 1))
+                     cpu_s=round(stats["cpu_s"], 3), mb_per_s=round(payload / total / 1e6, 1))
         paths[name] = stats
+    total = floor["write_s"] + floor["read_s"]
+    floor.update(total_s=round(total, 3), write_s=round(floor["write_s"], 3), read_s=round(floor["read_s"], 3),
+                 cpu_s=round(floor["cpu_s"], 3), mb_per_s=round(payload / total / 1e6, 1))
     return {"rollouts": rollouts, "tokens_per_rollout": tokens, "tokens": rollouts * tokens,
             "payload_bytes": payload, "rollouts_per_file": per_file, "runs": [paths["bulk"], paths["inline"]],
+            "lists_floor": floor,
             "speedup": round(paths["inline"]["total_s"] / paths["bulk"]["total_s"], 2),
             "log_bytes_ratio": round(paths["inline"]["log_bytes"] / paths["bulk"]["log_bytes"], 1)}
 
@@ -123,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         mb = out["payload_bytes"] / 1e6
         print(f"hand-off of {out['rollouts']} rollouts x {out['tokens_per_rollout']} tokens = {out['tokens']:,} "
               f"tokens ({mb:,.0f} MB of arrays), {out['rollouts_per_file']} rollouts a shipment")
-        for r in out["runs"]:
+        for r in [*out["runs"], out["lists_floor"]]:
             files = f", {r['file_bytes'] / 1e6:,.1f} MB in {r['files']} files" if r["path"] == "bulk" else ""
+            log = (f"  log {r['log_bytes'] / 1e6:9.3f} MB ({r['events']} events, largest "
+                   f"{r['largest_event_bytes']:,} B){files}" if "log_bytes" in r else
+                   "  (list <-> array conversion alone, no I/O: the floor of both)")
             print(f"  {r['path']:<6}  write {r['write_s']:7.2f} s  read+verify {r['read_s']:7.2f} s  "
-                  f"total {r['total_s']:7.2f} s  {r['mb_per_s']:7.1f} MB/s  log {r['log_bytes'] / 1e6:9.3f} MB "
-                  f"({r['events']} events, largest {r['largest_event_bytes']:,} B){files}")
+                  f"total {r['total_s']:7.2f} s (cpu {r['cpu_s']:6.2f} s)  {r['mb_per_s']:7.1f} MB/s{log}")
         print(f"  bulk is {out['speedup']}x faster and puts {out['log_bytes_ratio']}x fewer bytes in the log")
     print(json.dumps(out, sort_keys=True))
     return 0

@@ -202,3 +202,19 @@ def test_a_feed_without_a_bulk_directory_says_so(tmp_path: Path) -> None:
     log.append([ev])
     with pytest.raises(HandoffError, match="has no bulk directory"):
         LogFeed(log, DirLog(tmp_path / "r")).read(0)
+
+
+@pytest.mark.slow
+def test_the_bench_script_compares_both_paths_and_leaves_no_file() -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "bench_handoff.py"), "--rollouts", "5", "--tokens",
+                          "64", "--json"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    bulk, inline = result["runs"]
+    assert (bulk["path"], inline["path"]) == ("bulk", "inline") and result["tokens"] == 320
+    assert bulk["files"] == 1 and bulk["files_left"] == 0 and bulk["log_bytes"] < inline["log_bytes"]
