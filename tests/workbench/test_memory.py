@@ -94,6 +94,7 @@ def _named_shapes(model: Any) -> dict[str, tuple[tuple[int, ...], bool]]:
     return {n: (tuple(p.shape), p.requires_grad) for n, p in model.named_parameters()}
 
 
+@pytest.mark.slow  # importing transformers and peft takes seconds
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize("tied", [True, False])
 def test_decoder_param_shapes_equal_hugging_face_models(tied: bool) -> None:
