@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import cli_environment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +31,7 @@ def test_plan_json_for_the_28_node_config(tmp_path: Path) -> None:
     assert d["sharding"] == "fsdp"
 
 
+@pytest.mark.slow
 def test_plan_names_the_sharding_it_assumes(tmp_path: Path) -> None:
     """FSDP shards the 355B model's state over 80 trainer GPUs; a whole replica per GPU (ddp) cannot fit."""
     p = run(["launch", "arithmetic", "--config", str(CONFIG_28), "--plan", "--json", "--trainer.sharding", "ddp"],
