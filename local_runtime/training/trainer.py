@@ -19,6 +19,9 @@ How the async loop (issue 5, item 3) drives it::
   balanced shard (``packing.shard``), the losses are normalised by step-wide token counts and the
   gradients all-reduced with SUM, so N ranks take exactly the step one process would. Pass
   ``shard=False`` when each rank already holds only its own samples. Only rank 0 writes checkpoints.
+* ``sharding = "fsdp"`` (with a process group): FSDP2 shards the weights, gradients and optimizer state
+  over the ranks (``sharding.py``); the backward pass reduce-scatters the gradients (summed, as above),
+  every rank runs as many passes as the busiest one, and ``state_bytes`` is this rank's share.
 * Trainer logprobs are ``log_softmax(logits / temperature)`` of the sampled tokens; set
   ``temperature`` to the sampling temperature so they match the inference logprobs.
 * Metrics (floats): ``loss``, ``entropy`` (mean over sampled tokens), ``mismatch_kl``,
@@ -40,7 +43,7 @@ from typing import Any
 
 from workbench_local.models import lora
 from workbench_local.training import checkpoint as ckpt
-from workbench_local.training import shared_prefix
+from workbench_local.training import sharding, shared_prefix
 from workbench_local.training.context_parallel import require_ring_attention
 from workbench_local.training.distributed import all_reduce_, rank_world
 from workbench_local.training.losses import Loss, LossBatch, build_loss, token_weights
@@ -70,6 +73,10 @@ class Trainer:
         self.rank, self.world_size = rank_world()
         self.device = lora.resolve_device(cfg.device)
         dtype = lora.resolve_dtype(cfg.dtype, self.device)
+        self.sharded = cfg.sharding == "fsdp" and sharding.process_group_ready()
+        mixed = self.sharded and sharding.mixed_precision(self.device, cfg.dtype)
+        if mixed:
+            dtype = torch.float32  # FSDP keeps float32 shards and computes in bfloat16
         torch.manual_seed(cfg.seed)  # identical LoRA init on every rank and every run
         model = lora.load_base_model(cfg.model, dtype=dtype, device=self.device, allow_download=cfg.allow_download)
         self.reference: Any = None
@@ -92,8 +99,16 @@ class Trainer:
         if self.reference is not None:
             self.reference = PolicyForward(self.reference, temperature=cfg.temperature, compute_entropy=False,
                                            loss_chunk_tokens=cfg.loss_chunk_tokens)
+        if cfg.sharding == "fsdp":
+            layers = sharding.check_shardable(model, cfg.model)
+            if self.sharded:
+                sharding.shard_policy(self.policy, layers, device=self.device, mixed=mixed)
+                if self.reference is not None:
+                    sharding.shard_policy(self.reference, sharding.check_shardable(self.reference.model, cfg.model),
+                                          device=self.device, mixed=mixed, keep_root_gathered=False)
         self.shares_prefix = cfg.shared_prefix and shared_prefix.supports(model)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = [p for p in model.parameters() if p.requires_grad]  # after sharding: the sharded ones
+        self.state_bytes: dict[str, int] = {}  # this rank's training state at the last step (sharding.state_bytes)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         warm = max(0, cfg.warmup_steps)
@@ -122,13 +137,17 @@ class Trainer:
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        all_reduce_([p.grad for p in self.params])
         clip = self.config.max_grad_norm if self.config.max_grad_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        if self.sharded:  # FSDP reduce-scattered (summed) the gradients in the backward pass
+            grad_norm = sharding.grad_norm_and_clip(self.params, clip)
+        else:
+            all_reduce_([p.grad for p in self.params])
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
         if not math.isfinite(grad_norm):
             return self._skip(f"non-finite gradient norm ({grad_norm})", base, t0)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        self.state_bytes = sharding.state_bytes(self.model.parameters(), self.optimizer)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
@@ -177,19 +196,37 @@ class Trainer:
 
     def _run(self, mbs: list[MicroBatch], base: dict[str, float], *, backward: bool,
              loss: Loss | None = None) -> tuple[dict[str, Any], str | None]:
-        """Forward (and backward) every micro-batch; summed metrics, and why it stopped early."""
+        """Forward (and backward) every micro-batch; summed metrics, and why the step must be skipped.
+        Under FSDP every rank runs as many passes as the rank with the most micro-batches (the extra
+        ones weigh zero) and finishes them all even after a non-finite loss: they are collectives."""
         import torch
 
         sums: dict[str, torch.Tensor] = {}
-        for i, mb in enumerate(mbs):
+        bad: str | None = None
+        passes = len(mbs)
+        if self.sharded:
+            most = torch.tensor([float(passes)])
+            all_reduce_([most], op="max")
+            passes = int(most.item())
+        for i in range(passes):
+            mb = mbs[i] if i < len(mbs) else self._padding_batch()
             value, metrics = self._forward(mb, base["loss_tokens"], base["samples"], loss or self.loss)
             if not torch.isfinite(value):
-                return sums, f"non-finite loss ({float(value.detach())}) in micro-batch {i} on rank {self.rank}"
+                bad = bad or f"non-finite loss ({float(value.detach())}) in micro-batch {i} on rank {self.rank}"
+                if not self.sharded:
+                    return sums, bad
             if backward:
                 value.backward()
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, torch.zeros((), dtype=torch.float64)) + v.detach().double().cpu()
-        return sums, None
+            if i < len(mbs):
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, torch.zeros((), dtype=torch.float64)) + v.detach().double().cpu()
+        return sums, bad
+
+    def _padding_batch(self) -> MicroBatch:
+        """A two-token micro-batch with nothing to learn from: its loss and gradient are zero."""
+        pad = self.config.pad_id
+        return collate([TrainSample([pad, pad], [0, 0], [0.0, 0.0], [0.0, 0.0])], self.config.micro_batch_tokens,
+                       pad, self.device)
 
     def _forward(self, mb: MicroBatch, n_loss: float, n_seq: float, loss: Loss) -> tuple[Any, dict[str, Any]]:
         cfg = self.config
