@@ -44,11 +44,21 @@ class Launched:
 def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threads: int | None = None,
                  on_event: Callable[[Event], None] | None = None, on_start: Callable[[str], None] | None = None,
                  timeout_s: float | None = None) -> Launched:
-    """Run ``run`` (a resolved RunConfig) through the whole launch pipeline with local processes."""
+    """Run ``run`` (a resolved RunConfig) through the whole launch pipeline with local processes; a trainer
+    of ``trainer.nodes`` × ``trainer.ranks`` processes runs as torchrun nodes on this machine, checked to
+    fit it before anything starts."""
+    from workbench_local.training.launcher import check_placement
+    from workbench_local.training.trainer_config import TrainerConfig
+
     from workbench.bundles.bundle import build_bundle
     from workbench.cost.budgets import spent_usd
     from workbench.runs.evaluate import new_run_id
 
+    trainer = TrainerConfig.from_dict(run.trainer)
+    if trainer.nodes > LocalBackend.max_trainer_nodes:
+        raise ConfigError(f"trainer.nodes = {trainer.nodes}: --backend local runs at most "
+                          f"{LocalBackend.max_trainer_nodes} trainer nodes")
+    check_placement(trainer.nodes, trainer.ranks, trainer.device)
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()
     work = data_dir() / "remote" / run_id
@@ -135,6 +145,7 @@ class LocalBackend:
     takes = "run"
     notice = ""
     label = "local (this machine's CPU)"
+    max_trainer_nodes = 8  # torchrun nodes, all on this machine (``workbench_local.training.launcher``)
 
     def preflight(self, conn: Any, *, env: str | None, config_file: str | None = None, max_steps: int | None = None,
                   budget_usd: float | None = None, overrides: dict[str, Any] | None = None) -> Any:

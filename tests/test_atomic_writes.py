@@ -60,7 +60,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("local_runtime/server/embedded.py", "start_server", "open('wb')"): "the embedded server's log",
     ("local_runtime/training/roles.py", "LocalRoles.start_trainer", "open('ab')"): "the trainer's log, appended",
     ("cloud_runtime/launch.py", "launch_local", "open('ab')"): "the job's log, appended",
-    ("cloud_runtime/modal/trainer.py", "launch_ranks", "open('ab')"): "a rank's log, appended",
+    ("cloud_runtime/modal/trainer.py", "run_node", "open('ab')"): "a node's log, appended",
+    ("local_runtime/training/launcher.py", "start_local_nodes", "open('ab')"): "the trainer's log, appended",
     ("cloud_runtime/stream.py", "DirLog.append", "open('ab')"): "the record stream, appended line by line",
     # lock files: opened for flock, their content never read
     ("local_runtime/models/tiny_model.py", "ensure_tiny_model", "open('w')"): "a lock file",

@@ -41,6 +41,7 @@ COMMANDS: list[tuple[str, tuple[str, ...]]] = [
     ("hub pull", ()), ("hub search", ()), ("hub versions", ()), ("hub show", ()), ("hub fork", ()), ("hub remove", ()),
     ("mcp", ("--http",)),
     ("train", ("--json",)),
+    ("launch", ("--backend", "--nodes", "--json")),
 ]
 
 def _click_choices(path: str, option: str) -> set[str]:

@@ -114,6 +114,8 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
     spec = modal_spec_for(launch, plan, bundle, run_id, run_secrets())
     stream = {"kind": "modal_dict", "name": spec.events_dict_name}
     tables = json.loads(json.dumps(run.raw))
+    # The plan decides the trainer's shape on Modal: its nodes, one process per GPU (the run's records say so).
+    tables["trainer"].update(nodes=spec.trainer_nodes, ranks=spec.gpus_per_node)
     job = {"config": tables, "stream": stream, "cost": default_cost(spec)}
     store.create_run(run_id, kind="train", env_name=bundle.env, env_version=bundle.env_version,
                      env_source=str(bundle.path), env_args=run.env_args, model=spec.base_model, base_url="",
@@ -153,6 +155,10 @@ class ModalBackend:
     takes = "launch"
     notice = UNVERIFIED
     label = "modal — unverified: never run on Modal from this project"
+    # The trainer's @modal.clustered size (cloud.trainer_nodes, or --nodes). Modal's multi-node guide
+    # documents clusters of up to 32 H100s (4 nodes) with 64 announced; larger ones are arranged with
+    # Modal. This bound is this project's assumption, never checked against Modal.
+    max_trainer_nodes = 64
 
     def preflight(self, conn: Any, *, env: str | None, config_file: str | None = None, max_steps: int | None = None,
                   budget_usd: float | None = None, overrides: dict[str, Any] | None = None) -> Any:

@@ -6,34 +6,31 @@ same call in every container of the cluster; each container
 
 1. reads its node rank and the nodes' addresses from ``modal.Cluster.from_context()``
    (:func:`cluster_view`; a single node without a cluster is rank 0 of one);
-2. derives every local process's ``MASTER_ADDR`` / ``MASTER_PORT`` / ``RANK`` / ``WORLD_SIZE`` /
-   ``LOCAL_RANK`` (:func:`rank_envs`, a pure function: node 0's address is the rendezvous, global
-   rank = node rank × GPUs per node + local rank) — what ``torchrun`` would set, without its
-   elastic agent;
-3. starts one process per GPU (:func:`launch_ranks`): ``python -m workbench_cloud.modal.trainer
-   MODULE ARGS...``, which pins its GPU, joins the group (``workbench_local.training.distributed.init_from_env``,
-   NCCL) and runs ``MODULE`` as ``__main__`` — by default the training worker
-   ``workbench_local.training.worker`` (the Trainer takes its rank and world size from the group);
-4. on node 0, commits the run volume whenever the run folder changes (:class:`VolumeCommitter`), so
-   a new adapter becomes visible to the inference nodes, which reload before loading it.
+2. runs one ``torchrun`` agent (:func:`node_command`: the command line every trainer of this project
+   starts with, ``workbench_local.training.launcher.torchrun_argv``) with this container's node rank,
+   one process per GPU, and a c10d rendezvous at node 0's address; each process pins its GPU, joins
+   the group (NCCL) and runs ``MODULE`` as ``__main__`` (``workbench_local.training.launcher.rank_main``)
+   — by default the training worker ``workbench_local.training.worker``;
+3. commits the run volume whenever the run folder changes (:class:`VolumeCommitter`), so a new
+   adapter becomes visible to the inference nodes, which reload before loading it. Every node
+   commits: the rendezvous, not the container rank, decides which node holds global rank 0, the one
+   that writes adapters and checkpoints (a node that wrote nothing has nothing to commit).
 
-Only cluster rank 0's return value reaches the caller (Modal's rule for clustered functions); it is
-the first non-zero exit code of that node's processes, or 0.
+Only cluster rank 0's return value reaches the caller (Modal's rule for clustered functions): its
+agent's exit code, non-zero when any rank of the group failed.
 """
 
 from __future__ import annotations
 
 import os
-import runpy
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench_cloud.modal.spec import MASTER_PORT
+from workbench_local.training.launcher import torchrun_argv
 
 DEFAULT_WORKER = "workbench_local.training.worker"
 
@@ -67,92 +64,30 @@ def url_host(ip: str) -> str:
     return f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
 
 
-def rank_envs(view: ClusterView, gpus_per_node: int, master_port: int = MASTER_PORT) -> list[dict[str, str]]:
-    """The torch.distributed environment of each process on node ``view.rank``, by local rank."""
+def node_command(view: ClusterView, gpus_per_node: int, argv: Sequence[str], rdzv_id: str,
+                 master_port: int = MASTER_PORT) -> list[str]:
+    """The torchrun agent of node ``view.rank``: ``gpus_per_node`` processes running ``python -m
+    *argv``, meeting node 0's address (the rendezvous store) under ``rdzv_id``; on one node,
+    everything on the loopback address."""
     if gpus_per_node < 1:
         raise ValueError("gpus_per_node must be at least 1")
     if not view.ips or not 0 <= view.rank < view.nodes:
         raise ValueError(f"node rank {view.rank} is outside a cluster of {view.nodes} node(s)")
-    master = view.ips[0] if view.nodes > 1 else "127.0.0.1"
-    world = view.nodes * gpus_per_node
-    return [{
-        "MASTER_ADDR": master,
-        "MASTER_PORT": str(master_port),
-        "WORLD_SIZE": str(world),
-        "RANK": str(view.rank * gpus_per_node + local),
-        "LOCAL_RANK": str(local),
-        "LOCAL_WORLD_SIZE": str(gpus_per_node),
-        "NODE_RANK": str(view.rank),
-        "GROUP_RANK": str(view.rank),
-        "NNODES": str(view.nodes),
-    } for local in range(gpus_per_node)]
+    master, here = (view.ips[0], view.ips[view.rank]) if view.nodes > 1 else ("127.0.0.1", "127.0.0.1")
+    return torchrun_argv(argv, nodes=view.nodes, ranks_per_node=gpus_per_node, node_rank=view.rank,
+                         endpoint=f"{url_host(master)}:{master_port}", rdzv_id=rdzv_id, local_addr=here)
 
 
-def launch_ranks(envs: Sequence[Mapping[str, str]], argv: Sequence[str], *, poll_s: float = 0.5,
-                 base_env: Mapping[str, str] | None = None, log_dir: Path | None = None) -> int:
-    """Run ``python -m workbench_cloud.modal.trainer *argv`` once per entry of ``envs``; wait for all.
-    The first process to fail stops the others; returns its exit code, or 0 when all succeed."""
-    base = dict(os.environ if base_env is None else base_env)
-    procs: list[subprocess.Popen[bytes]] = []
-    logs = []
-    try:
-        for env in envs:
-            out = None
-            if log_dir is not None:
-                log_dir.mkdir(parents=True, exist_ok=True)
-                out = open(log_dir / f"rank{env['RANK']}.log", "ab")  # noqa: SIM115 (closed below)
-                logs.append(out)
-            procs.append(subprocess.Popen([sys.executable, "-m", "workbench_cloud.modal.trainer", *argv],
-                                          env={**base, **env}, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT if out else None))
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = next((c for c in codes if c not in (None, 0)), None)
-            if failed is not None:
-                return failed
-            if all(c == 0 for c in codes):
-                return 0
-            time.sleep(poll_s)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
-
-
-def rank_main(argv: Sequence[str]) -> int:
-    """One rank: pin the GPU of ``LOCAL_RANK``, join the group, run ``argv[0]`` as ``__main__``."""
-    if not argv:
-        print("usage: python -m workbench_cloud.modal.trainer MODULE [ARGS...]", file=sys.stderr)
-        return 2
-    import torch
-    import torch.distributed as dist
-    from workbench_local.training.distributed import init_from_env
-
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    init_from_env()
-    module, *rest = argv
-    sys.argv = [module, *rest]
-    code: int | str | None = 0
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        code = e.code
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        return 1
-    return int(code or 0)
+def run_node(command: Sequence[str], *, base_env: Mapping[str, str] | None = None, log: Path | None = None) -> int:
+    """Run a node's agent to its end (its output to ``log`` when given, else inherited); its exit code.
+    The agent stops its ranks when one fails."""
+    env = dict(os.environ if base_env is None else base_env)
+    if log is None:
+        return subprocess.run(list(command), env=env, stdin=subprocess.DEVNULL, check=False).returncode
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.run(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                              check=False).returncode
 
 
 class VolumeCommitter:
@@ -225,17 +160,10 @@ def train_node(spec_json: str, argv: list[str]) -> int:
     runs = modal.Volume.from_name(spec.volume_name)
     runs.reload()  # the orchestrator's config.json and any checkpoint to resume from
     modal.Volume.from_name(spec.hf_cache_volume).reload()  # weights the orchestrator prefetched
-    envs = rank_envs(view, spec.gpus_per_node)
-    argv = list(argv) or [DEFAULT_WORKER]
-    print(f"trainer node {view.rank}/{view.nodes}: ranks {envs[0]['RANK']}..{envs[-1]['RANK']} of "
-          f"{envs[0]['WORLD_SIZE']}, rendezvous {envs[0]['MASTER_ADDR']}:{envs[0]['MASTER_PORT']}", flush=True)
+    command = node_command(view, spec.gpus_per_node, list(argv) or [DEFAULT_WORKER], spec.run_id)
+    print(f"trainer node {view.rank}/{view.nodes}: {spec.gpus_per_node} ranks of {view.nodes * spec.gpus_per_node}, "
+          f"rendezvous {url_host(view.ips[0]) if view.nodes > 1 else '127.0.0.1'}:{MASTER_PORT}", flush=True)
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if view.rank != 0:  # only global rank 0 writes adapters and checkpoints
-        return launch_ranks(envs, argv)
     with VolumeCommitter(run_dir, runs.commit):
-        return launch_ranks(envs, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(rank_main(sys.argv[1:]))
+        return run_node(command)

@@ -1,8 +1,10 @@
-"""The local roles of ``workbench train``: the embedded server and a trainer worker process on this machine
-(:class:`workbench.training.roles.TrainRoles`)."""
+"""The local roles of ``workbench train``: the embedded server and the trainer on this machine
+(:class:`workbench.training.roles.TrainRoles`): one worker process, or a group of torchrun nodes when the
+run's ``[trainer]`` asks for more than one process (``nodes`` × ``ranks``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from workbench_local.server.embedded import start_server, terminate
+from workbench_local.training.launcher import check_placement, start_local_nodes
+from workbench_local.training.trainer_config import TrainerConfig
 
 from workbench.training.roles import Inference, WorkerProcess
 
@@ -34,16 +38,24 @@ class LocalRoles:
 
     def start_trainer(self, db: Path, run_id: str, server_root: str | None, rdir: Path,
                       threads: int | None) -> tuple[WorkerProcess, Path | None]:
+        """One process, or (``trainer.nodes`` × ``trainer.ranks`` > 1) one torchrun agent per node on this
+        machine (``workbench_local.training.launcher``), sharing the trainer's threads."""
         log = rdir / "trainer.log"
         env = dict(os.environ)
         env.setdefault("HF_HUB_OFFLINE", "1")
-        cmd = [sys.executable, "-m", self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
-               *(["--server", server_root] if server_root else []), "--dir", str(rdir)]
+        argv = [self.worker_module, *self.trainer_args(db, run_id), "--run", run_id,
+                *(["--server", server_root] if server_root else []), "--dir", str(rdir)]
         # The server takes half the cores by default; the trainer, unless told, the other half (torch
         # would take them all and the two would contend for every core).
-        cmd += ["--threads", str(threads or max(1, min(8, (os.cpu_count() or 1) // 2)))]
+        total = threads or max(1, min(8, (os.cpu_count() or 1) // 2))
+        shape = TrainerConfig.from_dict(json.loads((rdir / "config.json").read_text())["trainer"])
+        check_placement(shape.nodes, shape.ranks, shape.device)  # before any process starts
+        if shape.world_size > 1:
+            return start_local_nodes(argv, nodes=shape.nodes, ranks=shape.ranks, rdzv_id=run_id, log=log,
+                                     threads=total, env=env), log
         with open(log, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen([sys.executable, "-m", *argv, "--threads", str(total)], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         return proc, log
 
 

@@ -25,7 +25,7 @@ import pytest
 from workbench_cloud.modal.inference import AdapterGate, vllm_command, vllm_lora_rank
 from workbench_cloud.modal.orchestrator import CloudRun, wait_for_url
 from workbench_cloud.modal.spec import BUNDLE_PATH, HF_CACHE_PATH, RUNS_PATH, ModalSpec
-from workbench_cloud.modal.trainer import ClusterView, VolumeCommitter, launch_ranks, rank_envs, url_host
+from workbench_cloud.modal.trainer import ClusterView, VolumeCommitter, node_command, run_node, url_host
 
 from workbench.errors import ConfigError
 
@@ -82,27 +82,32 @@ def test_spec_checks_and_keeps_secret_values_out(bundle: Path) -> None:
 IPS = ("fdaa:1:2::a", "fdaa:1:2::b")
 
 
-def test_rank_envs_two_nodes_of_eight_gpus() -> None:
-    node0 = rank_envs(ClusterView(0, IPS), gpus_per_node=8, master_port=29500)
-    node1 = rank_envs(ClusterView(1, IPS), gpus_per_node=8, master_port=29500)
-    assert len(node0) == len(node1) == 8
-    assert [e["RANK"] for e in node0] == [str(r) for r in range(8)]
-    assert [e["RANK"] for e in node1] == [str(r) for r in range(8, 16)]
-    assert [e["LOCAL_RANK"] for e in node1] == [str(r) for r in range(8)]
-    for env in node0 + node1:
-        assert env["WORLD_SIZE"] == "16" and env["LOCAL_WORLD_SIZE"] == "8" and env["NNODES"] == "2"
-        assert env["MASTER_ADDR"] == IPS[0] and env["MASTER_PORT"] == "29500"  # node 0 is the rendezvous
-    assert {e["NODE_RANK"] for e in node1} == {"1"}
-    assert len({e["RANK"] for e in node0 + node1}) == 16
+def _flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
 
 
-def test_rank_envs_one_node_and_bad_input() -> None:
-    envs = rank_envs(ClusterView(0, ("127.0.0.1",)), gpus_per_node=8)
-    assert envs[0]["MASTER_ADDR"] == "127.0.0.1" and envs[-1]["RANK"] == "7" and envs[0]["WORLD_SIZE"] == "8"
+def test_node_command_two_nodes_of_eight_gpus() -> None:
+    node0 = node_command(ClusterView(0, IPS), gpus_per_node=8, argv=["m", "--run", "r"], rdzv_id="run-1",
+                         master_port=29500)
+    node1 = node_command(ClusterView(1, IPS), gpus_per_node=8, argv=["m", "--run", "r"], rdzv_id="run-1",
+                         master_port=29500)
+    for rank, cmd in enumerate((node0, node1)):
+        assert cmd[1:3] == ["-m", "torch.distributed.run"]
+        assert _flag(cmd, "--nnodes") == "2" and _flag(cmd, "--nproc-per-node") == "8"
+        assert _flag(cmd, "--rdzv-backend") == "c10d"
+        assert _flag(cmd, "--rdzv-endpoint") == f"[{IPS[0]}]:29500"  # node 0 is the rendezvous
+        assert _flag(cmd, "--local-addr") == IPS[rank] and _flag(cmd, "--rdzv-id") == "run-1"
+        assert json.loads(cmd[-1]) == ["m", "--run", "r"]  # the worker's own command line, as one argument
+    assert _flag(node0, "--rdzv-conf") == "is_host=1" and _flag(node1, "--rdzv-conf") == "is_host=0"
+
+
+def test_node_command_one_node_and_bad_input() -> None:
+    cmd = node_command(ClusterView(0, ("10.0.0.5",)), gpus_per_node=8, argv=["m"], rdzv_id="r")
+    assert _flag(cmd, "--rdzv-endpoint").startswith("127.0.0.1:") and _flag(cmd, "--local-addr") == "127.0.0.1"
     with pytest.raises(ValueError):
-        rank_envs(ClusterView(2, IPS), gpus_per_node=8)
+        node_command(ClusterView(2, IPS), gpus_per_node=8, argv=["m"], rdzv_id="r")
     with pytest.raises(ValueError):
-        rank_envs(ClusterView(0, IPS), gpus_per_node=0)
+        node_command(ClusterView(0, IPS), gpus_per_node=0, argv=["m"], rdzv_id="r")
     assert url_host(IPS[0]) == f"[{IPS[0]}]" and url_host("10.0.0.1") == "10.0.0.1"
 
 
@@ -112,45 +117,52 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _loopback_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1",
+            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 @pytest.mark.slow
-def test_launch_ranks_forms_one_group_across_two_nodes(tmp_path: Path) -> None:
-    """Two 'nodes' of two ranks each (all on this machine, gloo on CPU): every process joins one
-    group of four with the rank its environment says, through the same entry the cloud uses."""
+def test_two_nodes_form_one_group_through_torchrun(tmp_path: Path) -> None:
+    """Two 'nodes' of two ranks each (all on this machine, gloo on the loopback interface): every
+    process joins one group of four through the command the cloud nodes run."""
     pytest.importorskip("torch")
     port = _free_port()
     view = ("127.0.0.1", "127.0.0.1")
     codes: dict[int, int] = {}
 
     def node(rank: int) -> None:
-        envs = rank_envs(ClusterView(rank, view), gpus_per_node=2, master_port=port)
-        codes[rank] = launch_ranks(envs, [__name__, "probe", str(tmp_path)], poll_s=0.1,
-                                   base_env={**os.environ, "OMP_NUM_THREADS": "1"})
+        cmd = node_command(ClusterView(rank, view), gpus_per_node=2, argv=[__name__, "probe", str(tmp_path)],
+                           rdzv_id="test-two-nodes", master_port=port)
+        codes[rank] = run_node(cmd, base_env=_loopback_env(), log=tmp_path / f"node{rank}.log")
 
     threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(240)
-    assert codes == {0: 0, 1: 0}
+        t.join(300)
+    logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("node*.log")))
+    assert codes == {0: 0, 1: 0}, logs
     seen = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda d: d["rank"])
     assert [d["rank"] for d in seen] == [0, 1, 2, 3]
-    assert [d["local_rank"] for d in seen] == [0, 1, 0, 1]
+    assert sorted(d["local_rank"] for d in seen) == [0, 0, 1, 1]
+    assert {d["master"] for d in seen} == {"127.0.0.1"}
     assert all(d["world"] == 4 and d["sum"] == 1 + 2 + 3 + 4 for d in seen)  # an all-reduce over all four
 
 
 @pytest.mark.slow
-def test_launch_ranks_stops_the_node_when_a_rank_fails(tmp_path: Path) -> None:
+def test_a_failed_rank_stops_the_node(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    envs = rank_envs(ClusterView(0, ("127.0.0.1",)), gpus_per_node=2, master_port=_free_port())
-    t0 = time.monotonic()
-    code = launch_ranks(envs, [__name__, "fail", str(tmp_path)], poll_s=0.1,
-                        base_env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert code == 3  # rank 1's exit code; rank 0 (asleep for a minute) was stopped
-    assert time.monotonic() - t0 < 50  # a hang guard: well before rank 0's minute of sleep would end
+    cmd = node_command(ClusterView(0, ("127.0.0.1",)), gpus_per_node=2, argv=[__name__, "fail", str(tmp_path)],
+                       rdzv_id="test-fail", master_port=_free_port())
+    code = run_node(cmd, base_env=_loopback_env(), log=tmp_path / "node0.log")
+    assert code != 0  # rank 1 exited with 3; the agent stopped rank 0 (asleep for ten minutes) and failed
+    assert "exitcode" in (tmp_path / "node0.log").read_text()
 
 
 def _probe(mode: str, out: str) -> int:
-    """Run as ``__main__`` by ``workbench_cloud.modal.trainer`` in the tests above."""
+    """Run as ``__main__`` by each rank (``workbench_local.training.launcher.rank_main``) in the tests above."""
     import torch
     import torch.distributed as dist
 
@@ -158,12 +170,13 @@ def _probe(mode: str, out: str) -> int:
     if mode == "fail":
         if rank == 1:
             return 3
-        time.sleep(60)
+        time.sleep(600)
         return 0
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     Path(out, f"rank{rank}.json").write_text(json.dumps({
-        "rank": rank, "world": world, "local_rank": int(os.environ["LOCAL_RANK"]), "sum": int(t.item())}))
+        "rank": rank, "world": world, "local_rank": int(os.environ["LOCAL_RANK"]), "sum": int(t.item()),
+        "master": os.environ["MASTER_ADDR"]}))
     return 0
 
 
@@ -509,5 +522,5 @@ def test_app_needs_the_bundle(tmp_path: Path, offline: list[str]) -> None:
         describe_app(modal.App("not-ours"))
 
 
-if __name__ == "__main__":  # a rank of the launch tests above (run by workbench_cloud.modal.trainer)
+if __name__ == "__main__":  # a rank of the launch tests above (run by workbench_local.training.launcher)
     sys.exit(_probe(sys.argv[1], sys.argv[2]))

@@ -135,17 +135,20 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
               help="Refuse a plan whose estimated total exceeds USD (else cloud.budget_usd).")
 @click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
 @click.option("--threads", type=int, default=None, help="torch CPU threads per process (--backend local).")
+@click.option("--nodes", type=int, default=None, metavar="N",
+              help="Trainer nodes, each of trainer.ranks processes (torchrun): trainer.nodes, all on this machine for "
+                   "--backend local; cloud.trainer_nodes for a planned cluster.")
 @db_option
 @json_option("Print the plan (or the run's summary) as one JSON object.")
 @click.pass_context
 def launch_command(ctx: click.Context, env: str | None, config_file: str | None, plan_only: bool,
                    backend: str | None, budget: float | None, max_steps: int | None, threads: int | None,
-                   db: str | None, as_json: bool) -> None:
+                   nodes: int | None, db: str | None, as_json: bool) -> None:
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
     from workbench.cli.common import open_store
     from workbench.training.run_config import parse_overrides
-    from workbench.usecases.launch import preflight
+    from workbench.usecases.launch import check_trainer_nodes, plan_trainer_nodes, preflight
 
     overrides = parse_overrides(ctx.args)
     if max_steps is not None:
@@ -155,13 +158,19 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     if budget is not None and budget < 0:
         raise ConfigError("--budget cannot be negative")
     chosen = backend_plugin(backend) if backend else None
-    if chosen is not None and chosen.takes == "run" and not plan_only:
+    runs_config = chosen is not None and chosen.takes == "run" and not plan_only
+    if nodes is not None:
+        if nodes < 1:
+            raise ConfigError(f"--nodes must be at least 1, not {nodes}")
+        overrides["trainer.nodes" if runs_config else "cloud.trainer_nodes"] = nodes
+    if runs_config:
         # The local backend runs on this machine's CPU: the [cloud] table, the GPU plan's cost and
         # memory fit do not apply; the budget is enforced on the run's own cost ledger instead.
         from workbench.training.run_config import load_tables, validate_tables
 
-        _launch(ctx, validate_tables(load_tables(config_file, overrides, env)), backend, budget, db, threads,
-                as_json)
+        run = validate_tables(load_tables(config_file, overrides, env))
+        check_trainer_nodes(chosen, int(run.trainer.get("nodes", 1)))
+        _launch(ctx, run, backend, budget, db, threads, as_json)
         return
     planner = backend if chosen is not None and chosen.takes == "launch" else None  # None: the cluster plan
     with open_store(ctx, db, read_only_ok=plan_only) as store:
@@ -178,6 +187,8 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     if plan_only:
         return
     checked.raise_if_refused()  # the memory fit
+    if chosen is not None:
+        check_trainer_nodes(chosen, plan_trainer_nodes(plan))
     cfg = checked.launch_config
     _launch(ctx, cfg if chosen is not None and chosen.takes == "launch" else cfg.run, backend, budget, db, threads,
             as_json, plan)

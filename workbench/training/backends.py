@@ -6,6 +6,8 @@ backend, on this machine's CPU), or ``"launch"``, a ``LaunchConfig`` with its cl
 ``notice`` is said before launching (empty for none); ``label`` is how a chooser (the app's launch
 dialog) names it. ``preflight`` answers what a launch of it would cost and whether the budgets, the
 memory fit and its credentials allow it, before anything starts (``workbench.usecases.launch``).
+A backend that runs a trainer of several nodes (``workbench launch --nodes N``) says how many at most in
+an ``int`` attribute ``max_trainer_nodes``; one without it runs a one-node trainer only.
 """
 
 from __future__ import annotations

@@ -225,8 +225,10 @@ class Orchestrator:
             "eval_s": time.perf_counter() - t0}, eval_id)
 
 
-def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[str, Any]:
-    """The ``--json`` summary of a training run, from its records."""
+def summarize(store: Store, run_id: str, wall_s: float | None = None,
+              trainer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--json`` summary of a training run, from its records; with the run's ``[trainer]`` table,
+    also the trainer's shape: ``world_size`` (processes), ``nodes`` and ``sharding``."""
     steps = store.train_records(run_id, "step")
     evals = store.train_records(run_id, "eval")
     events = store.train_records(run_id, "event")
@@ -251,6 +253,9 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None) -> dict[st
         "heldout_stderr_last": evals[-1]["metrics"].get("reward_stderr") if evals else None,
         "tokens_per_s": (sum(s["metrics"].get("tokens_per_s", 0.0) for s in steps) / len(steps)) if steps else None,
     }
+    if trainer is not None:
+        nodes, ranks = int(trainer.get("nodes", 1)), int(trainer.get("ranks", 1))
+        out.update(world_size=nodes * ranks, nodes=nodes, sharding=str(trainer.get("sharding", "ddp")))
     if wall_s is not None:
         out["wall_s"] = round(wall_s, 2)
     return out
@@ -351,7 +356,7 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
     finally:
         _stop_worker(orch.worker)
         server.stop()
-        summary = summarize(store, run_id, time.perf_counter() - t0)
+        summary = summarize(store, run_id, time.perf_counter() - t0, cfg.trainer)
         store.update_run(run_id, status=status, error=error, finished_at=time.time(), summary=summary)
     return TrainOutcome(run_id, status, summary)
 

@@ -102,4 +102,27 @@ def preflight(conn: Any, backend: str | None, *, env: str | None, config_file: s
     return Preflight(name, forecast)
 
 
-__all__ = ["BackendChoice", "Preflight", "backends", "cluster_planner", "preflight"]
+def max_trainer_nodes(backend: Any) -> int:
+    """The most trainer nodes ``backend`` runs: its ``max_trainer_nodes``; one for a backend that does not say."""
+    most = getattr(backend, "max_trainer_nodes", 1)
+    return most if isinstance(most, int) and not isinstance(most, bool) and most >= 1 else 1
+
+
+def check_trainer_nodes(backend: Any, nodes: int) -> None:
+    """Refuse, in one line and before anything starts, a trainer of ``nodes`` nodes that ``backend`` cannot run."""
+    if nodes < 1:
+        raise ConfigError(f"the trainer needs at least 1 node, not {nodes}")
+    most = max_trainer_nodes(backend)
+    if nodes > most:
+        name = getattr(backend, "name", "?")
+        can = "runs a trainer on one node only" if most == 1 else f"runs a trainer on at most {most} nodes"
+        raise ConfigError(f"--nodes {nodes}: launch backend {name!r} {can} (its max_trainer_nodes)")
+
+
+def plan_trainer_nodes(plan: Any) -> int:
+    """The trainer nodes of a cluster plan: its trainer GPUs in whole nodes (a part of a node is one)."""
+    return max(1, -(-int(plan.trainer_gpus) // int(plan.gpus_per_node)))
+
+
+__all__ = ["BackendChoice", "Preflight", "backends", "check_trainer_nodes", "cluster_planner", "max_trainer_nodes",
+           "plan_trainer_nodes", "preflight"]
