@@ -125,7 +125,7 @@ def save(target: Path | str, model: Any, optimizer: Any, state: dict[str, Any], 
     except CheckpointException as e:  # raised on every rank when any rank failed to write
         error = _failure(target, e)
     except Exception as e:
-        error = f"cannot write the checkpoint {target}: {e}"
+        error = f"cannot write the checkpoint {target}: {_line(e)}"
     error = _first_error(error)
     if error is None and rank == 0:
         try:
@@ -152,8 +152,8 @@ def load(src: Path, model: Any, optimizer: Any) -> dict[str, Any]:
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
     try:
         dcp.load({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=src / DCP_DIR)
-    except CheckpointException as e:
-        raise ckpt.CheckpointError(f"cannot read the checkpoint {src}: {_cause(e)}") from None
+    except (CheckpointException, OSError) as e:
+        raise ckpt.CheckpointError(f"cannot read the checkpoint {src}: {_line(_cause(e))}") from None
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd,
                    options=_options(strict=False))
     return dict(torch.load(src / "trainer_state.pt", map_location="cpu", weights_only=False))
@@ -164,7 +164,7 @@ def _failure(target: Path, e: BaseException) -> str:
     cause = _cause(e)
     if isinstance(cause, OSError) and cause.errno is not None:
         return str(ckpt.write_error(target, cause))
-    return f"cannot write the checkpoint {target}: {cause}"
+    return f"cannot write the checkpoint {target}: {_line(cause)}"
 
 
 def _cause(e: BaseException) -> BaseException:
@@ -175,6 +175,12 @@ def _cause(e: BaseException) -> BaseException:
         if isinstance(exc, BaseException):
             return exc
     return e
+
+
+def _line(e: BaseException) -> str:
+    """The first line of ``e``'s message (DCP's own messages run over several)."""
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
 
 
 def _first_error(error: str | None) -> str | None:
