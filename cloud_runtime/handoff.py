@@ -35,7 +35,8 @@ appending its events writes the same name again (or a wider one, removed with th
 Bounded files: when the trainer reports a saved checkpoint, the bridge removes the bulk files whose
 rollouts all lie at or below the cursor of the checkpoint before it (a resumed trainer reads from
 its checkpoint's cursor; the one checkpoint of slack covers a newest checkpoint that never reached
-the Volume). So the directory holds at most the rollouts of two checkpoint intervals, and none once
+the Volume, and a trainer that reports resuming from an older checkpoint voids the ones after it).
+So the directory holds at most the rollouts of two checkpoint intervals, and none once
 the run completed. Without a bulk directory (a spec that names none) the arrays travel inline in the
 events as base64 (:func:`encode_rollout`); :func:`decode_rollout` reads both forms.
 
@@ -68,8 +69,10 @@ from workbench.training.data import load_rollouts
 #: A trainer that hears nothing (not even a heartbeat) for this long takes its orchestrator for gone.
 ORPHAN_AFTER_S = 600.0
 HEARTBEAT_S = 30.0
-#: How the training worker's record of a saved checkpoint begins (an ``event`` record at its step).
+#: How the training worker's records of a saved checkpoint and of a resume begin (``event`` records at
+#: the checkpoint's step).
 CHECKPOINT_SAVED = "checkpoint saved at step"
+RESUMED_FROM = "resumed from the checkpoint of step"
 _PAGE = 500
 
 
@@ -216,7 +219,7 @@ class HandoffBridge(threading.Thread):
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.page = _PAGE  # rollouts per shipment: fewer when they are long (a file holds FILE_TOKENS)
         self.step_cursor: dict[int, int] = {}  # the batch-log cursor each step record says it consumed up to
-        self.checkpoints: list[int] = []  # the cursors of the checkpoints the trainer reported, in order
+        self.checkpoints: list[tuple[int, int]] = []  # (step, cursor) of the trainer's checkpoints, in order
         self.finished = False  # set when the run completed: stop() then removes the bulk files left
         self.shipped_pk = self._shipped_pk()
         self.evals_shipped: set[int] = set()  # a restarted bridge says them all again: the feed keeps a set
@@ -256,13 +259,16 @@ class HandoffBridge(threading.Thread):
         checkpoint before the newest one (a resumed trainer reads from its checkpoint's cursor; one
         checkpoint of slack covers a newest checkpoint that never reached the volume)."""
         for r in rows:
+            step, message = int(r["step"]), str(r["message"])
             if r["kind"] == "step" and "last_pk" in r["metrics"]:
-                self.step_cursor[int(r["step"])] = int(r["metrics"]["last_pk"])
-            elif r["kind"] == "event" and str(r["message"]).startswith(CHECKPOINT_SAVED) \
-                    and int(r["step"]) in self.step_cursor:
-                self.checkpoints.append(self.step_cursor[int(r["step"])])
+                self.step_cursor[step] = int(r["metrics"]["last_pk"])
+            elif r["kind"] == "event" and message.startswith(CHECKPOINT_SAVED) and step in self.step_cursor:
+                self.checkpoints.append((step, self.step_cursor[step]))
+            elif r["kind"] == "event" and message.startswith(RESUMED_FROM):
+                # A restarted trainer: checkpoints after the one it resumed from never reached its disk.
+                self.checkpoints = [(s, c) for s, c in self.checkpoints if s <= step]
         if self.bulk is not None and len(self.checkpoints) >= 2:
-            self.bulk.release(self.checkpoints[-2])
+            self.bulk.release(self.checkpoints[-2][1])
 
     def take_records(self) -> int:
         """Copy new trainer records into ``train_metric`` with the cursor, in one transaction."""

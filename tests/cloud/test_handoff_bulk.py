@@ -174,6 +174,17 @@ def test_resume_reads_from_the_checkpoint_and_consumed_files_go(tmp_path: Path,
     rollout_ids = [e["id"] for e in logs[0].read(0) if e["kind"] == "rollout"]
     assert len(rollout_ids) == 8 == len(set(rollout_ids))  # nothing shipped twice
 
+    # The trainer checkpoints step 4, dies before that checkpoint reaches the volume, and comes back
+    # from step 3's: the checkpoints after the one it resumed from are void, so nothing goes yet.
+    for resumed_from in (None, 3):
+        if resumed_from is not None:
+            fresh.record(resumed_from, "event", {}, f"resumed from the checkpoint of step {resumed_from}")
+        fresh.record(4, "step", {"loss": 0.5, "last_pk": 8.0}, "step-4")
+        fresh.record(4, "event", {}, "checkpoint saved at step 4")
+        again.pump()
+    assert again.checkpoints == [(4, 8)]  # not two: the first checkpoint of step 4 is void
+    assert [(f, last) for f, last, _p in bulk.files()] == [(5, 6), (7, 8)]  # what a resume from step 3 reads
+
     again.finished = True  # the run completed: no trainer resumes it
     again.stop()
     assert bulk.files() == []
