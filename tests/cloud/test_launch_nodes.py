@@ -108,7 +108,7 @@ def test_bad_input_is_one_clear_line_before_any_process_starts(tmp_path: Path, a
 
 
 #: The trainer's sharding, for every multi-process run below.
-SHARDINGS = ["ddp"]
+SHARDINGS = ["ddp", "fsdp"]
 
 
 @pytest.mark.timeout(1500)
