@@ -6,7 +6,8 @@ renamed into place; a previous checkpoint at the same path is first renamed asid
 ``OSError(ENOSPC)``) leaves the previous checkpoint exactly as it was, and a crash between the
 two renames leaves it recoverable (:func:`resolve` finds it).
 
-Layout written by ``Trainer.save_checkpoint`` (``workbench_local.training.trainer``)::
+Layout written by ``Trainer.save_checkpoint`` (``workbench_local.training.trainer``) with data
+parallel or one process (under FSDP every rank writes shards instead: ``sharded_checkpoint.py``)::
 
     DIR/adapter/           LoRA: adapter_config.json + adapter_model.safetensors (peft / vLLM load it)
     DIR/model/             full fine-tuning instead: save_pretrained safetensors
