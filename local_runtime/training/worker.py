@@ -1,6 +1,7 @@
 """The trainer process of ``workbench train``: reads finished groups from the store, drops stale
 ones, takes one optimizer step per ``groups_per_step`` groups, hot-loads each new adapter into the
-inference server under the name ``step-N`` (policy version N) and records the step's metrics.
+inference server under the name ``step-N`` (policy version N) and records the step's metrics; after
+the last step it writes the final weights (or adapter) in Hugging Face's layout to ``RUN_DIR/final``.
 
     python -m workbench_local.training.worker --db DB --run RUN_ID [--server http://127.0.0.1:PORT] --dir RUN_DIR
 
@@ -43,6 +44,7 @@ from workbench.training.roles import SERVER_ROOT_FILE
 from workbench.training.run_config import RunConfig, validate_tables
 
 POLL_S = 0.01  # how often the trainer looks for new finished rollouts (one indexed query)
+FINAL_DIR = "final"  # RUN_DIR/final: the run's last weights or adapter, in Hugging Face's layout
 
 
 def adapter_name(step: int) -> str:
@@ -216,7 +218,17 @@ class TrainLoop:
         while self.trainer.step_count < self.cfg.loop.max_steps:
             groups, wait_s = self._next_groups()
             self.train_once(groups, wait_s)
+        self.export_final()
         return 0
+
+    def export_final(self) -> Path:
+        """The run's last weights (full fine-tuning) or adapter in Hugging Face's layout at
+        ``RUN_DIR/final`` — what ``from_pretrained``, peft, the embedded server and vLLM load. Every
+        rank takes part (under FSDP each parameter is gathered in turn; ``export.py``)."""
+        path = self.trainer.save_adapter(self.dir / FINAL_DIR)
+        what = "adapter" if self.trainer.config.lora else "weights"
+        self.record(self.trainer.step_count, "event", {}, f"final {what} of step {self.trainer.step_count} at {path}")
+        return path
 
     def train_once(self, groups: list[list[Any]], wait_s: float = 0.0) -> str:
         """One batch: drop stale groups, step on the rest, publish the adapter, record what

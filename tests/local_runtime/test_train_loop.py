@@ -110,6 +110,9 @@ def test_full_fine_tuning_publishes_whole_weights(tiny_dir: Path, tmp_path: Path
     weights = tmp_path / "data" / "workbench" / "runs" / run_id / "weights"
     assert sorted(p.name for p in weights.iterdir()) == ["step-2"]  # one copy kept: the newest
     assert (weights / "step-2" / "model.safetensors").is_file()
+    final = weights.parent / "final"  # the run's last weights, in Hugging Face's layout
+    assert (final / "model.safetensors").is_file() and (final / "config.json").is_file()
+    assert any(e["message"] == f"final weights of step 2 at {final}" for e in store.train_records(run_id, "event"))
     store.close()
 
 
