@@ -173,3 +173,43 @@ def test_files_stay_under_the_size_bound(tied_model: str) -> None:
     assert FilePlan([["a"], ["b"]]).file_name(1) == "model-00002-of-00002.safetensors"
     with pytest.raises(ValueError, match="positive"):
         plan_files(tensors, 0)
+
+
+def _trainer_publish(rank: int, world: int, model_dir: str, out: str, sharding: str) -> dict[str, Any]:
+    """One rank of a trainer that takes a step and publishes it with save_adapter, LoRA and full."""
+    from workbench_local.training.losses import build_loss
+    from workbench_local.training.trainer import Trainer, TrainerConfig
+
+    from tests.training.conftest import make_samples
+
+    paths = {}
+    for lora in (False, True):
+        t = Trainer(TrainerConfig(model=model_dir, lora=lora, lr=1e-2, micro_batch_tokens=48, adam_eps=1e-4,
+                                  sharding=sharding), loss=build_loss("pg"))
+        assert t.sharded is (sharding == "fsdp" and world > 1)
+        t.step(make_samples(4, seed=5))
+        paths[lora] = str(t.save_adapter(Path(out) / ("adapter" if lora else "weights") / "step-1"))
+    return paths
+
+
+@pytest.mark.slow  # two spawned processes, each building two trainers
+def test_an_fsdp_trainer_publishes_what_one_process_publishes(tied_model: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trainer.save_adapter under sharding = "fsdp" (every rank calls it) writes, after the same step,
+    the tensors one unsharded process writes — within float tolerance, as the FSDP step itself is."""
+    from workbench_local.training.distributed import launch
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    torch.set_num_threads(1)
+    single = _trainer_publish(0, 1, tied_model, str(tmp_path / "one"), "ddp")
+    sharded = launch(_trainer_publish, 2, tied_model, str(tmp_path / "two"), "fsdp", backend="gloo",
+                     threads_per_rank=1)
+    assert sharded[0] == sharded[1]
+    for lora in (False, True):
+        mine, theirs = read_tensors(Path(sharded[0][lora])), read_tensors(Path(single[lora]))
+        assert sorted(mine) == sorted(theirs) and mine
+        for name, tensor in theirs.items():
+            assert torch.allclose(mine[name], tensor, atol=1e-5, rtol=1e-4), name
+    base = read_tensors(Path(tied_model))
+    assert [n for n, t in read_tensors(Path(sharded[0][False])).items() if not torch.equal(t, base[n])]  # moved
