@@ -43,6 +43,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
         "inside the checkpoint's temporary folder (checkpoint.write_atomic renames it whole)",
     ("local_runtime/training/checkpoint.py", "commit", "os.rename"): "checkpoint folders swapped into place",
+    ("local_runtime/training/export.py", "_FileSink.close", "write_text"):
+        "the weights' index, inside the export's temporary folder (checkpoint.write_atomic renames it whole)",
     ("local_runtime/training/sharded_checkpoint.py", "save", "write_text"):
         "inside the checkpoint's temporary folder (checkpoint.commit renames it whole)",
     ("cloud_runtime/resume.py", "snapshot_store", "os.replace"):
