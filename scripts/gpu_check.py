@@ -1,6 +1,7 @@
 """Check the local trainer's CUDA path end to end and print tokens/s.
 
     python scripts/gpu_check.py [--device cuda|cuda:N|cpu] [--size default|small] [--steps N] [--json]
+        [--phases lora,full,serve|all|none] [--sections fsdp,checkpoint,chunked_loss,context_parallel,vllm_update|all|none]
         [--hidden --layers --heads --intermediate --vocab --samples --seq --micro-batch-tokens --gen-batch --gen-tokens]
 
 A random Llama-architecture causal LM (about 330M parameters at ``--size default``) is built from a
@@ -16,9 +17,29 @@ vocabulary size, and then loaded only through the repo's own code:
    and the adapter through ``/v1/load_lora_adapter`` (the worker's own ``_post``), and after each one
    batched ``/v1/completions`` request (``ignore_eos``, a fixed length) measures generated tokens/s.
 
-Every phase is timed between ``torch.cuda.synchronize`` calls. Without CUDA the script refuses (exit 2)
-unless ``--device cpu`` is given; ``--device cpu --size small`` is a quick smoke test on a tiny config. The
-last line is a JSON summary naming the device that ran (``torch.cuda.get_device_name``), torch and CUDA.
+Then the sharded-training sections (``gpu_check_sections.py``; ``--sections`` picks them, ``--phases``
+the three above):
+
+4. ``fsdp``: ``sharding = "fsdp"`` full fine-tuning on every GPU of the machine (nccl, bf16 compute over
+   fp32 shards), one step of a ~3.6B-parameter Llama built from a config; per rank the training-state
+   bytes measured from the shards against ``workbench.training.memory.state_bytes_per_rank``, and peak
+   CUDA memory.
+5. ``checkpoint``: a sharded (DCP) ``save_checkpoint`` / ``load_checkpoint`` round trip in those ranks.
+6. ``chunked_loss``: one 32K-token sequence (128K vocabulary) with ``loss_chunk_tokens`` and without:
+   peak CUDA memory of each.
+7. ``context_parallel``: the sequence split over every GPU with torch's CUDA ring attention, forward and
+   backward, against one GPU (needs at least 2 GPUs).
+8. ``vllm_update``: the FSDP run's exported weights into vLLM through ``reload_weights`` (skipped, with the
+   reason, when vLLM is not installed).
+
+Each section ends as ``ran``, ``skipped: <why>``, ``not available: <why>`` (its building block does not
+import) or ``failed: <why>``, under ``"sections"`` in the summary; none of them stops the others.
+
+Every phase is timed between ``torch.cuda.synchronize`` calls. Without CUDA the script refuses (exit 2, one
+line) unless ``--device cpu`` is given; ``--device cpu --size small`` is a quick smoke test on a tiny config
+(the sections on 2 gloo processes; context parallelism forward only). The last line is a JSON summary
+naming the device that ran (``torch.cuda.get_device_name``), torch and CUDA; ``gpu_ran`` is true only when
+CUDA ran something.
 """
 
 from __future__ import annotations
@@ -40,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import gpu_check_sections as sections  # noqa: E402 (the sharded-training sections)
 from bench_trainer import samples  # noqa: E402 (synthetic TrainSample batches)
 
 SIZES: dict[str, dict[str, int]] = {
@@ -242,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--json", action="store_true", help="print only the JSON summary line")
+    ap.add_argument("--phases", default="all", help="lora,full,serve (comma-separated), all, or none")
+    ap.add_argument("--sections", default="all",
+                    help=f"{','.join(sections.SECTIONS)} (comma-separated), all, or none")
     a = ap.parse_args(argv)
+    a.phases = _choose(ap, "--phases", a.phases, ("lora", "full", "serve"))
+    a.sections = _choose(ap, "--sections", a.sections, sections.SECTIONS)
     for key, value in SIZES[a.size].items():
         if getattr(a, key) is None:
             setattr(a, key, value)
@@ -264,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name(device) if cuda else None
     summary: dict[str, Any] = {"device": device, "gpu": gpu, "gpu_ran": False, "torch": torch.__version__,
                                "cuda": torch.version.cuda, "dtype": dtype, "size": a.size, "steps": a.steps,
-                               "phases": {}, "skipped": {}}
+                               "phases": {}, "skipped": {}, "sections": {}}
     say(f"device: {gpu or 'cpu (no GPU used)'}; torch {torch.__version__}, CUDA {torch.version.cuda}, {dtype}")
     with tempfile.TemporaryDirectory(prefix="wb-gpu-check-") as tmp_s:
         tmp = Path(tmp_s)
@@ -273,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"model: random llama, {n / 1e6:.1f}M params (h{a.hidden} l{a.layers} a{a.heads} i{a.intermediate} "
             f"v{a.vocab}), built and saved in {build_s:.1f}s; batch {a.samples} samples of "
             f"<= {a.seq} tokens, micro-batches of {a.micro_batch_tokens} tokens")
-        results: dict[str, dict[str, Any] | None] = {}
+        results: dict[str, dict[str, Any] | None] = {"lora": None, "full": None}
         for mode in ("lora", "full"):
+            if mode not in a.phases:
+                continue
             try:
                 r = results[mode] = train_phase(mode, str(tmp / "base"), a, device, dtype, tmp)
             except torch.cuda.OutOfMemoryError as e:
@@ -288,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['step_time_s'] * 1000:8.1f} ms/step, {r['tokens_per_step']:.0f} tokens in "
                 f"{r['micro_batches']:.0f} micro-batches, {r['trainable_params']:,} trained, load {r['load_s']:.1f}s, "
                 f"save {r['save_s']:.2f}s" + (f", peak {r['peak_gib']} GiB" if r["peak_gib"] is not None else ""))
-        if results["lora"] is None and results["full"] is None:
+        if "serve" not in a.phases:
+            pass
+        elif results["lora"] is None and results["full"] is None:
             summary["skipped"]["serve"] = "no trained weights to publish (both training phases were skipped)"
         else:
             s = summary["phases"]["serve"] = serve_phase(str(tmp / "base"), results["lora"], results["full"], a,
@@ -300,9 +331,49 @@ def main(argv: list[str] | None = None) -> int:
                     g = s[mode]
                     say(f"{'gen/' + mode:>8}: {g['gen_tokens_per_s']:10.1f} generated tokens/s ({g['generated_tokens']} "
                         f"tokens, {a.gen_batch} x {a.gen_tokens}, {g['gen_s']:.2f}s)")
-    summary["gpu_ran"] = cuda and bool(summary["phases"])
+        summary["sections"] = run_sections(a, cuda, tmp, say)
+    ran = [k for k, v in summary["sections"].items() if v.get("status") == "ran"]
+    summary["gpu_ran"] = cuda and bool(summary["phases"] or ran)
     print(json.dumps(summary, default=str), flush=True)
     return 0
+
+
+def _choose(ap: argparse.ArgumentParser, flag: str, value: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    if value == "all":
+        return known
+    chosen = tuple(x for x in value.split(",") if x and x != "none")
+    bad = [x for x in chosen if x not in known]
+    if bad:
+        ap.error(f"{flag}: unknown {', '.join(bad)}; choose from {', '.join(known)}, all or none")
+    return chosen
+
+
+def run_sections(a: argparse.Namespace, cuda: bool, tmp: Path, say: Any) -> dict[str, dict[str, Any]]:
+    """The sharded-training sections (``gpu_check_sections.py``), each printed and summarised."""
+    import torch
+
+    sizes = sections.SIZES["small" if a.size == "small" else "default"]
+    world = torch.cuda.device_count() if cuda else 2  # every GPU; 2 gloo processes on a CPU
+    out: dict[str, dict[str, Any]] = {}
+    if "fsdp" in a.sections or "checkpoint" in a.sections:
+        fsdp, checkpoint = sections.fsdp_and_checkpoint(sizes["fsdp"], cuda, world, tmp)
+        for name, result in (("fsdp", fsdp), ("checkpoint", checkpoint)):
+            if name in a.sections:
+                out[name] = result
+    if "chunked_loss" in a.sections:
+        out["chunked_loss"] = sections.chunked_loss(sizes["chunked_loss"], cuda, tmp)
+    if "context_parallel" in a.sections:
+        out["context_parallel"] = sections.context_parallel(sizes["context_parallel"], cuda, world)
+    if "vllm_update" in a.sections:
+        export = out.get("fsdp", {}).get("export", {})
+        trained = Path(export["path"]) if export.get("status") == "ran" else None
+        out["vllm_update"] = sections.vllm_update(tmp / "fsdp-base" if trained else None, trained, cuda)
+    for name, result in out.items():
+        figures = {k: v for k, v in result.items() if k not in ("status", "ranks", "runs")}
+        say(f"{name:>16}: {result.get('status')}; {json.dumps(figures, default=str)}")
+        for row in result.get("ranks", []) + result.get("runs", []):
+            say(f"{'':>16}  {json.dumps(row, default=str)}")
+    return out
 
 
 if __name__ == "__main__":

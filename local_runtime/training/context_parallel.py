@@ -31,7 +31,10 @@ What each piece is, and where it runs:
 
 The HF model runs with the attention implementation :data:`RING_ATTENTION` (:func:`use_ring_attention`):
 HF builds no mask for it (torch's ring takes only ``is_causal``) and does not mistake the
-non-contiguous position ids for packed sequences.
+non-contiguous position ids for packed sequences. On CUDA the forward *and* the backward run inside
+:func:`sharded_sequence` (torch dispatches the ring's backward there too). The Trainer's step does not
+route its micro-batches through this yet; ``scripts/gpu_check.py`` (section ``context_parallel``) runs
+the CUDA path against one GPU, logprobs and gradients.
 """
 
 from __future__ import annotations
