@@ -113,3 +113,23 @@ def test_a_model_fsdp_cannot_shard_is_one_clear_line() -> None:
         check_shardable(no_layers, "bag-of-words")
     assert str(err.value).startswith('trainer.sharding = "fsdp" cannot shard model bag-of-words')
     assert "\n" not in str(err.value)
+
+
+def _non_finite(rank: int, world_size: int, model: str) -> dict[str, Any]:
+    t = Trainer(_config(model, "full-packed"), loss="pg")
+    bad = make_samples(5, seed=7)
+    bad[0] = make_samples(1, seed=7, advantage=float("inf"))[0]  # one rank's shard holds it, the other's does not
+    before = {n: _full(p) for n, p in t.model.named_parameters()}
+    skipped = t.step(bad)
+    unchanged = all(torch.equal(_full(p), before[n]) for n, p in t.model.named_parameters())
+    after = t.step(make_samples(5, seed=7))  # the collectives are still in step: the next batch trains
+    return {"skipped": skipped, "unchanged": unchanged, "after": after}
+
+
+@pytest.mark.timeout(900)
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(tiny_model: str) -> None:
+    ranks = launch(_non_finite, 2, tiny_model, backend="gloo", threads_per_rank=1)
+    reasons = sorted(r["skipped"].reason or "" for r in ranks)
+    assert all(r["skipped"].skipped and r["skipped"].step == 0 and r["unchanged"] for r in ranks)
+    assert reasons[0].startswith("non-finite loss (") and reasons[1] == "non-finite loss on another rank"
+    assert all(not r["after"].skipped and r["after"].step == 1 for r in ranks)
