@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.fsutil import atomic_write
 from workbench.training.algorithms import Branch, TrainRollout
 
 #: A file reference as it travels in a batch-log event: ``{"path": str, "bytes": int, "sha256": str}``.
@@ -138,13 +139,7 @@ class BulkDir:
         from safetensors.numpy import save
 
         data = save(arrays, metadata=metadata)
-        path = self.root / name
-        tmp = path.with_name(f".{name}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.root / name, data)
         if self.commit is not None:
             self.commit()
         return {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
