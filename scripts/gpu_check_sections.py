@@ -95,10 +95,14 @@ def build_llama(c: dict[str, int], device: str, dtype: Any) -> Any:
 
 def save_llama(path: Path, c: dict[str, int], device: str, dtype: Any) -> int:
     """A random Llama from ``c`` saved with ``save_pretrained``; returns its parameter count."""
+    import torch
+
     model = build_llama(c, device, dtype)
     model.save_pretrained(str(path), safe_serialization=True)
     n = sum(p.numel() for p in model.parameters())
     del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the ranks launched next need this GPU's memory
     return n
 
 
