@@ -247,3 +247,31 @@ def test_no_logits_beyond_one_chunk_exist_in_the_forward_or_the_backward(path: s
         seen[size] = probe.largest
     assert seen[chunk] == chunk * VOCAB
     assert seen[0] >= n * VOCAB  # unchunked, the whole logits exist: the probe sees them
+
+
+@pytest.mark.slow  # two trainers on the tiny model, an optimizer step each
+@pytest.mark.parametrize("adapters", [True, False], ids=["lora", "full"])
+def test_the_trainer_steps_the_same_with_and_without_chunks(tiny_model: str, adapters: bool) -> None:
+    """The trainer passes ``loss_chunk_tokens`` to its policy and its reference (a KL term): one
+    optimizer step gives the metrics and the updated weights of the unchunked trainer."""
+    from workbench_local.training.trainer import Trainer, TrainerConfig
+
+    trainers = {}
+    for chunk in (5, 0):
+        # adam_eps well above float noise: Adam's first step is lr * g / (|g| + eps), which turns a
+        # gradient of rounding size into a step of lr * sign(g) when eps is tiny
+        cfg = TrainerConfig(model=tiny_model, lora=adapters, lr=1e-2, adam_eps=1e-3, temperature=0.8,
+                            loss_chunk_tokens=chunk, micro_batch_tokens=64)
+        trainers[chunk] = Trainer(cfg, loss=build_loss("pg", kl_coef=0.1, token_mask_low=1e-30, token_mask_high=1e30))
+    assert trainers[5].policy.loss_chunk_tokens == 5 and trainers[0].policy.loss_chunk_tokens == 0
+    if not adapters:
+        assert trainers[5].reference.loss_chunk_tokens == 5
+    results = {chunk: t.step(samples()) for chunk, t in trainers.items()}
+    assert not results[5].skipped and not results[0].skipped
+    for key in ("loss", "pg_loss", "kl", "entropy", "mismatch_kl", "grad_norm"):
+        assert results[5].metrics[key] == pytest.approx(results[0].metrics[key], rel=1e-5, abs=1e-7), key
+    after = {chunk: dict(t.model.named_parameters()) for chunk, t in trainers.items()}
+    trained = [n for n, p in after[0].items() if p.requires_grad]
+    assert trained
+    for name in trained:
+        torch.testing.assert_close(after[5][name], after[0][name], rtol=1e-4, atol=1e-6)
