@@ -68,6 +68,7 @@ def _tiny_llama() -> Any:
 
 def _rank(rank: int, world: int, cp: int) -> dict[str, Any]:
     torch.set_num_threads(1)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     mesh = cp_mod.group_mesh(cp, "cpu")
     ids = _ids()
     inputs = _loss_inputs()
@@ -87,6 +88,7 @@ def _rank(rank: int, world: int, cp: int) -> dict[str, Any]:
     with torch.no_grad(), cp_mod.sharded_sequence(mesh, {"input_ids": ids}) as shard:
         logits = model(input_ids=shard["input_ids"], position_ids=shard[cp_mod.POSITION_IDS]).logits
         out["logprobs"] = cp_mod.unshard(mesh, logits.float().log_softmax(-1), SEQ)
+    out["sdpa_restored"] = torch.nn.functional.scaled_dot_product_attention is sdpa  # torch's patch is undone
     return out
 
 
@@ -141,3 +143,4 @@ def test_split_positions_loss_and_logprobs_over_gloo(cp: int, monkeypatch: pytes
         # ring attention over the group: the same logprobs as the whole sequence in one process
         torch.testing.assert_close(r["logprobs"], whole_logprobs, atol=2e-5, rtol=0)
     assert sorted(covered) == list(range(padded))  # every token on exactly one rank
+    assert all(r["sdpa_restored"] for r in ranks)
