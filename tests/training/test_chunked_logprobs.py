@@ -275,3 +275,41 @@ def test_the_trainer_steps_the_same_with_and_without_chunks(tiny_model: str, ada
     assert trained
     for name in trained:
         torch.testing.assert_close(after[5][name], after[0][name], rtol=1e-4, atol=1e-6)
+
+
+def _fsdp_step(rank: int, world_size: int, model: str, adapters: bool, packed: bool, chunk: int,
+               sharding: str) -> dict[str, Any]:
+    """One optimizer step (a KL term, so the reference runs too); its metrics and the weights, gathered."""
+    from torch.distributed.tensor import DTensor
+    from workbench_local.training.trainer import Trainer, TrainerConfig
+
+    cfg = TrainerConfig(model=model, lora=adapters, shared_prefix=packed, lr=1e-2, adam_eps=1e-3, temperature=0.8,
+                        loss_chunk_tokens=chunk, micro_batch_tokens=64, sharding=sharding)
+    t = Trainer(cfg, loss=build_loss("pg", kl_coef=0.1, token_mask_low=1e-30, token_mask_high=1e30))
+    result = t.step(samples())
+    weights = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+               for n, p in t.model.named_parameters() if p.requires_grad}
+    return {"metrics": result.metrics, "weights": weights, "sharded": t.sharded, "chunk": t.policy.loss_chunk_tokens}
+
+
+@pytest.mark.slow  # two gloo processes per case
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("adapters", "packed"), [(True, False), (False, True)], ids=["lora-unpacked", "full-packed"])
+def test_chunks_under_fsdp_step_as_one_process_without_chunks(tiny_model: str, adapters: bool, packed: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two FSDP ranks with chunked logprobs (the output head in the gathered root, recomputed chunk by
+    chunk in the backward) take the step one process takes with the whole logits."""
+    from workbench_local.training.distributed import launch
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    single = _fsdp_step(0, 1, tiny_model, adapters, packed, 0, "ddp")
+    ranks = launch(_fsdp_step, 2, tiny_model, adapters, packed, 5, "fsdp", backend="gloo", threads_per_rank=1)
+    assert single["chunk"] == 0
+    for run in ranks:
+        assert run["sharded"] and run["chunk"] == 5
+        for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm"):
+            assert run["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-6), key
+        assert run["weights"].keys() == single["weights"].keys()
+        for name, w in single["weights"].items():
+            torch.testing.assert_close(run["weights"][name], w, rtol=1e-4, atol=1e-5)
