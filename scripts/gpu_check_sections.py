@@ -15,8 +15,9 @@ building block cannot be imported) or ``failed: <why>``.
 * ``context_parallel``: ``context_parallel.sharded_sequence`` over every GPU (torch's CUDA ring
   attention), forward and backward, against the whole sequence on one GPU: logprobs and gradients.
   On a CPU: 2 gloo processes, forward only (torch's ring algorithm with the CPU kernel).
-* ``vllm_update``: vLLM on the base model, the trained weights written over its files, then vLLM's
-  ``collective_rpc("reload_weights")``; greedy tokens before and after.
+* ``vllm_update``: vLLM on the base model, then vLLM's ``collective_rpc("reload_weights")`` with the
+  trained weights' folder as ``weights_path`` (the call the Modal gate makes); greedy tokens before
+  and after.
 """
 
 from __future__ import annotations
@@ -388,12 +389,10 @@ def vllm_update(base: Path | None, trained: Path | None, cuda: bool) -> dict[str
             return list(llm.generate([prompt], greedy)[0].outputs[0].token_ids)
 
         before = tokens()
-        for f in served.glob("*.safetensors*"):
-            f.unlink()
-        for f in trained.glob("*.safetensors*"):
-            shutil.copy2(f, served / f.name)
         t0 = time.perf_counter()
-        llm.collective_rpc("reload_weights")  # vLLM re-reads the model's files in place (no restart)
+        # The call the Modal gate makes (cloud_runtime/modal/weight_update.py): without weights_path
+        # vLLM would re-read the files it started from.
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(trained), "is_checkpoint_format": True})
         reload_s = time.perf_counter() - t0
         after = tokens()
         return {"status": "ran", "reload_s": reload_s, "tokens_before": before, "tokens_after": after,
