@@ -8,7 +8,8 @@ and the entropy then run over ``chunk_tokens`` positions at a time. Each chunk r
 targets, and the backward recomputes that one chunk's logits, sends its gradient into the head and
 the hidden states, and frees them before the next chunk. Peak memory of the head is then
 ``chunk_tokens × vocab`` whatever the sequence length; values and gradients are those of the
-unchunked computation (up to float rounding of the matmul blocking).
+unchunked computation (up to float rounding of the matmul blocking). Positions that fit in one chunk
+run without checkpointing: nothing is recomputed for a short micro-batch.
 
 The head is called as a module (``head(hidden)``), never through its ``.weight``, so a sharded
 (FSDP) or adapted output layer computes exactly as when the causal LM calls it.
@@ -49,12 +50,13 @@ def chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, *, 
     if hidden.shape[0] == 0:
         empty = hidden.new_zeros((0,), dtype=torch.float32)
         return empty, (empty if compute_entropy else None)
-    tracks_grad = torch.is_grad_enabled() and (
+    # one chunk holds no more logits than the bound: it runs as is, with no recomputation in the backward
+    recompute = hidden.shape[0] > chunk_tokens and torch.is_grad_enabled() and (
         hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     logprobs: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
     for h, t in zip(hidden.split(chunk_tokens), targets.split(chunk_tokens), strict=True):
-        if tracks_grad:
+        if recompute:
             lp, ent = _checkpointed_chunk(head, h, t, temperature, compute_entropy)
         else:
             lp, ent = logprobs_from_logits(head(h), t, temperature=temperature, compute_entropy=compute_entropy)
