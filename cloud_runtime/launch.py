@@ -58,7 +58,7 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
     if trainer.nodes > LocalBackend.max_trainer_nodes:
         raise ConfigError(f"trainer.nodes = {trainer.nodes}: --backend local runs at most "
                           f"{LocalBackend.max_trainer_nodes} trainer nodes")
-    check_placement(trainer.nodes, trainer.ranks, trainer.device)
+    check_placement(trainer.nodes, trainer.ranks, trainer.device, trainer.context_parallel)
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()
     work = data_dir() / "remote" / run_id

@@ -27,8 +27,9 @@ the three above):
 5. ``checkpoint``: a sharded (DCP) ``save_checkpoint`` / ``load_checkpoint`` round trip in those ranks.
 6. ``chunked_loss``: one 32K-token sequence (128K vocabulary) with ``loss_chunk_tokens`` and without:
    peak CUDA memory of each.
-7. ``context_parallel``: the sequence split over every GPU with torch's CUDA ring attention, forward and
-   backward, against one GPU (needs at least 2 GPUs).
+7. ``context_parallel``: the Trainer's step with ``context_parallel`` = every GPU (torch's CUDA ring
+   attention, forward and backward) against the same step on one GPU: loss and gradient norm (needs at
+   least 2 GPUs).
 8. ``vllm_update``: the FSDP run's exported weights into vLLM through ``reload_weights`` (skipped, with the
    reason, when vLLM is not installed).
 
@@ -363,7 +364,7 @@ def run_sections(a: argparse.Namespace, cuda: bool, tmp: Path, say: Any) -> dict
     if "chunked_loss" in a.sections:
         out["chunked_loss"] = sections.chunked_loss(sizes["chunked_loss"], cuda, tmp)
     if "context_parallel" in a.sections:
-        out["context_parallel"] = sections.context_parallel(sizes["context_parallel"], cuda, world)
+        out["context_parallel"] = sections.context_parallel(sizes["context_parallel"], cuda, world, tmp)
     if "vllm_update" in a.sections:
         export = out.get("fsdp", {}).get("export", {})
         trained = Path(export["path"]) if export.get("status") == "ran" else None

@@ -12,9 +12,10 @@ building block cannot be imported) or ``failed: <why>``.
   shard by shard, HF layout) for the vLLM section.
 * ``chunked_loss``: one step on one 32K-token sequence with ``loss_chunk_tokens`` set and with 0 (the
   whole ``[tokens x vocab]`` logits): peak CUDA memory of each and their losses.
-* ``context_parallel``: ``context_parallel.sharded_sequence`` over every GPU (torch's CUDA ring
-  attention), forward and backward, against the whole sequence on one GPU: logprobs and gradients.
-  On a CPU: 2 gloo processes, forward only (torch's ring algorithm with the CPU kernel).
+* ``context_parallel``: the Trainer's step with ``context_parallel`` = every GPU (each sequence split
+  over the GPUs, torch's CUDA ring attention forward and backward, FSDP over every GPU) against the
+  same step on one GPU: the loss and the gradient norm. On a CPU: 2 gloo processes, the Trainer's
+  ``evaluate`` (forward only: torch's ring algorithm with the CPU kernel) against one process's.
 * ``vllm_update``: vLLM on the base model, then vLLM's ``collective_rpc("reload_weights")`` with the
   trained weights' folder as ``weights_path`` (the call the Modal gate makes); greedy tokens before
   and after.
@@ -289,81 +290,80 @@ def chunked_loss(c: dict[str, int], cuda: bool, tmp: Path) -> dict[str, Any]:
 
 
 # -- context parallel --------------------------------------------------------------------------------
-def cp_rank(rank: int, world: int, c: dict[str, int], cuda: bool) -> dict[str, Any]:
+def cp_table(model_dir: str, c: dict[str, int], cuda: bool, cp: int) -> dict[str, Any]:
+    """The trainer of the section: full fine-tuning, FSDP over every rank (bf16 compute over fp32 shards
+    on CUDA), one sequence of ``c["tokens"]`` in one micro-batch, no clipping (the norm is compared)."""
+    return {"model": model_dir, "lora": False, "sharding": "fsdp", "dtype": "auto" if cuda else "float32",
+            "device": "cuda" if cuda else "cpu", "lr": 1e-4, "max_grad_norm": 0.0, "shared_prefix": False,
+            "micro_batch_tokens": c["tokens"] + 8, "context_parallel": cp, "ranks": cp}
+
+
+def cp_measure(model_dir: str, c: dict[str, int], cuda: bool, cp: int) -> dict[str, Any]:
+    """One Trainer with ``context_parallel = cp`` (every rank of the group): on CUDA its ``step`` (the
+    ring's forward and backward), on a CPU its ``evaluate`` (forward only: the ring's backward needs
+    CUDA); the loss, the gradient norm, the time and the peak CUDA memory."""
     import torch
-    from workbench_local.training import context_parallel as cpm
+    from workbench_local.training.trainer import Trainer, TrainerConfig
 
+    trainer = Trainer(TrainerConfig.from_dict(cp_table(model_dir, c, cuda, cp)), loss="ce")  # the mean NLL
+    sample = long_sample(c["tokens"], c["vocab"], prompt=min(1024, c["tokens"] // 4))
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    if cuda:
+        res = trainer.step([sample])
+        metrics, skipped = res.metrics, res.reason
+    else:
+        metrics, skipped = trainer.evaluate([sample]), None
+    _sync(cuda)
+    out = {"step_s" if cuda else "evaluate_s": time.perf_counter() - t0, "loss": metrics.get("loss"),
+           "grad_norm": metrics.get("grad_norm"), "skipped": skipped,
+           "peak_cuda_bytes": torch.cuda.max_memory_allocated() if cuda else None}
+    del trainer
+    if cuda:
+        torch.cuda.empty_cache()
+    return out
+
+
+def cp_rank(rank: int, world: int, model_dir: str, c: dict[str, int], cuda: bool) -> dict[str, Any]:
+    """One rank of a group of ``world`` splitting each sequence ``world`` ways (1: the whole sequence)."""
     faulthandler.dump_traceback_later(RANK_TIMEOUT_S, exit=True)
-    device = f"cuda:{rank}" if cuda else "cpu"
-    model = build_llama(c, device, torch.bfloat16 if cuda else torch.float32).train(cuda)
-    ids = torch.randint(3, c["vocab"], (1, c["tokens"]), generator=torch.Generator().manual_seed(1)).to(device)
-    targets = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)
-    weights = torch.full(ids.shape, 1.0 / c["tokens"], device=device)
-    weights[:, -1] = 0.0  # the last token predicts nothing
-
-    def loss_of(logits: torch.Tensor, tgt: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lp = logits.float().log_softmax(-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-        return (lp * w).sum(), lp.detach()
-
-    res: dict[str, Any] = {"rank": rank}
-    grad = torch.enable_grad() if cuda else torch.no_grad()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    with grad:
-        t0 = time.perf_counter()
-        whole_loss, whole_lp = loss_of(model(input_ids=ids).logits, targets, weights)
-        if cuda:
-            whole_loss.backward()
-        _sync(cuda)
-        res["whole_s"] = time.perf_counter() - t0
-    whole_grads = [p.grad.detach().clone() for p in model.parameters()] if cuda else []
-    model.zero_grad(set_to_none=True)
-    if cuda:
-        res["whole_peak_bytes"] = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-    cpm.use_ring_attention(model)
-    mesh = cpm.group_mesh(world, "cuda" if cuda else "cpu")
-    with grad, cpm.sharded_sequence(mesh, {"ids": ids, "targets": targets, "weights": weights}) as shard:
-        t0 = time.perf_counter()
-        logits = model(input_ids=shard["ids"], position_ids=shard[cpm.POSITION_IDS]).logits
-        local_loss, local_lp = loss_of(logits, shard["targets"], shard["weights"])
-        if cuda:
-            local_loss.backward()  # inside the context: the ring's backward runs on torch's CP dispatcher
-        _sync(cuda)
-        res["cp_s"] = time.perf_counter() - t0
-        lp = cpm.unshard(mesh, local_lp, c["tokens"])
-        res["loss_abs_diff"] = abs(float(cpm.group_sum(mesh, local_loss)) - float(whole_loss))
-    res["logprob_max_abs_diff"] = float((lp - whole_lp).abs().max())
-    if cuda:
-        import torch.distributed as dist
-
-        res["cp_peak_bytes"] = torch.cuda.max_memory_allocated()
-        worst = 0.0
-        for p, g in zip(model.parameters(), whole_grads, strict=True):
-            summed = p.grad.detach().clone()
-            dist.all_reduce(summed, group=mesh.get_group())
-            worst = max(worst, float((summed - g).abs().max() / g.abs().max().clamp(min=1e-12)))
-        res["grad_max_rel_diff"] = worst
+    res = {"rank": rank, **cp_measure(model_dir, c, cuda, world)}
     faulthandler.cancel_dump_traceback_later()
     return res
 
 
-def context_parallel(c: dict[str, int], cuda: bool, world: int) -> dict[str, Any]:
-    why = missing("workbench_local.training.context_parallel")
+def context_parallel(c: dict[str, int], cuda: bool, world: int, tmp: Path) -> dict[str, Any]:
+    """The Trainer with ``context_parallel`` = every GPU against the same Trainer on one GPU."""
+    why = missing("workbench_local.training.context_parallel", "workbench_local.training.cp_step")
     if why:
         return {"status": why}
     if world < 2:
         return {"status": f"not available: context parallelism needs at least 2 GPUs; this machine has {world}"}
+    import torch
     from workbench_local.training.distributed import launch
 
+    model_dir = tmp / "cp-base"
     try:
-        ranks = launch(cp_rank, world, c, cuda, backend="nccl" if cuda else "gloo",
+        save_llama(model_dir, c, "cuda" if cuda else "cpu", torch.bfloat16 if cuda else torch.float32)
+        # one process in a group of one: FSDP with the same mixed precision as the split run
+        one = launch(cp_rank, 1, str(model_dir), c, cuda, backend="nccl" if cuda else "gloo",
+                     threads_per_rank=None if cuda else 1)[0]
+        ranks = launch(cp_rank, world, str(model_dir), c, cuda, backend="nccl" if cuda else "gloo",
                        threads_per_rank=None if cuda else 1)
     except Exception as e:
         return {"status": failed(e)}
-    note = "CUDA ring attention (torch's SDPA ring), forward and backward" if cuda else \
-        "CPU: torch's ring algorithm with the CPU kernel, forward only (the ring's backward needs CUDA)"
-    return {"status": "ran", "cp": world, "tokens": c["tokens"], "what": note, "ranks": ranks}
+    for r in ranks:
+        r["loss_abs_diff"] = abs(r["loss"] - one["loss"]) if r["loss"] is not None and one["loss"] is not None \
+            else None
+        if cuda and r["grad_norm"] is not None and one["grad_norm"]:
+            r["grad_norm_rel_diff"] = abs(r["grad_norm"] - one["grad_norm"]) / one["grad_norm"]
+    note = ("the Trainer's step: CUDA ring attention (torch's SDPA ring), forward and backward, FSDP over every "
+            "GPU" if cuda else "CPU: the Trainer's evaluate, torch's ring algorithm with the CPU kernel, forward "
+            "only (the ring's backward needs CUDA)")
+    status = "ran" if all(r["skipped"] is None for r in ranks) else f"failed: step skipped ({ranks[0]['skipped']})"
+    return {"status": status, "cp": world, "tokens": c["tokens"], "what": note, "one_process": one, "ranks": ranks}
 
 
 # -- the weight update into vLLM -----------------------------------------------------------------------

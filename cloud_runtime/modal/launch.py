@@ -115,7 +115,8 @@ def launch_modal(store: Any, launch: Any, plan: Any, *, budget_usd: float | None
     stream = {"kind": "modal_dict", "name": spec.events_dict_name}
     tables = json.loads(json.dumps(run.raw))
     # The plan decides the trainer's shape on Modal: its nodes, one process per GPU (the run's records say so).
-    tables["trainer"].update(nodes=spec.trainer_nodes, ranks=spec.gpus_per_node)
+    tables["trainer"].update(nodes=spec.trainer_nodes, ranks=spec.gpus_per_node,
+                             context_parallel=launch.cloud.context_parallel)
     job = {"config": tables, "stream": stream, "cost": default_cost(spec)}
     store.create_run(run_id, kind="train", env_name=bundle.env, env_version=bundle.env_version,
                      env_source=str(bundle.path), env_args=run.env_args, model=spec.base_model, base_url="",

@@ -23,18 +23,23 @@ What each piece is, and where it runs:
 * **The loss** (any device): the per-token weights (``losses.token_weights``) are computed on the
   whole rows before the split (``"sequence"`` divides by a row's token count, which no rank sees
   alone) and sharded with the tokens; every rank computes its tokens' loss terms with them, so the
-  group's sum is the whole-sequence loss (:func:`group_sum` for the metric). Each rank back-propagates its own share; the parameter
-  gradients are summed over the group by the gradient reduction that spans it (FSDP's mesh or the
-  data-parallel all-reduce over every rank).
+  group's sum is the whole-sequence loss (:func:`group_sum` for the metric). Each rank
+  back-propagates its own share; the parameter gradients are summed by a gradient reduction over
+  every rank (FSDP's mesh or the data-parallel all-reduce, SUM), which spans the group, so the sum is
+  one process's gradient of the whole batch (each token lies on exactly one rank of its group).
 * **Reassembly** of per-token outputs (any device): :func:`unshard` (torch's
   ``context_parallel_unshard``) all-gathers the group's shards and puts them back in sequence order.
 
 The HF model runs with the attention implementation :data:`RING_ATTENTION` (:func:`use_ring_attention`):
 HF builds no mask for it (torch's ring takes only ``is_causal``) and does not mistake the
 non-contiguous position ids for packed sequences. On CUDA the forward *and* the backward run inside
-:func:`sharded_sequence` (torch dispatches the ring's backward there too). The Trainer's step does not
-route its micro-batches through this yet; ``scripts/gpu_check.py`` (section ``context_parallel``) runs
-the CUDA path against one GPU, logprobs and gradients.
+:func:`sharded_sequence` (torch dispatches the ring's backward there too).
+
+The Trainer routes its micro-batches through these pieces when ``[trainer] context_parallel > 1``
+(``cp_step.py``: the ``(dp, cp)`` mesh, the batch sharded over ``dp``, counts once per cp group);
+its ``evaluate`` runs on any device, its ``step`` needs CUDA (:func:`require_ring_attention`, called
+at the step, and the launcher's machine check before any process starts). ``scripts/gpu_check.py``
+(section ``context_parallel``) runs the Trainer's step split over every GPU against one GPU.
 """
 
 from __future__ import annotations

@@ -65,9 +65,10 @@ def threads_per_rank(threads: int, local_ranks: int) -> int:
 
 
 def placement_problem(nodes: int, ranks: int, *, device: str = "auto", cpu_count: int | None = None,
-                      gpu_count: int | None = None) -> str | None:
+                      gpu_count: int | None = None, context_parallel: int = 1) -> str | None:
     """Why this machine cannot run ``nodes`` × ``ranks`` trainer processes on ``device`` (all nodes
-    here), or None: on GPUs one process per GPU; on the CPU at most :data:`RANKS_PER_CORE` a core.
+    here), or None: on GPUs one process per GPU; on the CPU at most :data:`RANKS_PER_CORE` a core;
+    ``context_parallel > 1`` trains on CUDA only (torch's ring attention has no CPU backward).
     ``gpu_count`` None: asked of torch, only when more than one process is asked for."""
     for name, value in (("nodes", nodes), ("ranks", ranks)):
         if value < 1:
@@ -88,6 +89,10 @@ def placement_problem(nodes: int, ranks: int, *, device: str = "auto", cpu_count
             return None
         if device.startswith("cuda"):
             return f"{asked} on trainer.device = {device!r}, but this machine has no GPU"
+    if context_parallel > 1:
+        where = "this machine has no GPU" if device == "auto" else f"trainer.device is {device!r}"
+        return (f"trainer.context_parallel = {context_parallel}: context parallelism needs CUDA ring attention; "
+                f"{where}")
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     if world > cores * RANKS_PER_CORE:
         return (f"{asked}, more than this machine's {cores} CPU core(s) can run (at most {RANKS_PER_CORE} a core: "
@@ -95,9 +100,9 @@ def placement_problem(nodes: int, ranks: int, *, device: str = "auto", cpu_count
     return None
 
 
-def check_placement(nodes: int, ranks: int, device: str = "auto") -> None:
+def check_placement(nodes: int, ranks: int, device: str = "auto", context_parallel: int = 1) -> None:
     """Raise :func:`placement_problem`'s sentence as a ``ConfigError``."""
-    problem = placement_problem(nodes, ranks, device=device)
+    problem = placement_problem(nodes, ranks, device=device, context_parallel=context_parallel)
     if problem is not None:
         raise ConfigError(problem)
 

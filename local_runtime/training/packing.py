@@ -59,7 +59,7 @@ def shard(samples: Sequence[TrainSample], rank: int, world_size: int) -> list[Tr
 @dataclass(slots=True)
 class MicroBatch:
     input_ids: torch.Tensor  # [B, T] long, right-padded
-    attention_mask: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor | None  # [B, T] long; None for a context-parallel shard (causal, right padding)
     target_ids: torch.Tensor  # [B, T-1]: input_ids shifted left
     loss_mask: torch.Tensor  # [B, T-1] bool: target sampled by the policy (never padding)
     inference_logprobs: torch.Tensor  # [B, T-1] float32
@@ -68,6 +68,9 @@ class MicroBatch:
     n_loss_tokens: int
     truncated: int  # samples cut to the budget
     shared: Any = None  # shared_prefix.SharedRows: what the model runs instead of input_ids, when set
+    # context parallelism (cp_step.py): this rank's shard of the sequence, as its tokens' global positions;
+    # then every per-token tensor is aligned to input_ids (position t predicts target t: no shift)
+    position_ids: Any = None
 
 
 def collate(samples: Sequence[TrainSample], max_tokens: int, pad_id: int = 0,

@@ -6,7 +6,8 @@ the sharded decoder layers hang from: calling it gathers the embedding, the fina
 output head the way calling the LM would, whichever path the micro-batch takes —
 
 * a plain micro-batch (one row per sample): the decoder over ``[B, T]``, the output head over
-  every position;
+  every position; under context parallelism (``mb.position_ids`` set, ``cp_step``) the rows are this
+  rank's shard of the sequence at those global positions, aligned to their targets;
 * a shared-prefix micro-batch (``shared_prefix``): the decoder over the packed rows, the output
   head only at the positions that predict a sampled token.
 
@@ -54,8 +55,9 @@ class PolicyForward(torch.nn.Module):
         if mb.shared is None:
             if self.loss_chunk_tokens:
                 return self._plain_chunked(mb)
-            logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-            return self._at_targets(logits, mb.target_ids)
+            logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                                position_ids=mb.position_ids).logits
+            return self._at_targets(logits if mb.position_ids is not None else logits[:, :-1], mb.target_ids)
         if self.loss_chunk_tokens:
             sampled, entropy = self._chunked(shared_prefix.sampled_hidden(self.model, mb.shared),
                                              mb.target_ids[mb.loss_mask])
@@ -69,8 +71,10 @@ class PolicyForward(torch.nn.Module):
         """The decoder's last hidden states over ``[B, T]`` (what the causal LM's head reads), then
         the head position chunk by position chunk."""
         decoder = _base(self.model).get_decoder()
-        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                         use_cache=False).last_hidden_state[:, :-1]
+        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                         use_cache=False).last_hidden_state
+        if mb.position_ids is None:  # a context-parallel shard is aligned to its targets already
+            hidden = hidden[:, :-1]
         shape = mb.target_ids.shape
         logprobs, entropy = self._chunked(hidden.reshape(-1, hidden.shape[-1]), mb.target_ids.reshape(-1))
         return logprobs.view(shape), (entropy.view(shape) if entropy is not None else None)

@@ -49,7 +49,7 @@ class LocalRoles:
         # would take them all and the two would contend for every core).
         total = threads or max(1, min(8, (os.cpu_count() or 1) // 2))
         shape = TrainerConfig.from_dict(json.loads((rdir / "config.json").read_text())["trainer"])
-        check_placement(shape.nodes, shape.ranks, shape.device)  # before any process starts
+        check_placement(shape.nodes, shape.ranks, shape.device, shape.context_parallel)  # before any process starts
         if shape.world_size > 1:
             return start_local_nodes(argv, nodes=shape.nodes, ranks=shape.ranks, rdzv_id=run_id, log=log,
                                      threads=total, env=env), log

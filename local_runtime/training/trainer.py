@@ -24,6 +24,8 @@ How the async loop (issue 5, item 3) drives it::
   every rank runs as many passes as the busiest one, and ``state_bytes`` is this rank's share.
 * Trainer logprobs are ``log_softmax(logits / temperature)`` of the sampled tokens; set
   ``temperature`` to the sampling temperature so they match the inference logprobs.
+* ``context_parallel = cp > 1``: the batch is sharded over ``world / cp`` groups, each splitting every
+  sequence between its ranks (``cp_step.py``; no shared-prefix packing); ``step`` needs CUDA.
 * Metrics (floats): ``loss``, ``entropy`` (mean over sampled tokens), ``mismatch_kl``,
   ``masked_fraction``, ``kl`` (with a KL term), ``grad_norm`` (before clipping), ``lr``,
   ``tokens`` (real tokens, all ranks), ``loss_tokens``, ``samples``, ``micro_batches``,
@@ -45,6 +47,7 @@ from workbench_local.models import lora
 from workbench_local.training import checkpoint as ckpt
 from workbench_local.training import sharding, shared_prefix
 from workbench_local.training.context_parallel import require_ring_attention
+from workbench_local.training.cp_step import ContextParallel
 from workbench_local.training.distributed import all_reduce_, rank_world
 from workbench_local.training.losses import Loss, LossBatch, build_loss, token_weights
 from workbench_local.training.packing import MicroBatch, collate, pack, shard
@@ -68,7 +71,6 @@ class Trainer:
 
         self.config = cfg = config or TrainerConfig()
         cfg.validate()
-        require_ring_attention(cfg.context_parallel, cfg.device)  # before any model loads
         self.loss = build_loss(loss) if isinstance(loss, str) else loss
         self.rank, self.world_size = rank_world()
         self.device = lora.resolve_device(cfg.device)
@@ -106,7 +108,10 @@ class Trainer:
                 if self.reference is not None:
                     sharding.shard_policy(self.reference, sharding.check_shardable(self.reference.model, cfg.model),
                                           device=self.device, mixed=mixed, keep_root_gathered=False)
-        self.shares_prefix = cfg.shared_prefix and shared_prefix.supports(model)
+        self.cp = ContextParallel(cfg, self.device, self.rank, self.world_size, self.loss,
+                                  [model, self.reference.model if self.reference is not None else None]
+                                  ) if cfg.context_parallel > 1 else None
+        self.shares_prefix = cfg.shared_prefix and self.cp is None and shared_prefix.supports(model)
         self.params = [p for p in model.parameters() if p.requires_grad]  # after sharding: the sharded ones
         self.state_bytes: dict[str, int] = {}  # this rank's training state at the last step (sharding.state_bytes)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
@@ -123,6 +128,7 @@ class Trainer:
         import torch
 
         t0 = time.perf_counter()
+        require_ring_attention(self.config.context_parallel, self.device)  # before any work: the ring's backward
         mbs, base = self._prepare(samples, shard_batch)
         if base["loss_tokens"] == 0:
             return self._skip("the batch has no sampled tokens to train on", base, t0)
@@ -162,6 +168,8 @@ class Trainer:
         without any update: e.g. the cross-entropy of held-out gold answers."""
         import torch
 
+        if self.cp is not None and loss is not None:
+            self.cp.check_loss(loss)
         mbs, base = self._prepare(samples, shard_batch)
         if base["loss_tokens"] == 0:
             return base
@@ -171,15 +179,18 @@ class Trainer:
         return {**base, **_reduce(sums)}
 
     def _prepare(self, samples: list[TrainSample], shard_batch: bool) -> tuple[list[MicroBatch], dict[str, float]]:
-        """This rank's micro-batches and the step-wide counts (all ranks) the losses normalise by."""
+        """This rank's micro-batches and the step-wide counts (all ranks; a cp group counts once)."""
         import torch
 
-        local = shard(samples, self.rank, self.world_size) if shard_batch else list(samples)
+        dp_rank, dp_size = (self.cp.dp_rank, self.cp.dp_size) if self.cp else (self.rank, self.world_size)
+        local = shard(samples, dp_rank, dp_size) if shard_batch else list(samples)
         mbs = self._micro_batches(local)
         packed = sum(m.shared.n_packed if m.shared is not None else m.n_tokens for m in mbs)
         counts = torch.tensor([sum(m.n_loss_tokens for m in mbs), len(local), sum(m.n_tokens for m in mbs),
                                sum(m.truncated for m in mbs), len(mbs), packed], dtype=torch.float64)
         all_reduce_([counts])
+        if self.cp is not None:
+            counts /= self.cp.cp  # the ranks of a cp group hold the same samples
         n_loss, n_seq, n_tok, n_trunc, n_mb, n_packed = (float(x) for x in counts)
         return mbs, {"tokens": n_tok, "loss_tokens": n_loss, "samples": n_seq, "micro_batches": n_mb,
                      "truncated": n_trunc, "packed_tokens": n_packed, **self._staleness(samples)}
@@ -210,13 +221,11 @@ class Trainer:
             passes = int(most.item())
         for i in range(passes):
             mb = mbs[i] if i < len(mbs) else self._padding_batch()
-            value, metrics = self._forward(mb, base["loss_tokens"], base["samples"], loss or self.loss)
+            value, metrics = self._pass(mb, base, loss or self.loss, backward)
             if not torch.isfinite(value):
                 bad = bad or f"non-finite loss ({float(value.detach())}) in micro-batch {i} on rank {self.rank}"
-                if not self.sharded:
+                if not self.sharded and self.cp is None:
                     return sums, bad
-            if backward:
-                value.backward()
             if i < len(mbs):
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, torch.zeros((), dtype=torch.float64)) + v.detach().double().cpu()
@@ -228,12 +237,26 @@ class Trainer:
         return collate([TrainSample([pad, pad], [0, 0], [0.0, 0.0], [0.0, 0.0])], self.config.micro_batch_tokens,
                        pad, self.device)
 
-    def _forward(self, mb: MicroBatch, n_loss: float, n_seq: float, loss: Loss) -> tuple[Any, dict[str, Any]]:
+    def _pass(self, mb: MicroBatch, base: dict[str, float], loss: Loss, backward: bool) -> tuple[Any, dict[str, Any]]:
+        """One micro-batch's loss and metrics (and gradients): whole, or split over the cp group."""
+        n_loss, n_seq = base["loss_tokens"], base["samples"]
+        if self.cp is not None:
+            return self.cp.forward(mb, lambda local, w, s: self._forward(local, n_loss, n_seq, loss, w, s),
+                                   n_loss=n_loss, n_seq=n_seq, backward=backward)
+        value, metrics = self._forward(mb, n_loss, n_seq, loss)
+        if backward:
+            value.backward()
+        return value, metrics
+
+    def _forward(self, mb: MicroBatch, n_loss: float, n_seq: float, loss: Loss, weights: Any = None,
+                 share: Any = None) -> tuple[Any, dict[str, Any]]:
+        """``weights`` and ``share`` default to this micro-batch's own (a cp shard brings the whole rows')."""
         cfg = self.config
         logprobs, entropy = self.policy(mb)
-        share = mb.loss_mask.float() / n_loss
+        share = mb.loss_mask.float() / n_loss if share is None else share
         ref = self._reference_logprobs(mb) if loss.uses_reference else None
-        weights = token_weights(mb.loss_mask, cfg.normalization, n_loss, n_seq, cfg.max_tokens)
+        if weights is None:
+            weights = token_weights(mb.loss_mask, cfg.normalization, n_loss, n_seq, cfg.max_tokens)
         value, metrics = loss(LossBatch(logprobs, mb.inference_logprobs, mb.advantages, mb.loss_mask, weights,
                                         share, ref))
         metrics = {**metrics, "loss": value.detach()}

@@ -70,7 +70,7 @@ class TrainerConfig:
     ranks: int = 1  # trainer processes per node (N local processes over gloo on a CPU)
     nodes: int = 1  # trainer nodes (torchrun nodes); the world size is nodes x ranks
     loss_chunk_tokens: int = 1024  # logprobs and loss over this many tokens at a time; 0 = the whole sequence
-    context_parallel: int = 1  # ranks that split one sequence (ring attention, CUDA only)
+    context_parallel: int = 1  # ranks that split one sequence (ring attention; training needs CUDA); divides nodes x ranks
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
@@ -95,6 +95,9 @@ class TrainerConfig:
         for name in ("ranks", "nodes", "context_parallel"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be at least 1, not {getattr(self, name)!r}")
+        if self.world_size % self.context_parallel:
+            raise ConfigError(f"trainer.context_parallel = {self.context_parallel} must divide the trainer's world size "
+                              f"(trainer.nodes × trainer.ranks = {self.world_size})")
         if self.loss_chunk_tokens < 0:
             raise ConfigError(f"trainer.loss_chunk_tokens must be 0 (no chunking) or a positive number of tokens, "
                               f"not {self.loss_chunk_tokens!r}")

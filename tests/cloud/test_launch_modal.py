@@ -74,8 +74,10 @@ def test_a_launch_spawns_the_planned_cluster_and_follows_its_stream(tmp_path: Pa
     assert spec.secrets == {}  # the Modal token drives the SDK on the laptop; it never enters the spec
     assert job["stream"] == {"kind": "modal_dict", "name": spec.events_dict_name}
     assert job["cost"]["gpus"] == plan.total_gpus and job["config"]["env"]["name"] == "arithmetic"
-    # The trainer's shape in the run's tables is the cluster's: its nodes, a process per GPU.
-    assert (job["config"]["trainer"]["nodes"], job["config"]["trainer"]["ranks"]) == (spec.trainer_nodes, 8)
+    # The trainer's shape in the run's tables is the cluster's: its nodes, a process per GPU, and the plan's
+    # context parallelism (one 131K sequence split over a node's 8 GPUs).
+    trainer = job["config"]["trainer"]
+    assert (trainer["nodes"], trainer["ranks"], trainer["context_parallel"]) == (spec.trainer_nodes, 8, 8)
     run = store.get_run(out.run_id)
     assert run["config"]["launch"]["backend"] == "modal" and run["config"]["launch"]["call_id"] == "fc-test"
     assert "ak-test" not in json.dumps(run["config"]) and "as-test" not in json.dumps(run["config"])

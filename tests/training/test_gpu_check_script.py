@@ -1,8 +1,8 @@
 """scripts/gpu_check.py: without CUDA it refuses in one line; on the CPU with a tiny config it runs every
 phase (LoRA and full fine-tuning steps through the real trainer, both weight updates into the real
 server, generation after each) and every sharded-training section (FSDP over 2 gloo processes with its
-memory against memory.py's, a DCP checkpoint round trip, the chunked loss, context parallelism forward
-only) and says that no GPU ran; the vLLM section says why it is skipped."""
+memory against memory.py's, a DCP checkpoint round trip, the chunked loss, the Trainer under context
+parallelism forward only) and says that no GPU ran; the vLLM section says why it is skipped."""
 
 from __future__ import annotations
 
@@ -71,6 +71,6 @@ def test_cpu_smoke_runs_every_section_and_claims_no_gpu() -> None:
     assert chunked["loss"] == pytest.approx(whole["loss"], rel=1e-5) and chunked["loss"] > 1.0  # mean NLL
     assert chunked["peak_bytes"] is None and whole["peak_bytes"] is None  # no CUDA peak on a CPU
     cp = sec["context_parallel"]
-    assert cp["cp"] == 2 and "forward only" in cp["what"]
-    for r in cp["ranks"]:
-        assert r["logprob_max_abs_diff"] < 1e-4 and r["loss_abs_diff"] < 1e-5, r
+    assert cp["cp"] == 2 and "forward only" in cp["what"] and cp["one_process"]["loss"] > 1.0  # mean NLL
+    for r in cp["ranks"]:  # the Trainer's evaluate split over 2 ranks: one process's loss
+        assert r["loss_abs_diff"] < 1e-5, r
