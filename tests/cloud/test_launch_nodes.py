@@ -88,6 +88,14 @@ BAD = [
     (["launch", "next_number", "--backend", "local", "--trainer.nodes", "-1"], "trainer.nodes must be at least 1"),
     (["train", "next_number", "--trainer.ranks", "1000", "--trainer.device", "cpu"],
      "= 1000 trainer processes, more than this machine's"),
+    # context parallelism trains on CUDA only (torch's ring backward), and splits the world into whole groups
+    (["launch", "next_number", "--backend", "local", "--trainer.ranks", "2", "--trainer.context_parallel", "2",
+      "--trainer.device", "cpu"],
+     "trainer.context_parallel = 2: context parallelism needs CUDA ring attention; trainer.device is 'cpu'"),
+    (["train", "next_number", "--trainer.ranks", "2", "--trainer.context_parallel", "2", "--trainer.device", "cpu"],
+     "trainer.context_parallel = 2: context parallelism needs CUDA ring attention; trainer.device is 'cpu'"),
+    (["launch", "next_number", "--backend", "local", "--trainer.ranks", "3", "--trainer.context_parallel", "2"],
+     "trainer.context_parallel = 2 must divide the trainer's world size (trainer.nodes × trainer.ranks = 3)"),
 ]
 
 
