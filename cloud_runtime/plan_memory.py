@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from workbench.errors import ConfigError, nearest
 from workbench.training.memory import (
+    SHARDING_SETTINGS,
     SHARDINGS,
     ParamShape,
     decoder_param_shapes,
@@ -55,7 +56,7 @@ class CloudConfig(Protocol):
 
 def planned_sharding(file: str | Path | None, overrides: dict[str, Any] | None, env: str) -> str:
     """``[trainer] sharding`` as the config sets it (a dotted override, then the file, then the run
-    config the environment ships), else ``fsdp``: a cluster run shards unless told not to."""
+    config the environment ships); ``auto`` or nothing is ``fsdp``: a cluster run shards unless told not to."""
     import tomllib
 
     value: Any = (overrides or {}).get("trainer.sharding")
@@ -69,11 +70,11 @@ def planned_sharding(file: str | Path | None, overrides: dict[str, Any] | None, 
                 value = None  # load_tables has read it already and reported what is wrong
             if value is not None:
                 break
-    if value is None:
+    if value is None or value == "auto":
         return "fsdp"
     if value not in SHARDINGS:
-        raise ConfigError(f"trainer.sharding {value!r}{nearest(str(value), list(SHARDINGS))}; use one of "
-                          f"{', '.join(SHARDINGS)}")
+        raise ConfigError(f"trainer.sharding {value!r}{nearest(str(value), list(SHARDING_SETTINGS))}; use one of "
+                          f"{', '.join(SHARDING_SETTINGS)}")
     return str(value)
 
 

@@ -55,6 +55,7 @@ from workbench_local.training.trainer_config import TrainerConfig
 
 from workbench.errors import ConfigError
 from workbench.training.algorithms import TrainSample
+from workbench.training.memory import effective_sharding
 
 
 @dataclass(slots=True)
@@ -75,7 +76,9 @@ class Trainer:
         self.rank, self.world_size = rank_world()
         self.device = lora.resolve_device(cfg.device)
         dtype = lora.resolve_dtype(cfg.dtype, self.device)
-        self.sharded = cfg.sharding == "fsdp" and sharding.process_group_ready()
+        # auto: FSDP over more than one rank (and a model with decoder layers to shard), else one replica
+        self.sharding = effective_sharding(cfg.sharding, self.world_size)
+        self.sharded = self.sharding == "fsdp" and sharding.process_group_ready()
         mixed = self.sharded and sharding.mixed_precision(self.device, cfg.dtype)
         if mixed:
             dtype = torch.float32  # FSDP keeps float32 shards and computes in bfloat16
@@ -101,7 +104,9 @@ class Trainer:
         if self.reference is not None:
             self.reference = PolicyForward(self.reference, temperature=cfg.temperature, compute_entropy=False,
                                            loss_chunk_tokens=cfg.loss_chunk_tokens)
-        if cfg.sharding == "fsdp":
+        if cfg.sharding == "auto" and self.sharded and sharding.decoder_layers(model) is None:
+            self.sharding, self.sharded = "ddp", False
+        if self.sharding == "fsdp":
             layers = sharding.check_shardable(model, cfg.model)
             if self.sharded:
                 sharding.shard_policy(self.policy, layers, device=self.device, mixed=mixed)
@@ -303,9 +308,9 @@ class Trainer:
                  "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                          "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
         meta = {"step": self.step_count, "skipped_steps": self.skipped_steps, "world_size": self.world_size,
-                "sharding": self.config.sharding, "config": self.config.to_dict(),
+                "sharding": self.sharding, "config": self.config.to_dict(),
                 "model": sharded_checkpoint.model_identity(self.model)}
-        if self.config.sharding == "fsdp":
+        if self.sharding == "fsdp":
             return sharded_checkpoint.save(path, self.model, self.optimizer, state, meta)
 
         def write(tmp: Path) -> None:
@@ -333,7 +338,7 @@ class Trainer:
             state = sharded_checkpoint.load(src, self.model, self.optimizer)
         else:
             state = torch.load(src / "trainer_state.pt", map_location=self.device, weights_only=False)
-            if self.config.sharding == "fsdp":
+            if self.sharding == "fsdp":
                 sharded_checkpoint.load_whole(src, self.model, self.optimizer, state["optimizer"])
             else:
                 if self.config.lora:

@@ -11,9 +11,7 @@ from typing import Any
 from workbench_local.training.losses import NORMALIZATIONS
 
 from workbench.errors import ConfigError, nearest
-
-#: ``ddp``: every rank holds the whole model and all-reduces gradients; ``fsdp``: FSDP2 full sharding.
-SHARDINGS = ("ddp", "fsdp")
+from workbench.training.memory import SHARDING_SETTINGS
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float)}
 
@@ -66,7 +64,8 @@ class TrainerConfig:
     shared_prefix: bool = True  # run each group's common prompt once per row (shared_prefix.py)
     pad_id: int = 0
     allow_download: bool = False
-    sharding: str = "ddp"  # ddp: a full replica per rank | fsdp: FSDP2 shards weights, gradients, optimizer state
+    sharding: str = "auto"  # ddp: a full replica per rank | fsdp: FSDP2 shards weights, gradients, optimizer
+    # state | auto: fsdp over more than one rank (workbench.training.memory.effective_sharding)
     ranks: int = 1  # trainer processes per node (N local processes over gloo on a CPU)
     nodes: int = 1  # trainer nodes (torchrun nodes); the world size is nodes x ranks
     loss_chunk_tokens: int = 1024  # logprobs and loss over this many tokens at a time; 0 = the whole sequence
@@ -89,9 +88,9 @@ class TrainerConfig:
         if self.normalization not in NORMALIZATIONS:
             raise ConfigError(f"trainer.normalization {self.normalization!r}{nearest(self.normalization, NORMALIZATIONS)}"
                               f"; use one of {', '.join(NORMALIZATIONS)}")
-        if self.sharding not in SHARDINGS:
-            raise ConfigError(f"trainer.sharding {self.sharding!r}{nearest(self.sharding, SHARDINGS)}; use one of "
-                              f"{', '.join(SHARDINGS)}")
+        if self.sharding not in SHARDING_SETTINGS:
+            raise ConfigError(f"trainer.sharding {self.sharding!r}{nearest(self.sharding, SHARDING_SETTINGS)}; use "
+                              f"one of {', '.join(SHARDING_SETTINGS)}")
         for name in ("ranks", "nodes", "context_parallel"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be at least 1, not {getattr(self, name)!r}")
@@ -127,4 +126,4 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
-__all__ = ["SHARDINGS", "TrainerConfig"]
+__all__ = ["TrainerConfig"]

@@ -70,6 +70,8 @@ class TrainLoop:
         self.parent_pid = parent_pid
         loss = dict(cfg.loss)
         self.trainer = Trainer(TrainerConfig.from_dict(cfg.trainer), loss=build_loss(loss.pop("name"), **loss))
+        print(f"trainer rank {self.trainer.rank} of {self.trainer.world_size}: sharding {self.trainer.sharding}",
+              flush=True)
         algo = dict(cfg.algorithm)
         self.algorithm = make_algorithm(algo.pop("name"), **algo)
         self.consumed_pk = 0

@@ -115,20 +115,24 @@ def test_bad_input_is_one_clear_line_before_any_process_starts(tmp_path: Path, a
         store.close()
 
 
-#: The trainer's sharding, for every multi-process run below.
-SHARDINGS = ["ddp", "fsdp"]
+#: The trainer's sharding setting for every multi-process run below, and the sharding it runs:
+#: ``auto`` (the default) is FSDP over more than one rank.
+SHARDINGS = [("ddp", "ddp"), ("auto", "fsdp")]
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("sharding", SHARDINGS)
-def test_launch_runs_the_trainer_as_two_torchrun_nodes(tiny_dir: Path, tmp_path: Path, sharding: str) -> None:
+@pytest.mark.parametrize(("setting", "sharding"), SHARDINGS)
+def test_launch_runs_the_trainer_as_two_torchrun_nodes(tiny_dir: Path, tmp_path: Path, setting: str,
+                                                       sharding: str) -> None:
     db = tmp_path / "wb.db"
+    chosen = [] if setting == "auto" else ["--trainer.sharding", setting]
     s = _summary(_wb(tmp_path, "launch", "next_number", "--backend", "local", "--nodes", "2", "--trainer.model",
-                     str(tiny_dir), "--trainer.sharding", sharding, "--db", str(db), "--json", *SMALL))
+                     str(tiny_dir), *chosen, "--db", str(db), "--json", *SMALL))
     assert s["status"] == "completed" and s["world_size"] == 2 and s["nodes"] == 2 and s["sharding"] == sharding
     assert s["steps"] == 2
     log = _trainer_log(tmp_path, s["run_id"])  # the job's own run folder, where its trainer wrote
     assert "trainer rank 0 of 2" in log and "trainer rank 1 of 2" in log, log[-3000:]
+    assert f"trainer rank 0 of 2: sharding {sharding}" in log and f"trainer rank 1 of 2: sharding {sharding}" in log
     assert "(node 0," in log and "(node 1," in log and "rendezvous 127.0.0.1" in log
     store = Store(db)  # the laptop's store got the streamed run: its steps, rollouts and summary
     run = store.get_run(s["run_id"])
@@ -143,15 +147,17 @@ def test_launch_runs_the_trainer_as_two_torchrun_nodes(tiny_dir: Path, tmp_path:
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("sharding", SHARDINGS)
-def test_train_with_two_ranks_runs_two_local_processes(tiny_dir: Path, tmp_path: Path, sharding: str) -> None:
+@pytest.mark.parametrize(("setting", "sharding"), SHARDINGS)
+def test_train_with_two_ranks_runs_two_local_processes(tiny_dir: Path, tmp_path: Path, setting: str,
+                                                       sharding: str) -> None:
     db = tmp_path / "wb.db"
     config = tmp_path / "run.toml"
-    config.write_text(f'[trainer]\nranks = 2\nsharding = "{sharding}"\nmodel = "{tiny_dir}"\n')
+    config.write_text(f'[trainer]\nranks = 2\nsharding = "{setting}"\nmodel = "{tiny_dir}"\n')
     s = _summary(_wb(tmp_path, "train", "next_number", "--config", str(config), "--db", str(db), "--json", *SMALL))
     assert s["steps"] == 2 and s["world_size"] == 2 and s["nodes"] == 1 and s["sharding"] == sharding
     log = _trainer_log(tmp_path, s["run_id"])
     assert "trainer rank 0 of 2" in log and "trainer rank 1 of 2" in log, log[-3000:]
+    assert f"trainer rank 1 of 2: sharding {sharding}" in log
     store = Store(db)
     assert [r["step"] for r in store.train_records(s["run_id"], "step")] == [1, 2]
     assert store.get_run(s["run_id"])["summary"]["world_size"] == 2

@@ -200,8 +200,8 @@ def _rank_step(rank: int, world: int, model: str, db: str, server: str, run_dir:
     """One trainer rank of a two-process run: rank 0 alone reads, records and publishes."""
     from workbench_local.training.worker import TrainLoop
 
-    cfg = resolve(None, {"trainer.model": model, "loop.rollouts_per_task": 2, "loop.groups_per_step": 2,
-                         "loop.checkpoint_every": 0}, "arithmetic")
+    cfg = resolve(None, {"trainer.model": model, "trainer.sharding": "ddp", "loop.rollouts_per_task": 2,
+                         "loop.groups_per_step": 2, "loop.checkpoint_every": 0}, "arithmetic")
     store = Store(db) if rank == 0 else None
     loop = TrainLoop(store, "r2", server, Path(run_dir), cfg)
     if rank == 0:  # finished groups, as rank 0 would have read them from the store

@@ -15,7 +15,7 @@ STEPS = 2
 
 
 def _config(model: str) -> TrainerConfig:
-    return TrainerConfig(model=model, lr=1e-2, micro_batch_tokens=48, max_grad_norm=0.5)
+    return TrainerConfig(model=model, lr=1e-2, micro_batch_tokens=48, max_grad_norm=0.5, sharding="ddp")
 
 
 def _train(rank: int, world_size: int, model: str) -> dict[str, Any]:

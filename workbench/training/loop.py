@@ -41,6 +41,7 @@ from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
 from workbench.store import Store
 from workbench.store.train_records import resume_point
+from workbench.training.memory import effective_sharding
 from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
 from workbench.training.run_config import RunConfig, validate_tables
 
@@ -255,7 +256,8 @@ def summarize(store: Store, run_id: str, wall_s: float | None = None,
     }
     if trainer is not None:
         nodes, ranks = int(trainer.get("nodes", 1)), int(trainer.get("ranks", 1))
-        out.update(world_size=nodes * ranks, nodes=nodes, sharding=str(trainer.get("sharding", "ddp")))
+        out.update(world_size=nodes * ranks, nodes=nodes,
+                   sharding=effective_sharding(str(trainer.get("sharding", "auto")), nodes * ranks))
     if wall_s is not None:
         out["wall_s"] = round(wall_s, 2)
     return out

@@ -22,6 +22,16 @@ from dataclasses import dataclass
 
 #: ``ddp``: a full replica per rank; ``fsdp``: FSDP2 shards weights, gradients and optimizer state.
 SHARDINGS = ("ddp", "fsdp")
+#: What ``[trainer] sharding`` may say: one of :data:`SHARDINGS`, or ``auto`` (:func:`effective_sharding`).
+SHARDING_SETTINGS = ("auto", *SHARDINGS)
+
+
+def effective_sharding(setting: str, world_size: int) -> str:
+    """The sharding a trainer of ``world_size`` ranks runs for ``[trainer] sharding = setting``:
+    ``auto`` shards with FSDP over more than one rank and keeps the one replica of a single process."""
+    if setting == "auto":
+        return "fsdp" if world_size > 1 else "ddp"
+    return setting
 
 #: Adam's two fp32 moments per trainable element.
 ADAM_FP32_BYTES = 8
