@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -273,26 +273,6 @@ class FakeVllm:
         app.router.add_post("/v1/chat/completions", chat)
         app.router.add_get("/health", health)
         return app
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Any], Any]]:
-    from aiohttp import web
-
-    runners: list[web.AppRunner] = []
-
-    async def start(app: web.Application) -> str:
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = runner.addresses[0][1]
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for r in reversed(runners):
-        await r.cleanup()
 
 
 async def test_gate_loads_an_adapter_on_every_node_once_visible(tmp_path: Path, serve: Any) -> None:

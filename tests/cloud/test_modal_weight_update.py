@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,24 +76,6 @@ class DevModeVllm:
         app.router.add_post("/v1/completions", completions)
         app.router.add_get("/health", health)
         return app
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Any], Any]]:
-    from aiohttp import web
-
-    runners: list[web.AppRunner] = []
-
-    async def start(app: web.Application) -> str:
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    yield start
-    for r in reversed(runners):
-        await r.cleanup()
 
 
 def write_weights(path: Path) -> Path:
