@@ -79,7 +79,7 @@ class Trainer:
         # auto: FSDP over more than one rank (and a model with decoder layers to shard), else one replica
         self.sharding = effective_sharding(cfg.sharding, self.world_size)
         self.sharded = self.sharding == "fsdp" and sharding.process_group_ready()
-        mixed = self.sharded and sharding.mixed_precision(self.device, cfg.dtype)
+        self.mixed = mixed = self.sharded and sharding.mixed_precision(self.device, cfg.dtype)
         if mixed:
             dtype = torch.float32  # FSDP keeps float32 shards and computes in bfloat16
         torch.manual_seed(cfg.seed)  # identical LoRA init on every rank and every run
@@ -291,10 +291,13 @@ class Trainer:
     def save_adapter(self, path: Path | str) -> Path:
         """The current LoRA adapter (or full weights) alone, in Hugging Face's layout, for hot-loading
         into a server; atomic. A collective: every rank calls it (under FSDP each parameter is gathered
-        in turn and rank 0 writes it; see ``export.py``)."""
+        in turn and rank 0 writes it; see ``export.py``). Under mixed precision the files hold bfloat16,
+        what the layers compute in and the inference server serves, at half the bytes of the shards."""
+        import torch
         from workbench_local.training import export
 
-        return export.write_weights(self.model, path, lora=self.config.lora)
+        return export.write_weights(self.model, path, lora=self.config.lora,
+                                    dtype=torch.bfloat16 if self.mixed else None)
 
     def save_checkpoint(self, path: Path | str) -> Path:
         """Weights, optimizer, scheduler, step and RNG state; atomic: a full disk raises CheckpointError
