@@ -93,11 +93,12 @@ def balanced_order(seq_len: int, cp: int) -> torch.Tensor:
 
 def group_mesh(cp: int, device_type: str) -> DeviceMesh:
     """A ``(dp, cp)`` mesh over every rank (``dp = world / cp``) and its ``cp`` dimension: the group
-    of ``cp`` consecutive ranks this rank splits sequences with."""
-    import torch.distributed as dist
+    of ``cp`` consecutive ranks this rank splits sequences with; one clear line when ``cp`` does not
+    divide the ranks (one, without a process group)."""
     from torch.distributed.device_mesh import init_device_mesh
+    from workbench_local.training.distributed import rank_world
 
-    world = dist.get_world_size()
+    world = rank_world()[1]
     if world % cp:
         raise ConfigError(f"trainer.context_parallel = {cp} must divide the number of trainer ranks ({world})")
     return init_device_mesh(device_type, (world // cp, cp), mesh_dim_names=("dp", "cp"))["cp"]

@@ -55,12 +55,10 @@ class ContextParallel:
         """``models``: every model that runs a forward (the policy, a frozen reference or None), switched
         to the ring; ``loss``: the trainer's, checked to need no whole rows."""
         cp = self.cp = config.context_parallel
-        if world % cp:
-            raise ConfigError(f"trainer.context_parallel = {cp} must divide the number of trainer ranks ({world})")
         self.check_loss(loss)
+        self.mesh = cpm.group_mesh(cp, "cuda" if device.startswith("cuda") else "cpu")  # refuses a cp not dividing world
         self.normalization, self.max_tokens = config.normalization, config.max_tokens
         self.dp_rank, self.dp_size = rank // cp, world // cp  # group_mesh lays cp consecutive ranks in a group
-        self.mesh = cpm.group_mesh(cp, "cuda" if device.startswith("cuda") else "cpu")
         for model in models:
             if model is not None:
                 cpm.use_ring_attention(model)
