@@ -53,11 +53,10 @@ def launch_local(store: Any, run: Any, *, budget_usd: float | None = None, threa
     from workbench.bundles.bundle import build_bundle
     from workbench.cost.budgets import spent_usd
     from workbench.runs.evaluate import new_run_id
+    from workbench.usecases.launch import check_trainer_nodes
 
     trainer = TrainerConfig.from_dict(run.trainer)
-    if trainer.nodes > LocalBackend.max_trainer_nodes:
-        raise ConfigError(f"trainer.nodes = {trainer.nodes}: --backend local runs at most "
-                          f"{LocalBackend.max_trainer_nodes} trainer nodes")
+    check_trainer_nodes(BACKEND, trainer.nodes)
     check_placement(trainer.nodes, trainer.ranks, trainer.device, trainer.context_parallel)
     bundle = build_bundle(run.env, data_dir() / "bundles")
     run_id = new_run_id()
