@@ -88,11 +88,10 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, backend: str, por
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world_size)
-    try:
-        result = fn(rank, world_size, *args)
-        torch.save(result, Path(out) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    result = fn(rank, world_size, *args)  # a failing rank leaves without the collective teardown
+    torch.save(result, Path(out) / f"rank{rank}.pt")
+    dist.barrier()  # every rank leaves together (``launcher.rank_main`` says why)
+    dist.destroy_process_group()
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,

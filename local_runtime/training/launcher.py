@@ -184,7 +184,8 @@ def start_local_nodes(module_argv: Sequence[str], *, nodes: int, ranks: int, rdz
 def rank_main(argv_json: str) -> int:
     """One rank under torchrun: pin the GPU of ``LOCAL_RANK`` (when there are GPUs), join the group torchrun
     describes (``workbench_local.training.distributed.init_from_env``: gloo on CPU, NCCL on GPUs), run the
-    module of ``argv_json`` (``["MODULE", ARGS...]``) as ``__main__``, leave the group; its exit code."""
+    module of ``argv_json`` (``["MODULE", ARGS...]``) as ``__main__``, leave the group with the other ranks
+    once it finished; its exit code."""
     import torch
     import torch.distributed as dist
     from workbench_local.training.distributed import init_from_env
@@ -198,12 +199,19 @@ def rank_main(argv_json: str) -> int:
     init_from_env()
     sys.argv = [module, *rest]
     code: int | str | None = 0
+    finished = False
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+        finished = True
     except SystemExit as e:
         code = e.code
+        finished = code in (0, None)
     finally:
-        if dist.is_available() and dist.is_initialized():
+        if finished and dist.is_available() and dist.is_initialized():
+            # Every rank leaves together: one that tears its connections down while a peer is still
+            # working makes gloo's transport abort on the other side. A failing rank leaves without
+            # the collective teardown, and torchrun stops its peers.
+            dist.barrier()
             dist.destroy_process_group()
     if isinstance(code, str):
         print(code, file=sys.stderr)

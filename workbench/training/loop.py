@@ -44,6 +44,7 @@ from workbench.store.train_records import resume_point
 from workbench.training.memory import effective_sharding
 from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
 from workbench.training.run_config import RunConfig, validate_tables
+from workbench.training.trainer_log import failure_lines
 
 POLL_S = 0.01  # how often the orchestrator reads the trainer's new records (one indexed query)
 #: A stop whose reason starts with this is a hand-over (a run continued by a fresh process, e.g. at
@@ -144,7 +145,7 @@ class Orchestrator:
             return
         code = self.worker.poll()
         if code not in (None, 0):
-            tail = self.worker_log.read_text(errors="replace").strip().splitlines()[-12:] if self.worker_log else []
+            tail = failure_lines(self.worker_log.read_text(errors="replace")) if self.worker_log else []
             last = next((ln for ln in reversed(tail) if ln.startswith("workbench train: ")), None)
             if last:
                 raise ConfigError(last.removeprefix("workbench train: "))
