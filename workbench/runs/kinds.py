@@ -1,0 +1,60 @@
+"""What a run is for: its kind, recorded on every run, and which kinds a listing shows by default.
+
+A store fills with runs the user did not ask to read: ``validate`` and the probe write a run per policy,
+the debugger and Play one per session. Listings, the latest reward, Traces, statistics and ``rescore``
+show the user's own work (:data:`USER_KINDS`) unless asked for other kinds (``--kind``, the app's kind
+filter, the MCP tools' ``kinds`` argument).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from workbench.errors import OptionError
+
+#: Every kind of run, and what makes one.
+RUN_KINDS: dict[str, str] = {
+    "eval": "an evaluation (`workbench eval`, the app's quick eval, a pipeline's stage)",
+    "train": "a training run (`workbench train`, `workbench launch`)",
+    "import": "rollouts imported from another tool (`workbench import`)",
+    "optimize": "a prompt optimisation (`workbench optimize`)",
+    "distill": "a distillation pipeline (`workbench distill`)",
+    "probe": "a model-free probe policy (`workbench probe`, the app's P)",
+    "validate": "a probe policy run by `workbench validate`",
+    "debug": "a debugger session (`workbench debug`)",
+    "play": "a trajectory played by a person (`workbench play`)",
+    "gateway": "traffic recorded by the gateway",
+}
+
+#: The kinds shown when no kind is asked for: the user's own evaluations, training and imports.
+USER_KINDS: tuple[str, ...] = ("eval", "train", "import", "optimize", "distill")
+
+#: The word that asks for every kind.
+ALL = "all"
+
+
+def parse_kinds(values: str | Iterable[str] | None, field: str = "RunFilter.kinds") -> tuple[str, ...]:
+    """The kinds ``values`` name (repeated or comma-separated; ``all`` for every kind), in
+    :data:`RUN_KINDS` order; :data:`USER_KINDS` when none is named. An unknown kind is an
+    :class:`~workbench.errors.OptionError` on ``field`` that lists the kinds."""
+    if values is None:
+        return USER_KINDS
+    words = [values] if isinstance(values, str) else list(values)
+    named = {w.strip().lower() for v in words for w in v.split(",") if w.strip()}
+    if not named:
+        return USER_KINDS
+    if ALL in named:
+        return tuple(RUN_KINDS)
+    unknown = sorted(named - RUN_KINDS.keys())
+    if unknown:
+        raise OptionError(field, ", ".join(unknown), ", ".join([*RUN_KINDS, ALL]),
+                          "{field} {value} is not a run kind; the kinds are {allowed}")
+    return tuple(k for k in RUN_KINDS if k in named)
+
+
+def is_user_kind(kind: str) -> bool:
+    """Whether runs of ``kind`` are shown when no kind is asked for."""
+    return kind in USER_KINDS
+
+
+__all__ = ["ALL", "RUN_KINDS", "USER_KINDS", "is_user_kind", "parse_kinds"]
