@@ -199,6 +199,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     def open_stored(self, rollout: dict[str, Any]) -> None:
         self._reset()
         self.stored = rollout
+        self._tokens_stale = True  # an open token view shows this rollout, not the empty one _reset drew
         self.query_one("#dbg-task", Input).value = str(rollout.get("task_index", 0))
         self._select_env_of(rollout)
         self._price_for_stored(rollout)
@@ -248,8 +249,8 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
             return None
         from workbench.runs.evaluate import EvalOptions
 
-        cfg = self.workbench_app.config
-        opts = EvalOptions(env=select.value, model=cfg.model, base_url=cfg.base_url)
+        model, base_url = self.workbench_app.config.endpoint_for("debugger")  # chosen in Settings
+        opts = EvalOptions(env=select.value, model=model, base_url=base_url)
         store = self.workbench_app.store
 
         def changed(_: DebugSession) -> None:

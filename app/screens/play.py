@@ -202,9 +202,10 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
 
         self.policy = AppPolicy(person_name(), self)
         self._loop = SessionLoop("workbench-play")
-        cfg = self.workbench_app.config  # a simulated user's model: the quick-eval endpoint (else embedded)
+        # a simulated user's model: the one chosen for it in Settings, else the quick-eval endpoint (else embedded)
+        model, base_url = self.workbench_app.config.endpoint_for("play_user")
         self._future = self._loop.submit(_play(self.env_spec, self.task_index, self.workbench_app.store,
-                                               self.policy, cfg.base_url, cfg.model))
+                                               self.policy, base_url, model))
         self._await_play(self._future)
 
     def on_unmount(self) -> None:

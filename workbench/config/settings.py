@@ -13,6 +13,13 @@ The file is ``<XDG config>/workbench/tui.toml`` (optional; the app and the CLI r
     [keymap]                        # the app's bindings: binding id = keys (comma separated)
     "screen.environments" = "f1"
 
+    user_name = "ada"               # who plays a wb.Human rollout (stored with it); default: the login name
+
+    [models]                        # the registered model (`workbench models`) each use calls; unset: model/base_url
+    quick_eval = "gpt-small"
+    play_user = "gpt-small"         # Play's simulated user
+    debugger = "local-qwen"
+
     [budget]                        # monthly spend limit: launches are refused past it
     monthly_usd = 50.0
 
@@ -61,6 +68,29 @@ class Budget(BaseModel):
         return float(v) if v is not None else v
 
 
+#: The uses a model is chosen for (``[models]`` keys), and what each is called.
+MODEL_USES = {"quick_eval": "the quick eval", "play_user": "Play's simulated user", "debugger": "the Debugger"}
+
+
+class ModelChoices(BaseModel):
+    """The registered model each use calls (``[models]``); None: the ``model`` / ``base_url`` settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    quick_eval: str | None = None
+    play_user: str | None = None
+    debugger: str | None = None
+
+    @field_validator("quick_eval", "play_user", "debugger", mode="before")
+    @classmethod
+    def _name(cls, v: Any) -> Any:
+        if v is None or v == "":
+            return None
+        if not isinstance(v, str):
+            raise ValueError("must be a registered model's name (`workbench models list`)")
+        return v.strip() or None
+
+
 class HubIndex(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -98,6 +128,7 @@ class Settings(BaseSettings):
     user_name: str = ""  # who plays a wb.Human rollout (stored with it); empty: the login name
     gpu_prices: Path | None = None
     keymap: dict[str, str] = Field(default_factory=dict)
+    models: ModelChoices = Field(default_factory=ModelChoices)
     budget: Budget = Field(default_factory=Budget)
     hub: Hub = Field(default_factory=Hub)
     problems: list[str] = Field(default_factory=list, exclude=True)
@@ -138,6 +169,12 @@ class Settings(BaseSettings):
     @property
     def monthly_budget_usd(self) -> float | None:
         return self.budget.monthly_usd
+
+    def endpoint_for(self, use: str) -> tuple[str | None, str | None]:
+        """(model, base_url) that ``use`` (a :data:`MODEL_USES` key) calls: the registered model chosen for it,
+        else the ``model`` and ``base_url`` settings (None, None: the embedded model)."""
+        chosen = getattr(self.models, use)
+        return (chosen, None) if chosen else (self.model, self.base_url)
 
     def gpu_prices_file(self) -> Path:
         return self.gpu_prices or paths.config_dir() / "gpu_prices.json"
@@ -196,4 +233,5 @@ def load_settings(path: Path | None = None, *, strict: bool = False) -> Settings
     return settings
 
 
-__all__ = ["SETTINGS_FILE", "Budget", "Hub", "HubIndex", "Settings", "load_settings", "settings_path"]
+__all__ = ["MODEL_USES", "SETTINGS_FILE", "Budget", "Hub", "HubIndex", "ModelChoices", "Settings", "load_settings",
+           "settings_path"]
