@@ -98,6 +98,7 @@ class RolloutEngine:
     continuation: Any = None  # a TokenContinuation, where the upstream serves exact-token follow-up calls
     gate: Callable[[int], Awaitable[None]] | None = None  # awaited with a group's index before each of its rollouts
     prepare: Callable[[Rollout], None] | None = None  # sees each rollout before its harness runs (the debugger)
+    sampling_seed: int | None = None  # each rollout samples with a seed of its own, derived from this one
     counters: RunCounters = field(default_factory=RunCounters)
     fatal: FatalRunError | None = None
     _needs_sandbox: bool = False
@@ -179,6 +180,8 @@ class RolloutEngine:
                    ) -> tuple[Rollout, Scores | None, dict[str, Any] | None]:
         rid = f"{self.run_id}.{group.task_index}.{sample}"
         base_url = self.proxy.url_for(rid) if self.proxy is not None else self.base_url
+        if self.sampling_seed is not None:
+            params = {**params, "seed": rollout_seed(self.sampling_seed, group.task_index, sample)}
         rollout = Rollout(id=rid, task=group.task, sample_index=sample, client=self.client, base_url=base_url,
                           model=self.model, params=params, upstream_url=self.base_url,
                           continuation=self.continuation)
@@ -302,6 +305,12 @@ class RolloutEngine:
                 c.reward_sum += sc.total
                 c.reward_sq += sc.total * sc.total
         self.writer.submit(records)
+
+
+def rollout_seed(seed: int, group_index: int, sample: int) -> int:
+    """The sampling seed of sample ``sample`` of group ``group_index`` under the run's ``seed``: what the
+    rollout samples depends on the seed and its place in the run, not on when the server got to it."""
+    return ((seed * 1_000_003 + group_index) * 1_009 + sample) % (1 << 31)
 
 
 async def _stop_servers(rollout: Rollout) -> None:

@@ -7,7 +7,9 @@
   training tasks, writing finished groups to the store, sampling each new group from the newest
   policy; group ``g`` belongs to batch ``g // groups_per_step`` and may start once the trainer has
   taken ``batch - async_level`` steps (``async_level = 0`` is the ``--sync`` mode: generate, train,
-  update, repeat); held-out evals every ``eval_every`` steps;
+  update, repeat); each rollout samples with a seed derived from ``loop.seed`` and its place (group,
+  sample), so a ``--sync`` run's curve depends on the seed, not on the machine's load; held-out evals
+  every ``eval_every`` steps;
 * the **trainer** (``workbench_local.training.worker``): reads finished groups from the store, drops
   groups older than ``max_off_policy_steps`` versions, steps, hot-loads the adapter, records the
   step's metrics in ``train_metric``, checkpoints.
@@ -416,6 +418,7 @@ async def _orchestrate(orch: Orchestrator, store: Store, env: Environment, cfg: 
                                    base_url=base_url, rollouts_per_task=cfg.loop.rollouts_per_task,
                                    concurrency=cfg.loop.concurrency, timeout_s=cfg.loop.timeout_s,
                                    extra_params=training_params(info), sandboxes=sandboxes, gate=orch.gate,
+                                   sampling_seed=cfg.loop.seed,
                                    continuation=await continuation_for(client, base_url, orch.base_model, info))
             await orch.run(engine, train_tasks, eval_tasks)
             assert orch.worker is not None
