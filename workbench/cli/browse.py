@@ -124,7 +124,7 @@ def print_transcript(r: dict[str, Any], full: bool = False) -> None:
                                 "  env ", safe_text(r["env_name"]), "  model ", safe_text(r["model"]),
                                 f"  task {r['task_index']} sample {r['sample_index']}  ", status))
     console.print(f"reward {fnum(r['reward'])}   turns {r['turns']}   {r['duration_s']:.2f}s   "
-                  f"tokens {r['prompt_tokens']}/{r['completion_tokens']}   cost ${r['cost_usd']:.5f}")
+                  f"tokens in {r['prompt_tokens']} out {r['completion_tokens']}   cost ${r['cost_usd']:.5f}")
     colors = {"system": "magenta", "user": "blue", "assistant": "green", "tool": "yellow"}
     for m in r["messages"]:
         role = str(m.get("role", "?"))

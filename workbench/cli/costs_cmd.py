@@ -9,6 +9,11 @@ import click
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
 
+#: The table's column for each cost kind: every amount is in US dollars, whatever the kind counts.
+KIND_COLUMNS = {"api_tokens": "api $", "gpu_seconds": "gpu $", "sandbox_seconds": "sandbox $"}
+UNITS_LINE = ("amounts in US dollars: api $ = model API tokens, gpu $ = GPU time, sandbox $ = sandbox time, "
+              "total $ = their sum; events = cost events recorded")
+
 
 @click.command("costs")
 @click.option("--by", "group", type=click.Choice(["run", "provider", "day"]), default="run", show_default=True)
@@ -16,7 +21,8 @@ from workbench.cli.common import console, db_option, emit_json, json_option, ope
 @json_option()
 @click.pass_context
 def costs_command(ctx: click.Context, group: str, db: str | None, as_json: bool) -> None:
-    """What runs cost: API tokens, GPU-seconds and sandbox-seconds, with the monthly and per-run budgets."""
+    """What runs cost, in US dollars: API tokens, GPU time and sandbox time, with the monthly and per-run
+    budgets."""
     from workbench.cost.budgets import monthly_budget_usd
     from workbench.cost.ledger import KINDS, read_ledger
 
@@ -34,11 +40,12 @@ def costs_command(ctx: click.Context, group: str, db: str | None, as_json: bool)
     console.print(f"total ${ledger.total_usd:,.4f} in {ledger.total_events} cost events; {month}: "
                   f"${ledger.month_usd:,.4f}{budget}", markup=False)
     t = Table(box=None, show_edge=False)
-    for col in (group, "events", *KINDS, "total $"):
+    for col in (group, "events", *(KIND_COLUMNS.get(k, f"{k} $") for k in KINDS), "total $"):
         t.add_column(col, justify="left" if col == group else "right")
     for r in ledger.rows:
         t.add_row(r.key, str(r.events), *(f"{r.by_kind[k]:,.4f}" for k in KINDS), f"{r.usd:,.4f}")
     console.print(t)
+    console.print(UNITS_LINE, markup=False, highlight=False)
     for rb in ledger.runs:
         cap = f"of ${rb.budget_usd:,.2f} ({100 * (rb.fraction or 0):.0f}%)" if rb.budget_usd is not None \
             else "(no budget)"

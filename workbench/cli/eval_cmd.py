@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -20,15 +21,27 @@ from workbench.cli.common import (
 from workbench.format import esc, fnum, safe_text
 
 
-def print_summary(s: Any) -> None:
-    """An :class:`~workbench.usecases.evaluation.EvalSummary` for people."""
+def rate_text(s: Any, sampling_s: float | None = None, total_s: float | None = None) -> str:
+    """What the rollout rate measures: rollouts finished per second while sampling (the model's start-up
+    and the preflight left out), with the seconds of each when this command measured them."""
+    text = f"{s.get('rollouts_per_s', 0):.1f} rollouts/s while sampling"
+    if sampling_s is not None:
+        text += f" ({sampling_s:.1f}s)"
+    if total_s is not None:
+        text += f"; {total_s:.1f}s in all, model start-up included"
+    return text
+
+
+def print_summary(s: Any, sampling_s: float | None = None, total_s: float | None = None) -> None:
+    """An :class:`~workbench.usecases.evaluation.EvalSummary` for people; ``sampling_s`` and ``total_s``
+    (seconds, when known) say what the rollout rate was measured over."""
     from rich.table import Table
 
     mean = s.get("mean_reward")
     se = s.get("stderr")
     head = f"[bold]{esc(s['env'])}[/] ({esc(s['env_version'])}) on [bold]{esc(s['model'])}[/] — run [cyan]{esc(s['run_id'])}[/]"
     console.print(head)
-    line = f"mean reward {fnum(mean)}" + (f" ± {se:.3f}" if se is not None else "")
+    line = f"mean reward {fnum(mean)}" + (f" (se {se:.3f})" if se is not None else "")
     line += f"   rollouts {s['rollouts']}   errors {s['errors']}"
     if s.get("pass_at_k"):
         line += "   " + "  ".join(f"{k} {v:.3f}" for k, v in s["pass_at_k"].items())
@@ -46,8 +59,8 @@ def print_summary(s: Any) -> None:
     if s.get("error_kinds"):
         console.print(safe_text("errors by kind: " + ", ".join(f"{k} {v}" for k, v in s["error_kinds"].items())))
     cost = f"${s['cost_usd']:.4f}" if not s.get("unpriced") else "unknown (no price for this model; `workbench prices set`)"
-    console.print(f"tokens {s['prompt_tokens']} in / {s['completion_tokens']} out   cost {cost}   "
-                  f"{s.get('rollouts_per_s', 0):.1f} rollouts/s")
+    console.print(f"tokens in {s['prompt_tokens']} out {s['completion_tokens']}   cost {cost}   "
+                  f"{rate_text(s, sampling_s, total_s)}")
 
 
 @click.command("eval")
@@ -88,6 +101,7 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     from workbench.runs.evaluate import EvalOptions
     from workbench.usecases.evaluation import run_eval
 
+    started = time.perf_counter()
     if not env and not resume:
         raise ConfigError("eval needs an environment (e.g. `workbench eval arithmetic`) or --resume RUN")
     opts = EvalOptions(env=env or "", env_args=parse_env_args(env_args), n=n, rollouts_per_task=rollouts_per_task, concurrency=c,
@@ -134,7 +148,7 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     if as_json:
         emit_json(s)
     else:
-        print_summary(s)
+        print_summary(s, sampling_s=result.outcome.wall_s, total_s=time.perf_counter() - started)
     if result.interrupted:
         console_err.print(f"interrupted: {s['rollouts']} rollouts kept; finish with `workbench eval --resume {s['run_id']}`")
         ctx.exit(130)
@@ -162,13 +176,15 @@ def _eval_models(ctx: click.Context, opts: Any, models: list[str], db: str | Non
     from rich.table import Table
 
     t = Table(box=None, show_edge=False, title=f"comparison {s['comparison_id']}: {s['env']} ({s['env_version']})")
-    for col in ("model", "run", "mean reward", "± stderr", "pass@1", "errors", "cost", "rollouts/s"):
+    for col in ("model", "run", "mean reward", "se", "pass@1", "errors", "cost", "rollouts/s"):
         t.add_column(col, justify="left" if col in ("model", "run") else "right")
     for r in s["runs"]:
         t.add_row(r["name"], r["run_id"], fnum(r["mean_reward"]), fnum(r["stderr"]),
                   fnum((r["pass_at_k"] or {}).get("pass@1")), str(r["errors"]),
                   "unpriced" if r.get("unpriced") else f"${r['cost_usd']:.4f}", f"{r['rollouts_per_s']:.1f}")
     console.print(t)
+    console.print("se: the standard error of the mean reward; rollouts/s: rollouts finished per second while "
+                  "sampling; docs/glossary.md explains every column", markup=False, highlight=False)
 
 
 COMMANDS = [eval_command]

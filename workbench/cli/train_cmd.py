@@ -18,18 +18,27 @@ from workbench.cli.common import (
 )
 from workbench.format import fnum
 
+#: Where every field of the step line (and every other number Workbench prints) is explained.
+GLOSSARY = "docs/glossary.md"
+
+
+def off_policy_text(metrics: dict[str, Any]) -> str:
+    """The staleness histogram (``staleness_K``: rollouts sampled K policy versions before this step)
+    as words: ``0 steps: 8, 1 step: 128``."""
+    hist = sorted((int(k.removeprefix("staleness_")), int(v)) for k, v in metrics.items()
+                  if k.startswith("staleness_") and k.removeprefix("staleness_").isdigit())
+    return ", ".join(f"{age} step{'' if age == 1 else 's'}: {n}" for age, n in hist) or "-"
+
 
 def step_line(rec: dict[str, Any]) -> str:
-    """One line per training record, for the terminal."""
+    """One line per training record, for the terminal; ``docs/glossary.md`` explains every field."""
     m = rec["metrics"]
     if rec["kind"] == "step":
-        staleness = " ".join(f"{k.removeprefix('staleness_')}:{int(v)}" for k, v in m.items()
-                             if k.startswith("staleness_") and k.removeprefix("staleness_").isdigit())
-        return (f"step {rec['step']:>4}  reward {fnum(m.get('reward_mean'))} ± {fnum(m.get('reward_std'))}"
+        return (f"step {rec['step']:>4}  reward {fnum(m.get('reward_mean'))} (sd {fnum(m.get('reward_std'))})"
                 f"  loss {fnum(m.get('loss'), 4)}  mismatch_kl {fnum(m.get('mismatch_kl'), 4)}"
                 f"  masked {fnum(m.get('masked_fraction'))}  entropy {fnum(m.get('entropy'))}"
                 f"  tok/s {m.get('tokens_per_s', 0):.0f}  dropped {int(m.get('dropped', 0))}"
-                f"  staleness {staleness or '-'}  wait {m.get('wait_s', 0):.1f}s train {m.get('train_s', 0):.1f}s"
+                f"  off-policy {off_policy_text(m)}  wait {m.get('wait_s', 0):.1f}s train {m.get('train_s', 0):.1f}s"
                 f" update {m.get('update_s', 0):.1f}s")
     if rec["kind"] == "eval":
         return f"eval at step {rec['step']}: held-out reward {fnum(m.get('reward_mean'))} ({rec['message']})"
@@ -59,7 +68,10 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
                   allow_other_env: bool, db: str | None, as_json: bool) -> None:
     """Train on ENV with RL. Any config key can be set with a dotted flag: --trainer.lr 1e-4,
     --loop.groups_per_step 4, --algorithm.name rloo. With --data RUN (and --algorithm.name sft) it
-    trains on stored trajectories (played, imported or sampled) instead of sampling."""
+    trains on stored trajectories (played, imported or sampled) instead of sampling.
+
+    Each optimizer step prints one line (reward and its sd, loss, mismatch_kl, masked, entropy, tok/s,
+    dropped, off-policy, wait/train/update seconds); docs/glossary.md says what every field is."""
     from workbench.training.run_config import parse_overrides, resolve, to_toml
 
     overrides = parse_overrides(ctx.args)
@@ -96,7 +108,8 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
     from workbench.training.loop import train
 
     def on_start(run_id: str, rdir: Any) -> None:
-        console_err.print(f"training run [cyan]{run_id}[/] (files in {rdir}); `workbench runs {run_id}` shows it")
+        console_err.print(f"training run [cyan]{run_id}[/] (files in {rdir}); `workbench runs {run_id}` shows it; "
+                          f"the step line's fields are explained in {GLOSSARY}")
 
     def on_record(rec: dict[str, Any]) -> None:
         console_err.print(step_line(rec), highlight=False)
@@ -108,8 +121,9 @@ def train_command(ctx: click.Context, env: str | None, env_args: str | None, con
         emit_json(s)
     else:
         console.print(f"run [cyan]{s['run_id']}[/]: {s['steps']} steps, reward {fnum(s['reward_start'])} → "
-                      f"{fnum(s['reward_end'])} (mean of the first and last {s['reward_window']} steps), held-out {fnum(s['eval_first'])} → "
-                      f"{fnum(s['eval_last'])}, dropped {s['dropped']}, {s.get('wall_s', 0):.0f}s")
+                      f"{fnum(s['reward_end'])} (mean of the first and last {s['reward_window']} steps), held-out reward "
+                      f"{fnum(s['eval_first'])} → {fnum(s['eval_last'])}, {s['dropped']} stale rollouts dropped, "
+                      f"{s.get('wall_s', 0):.0f}s in all")
 
 
 COMMANDS = [train_command]
