@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from workbench.cli.common import (
@@ -49,6 +51,18 @@ def envs_command(as_json: bool) -> None:
             else r["version"]
         t.add_row(r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4])
     console.print(t)
+
+
+def token_check_line(tokens: dict[str, Any]) -> str:
+    """The --model check's result: how many rollouts ran, how many came back with token ids, and how many
+    later turns' prompt tokens did not extend the earlier turn's (mismatches)."""
+    head = f"token check (run {tokens['run_id']}): {tokens['rollouts']} rollouts, {tokens['traced']} with token ids"
+    if not tokens["traced"]:
+        return head + "; not checked (the endpoint returned no token ids)"
+    line = f"{head}, {tokens['mismatches']} token mismatches"
+    if tokens.get("render_mismatches"):
+        line += f", {tokens['render_mismatches']} chat-template re-render mismatches"
+    return line
 
 
 @click.command("validate")
@@ -105,8 +119,10 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
         total = f" of {rep.total_tasks}" if rep.total_tasks is not None else ""
         console.print(f"[bold]{rep.env}[/] ({rep.version}): {rep.tasks_checked}{total} tasks checked")
         if rep.gold:
-            console.print("gold answer scores:  " + ", ".join(f"{k} {v:.3f}" for k, v in rep.gold.items()))
-        console.print("empty answer scores: " + ", ".join(f"{k} {v:.3f}" for k, v in rep.empty.items()))
+            console.print("gold answer scores (mean per reward):  " + ", ".join(f"{k} {v:.3f}" for k, v in rep.gold.items()))
+        console.print("empty answer scores (mean per reward): " + ", ".join(f"{k} {v:.3f}" for k, v in rep.empty.items()))
+        if rep.tokens:
+            console.print(token_check_line(rep.tokens), markup=False, highlight=False)
         if probe is not None:
             ran = [p for p in probe["policies"] if p["run_id"]]
             console.print(f"probe (model-free): {len(ran)} policies, {probe['exploitable']} exploitable"
