@@ -1,5 +1,6 @@
 """The Environments screen's live re-scoring (``R``, and after an edit): a worker per environment, its
-progress and its result beside the detail panel.
+progress and its result beside the detail panel; after an edit the model-free probe policies play the
+edited environment too (:class:`ProbeFollow`), and the status line warns when the edit made it exploitable.
 
 The work is ``workbench rescore ENV`` (:func:`workbench_app.env_state.rescore_stored`) on a private event
 loop in a thread worker, so the interface never waits on it; its progress and end come back as
@@ -10,11 +11,13 @@ of the same environment makes an older one's messages moot.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
-from workbench_app.env_state import EnvState, rescore_stored
-from workbench_app.format import clip, fnum
+from workbench_app.env_state import EnvState, env_spec, rescore_stored
+from workbench_app.format import clip, fnum, for_app
 from workbench_app.widgets.reward_compare import RewardCompare
 from workbench_app.workers import CancellableRun, post_ui
 
@@ -129,3 +132,81 @@ class Rescores:
         if st.rescoring is not None:
             done, total = st.rescoring
             panel.show_progress(st.name, done, total or None)
+
+
+class ProbeFollow:
+    """After an edit the model-free probe policies (``workbench probe``'s, those that call no model) play
+    the environment as its files are now, in a thread worker on a scratch store (the user's store never
+    fills with them); ``warnings`` names each environment an edit left exploitable, by the probe report's own
+    verdict. The screen shows them in its status line; ``P`` opens the full probe."""
+
+    class Done(Message):
+        """A follow-up probe has ended: its report (None when it could not run: ``error`` says why)."""
+
+        def __init__(self, name: str, token: object, report: dict[str, Any] | None, error: str) -> None:
+            super().__init__()
+            self.name, self.token, self.report, self.error = name, token, report, error
+
+    def __init__(self, screen: EnvironmentsHost) -> None:
+        self.screen = screen
+        self._latest: dict[str, object] = {}  # env name -> the token of its newest probe
+        self.warnings: dict[str, str] = {}  # env name -> what its latest probe found exploitable
+        self.probed: dict[str, str] = {}  # env name -> the version (files hash) its latest probe played
+
+    @property
+    def running(self) -> bool:
+        return bool(self._latest)
+
+    def start(self, st: EnvState) -> None:
+        """Probe ``st`` again; a probe of it still running is superseded (its result is dropped)."""
+        token = self._latest[st.name] = object()
+        name, spec = st.name, env_spec(st.ref)
+        self.screen.run_worker(lambda: self._probe(name, spec, token), thread=True, exit_on_error=False,
+                               group="env-probe-follow")
+
+    def forget(self, st: EnvState) -> None:
+        """``st`` no longer loads: its probe's verdict is of files that are gone."""
+        self._latest.pop(st.name, None)
+        self.warnings.pop(st.name, None)
+
+    def _probe(self, name: str, spec: str, token: object) -> None:
+        from workbench.runs.probe import probe_env
+        from workbench.store import Store
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="workbench-probe-") as scratch:
+                store = Store(Path(scratch) / "probe.db")
+                try:
+                    report = CancellableRun().run(lambda: probe_env(spec, store, model_free_only=True))
+                finally:
+                    store.close()
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            return
+        except WorkbenchError as e:
+            post_ui(self.screen, self.Done(name, token, None, for_app(e)))
+        except Exception as e:
+            post_ui(self.screen, self.Done(name, token, None, f"{type(e).__name__}: {e}"))
+        else:
+            post_ui(self.screen, self.Done(name, token, report, ""))
+
+    def finish(self, event: Done) -> bool:
+        """Keep ``event``'s verdict if it is of the newest probe of its env; True when the warnings changed."""
+        if self._latest.get(event.name) is not event.token:
+            return False
+        del self._latest[event.name]
+        before = self.warnings.get(event.name)
+        if event.report is not None:
+            self.probed[event.name] = event.report["env_version"]
+        if event.report is not None and event.report["exploitable"]:
+            self.warnings[event.name] = exploit_warning(event.report)
+        else:
+            self.warnings.pop(event.name, None)  # nothing exploitable, or it could not tell (its error is not news)
+        return self.warnings.get(event.name) != before
+
+
+def exploit_warning(report: dict[str, Any]) -> str:
+    """One line: which probe policies ``report`` (``probe_env``'s) finds exploitable, and what they earn."""
+    bad = [p for p in report["policies"] if p["exploitable"]]
+    named = ", ".join(f"{p['name']} earns {fnum(p['mean_reward'])}" for p in bad[:3]) + (", …" if len(bad) > 3 else "")
+    return (f"{report['env']}: the edit makes the rubric exploitable ({named}, at least {report['threshold']:g} × the "
+            f"{report['basis'].replace('_', ' ')} reward {fnum(report['basis_reward'])}); P shows the probe")

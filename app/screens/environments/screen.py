@@ -9,12 +9,14 @@ the controller's typed messages, which the screen hands to it here.
 When a reload (hot reload on save, ``r``, or back from the editor) brings a new version of an env
 that has stored rollouts, every stored rollout is re-scored with the edited rubric (``workbench
 rescore``) and the reward distribution before and after is shown beside the detail panel; ``R``
-re-scores on demand."""
+re-scores on demand. The model-free probe policies play the edited environment too, and the status line
+above the footer warns while an edit leaves its rubric exploitable (with no run yet, it says what to do first)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -29,12 +31,16 @@ from workbench_app.screens.environments.handoffs import Handoffs
 from workbench_app.screens.environments.hot_reload import HotReload
 from workbench_app.screens.environments.launches import Launches
 from workbench_app.screens.environments.quick_eval import QuickEval
-from workbench_app.screens.environments.rescore import Rescores
+from workbench_app.screens.environments.rescore import ProbeFollow, Rescores
 from workbench_app.screens.environments.validation import Validation
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.reward_compare import RewardCompare
 from workbench_app.widgets.tables import RowTable
+
+#: The status line of a store with no run yet.
+FIRST_STEPS = "first: pick an environment, v validates it, e runs a quick eval (its rollouts land in Traces), " \
+    "o edits it, n makes a new one"
 
 
 class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
@@ -66,6 +72,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         self.validation = Validation(self)
         self.quick_eval = QuickEval(self)
         self.rescores = Rescores(self)
+        self.probe_follow = ProbeFollow(self)
         self.launches = Launches(self)
         self.editor = Editor(self)
         self.handoffs = Handoffs(self)
@@ -84,6 +91,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
             with VerticalScroll(id="env-detail-box"):
                 yield Static("loading environments…", id="env-detail")
             yield RewardCompare(id="env-rescore")
+        yield Static("", id="env-status")
         yield WorkbenchFooter()
 
     def on_mount(self) -> None:
@@ -119,6 +127,17 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         self.rescores.show(st)
         self.query_one("#env-detail", Static).update(NONE_FOUND if st is None else describe(st))
 
+    def show_status(self) -> None:
+        """The status line: what the latest edits made exploitable; with no run of any environment yet, what
+        to do first; hidden when there is neither."""
+        line = self.query_one("#env-status", Static)
+        warnings = list(self.probe_follow.warnings.values())
+        text = "⚠ " + "; ".join(warnings) if warnings else \
+            FIRST_STEPS if self.envs and not any(st.latest for st in self.envs.values()) else ""
+        line.set_class(bool(warnings), "-warning")
+        line.update(Text(text))
+        line.display = bool(text)
+
     # -- what the workers report ----------------------------------------------------------------
     @on(Catalog.Listed)
     def _listed(self, event: Catalog.Listed) -> None:
@@ -128,6 +147,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         if event.watch is not None:
             self.hot_reload.follow(event.watch)
         self.show_detail()
+        self.show_status()
         self.editor.open_created()
 
     @on(Catalog.Loaded)
@@ -137,9 +157,12 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
             return
         if st.status == "error":
             self.rescores.cancel(st)
+            self.probe_follow.forget(st)
+            self.show_status()
         self.show_detail()
         if edited:
             self.rescores.start(st, quiet=True)  # an edit: show what it does to the stored rollouts
+            self.probe_follow.start(st)  # and whether the edited rubric pays a policy that should earn nothing
 
     @on(Validation.Done)
     def _validated(self, event: Validation.Done) -> None:
@@ -156,6 +179,11 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
     @on(Rescores.Done)
     def _rescored(self, event: Rescores.Done) -> None:
         self.rescores.finish(event)
+
+    @on(ProbeFollow.Done)
+    def _probed(self, event: ProbeFollow.Done) -> None:
+        if self.probe_follow.finish(event):
+            self.show_status()
 
     @on(Launches.Started)
     def _launch_started(self, event: Launches.Started) -> None:
