@@ -57,10 +57,12 @@ def test_the_step_line_names_every_number(metrics: dict[str, float], expected: l
 
 
 @pytest.mark.parametrize(("record", "expected"), [
-    ({"kind": "eval", "step": 4, "metrics": {"reward_mean": 0.5}, "message": "run 1205-abc"},
+    ({"kind": "eval", "step": 4, "metrics": {"reward_mean": 0.5, "reward_stderr": 0.05, "rollouts": 20.0},
+      "message": "1205-abc"}, "eval at step 4: held-out reward 0.500 (se 0.050, 20 rollouts, run 1205-abc)"),
+    ({"kind": "eval", "step": 4, "metrics": {"reward_mean": 0.5}, "message": "1205-abc"},
      "eval at step 4: held-out reward 0.500 (run 1205-abc)"),
     ({"kind": "skipped", "step": 2, "metrics": {}, "message": "non-finite loss"}, "skipped at step 2: non-finite loss"),
-], ids=["held-out-eval", "skipped"])
+], ids=["held-out-eval", "held-out-eval-before-se", "skipped"])
 def test_other_training_records(record: dict[str, Any], expected: str) -> None:
     assert step_line(record) == expected
 

@@ -115,7 +115,7 @@ def eval_command(ctx: click.Context, env: str | None, env_args: str | None, n: i
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("reward {task.fields[reward]}  errors {task.fields[errors]}"),
+                        TextColumn("mean reward {task.fields[reward]}  errors {task.fields[errors]}"),
                         TextColumn("{task.fields[oldest]}"),
                         TimeElapsedColumn(), console=console_err, transient=True,
                         disable=not console_err.is_terminal)

@@ -41,7 +41,10 @@ def step_line(rec: dict[str, Any]) -> str:
                 f"  off-policy {off_policy_text(m)}  wait {m.get('wait_s', 0):.1f}s train {m.get('train_s', 0):.1f}s"
                 f" update {m.get('update_s', 0):.1f}s")
     if rec["kind"] == "eval":
-        return f"eval at step {rec['step']}: held-out reward {fnum(m.get('reward_mean'))} ({rec['message']})"
+        se = f"se {fnum(m['reward_stderr'])}, " if m.get("reward_stderr") is not None else ""
+        rollouts = f"{int(m['rollouts'])} rollouts, " if m.get("rollouts") is not None else ""
+        return (f"eval at step {rec['step']}: held-out reward {fnum(m.get('reward_mean'))} "
+                f"({se}{rollouts}run {rec['message']})")
     return f"{rec['kind']} at step {rec['step']}: {rec['message']}"
 
 
