@@ -146,6 +146,12 @@ class MockServer:
         with urllib.request.urlopen(f"{self.root}/requests", timeout=30) as resp:
             return list(json.loads(resp.read())["requests"])
 
+    def release(self) -> None:
+        """Let the requests a ``--hold`` server keeps waiting (and every later one) through."""
+        req = urllib.request.Request(f"{self.root}/release", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+
     def stop(self) -> None:
         stop_process(self.proc)
         if self.proc.stdout:

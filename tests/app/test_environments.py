@@ -119,17 +119,18 @@ async def test_validate_shows_report(make_app: Callable[..., WorkbenchApp]) -> N
 
 async def test_quick_eval_streams_into_store(make_app: Callable[..., WorkbenchApp],
                                              mock_server: Callable[..., MockServer], store_file: Path) -> None:
-    server = mock_server("arithmetic", latency=0.4)
+    server = mock_server("arithmetic", "--hold")  # every request waits until the test releases them
     app = make_app(base_url=server.base_url, model="mock-model", quick_eval_n=4)
     async with app.run_test(size=SIZE) as pilot:
         await _loaded(pilot, app)
         await pilot.press("e")
-        assert _screen(app).query_one("#eval-bar").display
+        await wait_until(pilot, lambda: _screen(app).query_one("#eval-bar").display, what="the progress bar")
         label = _screen(app).query_one("#eval-label")
         await wait_until(pilot, lambda: "/4" in str(label.render()), what="the progress label")
         assert _screen(app).query_one(ProgressBar).total == 4
         await pilot.press("e")  # a second eval is refused while one runs
         await wait_until(pilot, lambda: any("is running" in n.message for n in _notes(app)), what="the refusal")
+        server.release()
         await wait_until(pilot, lambda: any(n.title in ("quick eval done", "quick eval failed") for n in _notes(app)),
                          timeout=60, what="the quick eval to finish")
         assert [n.message for n in _notes(app) if n.title == "quick eval failed"] == []

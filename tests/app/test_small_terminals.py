@@ -49,7 +49,6 @@ async def test_the_footer_keeps_help_and_quit(make_app: Callable[..., WorkbenchA
                                               size: tuple[int, int]) -> None:
     app = make_app(mode=mode)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.5)
         # The screen's own keys paint after the app's (help, quit): wait for both sides of the footer.
         footer = await wait_until(pilot, lambda: "? Help" in _footer(app) and _footer(app).split("▏")[0].strip()
                                   and _footer(app), what="the footer with the screen's keys")
@@ -66,7 +65,8 @@ async def test_traces_columns_fit_a_100_column_terminal(make_app: Callable[..., 
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.screen.query_one(VirtualTable)
         await wait_until(pilot, lambda: table.total == 24 and table.row(23) is not None, what="the rows")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: any("1114-bbbbbb" in ln for ln in screen_text(app).splitlines()),
+                         what="the rows painted")
         lines = screen_text(app).splitlines()
         header = next(line for line in lines if line.strip().startswith("time"))
         assert header.split() == [c.title for c in COLUMNS]  # every title, none cut ("se" for secs)
@@ -80,7 +80,8 @@ async def test_traces_at_80x24_leaves_columns_out_whole(make_app: Callable[..., 
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.screen.query_one(VirtualTable)
         await wait_until(pilot, lambda: table.total == 24 and table.row(23) is not None, what="the rows")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: any(re.search(r"\b1114-bbbbbb\b", ln) for ln in screen_text(app).splitlines()),
+                         what="the rows painted")
         lines = screen_text(app).splitlines()
         header = next(line for line in lines if line.strip().startswith("time"))
         titles = [c.title for c in COLUMNS]
@@ -110,9 +111,8 @@ async def test_the_env_list_keeps_rows_beside_the_rescore_panel(make_app: Callab
         await wait_until(pilot, lambda: screen.envs["adder"].rescore is not None, timeout=30, what="the re-score")
         panel = screen.query_one(RewardCompare)
         await wait_until(pilot, lambda: panel.display and panel.result is not None, what="the panel")
-        await pilot.pause(0.2)
         table = screen.query_one("#env-table", DataTable)
-        assert table.region.height >= 6, table.region  # its header and rows, not zero
+        await wait_until(pilot, lambda: table.region.height >= 6, what="the table beside the panel")  # not zero
         assert "adder" in screen_text(app).splitlines()[table.region.y + 1]
         assert "? Help" in _footer(app)
 
@@ -125,23 +125,24 @@ async def test_env_columns_follow_their_values(make_app: Callable[..., Workbench
     app = make_app()
     async with app.run_test(size=(200, 40)) as pilot:
         screen = await _envs_loaded(pilot, app)
-        await pilot.pause(0.1)
-        row = next(line for line in screen_text(app).splitlines() if line.strip().startswith("broken"))
-        assert "error: broken.py:3: syntax error: invalid syntax" in row, row
+
+        def row_of(name: str) -> str:
+            return next((ln for ln in screen_text(app).splitlines() if ln.strip().startswith(name)), "")
+
+        await wait_until(pilot, lambda: "error: broken.py:3: syntax error: invalid syntax" in row_of("broken"),
+                         what="the whole error in the row")
         with Store(store_file) as store:
             store.create_run("1130-quickeval-long", kind="eval", env_name="adder", model="m", status="completed",
                              created_at=T0 + 90_000)
         await pilot.press("r")
         await wait_until(pilot, lambda: (screen.envs["adder"].latest or {}).get("id") == "1130-quickeval-long",
                          what="the new latest run")
-        await pilot.pause(0.1)
-        row = next(line for line in screen_text(app).splitlines() if line.strip().startswith("adder"))
-        assert "1130-quickeval-long" in row, row
+        await wait_until(pilot, lambda: "1130-quickeval-long" in row_of("adder"), what="the whole run id in the row")
         write_file(env_dir / "broken.py", ADDER_ENV.replace('name="adder"', 'name="broken"'))
         await pilot.press("down", "r")
         await wait_until(pilot, lambda: screen.envs["broken"].status == "ok", what="broken to be fixed")
-        await pilot.pause(0.1)
-        assert screen.query_one(DataTable).columns["status"].content_width == len("status")  # narrowed again
+        await wait_until(pilot, lambda: screen.query_one(DataTable).columns["status"].content_width == len("status"),
+                         what="the status column narrowed again")
 
 
 async def test_env_status_is_clipped_to_the_screen(make_app: Callable[..., WorkbenchApp], env_dir: Path) -> None:
@@ -149,11 +150,16 @@ async def test_env_status_is_clipped_to_the_screen(make_app: Callable[..., Workb
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         screen = await _envs_loaded(pilot, app)
-        await pilot.pause(0.1)
         table = screen.query_one(DataTable)
-        assert table.virtual_size.width <= table.scrollable_content_region.width  # no sideways scrolling
-        row = next(line for line in screen_text(app).splitlines() if line.strip().startswith("broken"))
-        assert "error: bro" in row and row.rstrip().endswith("…") and len(row.rstrip()) <= 80, row
+
+        def broken_row() -> str:
+            return next((ln for ln in screen_text(app).splitlines() if ln.strip().startswith("broken")), "")
+
+        # the table settles its column widths after the rows arrive: wait for the clipped row
+        await wait_until(pilot, lambda: broken_row().rstrip().endswith("…")
+                         and table.virtual_size.width <= table.scrollable_content_region.width, what="the clipped row")
+        row = broken_row()
+        assert "error: bro" in row and len(row.rstrip()) <= 80, row
         await pilot.press("down")  # the whole message is in the detail panel
         await wait_until(pilot, lambda: "syntax error: invalid syntax" in screen_text(app), what="the detail")
 

@@ -28,6 +28,9 @@ does (``models/<id>``, owned by google); ``--flavor openrouter`` adds the fields
 carry beyond OpenAI's (``provider``, each choice's ``native_finish_reason``, ``usage.cost`` and
 ``prompt_tokens_details``) and lists models with their ``pricing`` and ``context_length``.
 
+Gate knob: ``--hold`` keeps every chat request waiting until ``POST /release`` (so a test can act while
+requests are in flight, whatever the machine's speed).
+
 Failure knobs: ``--fail-first K --fail-status S`` (the first K requests fail with S, then succeed),
 ``--require-key KEY`` (401 without it), ``--models a,b`` (404 for other models).
 
@@ -123,8 +126,10 @@ class MockOpenAI:
                  models: list[str] | None = None, seed: int = 0, latency_s: float = 0.0, tokens: bool = False,
                  drift: bool = False, by_turn: bool = False,
                  instruction_accuracy: dict[str, float] | None = None, prefix: str = "/v1",
-                 flavor: str = "openai", rules: list[dict[str, str]] | None = None) -> None:
+                 flavor: str = "openai", rules: list[dict[str, str]] | None = None, hold: bool = False) -> None:
         self.rules = rules or []
+        self.hold = hold
+        self.released: asyncio.Event | None = None  # made on the server's loop
         self.tokens, self.drift = tokens, drift
         self.prefix, self.flavor = "/" + prefix.strip("/"), flavor
         self.instruction_accuracy = {k.lower(): float(v) for k, v in (instruction_accuracy or {}).items()}
@@ -145,7 +150,20 @@ class MockOpenAI:
         app.router.add_get(f"{self.prefix}/models", self.list_models)
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/requests", self.received)
+        app.router.add_post("/release", self.release)
         return app
+
+    def _gate(self) -> asyncio.Event:
+        if self.released is None:
+            self.released = asyncio.Event()
+            if not self.hold:
+                self.released.set()
+        return self.released
+
+    async def release(self, request: web.Request) -> web.Response:
+        """Let the held chat requests (``--hold``) and every later one through."""
+        self._gate().set()
+        return web.json_response({"released": True})
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": self.requests})
@@ -227,6 +245,7 @@ class MockOpenAI:
             return self._err(404, f"model {body.get('model')!r} not found")
         if self.requests <= self.fail_first:
             return self._err(self.fail_status, "scripted failure")
+        await self._gate().wait()
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         msgs = body.get("messages") or []
@@ -325,13 +344,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rules", default=None, help='JSON [{"contains": "...", "reply": "..."}, ...] (mode rules)')
     ap.add_argument("--prefix", default="/v1", help="the API's path (e.g. /v1beta/openai, /api/v1)")
     ap.add_argument("--flavor", default="openai", choices=["openai", "gemini", "openrouter"])
+    ap.add_argument("--hold", action="store_true", help="chat requests wait until POST /release")
     ap.add_argument("--instruction-accuracy", default=None,
                     help='JSON {"phrase": accuracy}: arithmetic accuracy by what the system prompt says')
     a = ap.parse_args(argv)
     mock = MockOpenAI(a.mode, a.reply, orjson.loads(a.script) if a.script else None, a.accuracy, a.fail_first,
                       a.fail_status, a.require_key, a.models.split(","), a.seed, a.latency, a.tokens, a.drift,
                       a.by_turn, orjson.loads(a.instruction_accuracy) if a.instruction_accuracy else None, a.prefix,
-                      a.flavor, orjson.loads(a.rules) if a.rules else None)
+                      a.flavor, orjson.loads(a.rules) if a.rules else None, a.hold)
     try:
         import uvloop
 
