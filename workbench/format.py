@@ -9,6 +9,7 @@ made visible (``\x1b`` as ``␛``; newlines and tabs kept), never parsed as Rich
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable
@@ -36,8 +37,31 @@ def fnum(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+#: Significant digits a money amount under a dollar keeps (``$0.000021``, ``$0.0847``).
+MONEY_DIGITS = 3
+
+
 def fcost(v: float | None) -> str:
-    return "-" if v is None else f"${v:.4f}"
+    """A money amount in US dollars, the one way every cost is printed: ``$0`` for nothing, cents with
+    thousands separators from a dollar up (``$1,234.50``), and below a dollar :data:`MONEY_DIGITS`
+    significant digits, trailing zeros dropped down to cents (``$0.50``, ``$0.0847``, ``$0.000021``), so a
+    small amount never reads as ``$0.0000``."""
+    if v is None:
+        return "-"
+    if v != v:  # NaN: no amount to say
+        return "-"
+    sign, a = ("-" if v < 0 else ""), abs(v)
+    if a == 0:
+        return "$0"
+    if a >= 1:
+        return f"{sign}${a:,.2f}"
+    decimals = max(2, MONEY_DIGITS - 1 - math.floor(math.log10(a)))
+    text = f"{a:.{decimals}f}"
+    if text == "1.00":  # rounded up to a dollar
+        return f"{sign}$1.00"
+    whole, frac = text.split(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{sign}${whole}.{frac}"
 
 
 def ftime(ts: float | None, short: bool = False) -> str:

@@ -6,6 +6,7 @@ difference (each task's mean reward in the run minus in the baseline, over the t
 95% CI from a paired bootstrap over tasks (seeded, so the same runs give the same interval; past
 :data:`BOOTSTRAP_MAX_TASKS` tasks the normal approximation, which is as good there and says so),
 whether it is significant (the CI excludes 0), and the tasks that regressed (worst first) and improved.
+Tasks are named for people by their index and the start of their prompt (``task_labels``), not by their id (a hash).
 
 A rollout that failed (no reward) counts as 0 here: a model that errors is worse, not absent. Runs of
 different environments or versions, or over different tasks, are refused with the reason;
@@ -14,6 +15,7 @@ different environments or versions, or over different tasks, are refused with th
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -23,11 +25,15 @@ from typing import Any
 
 from workbench.analysis.report import pass_at_ks
 from workbench.errors import ConfigError, NotFoundError
+from workbench.format import clip
+from workbench.records.rollout import content_text
 from workbench.store import reports, run_lookups
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_TASKS = 5000
 _Z95 = 1.959963984540054
+#: Characters of a task's prompt a comparison keeps to name it (one line).
+PROMPT_CHARS = 80
 
 
 @dataclass(slots=True)
@@ -47,6 +53,7 @@ class RunStats:
     latencies: dict[str, list[float]] = field(default_factory=dict)  # task id -> its rollouts' durations
     label: str = ""  # what a reader calls the run: the registered model name, and its pipeline stage
     scored: int = 0  # rollouts with a reward (failed and unscored ones count 0 in the means)
+    task_labels: dict[str, dict[str, Any]] = field(default_factory=dict)  # task id -> {task_index, prompt}
 
     def as_dict(self, tasks: set[str], pass_threshold: float) -> dict[str, Any]:
         rewards = [x for t in tasks for x in self.rewards.get(t, ())]
@@ -124,6 +131,26 @@ def load_run(conn: Any, run_id: str, pass_threshold: float) -> RunStats:
     return stats
 
 
+def prompt_start(prompt_json: str, chars: int = PROMPT_CHARS) -> str:
+    """The start of a stored prompt on one line: a string prompt, or a message list's first user message
+    (the system prompt is the same for every task), cut to ``chars``."""
+    try:
+        prompt = json.loads(prompt_json) if prompt_json else ""
+    except ValueError:
+        prompt = prompt_json
+    if isinstance(prompt, list):
+        messages = [m for m in prompt if isinstance(m, dict)]
+        user = next((m for m in messages if m.get("role") == "user"), messages[-1] if messages else {})
+        prompt = content_text(user.get("content"))
+    return clip(str(prompt), chars)
+
+
+def task_labels(conn: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    """Each task of the run named for people: ``{task id: {"task_index": 3, "prompt": "What is …"}}``."""
+    return {task_id: {"task_index": index, "prompt": prompt_start(prompt)}
+            for task_id, index, prompt in reports.task_prompts(conn, run_id)}
+
+
 def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> dict[str, Any]:
     """``other`` against ``base`` over ``tasks``: mean difference, 95% CI, significance, regressions."""
     d = [other.task_means[t] - base.task_means[t] for t in tasks]
@@ -146,6 +173,7 @@ def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> 
         "regressions": [tasks[i] for i in order if d[i] < 0],
         "improvements": [tasks[i] for i in reversed(order) if d[i] > 0],
         "regression_deltas": {tasks[i]: d[i] for i in order if d[i] < 0},
+        "improvement_deltas": {tasks[i]: d[i] for i in reversed(order) if d[i] > 0},
     }
 
 
@@ -158,7 +186,9 @@ def load_runs(conn: Any, targets: list[str], baseline: str | None = None,
         ids = [baseline, *[i for i in ids if i != baseline]]
     if len(ids) < 2:
         raise ConfigError("compare needs at least two runs (or a comparison id whose runs they are)")
-    return [load_run(conn, i, pass_threshold) for i in ids]
+    runs = [load_run(conn, i, pass_threshold) for i in ids]
+    runs[0].task_labels = task_labels(conn, runs[0].run_id)  # the baseline has every task compared
+    return runs
 
 
 def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_threshold: float = 1.0,
@@ -201,5 +231,6 @@ def compare_runs(runs: list[RunStats], pass_threshold: float = 1.0, allow_mismat
     tasks = sorted(common)
     models = [{**runs[0].as_dict(common, pass_threshold), "baseline": True}]
     models += [{**r.as_dict(common, pass_threshold), "baseline": False, **paired(base, r, tasks)} for r in runs[1:]]
+    labels = {t: base.task_labels[t] for t in tasks if t in base.task_labels}
     return {"env": base.env, "env_version": base.env_version, "baseline": base.run_id, "tasks": len(tasks),
-            "notes": notes, "models": models}
+            "notes": notes, "models": models, "task_labels": labels}

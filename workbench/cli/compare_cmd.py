@@ -5,11 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.text import Text
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
-from workbench.format import esc, fnum, safe_text
+from workbench.cli.tables import Col, print_table
+from workbench.format import clip, fcost, fnum, visible
 
 _SHOWN = 10
+
+#: The leaderboard's columns; ids, numbers, intervals and costs are kept whole, the least needed left out first.
+BOARD = (Col("model", fold_to=10), Col("run", keep=True), Col("reward", keep=True, justify="right"),
+         Col("95% CI", keep=True), Col("pass@1", keep=True, justify="right"),
+         Col("$/solved", keep=True, justify="right"), Col("cost", keep=True, justify="right", drop=2),
+         Col("errors", keep=True, justify="right", drop=3), Col("p50 s", keep=True, justify="right", drop=4),
+         Col("p95 s", keep=True, justify="right", drop=5))
 
 
 @click.command("compare")
@@ -26,7 +35,8 @@ def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | N
                     allow_mismatch: bool, db: str | None, as_json: bool) -> None:
     """Compare RUNS (run ids, or a comparison id from `eval -m A -m B`): per model the mean reward with a 95%
     CI, pass@k, errors, tokens, cost (total, per rollout, per solved task) and latency; against the baseline
-    the paired per-task difference with a bootstrap 95% CI, and the tasks that regressed, worst first."""
+    the paired per-task difference with a bootstrap 95% CI, and the tasks that regressed, worst first, each
+    named by its index and the start of its prompt."""
     from workbench.usecases.comparison import compare
 
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
@@ -37,43 +47,55 @@ def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | N
     print_comparison(result)
 
 
-def _money(v: Any) -> str:
-    return "-" if v is None else f"${v:.4f}"
+def interval(ci: list[float] | None) -> str:
+    """A 95% CI as ``low–high``."""
+    return f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "-"
+
+
+def task_line(r: Any, task_id: str, delta: float, width: int) -> Text:
+    """One regressed or improved task on one line: ``#index``, the difference, and as much of the start of
+    its prompt as ``width`` leaves (the index and the difference are never cut)."""
+    label = r.get("task_labels", {}).get(task_id)
+    name = f"#{label['task_index']}" if label else visible(task_id)
+    head = f"    {name:>5}  {delta:+.2f}  "
+    prompt = visible(label["prompt"]) if label else ""
+    return Text(head + clip(prompt, max(0, width - len(head))))
+
+
+def print_tasks(r: Any, title: str, order: str, tasks: list[str], deltas: dict[str, float]) -> None:
+    """The first :data:`_SHOWN` of ``tasks`` (in ``order``), each on its own line."""
+    console.print(f"  {title} ({len(tasks)}), {order}:", highlight=False, markup=False)
+    for t in tasks[:_SHOWN]:
+        console.print(task_line(r, t, deltas.get(t, 0.0), console.width), soft_wrap=False, no_wrap=True,
+                      overflow="ellipsis")
+    if len(tasks) > _SHOWN:
+        console.print(f"    and {len(tasks) - _SHOWN} more (--json lists every task)", highlight=False,
+                      markup=False, style="dim")
 
 
 def print_comparison(r: Any) -> None:
     """A :class:`~workbench.usecases.comparison.Comparison` for people."""
-    from rich.table import Table
-
-    console.print(f"[bold]{esc(r['env'])}[/] ({esc(r['env_version'])}), {r['tasks']} tasks; baseline "
-                  f"{esc(r['baseline'])}", highlight=False)
+    console.print(Text.assemble((visible(r["env"]), "bold"), f" ({visible(r['env_version'])}), {r['tasks']} "
+                                f"tasks; baseline {visible(r['baseline'])}"))
     for note in r["notes"]:
-        console.print(f"[yellow]note:[/] {esc(note)}", highlight=False)
-    t = Table(box=None, show_edge=False, header_style="bold")
-    for col in ("model", "run", "reward", "95% CI", "pass@1", "errors", "cost", "$/solved", "p50 s", "p95 s"):
-        t.add_column(col, justify="left" if col in ("model", "run", "95% CI") else "right")
+        console.print(Text.assemble(("note: ", "yellow"), visible(note)))
+    rows = []
     for m in sorted(r["models"], key=lambda m: -(m["mean_reward"] or 0)):
-        ci = m["mean_ci95"]
-        t.add_row(safe_text(m["label"]), safe_text(m["run_id"]), fnum(m["mean_reward"]),
-                  f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "-", fnum(m["pass_at_k"].get("pass@1")), str(m["errors"]),
-                  _money(m["cost_usd"]), _money(m["cost_per_solved_task"]), fnum(m["latency_p50_s"]),
-                  fnum(m["latency_p95_s"]))
-    console.print(t)
+        rows.append((m["label"], m["run_id"], fnum(m["mean_reward"]), interval(m["mean_ci95"]),
+                     fnum(m["pass_at_k"].get("pass@1")), fcost(m["cost_per_solved_task"]), fcost(m["cost_usd"]),
+                     str(m["errors"]), fnum(m["latency_p50_s"]), fnum(m["latency_p95_s"])))
+    print_table(BOARD, rows, console)
     for p in (m for m in r["models"] if not m["baseline"]):
         ci = p["ci95"]
-        verdict = "[green]better[/]" if p["significant"] and p["delta"] > 0 else \
-            "[red]worse[/]" if p["significant"] else "no significant difference"
+        verdict = Text("better", style="green") if p["significant"] and p["delta"] > 0 else \
+            Text("worse", style="red") if p["significant"] else Text("no significant difference")
         ci_text = f"95% CI {ci[0]:+.3f} to {ci[1]:+.3f} ({p['ci_method']})" if ci else "no CI (one task)"
-        console.print(f"{esc(p['label'])} ({esc(p['run_id'])}) vs baseline: Δ {p['delta']:+.3f}, {ci_text}: {verdict}",
-                      highlight=False)
+        console.print(Text.assemble(f"{visible(p['label'])} ({visible(p['run_id'])}) vs baseline: "
+                                    f"Δ {p['delta']:+.3f}, {ci_text}: ", verdict))
         if p["regressions"]:
-            worst = esc(", ".join(f"{t} ({p['regression_deltas'][t]:+.2f})" for t in p["regressions"][:_SHOWN]))
-            more = f" and {len(p['regressions']) - _SHOWN} more" if len(p["regressions"]) > _SHOWN else ""
-            console.print(f"  regressed ({len(p['regressions'])}): {worst}{more}", highlight=False)
+            print_tasks(r, "regressed", "worst first", p["regressions"], p["regression_deltas"])
         if p["improvements"]:
-            best = esc(", ".join(str(t) for t in p["improvements"][:_SHOWN]))
-            more = f" and {len(p['improvements']) - _SHOWN} more" if len(p["improvements"]) > _SHOWN else ""
-            console.print(f"  improved ({len(p['improvements'])}): {best}{more}", highlight=False)
+            print_tasks(r, "improved", "best first", p["improvements"], p.get("improvement_deltas", {}))
 
 
 COMMANDS = [compare_command]

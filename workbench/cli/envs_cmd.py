@@ -16,6 +16,10 @@ from workbench.cli.common import (
     no_credentials,
     run_async,
 )
+from workbench.cli.tables import Col, print_table
+
+#: ``envs``' columns: names and versions whole, origins and paths folded.
+ENV_COLUMNS = (Col("name", keep=True), Col("origin", fold_to=12), Col("version", keep=True), Col("path", fold_to=16))
 
 
 @click.command("envs")
@@ -34,12 +38,8 @@ def envs_command(as_json: bool) -> None:
     if as_json:
         emit_json({"envs": rows})
         return
-    from rich.table import Table
-
-    t = Table(box=None, show_edge=False)
-    cols = ["name", "origin", "version", "path"] + (["note"] if any("error" in r for r in rows) else [])
-    for col in cols:
-        t.add_column(col)
+    cols = [*ENV_COLUMNS, *([Col("note", fold_to=16)] if any("error" in r for r in rows) else [])]
+    cells = []
     for r in rows:
         note = [f"files only: did not load ({r['error']})"] if "error" in r else [""]
         origin = f"{r['origin']} ({r['framework']})" if "framework" in r else r["origin"]
@@ -49,8 +49,8 @@ def envs_command(as_json: bool) -> None:
             origin += f" (fork of {r['forked_from'].get('name')} {r['forked_from'].get('version')})"
         version = f"{r['version']} (prompt from {r['override']['origin'] or 'an override'})" if "override" in r \
             else r["version"]
-        t.add_row(r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4])
-    console.print(t)
+        cells.append((r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4]))
+    print_table(cols, cells, console)
 
 
 def token_check_line(tokens: dict[str, Any]) -> str:

@@ -5,6 +5,14 @@ from __future__ import annotations
 import click
 
 from workbench.cli.common import console, emit_json, json_option
+from workbench.cli.tables import Col, print_table
+
+#: ``models list``'s columns: names, ids, URLs and prices whole; at a narrow width the prices go first, then
+#: the provider, where the key comes from and the base URL.
+MODEL_COLUMNS = (Col("name", keep=True), Col("model id", keep=True), Col("provider", drop=3),
+                 Col("base url", keep=True, drop=1), Col("key from", keep=True, drop=2),
+                 Col("$/Mtok in", keep=True, justify="right", drop=4),
+                 Col("$/Mtok out", keep=True, justify="right", drop=4))
 
 
 @click.group("models")
@@ -51,16 +59,10 @@ def models_list(as_json: bool) -> None:
     if not models:
         console.print("no models registered: `workbench models add NAME --base-url URL [--model-id ID]`")
         return
-    from rich.table import Table
-
-    t = Table(box=None, show_edge=False)
-    for col in ("name", "model id", "provider", "base url", "key from", "$/Mtok in", "$/Mtok out"):
-        t.add_column(col)
-    for m in models.values():
-        t.add_row(m.name, m.model_id, m.provider, m.base_url, f"${m.api_key_env}" if m.api_key_env else "keyring",
-                  "-" if m.input_price is None else f"{m.input_price:.3f}",
-                  "-" if m.output_price is None else f"{m.output_price:.3f}")
-    console.print(t)
+    rows = [(m.name, m.model_id, m.provider, m.base_url, f"${m.api_key_env}" if m.api_key_env else "keyring",
+             "-" if m.input_price is None else f"{m.input_price:.3f}",
+             "-" if m.output_price is None else f"{m.output_price:.3f}") for m in models.values()]
+    print_table(MODEL_COLUMNS, rows, console)
 
 
 @models_group.command("remove")

@@ -6,7 +6,14 @@ from __future__ import annotations
 import click
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
+from workbench.cli.tables import Col, print_table
 from workbench.errors import ConfigError
+
+#: The price tables' columns: model ids, GPU names and prices whole, where a price comes from folded.
+PRICE_COLUMNS = (Col("model", keep=True), Col("provider", keep=True), Col("$/Mtok in", keep=True, justify="right"),
+                 Col("$/Mtok out", keep=True, justify="right"), Col("source", fold_to=16))
+GPU_PRICE_COLUMNS = (Col("provider", keep=True), Col("gpu", keep=True), Col("$/GPU-s", keep=True, justify="right"),
+                     Col("$/GPU-h", keep=True, justify="right"), Col("source", fold_to=16))
 
 
 @click.group("prices")
@@ -27,15 +34,8 @@ def prices_list(ctx: click.Context, db: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"prices": rows})
         return
-    from rich.table import Table
-
-    t = Table(box=None, show_edge=False)
-    for col in ("model", "provider", "$/Mtok in", "$/Mtok out", "source"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["model"], r["provider"], f"{r['input_usd_per_mtok']:.3f}", f"{r['output_usd_per_mtok']:.3f}",
-                  r["source"])
-    console.print(t)
+    print_table(PRICE_COLUMNS, [(r["model"], r["provider"], f"{r['input_usd_per_mtok']:.3f}",
+                                 f"{r['output_usd_per_mtok']:.3f}", r["source"]) for r in rows], console)
 
 
 @prices_group.command("set")
@@ -79,21 +79,14 @@ def gpu_prices_group() -> None:
 @json_option()
 def gpu_prices_list(as_json: bool) -> None:
     """List the GPU price table (defaults plus your overrides)."""
-    from rich.table import Table
-
     from workbench.cost.gpu_prices import load_prices, prices_path
 
     rows = [p.to_dict() for p in load_prices().values()]
     if as_json:
         emit_json({"prices": rows, "path": str(prices_path())})
         return
-    t = Table(box=None, show_edge=False)
-    for col in ("provider", "gpu", "$/GPU-s", "$/GPU-h", "source"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(str(r["provider"]), str(r["gpu"]), f"{r['usd_per_gpu_s']:.6f}", f"{r['usd_per_gpu_hour']:.2f}",
-                  str(r["source"]))
-    console.print(t)
+    print_table(GPU_PRICE_COLUMNS, [(str(r["provider"]), str(r["gpu"]), f"{r['usd_per_gpu_s']:.6f}",
+                                     f"{r['usd_per_gpu_hour']:.2f}", str(r["source"])) for r in rows], console)
     console.print(f"overrides: {prices_path()} (edit with `workbench gpu-prices set PROVIDER GPU --per-hour USD`)")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.text import Text
 
 from workbench.cli.common import (
     console,
@@ -17,6 +18,7 @@ from workbench.cli.common import (
     open_store,
     run_async,
 )
+from workbench.cli.tables import Col, print_table
 from workbench.format import fnum
 
 
@@ -58,22 +60,24 @@ def probe_command(ctx: click.Context, env: str, env_args: str | None, n: int | N
         ctx.exit(1)
 
 
-def print_probe(out: dict[str, Any]) -> None:
-    from rich.table import Table
+#: The table's columns: policy names, rewards and rollout ids whole; the rewards by function left out first.
+PROBE_COLUMNS = (Col("policy", keep=True), Col("reward", keep=True, justify="right"),
+                 Col("by function", drop=2, fold_to=16), Col("verdict", fold_to=11), Col("example", keep=True, drop=1),
+                 Col("what", fold_to=20))
 
+
+def print_probe(out: dict[str, Any]) -> None:
     console.print(f"[bold]{out['env']}[/] ({out['env_version']}): {len(out['policies'])} policies on {out['tasks']} "
                   f"tasks; exploitable at {out['threshold']:g} × the {out['basis'].replace('_', ' ')} reward "
                   f"{out['basis_reward']:.3f} (empty answer {out['empty_reward']:.3f}); {out['wall_s']:.1f} s",
                   highlight=False)
-    t = Table(box=None, show_edge=False, header_style="bold")
-    for col in ("policy", "reward", "by function", "verdict", "example", "what"):
-        t.add_column(col, overflow="fold")
+    rows = []
     for p in out["policies"]:
-        verdict = "[bold red]EXPLOITABLE[/]" if p["exploitable"] else ("baseline" if not p["earns_nothing"] else
-                                                                       (p["skipped"] or "ok"))
+        verdict = Text("EXPLOITABLE", style="bold red") if p["exploitable"] else \
+            Text("baseline" if not p["earns_nothing"] else (p["skipped"] or "ok"))
         by = ", ".join(f"{k} {v:.2f}" for k, v in p["rewards"].items())
-        t.add_row(p["name"], fnum(p["mean_reward"]), by, verdict, p["example_rollout"] or "-", p["summary"])
-    console.print(t)
+        rows.append((p["name"], fnum(p["mean_reward"]), by, verdict, p["example_rollout"] or "-", p["summary"]))
+    print_table(PROBE_COLUMNS, rows, console)
     bad = [p for p in out["policies"] if p["exploitable"]]
     for p in bad:
         console.print(f"  {p['name']}: `workbench diff {p['example_rollout']} {p['gold_rollout']}` shows it against the "

@@ -64,6 +64,12 @@ def task_results(conn: sqlite3.Connection, run_id: str) -> Iterator[tuple[Any, .
                         "WHERE run_id = ?", (run_id,))
 
 
+def task_prompts(conn: sqlite3.Connection, run_id: str) -> Iterator[tuple[str, int, str]]:
+    """``(task_id, task_index, prompt JSON)`` of each task of the run (its lowest task index's prompt)."""
+    return conn.execute("SELECT task_id, MIN(task_index), prompt FROM rollout WHERE run_id = ? GROUP BY task_id",
+                        (run_id,))
+
+
 def reward_scores(conn: sqlite3.Connection, run_id: str) -> Iterator[tuple[str, float]]:
     """``(name, value)`` of every reward score (not a metric) of the run's rollouts."""
     return conn.execute("SELECT s.name, s.value FROM score s JOIN rollout r ON r.pk = s.rollout_pk WHERE r.run_id = ? "
@@ -114,5 +120,5 @@ def traced_rollouts(conn: sqlite3.Connection, run_id: str) -> list[tuple[Any, ..
 
 
 __all__ = ["completed_evals", "compared_run", "error_kinds", "errored_rollouts", "reflected_rollouts",
-           "reward_scores", "rollout_totals", "score_means", "task_results", "task_rewards", "top_failure",
-           "trace_nodes", "trace_row", "traced_rollouts"]
+           "reward_scores", "rollout_totals", "score_means", "task_prompts", "task_results", "task_rewards",
+           "top_failure", "trace_nodes", "trace_row", "traced_rollouts"]

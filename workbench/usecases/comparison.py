@@ -37,6 +37,14 @@ class ModelComparison(TypedDict, total=False):
     regressions: list[str]  #: task ids that got worse, worst first
     improvements: list[str]  #: task ids that got better, best first
     regression_deltas: dict[str, float]  #: each regressed task's difference
+    improvement_deltas: dict[str, float]  #: each improved task's difference
+
+
+class TaskLabel(TypedDict):
+    """A task named for people: its index in the environment and the start of its prompt (one line)."""
+
+    task_index: int
+    prompt: str
 
 
 class Comparison(TypedDict):
@@ -48,6 +56,7 @@ class Comparison(TypedDict):
     tasks: int  #: tasks every run has (or shares, with ``allow_mismatch``)
     notes: list[str]  #: what was compared across (versions, a subset of tasks)
     models: list[ModelComparison]  #: the baseline first
+    task_labels: dict[str, TaskLabel]  #: each compared task's id -> how a reader names it
 
 
 def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_threshold: float = 1.0,
@@ -61,4 +70,4 @@ def compare(conn: Any, targets: list[str], baseline: str | None = None, pass_thr
     return result
 
 
-__all__ = ["Comparison", "ModelComparison", "compare"]
+__all__ = ["Comparison", "ModelComparison", "TaskLabel", "compare"]
