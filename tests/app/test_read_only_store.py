@@ -72,7 +72,7 @@ async def test_a_read_only_store_is_browsed_and_writes_are_one_clear_error(
 
             app.clear_notifications()
             app.open_debugger(env_spec="arithmetic")
-            await pilot.pause(0.2)
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "DebuggerScreen", what="the debugger")
             await pilot.press("n")
             errors = await wait_until(pilot, lambda: _notes(app, "error"), what="the refusal of a live rollout")
             assert errors[0].message.startswith("a live rollout writes to the store")

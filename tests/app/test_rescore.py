@@ -73,8 +73,8 @@ async def test_live_rescoring_after_a_reward_edit(make_app: Callable[..., Workbe
 
         panel = _panel(app)
         await wait_until(pilot, lambda: panel.display and panel.result is st, what="the comparison panel")
-        await pilot.pause(0.1)
-        text = screen_text(app)
+        text = await wait_until(pilot, lambda: t if "re-scored:" in (t := screen_text(app)) else None,
+                                what="the panel painted")
         assert f"before mean {before[0]:.3f} ± {before[1]:.3f} · n 11" in text
         assert f"after mean {after[0]:.3f} ± {after[1]:.3f} · n 11" in text
         assert "adder re-scored: 4 of 11 changed · 0 with errors" in text
@@ -108,8 +108,7 @@ async def test_rescore_on_demand_and_errors_as_notifications(make_app: Callable[
         res = _screen(app).envs["adder"].rescore
         assert res.errors == {"correct": 11} and res.failed == 11
         assert "RuntimeError: judge down" in res.error_examples["correct"]
-        await pilot.pause(0.1)
-        assert "correct: RuntimeError: judge down" in screen_text(app)
+        await wait_until(pilot, lambda: "correct: RuntimeError: judge down" in screen_text(app), what="the error shown")
         note = next(n for n in app._notifications if n.title == "re-scored" and "with errors" in n.message)
         assert note.severity == "warning"
 
