@@ -59,6 +59,8 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         Binding("r", "reload", "Reload", id="env.reload", show=False),
         Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
         Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
+        # Pinned by the footer: its second page shows the keys above that the first one has no room for.
+        Binding("m", "footer_more", "More", id="env.more"),
     ]
 
     #: Posted by a launch's worker; they bubble on to the app.
@@ -244,3 +246,6 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
 
     def action_hub(self) -> None:
         self.handoffs.hub()
+
+    def action_footer_more(self) -> None:
+        self.query_one(WorkbenchFooter).toggle_more()
