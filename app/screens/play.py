@@ -95,6 +95,12 @@ class AppPolicy:
         self._resolve(None)
 
 
+def stop_question(turns: int) -> str:
+    """What the confirm asks when ``turns`` turns are written and the rollout has not ended."""
+    written = "1 turn you wrote is" if turns == 1 else f"{turns} turns you wrote are"
+    return f"Stop playing? The {written} not stored (the rollout has not ended).  y stops, n keeps playing"
+
+
 class ConfirmStop(ModalScreen[bool]):
     """Stop playing? What was written is not stored."""
 
@@ -117,8 +123,7 @@ class ConfirmStop(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="stop-box"):
-            yield Static(f"Stop playing? The {self.turns} turn{'s' if self.turns != 1 else ''} you wrote "
-                         "are not stored (the rollout has not ended).  y stops, n keeps playing", id="stop-text")
+            yield Static(stop_question(self.turns), id="stop-text")
             with Horizontal(id="stop-buttons"):
                 yield Button("Stop", variant="warning", id="stop-yes")
                 yield Button("Keep playing", id="stop-no")

@@ -62,11 +62,12 @@ def fields_of(schema: dict[str, Any]) -> list[Field]:
 
 def parse_value(field: Field, raw: str) -> Any:
     """The value of a text field as its schema's type; a value that does not parse stays the text written, so
-    the schema check names it. ``_UNSET`` for an empty field (the argument is left out)."""
+    the schema check names it. ``_UNSET`` for an empty field (the argument is left out, or refused when it is
+    required: :meth:`ToolForm.arguments` says so)."""
     if raw == "" and field.kind != "string":
         return _UNSET
     if field.kind == "string":
-        return _UNSET if raw == "" and not field.required else raw
+        return _UNSET if raw == "" else raw
     if field.kind == "integer":
         try:
             return int(raw.strip())
@@ -210,7 +211,8 @@ class ToolForm(Widget):
 
     # -- reading and errors ---------------------------------------------------------------------
     def arguments(self) -> dict[str, Any]:
-        """The arguments as written; a ReplyError naming the field whose JSON text does not parse."""
+        """The arguments as written; a ReplyError naming the first required field left empty, or the field
+        whose JSON text does not parse (checked before anything is sent)."""
         out: dict[str, Any] = {}
         for i, f in enumerate(self.fields):
             w = self.query_one(f"#{self._field_id(i)}")
@@ -221,6 +223,9 @@ class ToolForm(Widget):
                 value = parse_value(f, w.value)
             if value is not _UNSET:
                 out[f.name] = value
+            elif f.required:
+                raise ReplyError(f"{f.name} is required: {'choose' if isinstance(w, Select) else 'fill in'} "
+                                 "a value", f.name)
         return out
 
     def clear_errors(self) -> None:
