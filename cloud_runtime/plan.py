@@ -115,6 +115,15 @@ class LaunchConfig:
     sharding: str = "fsdp"  # the trainer's sharding the plan assumes (and the launched run uses)
 
 
+class MissingCloudKeys(ConfigError):
+    """The plan needs these ``[cloud]`` keys and the config has none of them (``missing_cloud_keys``); each
+    face adds how to give them."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing_cloud_keys = [f"cloud.{k}" for k in missing]
+        super().__init__(f"the plan needs {', '.join(self.missing_cloud_keys)} in the config's cloud table")
+
+
 def _cloud_config(table: dict[str, Any]) -> CloudConfig:
     for k in table:
         if k not in CLOUD_KEYS:
@@ -122,7 +131,7 @@ def _cloud_config(table: dict[str, Any]) -> CloudConfig:
     cfg = CloudConfig(**table)
     missing = [k for k in _REQUIRED if getattr(cfg, k) is None]
     if missing:
-        raise ConfigError(f"the plan needs {', '.join('cloud.' + k for k in missing)} in the config's cloud table")
+        raise MissingCloudKeys(missing)
     for f in dataclasses.fields(CloudConfig):
         v = getattr(cfg, f.name)
         if v is None or f.name in ("provider", "gpu"):

@@ -3,12 +3,51 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
 from workbench.cli.common import console, console_err, db_option, emit_json, json_option
 from workbench.errors import ConfigError
+
+#: The folder names a bundled run config is given under: the checkout's and the installed package's.
+CLOUD_PACKAGE_NAMES = ("cloud_runtime", "workbench_cloud")
+
+
+def bundled_configs_dir() -> Path | None:
+    """The installed cloud package's folder (``configs/`` holds its run configs), or None without it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("workbench_cloud")
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def bundled_config_names() -> list[str]:
+    """The bundled run configs as ``--config`` takes them from the checkout's root (and, resolved by
+    :func:`resolve_config_file`, from anywhere)."""
+    package = bundled_configs_dir()
+    return [f"cloud_runtime/configs/{p.name}" for p in sorted(package.glob("configs/*.toml"))] if package else []
+
+
+def resolve_config_file(given: str | None) -> str | None:
+    """The run config ``--config`` names: a path from the current directory first, then one of the cloud
+    package's bundled configs (``cloud_runtime/configs/X.toml`` from any directory, or ``X.toml``)."""
+    if given is None:
+        return None
+    path = Path(given).expanduser()
+    if path.is_file():
+        return str(path)
+    package = bundled_configs_dir()
+    if package is not None and not path.is_absolute():
+        parts = path.parts[1:] if path.parts and path.parts[0] in CLOUD_PACKAGE_NAMES else path.parts
+        for candidate in (package.joinpath(*parts), package / "configs" / path.name):
+            if parts and candidate.is_file():
+                return str(candidate)
+    bundled = bundled_config_names()
+    where = f"; the bundled ones: {', '.join(bundled)}" if bundled else ""
+    raise ConfigError(f"--config {given}: no such file (from {Path.cwd()}) and no bundled run config of that "
+                      f"name{where}")
 
 
 def backend_plugin(name: str) -> Any:
@@ -151,6 +190,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     from workbench.usecases.launch import check_trainer_nodes, plan_trainer_nodes, preflight
 
     overrides = parse_overrides(ctx.args)
+    config_file = resolve_config_file(config_file)
     if max_steps is not None:
         if max_steps < 1:
             raise ConfigError("--max-steps must be a positive integer")
@@ -174,8 +214,17 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         return
     planner = backend if chosen is not None and chosen.takes == "launch" else None  # None: the cluster plan
     with open_store(ctx, db, read_only_ok=plan_only) as store:
-        checked = preflight(store.conn, planner, env=env, config_file=config_file, max_steps=max_steps,
-                            budget_usd=budget, overrides=overrides)
+        try:
+            checked = preflight(store.conn, planner, env=env, config_file=config_file, max_steps=max_steps,
+                                budget_usd=budget, overrides=overrides)
+        except ConfigError as e:
+            missing = getattr(e, "missing_cloud_keys", None)
+            if not missing:
+                raise
+            example = " ".join(f"--{k} N" for k in missing[:2])
+            raise ConfigError(f"{e}: pass --config FILE with a [cloud] table (bundled: "
+                              f"{', '.join(bundled_config_names()) or 'none'}) or set each key as a flag "
+                              f"({example}{' ...' if len(missing) > 2 else ''})") from None
     plan = checked.plan
     if plan_only:
         if as_json:
