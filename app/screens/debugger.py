@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -45,12 +45,16 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
     #dbg-controls { height: 3; padding: 0 1; }
     #dbg-env { width: 30; }
     #dbg-task { width: 14; }
-    #dbg-status { width: 1fr; padding: 1 1 0 1; }
+    #dbg-status { width: 1fr; height: 3; padding: 0 1; content-align-vertical: middle; }
     #dbg-main { width: 1fr; }
     #dbg-messages { padding: 0 1; }
     #dbg-side { width: 48; border-left: solid $primary; padding: 0 1; }
     #dbg-side Static { margin-bottom: 1; }
+    DebuggerScreen.-narrow #dbg-env { width: 22; }
+    DebuggerScreen.-narrow #dbg-task { width: 10; }
+    DebuggerScreen.-narrow #dbg-side { width: 40; }
     """
+    NARROW = 110  # below this many columns the picker, the task and the side panel shrink
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "next_turn", "Next turn", id="debug.next"),
         Binding("r", "run_to_end", "Run to end", id="debug.run"),
@@ -94,6 +98,9 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         self._list_envs()
         self._show(None)
         self.query_one("#dbg-messages").focus()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < self.NARROW, "-narrow")
 
     def on_screen_resume(self) -> None:
         self.take_request()
@@ -193,7 +200,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         self.query_one("#dbg-messages").focus()
 
     def action_focus_main(self) -> None:
-        self.query_one("#dbg-messages").focus()
+        self.query_one(f"#{self.query_one(ContentSwitcher).current}").focus()
 
     # -- a stored rollout, read-only ------------------------------------------------------------
     def open_stored(self, rollout: dict[str, Any]) -> None:
@@ -364,10 +371,12 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         switcher = self.query_one(ContentSwitcher)
         if switcher.current == "dbg-tokens":
             switcher.current = "dbg-messages"
+            self.query_one("#dbg-messages").focus()
             return
         switcher.current = "dbg-tokens"
         self._tokens_stale = True
         self._load_tokens()
+        self.query_one(TokenView).focus()  # left and right move over its tokens
 
     def _load_tokens(self) -> None:
         if not self._tokens_stale:

@@ -36,7 +36,9 @@ def overview(r: dict[str, Any]) -> Table:
     t.add_row("reward", Text(fnum(r.get("reward")), style="bold"))
     t.add_row("answer", safe_text(orjson.dumps(r.get("answer")).decode() if not isinstance(r.get("answer"), str)
                                   else repr(r.get("answer"))))
-    t.add_row("timing", f"{r.get('duration_s') or 0:.2f} s, {r.get('turns', 0)} turns, at {ftime(r.get('created_at'))}")
+    turns = r.get("turns", 0)
+    t.add_row("timing", f"{r.get('duration_s') or 0:.2f} s, {turns} turn{'' if turns == 1 else 's'}, "
+                        f"at {ftime(r.get('created_at'))}")
     t.add_row("tokens", f"{r.get('prompt_tokens', 0):,} prompt / {r.get('completion_tokens', 0):,} completion")
     t.add_row("cost", fcost(r.get("cost_usd")))
     return t
@@ -147,6 +149,7 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         view = self.query_one(TokenView)
         body = self.query_one("#rollout-body", VerticalScroll)
         view.display, body.display = not view.display, view.display
+        (view if view.display else body).focus()  # left and right move over the tokens
         if view.display and not view.report_text:
             view.load_stored(self.workbench_app.store, self.rollout)
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from workbench_app.format import ROLE_COLORS, fcost, fnum, safe_text, visible
 from workbench_app.widgets.message_text import message_body
 
-from workbench.runs.debug_report import ScoreLine
+from workbench.runs.debug_report import DebugResult, ScoreLine
 from workbench.runs.debug_session import DebugSession
 from workbench.store.prices import Price
 
@@ -66,7 +66,7 @@ def live_view(s: DebugSession) -> DebugView:
         "starting": "starting: loading the environment and reaching the model…",
         "paused": f"paused before model call {len(calls) + 1}: n next turn · r run to end · t tokens",
         "running": f"turn {len(calls) + 1} running…",
-        "done": "done: scored and stored" + (f" as {res.rollout_id} (see Traces)" if res else ""),
+        "done": done_status(res),
         "failed": f"failed: {s.error}" + (f"; stored as {res.rollout_id}" if res else ""),
         "closed": "closed",
     }.get(s.status, s.status)
@@ -75,6 +75,14 @@ def live_view(s: DebugSession) -> DebugView:
                      res.errors if res else [dict(kind=e.kind, source=e.source, message=e.message)
                                              for e in (r.errors if r is not None else [])],
                      scored=res is not None)
+
+
+def done_status(res: DebugResult | None) -> str:
+    """What an ended rollout did: scored and stored, or failed (no scores) and stored all the same."""
+    if res is None:
+        return "done"
+    what = "the rollout failed (no scores)" if res.errors and not res.scores else "scored"
+    return f"done: {what}; stored as {res.rollout_id} (see Traces)"
 
 
 def stored_view(r: dict[str, Any], price: Price | None, scores: list[ScoreLine] | None = None) -> DebugView:
