@@ -3,8 +3,9 @@
 Pushed over Runs (``m`` marks runs, ``c`` compares the marked ones, or the highlighted run's comparison
 from ``eval -m A -m B``). The leaderboard (reward with its 95% CI, pass@1, cost per solved task, the
 paired difference against the baseline), a cost-versus-reward plot with the Pareto front marked (no
-other run is both cheaper and better), and the task-by-model matrix, worst regression first; Enter on
-a cell opens that task's rollout next to the baseline's (the rollout diff).
+other run is both cheaper and better; each model drawn with its own marker character, which the legend
+under the plot names), and the task-by-model matrix, worst regression first, each task named by its index
+and the start of its prompt; Enter on a cell opens that task's rollout next to the baseline's (the rollout diff).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
-from workbench_app.format import fnum, safe_text, title, visible
+from workbench_app.format import clip, fcost, fnum, safe_text, title, visible
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
@@ -40,31 +41,67 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
+#: The marker each model is drawn with on the cost/reward plot, the baseline first (the legend and the
+#: leaderboard name them).
+MARKERS = "123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Their plotext colours, a second cue only: the marker and the legend name the model.
+MARKER_COLORS = ("cyan+", "magenta+", "yellow+", "green+", "red+", "blue+")
+#: Width of the matrix's task column: the index and the start of the prompt.
+TASK_COLUMN = 28
+
+
 def leaderboard(result: dict[str, Any]) -> Table:
-    """One row per run, best first: reward ± the 95% CI's half width, pass@1, cost per solved task, and the
-    paired difference against the baseline (``*``: significant; green better, red worse)."""
+    """One row per run, best first: its plot marker and name, reward ± the 95% CI's half width, pass@1, cost
+    per solved task, and the paired difference against the baseline (``*``: significant; green better, red
+    worse). The numbers are never cut; the model's name folds."""
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=True)
     for col in ("model", "reward ±95%", "pass@1", "$/solved", "Δ base"):
-        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True,
-                     overflow="ellipsis", ratio=2 if col == "model" else None)
+        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=col != "model",
+                     overflow="fold", ratio=2 if col == "model" else None)
     for m in sorted(result["models"], key=lambda m: -(m["mean_reward"] or 0)):
         ci = m["mean_ci95"]
         delta = "base" if m["baseline"] else f"{m['delta']:+.2f}" + ("*" if m["significant"] else "")
         style = "" if m["baseline"] or not m["significant"] else ("green" if m["delta"] > 0 else "red")
-        cost = m["cost_per_solved_task"]
         reward = "-" if m["mean_reward"] is None else f"{m['mean_reward']:.2f}" + (
             f"±{(ci[1] - ci[0]) / 2:.2f}" if ci else "")
-        t.add_row(safe_text(m["label"]), reward, fnum(m["pass_at_k"].get("pass@1")),
-                  "-" if cost is None else f"${cost:.4f}", Text(delta, style=style))
+        marker = MARKERS[result["models"].index(m) % len(MARKERS)]
+        t.add_row(Text.assemble((marker, "bold"), " ", visible(m["label"])), reward, fnum(m["pass_at_k"].get("pass@1")),
+                  fcost(m["cost_per_solved_task"]), Text(delta, style=style))
     return t
+
+
+def task_name(result: dict[str, Any], task_id: str, width: int = TASK_COLUMN) -> str:
+    """A task as a reader knows it, on one line: ``#index`` and the start of its prompt (the id, a hash,
+    only when the comparison has no label for it)."""
+    label = result.get("task_labels", {}).get(task_id)
+    if not label:
+        return clip(visible(task_id), width)
+    head = f"#{label['task_index']} "
+    return head + clip(visible(label["prompt"]), max(0, width - len(head)))
+
+
+def plot_legend(result: dict[str, Any], front: set[int]) -> Text:
+    """Which marker is which model (the baseline first), ``◆`` after those on the Pareto front."""
+    legend = Text()
+    for i, m in enumerate(result["models"]):
+        if i:
+            legend.append("  ")
+        legend.append(MARKERS[i % len(MARKERS)], style="bold")
+        legend.append(" ")
+        legend.append(visible(m["label"]))
+        if i in front:
+            legend.append(" ◆", style="bold")
+    return legend
 
 
 class CompareScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Compare"
     DEFAULT_CSS = """
     #compare-top { height: 10; }
-    #compare-board { width: 3fr; height: 100%; padding: 0 1; }
-    #compare-plot { width: 2fr; min-width: 24; height: 100%; }
+    #compare-board { width: 2fr; height: 100%; padding: 0 1; }
+    #compare-plot-box { width: 1fr; min-width: 26; height: 100%; }
+    #compare-plot { height: 1fr; border: round $foreground 25%; border-title-align: left; }
+    #compare-legend { height: auto; max-height: 3; padding: 0 1; }
     #compare-matrix { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -79,7 +116,9 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
         self.runs = [m["run_id"] for m in result["models"]]
         base = self.task_means[self.runs[0]]
         worst = {t: min(self.task_means[r].get(t, 0.0) - base.get(t, 0.0) for r in self.runs[1:]) for t in base}
-        self.tasks = sorted(base, key=lambda t: (worst[t], t))  # the worst regression first
+        labels = result.get("task_labels", {})
+        # the worst regression first; ties in task order
+        self.tasks = sorted(base, key=lambda t: (worst[t], labels.get(t, {}).get("task_index", 0), t))
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -88,7 +127,9 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
                 board = Static(leaderboard(self.result), id="compare-board", classes="section")
                 board.border_title = title(f"{self.result['env']}: {self.result['tasks']} tasks")
                 yield board
-                yield PlotextPlot(id="compare-plot")
+                with Vertical(id="compare-plot-box"):
+                    yield PlotextPlot(id="compare-plot")
+                    yield Static(id="compare-legend")
             yield RowTable(id="compare-matrix", cursor_type="cell", zebra_stripes=True)
         yield WorkbenchFooter()
 
@@ -100,22 +141,23 @@ class CompareScreen(WorkbenchAppMixin, Screen[None]):
         points = [(m["cost_usd"], m["mean_reward"] or 0.0) for m in models]
         front = set(pareto(points))
         plot = self.query_one(PlotextPlot)
-        plot.border_title = "cost ($) vs reward; ◆ Pareto front"
+        plot.border_title = "cost vs reward"
+        plot.border_subtitle = "◆ Pareto front"
         plt = plot.plt
         plt.clear_figure()
-        others = [i for i in range(len(points)) if i not in front]
-        if others:
-            plt.scatter([points[i][0] for i in others], [points[i][1] for i in others], marker="○")
-        plt.scatter([points[i][0] for i in sorted(front)], [points[i][1] for i in sorted(front)], marker="◆")
+        for i, (cost, reward) in enumerate(points):
+            plt.scatter([cost], [reward], marker=MARKERS[i % len(MARKERS)],
+                        color=MARKER_COLORS[i % len(MARKER_COLORS)])
         costs = sorted({c for c, _ in points})
-        plt.xticks([costs[0], costs[-1]], [f"${costs[0]:.4f}", f"${costs[-1]:.4f}"])
+        plt.xticks([costs[0], costs[-1]], [fcost(costs[0]), fcost(costs[-1])])
+        self.query_one("#compare-legend", Static).update(plot_legend(self.result, front))
         table = self.query_one(DataTable)
-        table.add_column("task", key="task")
+        table.add_column("task", key="task", width=TASK_COLUMN)
         for m in models:
             table.add_column(m["label"] + (" (base)" if m["baseline"] else ""), key=m["run_id"])
         base = self.task_means[self.runs[0]]
         for t in self.tasks:
-            cells: list[Any] = [t[:16]]
+            cells: list[Any] = [task_name(self.result, t)]
             for run in self.runs:
                 v = self.task_means[run].get(t)
                 d = None if v is None or run == self.runs[0] else v - base.get(t, 0.0)

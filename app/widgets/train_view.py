@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 from workbench_app.format import clip, fnum
@@ -25,6 +26,8 @@ from workbench.analysis.report import STEP_COLUMNS
 from workbench.store.queries import RolloutFilter, RolloutSummary, page_rollouts
 
 TRAIN_ROWS = 20  # steps in the table
+NARROW_WIDTH = 110  # narrower: the side column narrows to give the curves room
+SHORT_HEIGHT = 20  # shorter: the step table shows fewer rows
 MAX_EVENTS = 200
 STREAM_ROWS = 50  # newest rollouts listed
 
@@ -56,13 +59,22 @@ def _reward_cell(r: RolloutSummary) -> Text:
 
 
 class TrainView(Vertical):
-    """Shows one training run at a time: :meth:`show` starts over, :meth:`add` appends newer records."""
+    """Shows one training run at a time: :meth:`show` starts over, :meth:`add` appends newer records.
+
+    Narrow or short, the side column and the step table give the curves room, and the curves show one plot
+    at a time (``p`` the next; see :class:`~workbench_app.widgets.run_plots.RunPlots`)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "next_plot", "Next plot", id="train.next_plot"),
+    ]
 
     DEFAULT_CSS = """
     TrainView { display: none; height: 3fr; border-top: solid $primary; }
     TrainView #train-main { width: 1fr; }
     TrainView #train-step-table { height: 8; }
     TrainView #train-side { width: 46; border-left: solid $primary; }
+    TrainView.-narrow #train-side { width: 28; }
+    TrainView.-short #train-step-table { height: 4; }
     TrainView #train-log { height: 1fr; padding: 0 1; }
     TrainView #train-rollouts-label { height: 2; padding: 0 1; border-top: solid $primary; }
     TrainView #train-rollouts { height: 1fr; }
@@ -78,6 +90,19 @@ class TrainView(Vertical):
         self.evals: list[dict[str, Any]] = []
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.rollouts: deque[RolloutSummary] = deque(maxlen=STREAM_ROWS)
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < NARROW_WIDTH, "-narrow")
+        self.set_class(self.size.height < SHORT_HEIGHT, "-short")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next_plot":
+            return self.query_one(RunPlots).single  # the grid shows every plot: no key to show
+        return True
+
+    def action_next_plot(self) -> None:
+        """Show the next plot (when one is shown at a time)."""
+        self.query_one(RunPlots).action_next_plot()
 
     def compose(self) -> ComposeResult:
         with Horizontal():
