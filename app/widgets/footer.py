@@ -115,20 +115,24 @@ class WorkbenchFooter(Footer):
 
 
 def is_own(node: DOMNode, binding: Binding) -> bool:
-    """Whether ``binding`` is one of Workbench's own (declared by a class of the app), not one Textual gives
-    every screen or widget (focus moves, copy, a table's cursor keys)."""
-    return (binding.action, binding.description) in _own_bindings(type(node))
+    """Whether ``binding`` is one of Workbench's own (declared by a class of the app, by its id when a keymap
+    moved it), not one Textual gives every app, screen or widget (focus moves, copy, ctrl+q, a table's keys)."""
+    ids, keys = _own_bindings(type(node))
+    return (binding.id is not None and binding.id in ids) or (binding.action, binding.key) in keys
 
 
 @cache
-def _own_bindings(cls: type) -> frozenset[tuple[str, str]]:
-    own = set()
+def _own_bindings(cls: type) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """The ids, and the (action, key) pairs, of the bindings the app's own classes in ``cls``'s MRO declare."""
+    ids: set[str] = set()
+    keys: set[tuple[str, str]] = set()
     for klass in cls.__mro__:
         if klass.__module__.startswith(APP_PACKAGE):
             for b in klass.__dict__.get("BINDINGS", ()):
                 if isinstance(b, Binding):
-                    own.add((b.action, b.description))
-    return frozenset(own)
+                    ids.update([b.id] if b.id else [])
+                    keys.update((b.action, key.strip()) for key in b.key.split(","))
+    return frozenset(ids), frozenset(keys)
 
 
 def _width(widget: Widget, footer: Footer) -> int:
