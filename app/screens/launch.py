@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.timer import Timer
@@ -151,7 +151,12 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
     ]
     DEFAULT_CSS = """
     #launch-plan { height: auto; min-height: 3; border: round $primary-darken-1; padding: 0 1; }
+    #launch-box { max-height: 100%; }
+    #launch-fields { height: auto; }
     """
+    COMPACT = 32  # below this many lines (or 100 columns) the dialog drops its blank lines
+    #: The dialog's lines outside its scrolling fields: border, title, error line, buttons, one to spare.
+    FIXED_LINES = 2 + 1 + 1 + 3 + 1
 
     def __init__(self, env: str, spec: str | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         super().__init__()
@@ -174,22 +179,30 @@ class LaunchScreen(WorkbenchAppMixin, ModalScreen["LaunchRequest | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-box"):
             yield Static(f"[b]Launch a training run of {esc(self.env)}[/b]", id="launch-title")
-            with RadioSet(id="launch-backend"):
-                for i, choice in enumerate(self.choices):
-                    yield RadioButton(choice.label, value=i == 0, id=backend_id(choice.name), name=choice.name)
-            with Horizontal(classes="launch-field"):
-                yield Label("max steps", classes="launch-label")
-                yield Input(str(self._default_steps), id="launch-steps")
-                yield Label(" budget USD", classes="launch-label")
-                yield Input("", placeholder="empty: no budget", id="launch-budget")
-            with Horizontal(classes="launch-field"):
-                yield Label("config file", classes="launch-label")
-                yield ConfigPicker("launch-config", "optional: a run config TOML (a path)")
-            yield Static("computing the plan…", id="launch-plan")
+            with VerticalScroll(id="launch-fields"):
+                with RadioSet(id="launch-backend"):
+                    for i, choice in enumerate(self.choices):
+                        yield RadioButton(choice.label, value=i == 0, id=backend_id(choice.name), name=choice.name)
+                with Horizontal(classes="launch-field"):
+                    yield Label("max steps", classes="launch-label")
+                    yield Input(str(self._default_steps), id="launch-steps")
+                    yield Label(" budget USD", classes="launch-label")
+                    yield Input("", placeholder="empty: no budget", id="launch-budget")
+                with Horizontal(classes="launch-field"):
+                    yield Label("config file", classes="launch-label")
+                    yield ConfigPicker("launch-config", "optional: a run config TOML (a path)")
+                yield Static("computing the plan…", id="launch-plan")
             yield Static("", id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Launch", variant="primary", id="launch-ok")
                 yield Button("Cancel", id="launch-cancel")
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The fields scroll between the title and the buttons, so Launch and Cancel are always on screen."""
+        compact = event.size.height < self.COMPACT or event.size.width < 100
+        self.set_class(compact, "-compact")
+        margins = 0 if compact else 1
+        self.query_one("#launch-fields").styles.max_height = max(3, event.size.height - self.FIXED_LINES - margins)
 
     def on_mount(self) -> None:
         self.query_one("#launch-backend", RadioSet).border_title = "backend"

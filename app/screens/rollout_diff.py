@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.measure import Measurement
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -21,6 +23,8 @@ from workbench_app.widgets.footer import WorkbenchFooter
 from workbench.analysis.diff import MessageSide, RolloutDiff
 from workbench.analysis.diff_render import A_STYLE, B_STYLE, errors_text, message_body, values_table
 
+MIN_SCORES_WIDTH = 40  # the scores pane sits beside the fields only with this many columns left for it
+
 
 class RolloutDiffScreen(Screen[None]):
     TITLE = "Diff"
@@ -29,6 +33,8 @@ class RolloutDiffScreen(Screen[None]):
     #diff-values { height: auto; }
     #diff-fields { width: auto; }
     #diff-scores { width: 1fr; }
+    #diff-values.-stacked { layout: vertical; }
+    #diff-values.-stacked > #diff-fields, #diff-values.-stacked > #diff-scores { width: 1fr; }
     #diff-heads { height: 1; }
     .diff-head { width: 1fr; text-style: bold; padding: 0 1; }
     .diff-row { height: auto; }
@@ -89,6 +95,12 @@ class RolloutDiffScreen(Screen[None]):
         cell.border_title = side.title() + ("  (same)" if same else "")
         cell.border_subtitle = f"#{side.index}"
         return cell
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The scores go under the fields where they would be squeezed beside them."""
+        console = self.app.console
+        fields = Measurement.get(console, console.options, values_table(self.diff.fields)).maximum + 4
+        self.query_one("#diff-values").set_class(event.size.width - fields < MIN_SCORES_WIDTH, "-stacked")
 
     def on_mount(self) -> None:
         d = self.diff
