@@ -13,7 +13,8 @@ from workbench_local.models.chat_template import NO_TEMPLATE_HINT
 
 from workbench.errors import ConfigError
 
-TINY_ALIASES = frozenset({"tiny", "workbench-tiny", "workbench-tiny-v1"})
+#: The names of the embedded default model (``-m local`` in the docs: the model this machine serves).
+TINY_ALIASES = frozenset({"tiny", "local", "workbench-tiny", "workbench-tiny-v1"})
 
 
 class ModelLoadError(ConfigError):

@@ -45,8 +45,9 @@ from workbench.fsutil import atomic_write
 MODEL_ID = "workbench-tiny-v1"
 SERVED_NAME = "workbench-tiny"
 BUILD_FILE = "workbench_build.json"
-#: The version of the corpus and recipe; a cached build of another recipe is rebuilt at first use.
-RECIPE = 3
+#: The version of the corpus and recipe (4: an 8,192-token context); a cached build of another recipe is
+#: rebuilt at first use.
+RECIPE = 4
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -66,7 +67,10 @@ class BuildConfig:
     heads: int = 4
     intermediate: int = 512
     vocab_size: int = 1280
-    context: int = 1024
+    #: max_position_embeddings and the tokenizer's model_max_length: what the server serves. RoPE has no
+    #: weights and training never truncates, so the trained weights do not depend on it; it holds each
+    #: bundled env's longest first prompt plus its max_tokens (coding: ~1,100 + 2,048).
+    context: int = 8192
     threads: int = 1  # one thread is deterministic and, on a busy 2-core laptop, also the fastest
 
 
@@ -245,6 +249,25 @@ def measure_tool_calls(model: Any, tokenizer: Any, seed: int = 99, count: int = 
     return {"parsed": round(parsed / len(examples), 4), "exact": round(exact / len(examples), 4)}
 
 
+def _corpus_and_tokenizer(cfg: BuildConfig) -> tuple[Any, random.Random, list[list[Example]]]:
+    """The build's tokenizer, the random generator as the build goes on with it, and its four pools of
+    examples (arithmetic, tool calls, generic chats, counting)."""
+    rng = random.Random(cfg.seed)
+    arith = arithmetic_examples()
+    tools = tool_examples(rng, 600)
+    generic = generic_examples(rng, 300)
+    counting = next_examples(random.Random(cfg.seed + 101), 3000)
+    samples = arith[::5] + tools[:200] + generic[:100] + counting[:60]
+    tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in samples])
+    return tokenizer, rng, [arith, tools, generic, counting]
+
+
+def build_tokenizer(seed: int = 0, **overrides: Any) -> Any:
+    """The tokenizer (with its chat template) that :func:`build_tiny_model` builds for the same seed and
+    config, without training the model: seconds, for measuring prompts in the model's own tokens."""
+    return _corpus_and_tokenizer(BuildConfig(seed=seed, **overrides))[0]
+
+
 def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
                      progress: Callable[[str, int, int], None] | None = None, **overrides: Any) -> Path:
     """Build the tiny model into ``out_dir`` (a fresh directory) and return it. ``progress(phase, done,
@@ -261,15 +284,9 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, fast: bool = False,
     old_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, min(cfg.threads, os.cpu_count() or 1)))
     try:
-        rng = random.Random(cfg.seed)
         torch.manual_seed(cfg.seed)
-        arith = arithmetic_examples()
-        tools = tool_examples(rng, 600)
-        generic = generic_examples(rng, 300)
-        counting = next_examples(random.Random(cfg.seed + 101), 3000)
-        samples = arith[::5] + tools[:200] + generic[:100] + counting[:60]
-        tokenizer = _build_tokenizer(cfg, rng, [_render_plain(e) for e in samples])
-        pools = [[encode_example(tokenizer, e) for e in pool] for pool in (arith, tools, generic, counting)]
+        tokenizer, rng, examples = _corpus_and_tokenizer(cfg)
+        pools = [[encode_example(tokenizer, e) for e in pool] for pool in examples]
         config = LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
             num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,

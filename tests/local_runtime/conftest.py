@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="session")
 def server(tiny_dir: Path) -> Iterator[str]:
-    with run_server(tiny_dir, "--served-model-name", SERVED, "--max-batch", "32") as root:
+    # Served at 1,024 tokens of the build's 8,192: the context the over-the-context tests measure against.
+    with run_server(tiny_dir, "--served-model-name", SERVED, "--max-batch", "32", "--max-model-len", "1024") as root:
         yield root
 
 

@@ -27,6 +27,7 @@ from workbench.records.task import Message, Task
 from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient, preflight, training_params
 from workbench.rollouts.engine import FatalRunError, RolloutEngine
+from workbench.runs.context_fit import check_first_prompts_fit
 from workbench.runs.debug_report import DebugResult, Turn, score_lines
 from workbench.runs.evaluate import (
     EvalOptions,
@@ -153,6 +154,7 @@ class DebugSession:
                                   request_timeout=opts.timeout_s + 5.0, max_retries=opts.max_retries)
         await self._client.open()
         info = await preflight(self._client, self.base_url, self.model)
+        await check_first_prompts_fit(self._client, self.base_url, self.model, env, [task])
         extra_params = training_params(info) if opts.tokens is not False else {}
         self.run_id = new_run_id()
         # Sandboxes first: an engine that is not running fails here, before the run is recorded.

@@ -26,6 +26,7 @@ from workbench.rollouts.client import (
     training_params,
 )
 from workbench.rollouts.engine import FatalRunError, RolloutEngine, RunCounters
+from workbench.runs.context_fit import check_first_prompts_fit
 from workbench.runs.endpoint import Endpoint, StatusCallback, is_registered, resolve_endpoint
 from workbench.store import Store, run_lookups
 from workbench.store.costs import add_cost_event
@@ -228,6 +229,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
         interrupted = False
         async with client:
             info = await preflight(client, base_url, model)
+            await check_first_prompts_fit(client, base_url, model, env, tasks)  # said once, not per rollout
             extra_params = training_params(info) if opts.tokens is not False else {}
             # Sandboxes first: an engine that is not running fails here, before the run is recorded.
             sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
