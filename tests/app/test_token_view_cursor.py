@@ -107,3 +107,23 @@ async def test_a_trace_without_alternatives_says_so(make_app: Callable[..., Work
         await pilot.press("right")
         await wait_until(pilot, lambda: "token 1/2" in view.cursor_text, what="the first token")
         assert "logprob -0.010" in view.cursor_text and "no top alternatives stored" in view.cursor_text
+
+
+def test_token_cursor_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp],
+                                     store_file: Path) -> None:
+    """The rollout detail's token view at 80×24 with the cursor on the second sampled token."""
+    _store_rollout(store_file)
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        await app.push_screen(RolloutDetailScreen(get_rollout(app.store.get().conn, ROLLOUT)))
+        await pilot.press("t")
+        view = app.screen.query_one(TokenView)
+        await wait_until(pilot, lambda: len(view.spots) == 2, what="the sampled tokens")
+        await pilot.press("right", "right")
+        await wait_until(pilot, lambda: "token 2/2" in view.cursor_text, what="the second token")
+        await pilot.pause(0.3)
+        app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(mode="traces"), terminal_size=(80, 24), run_before=run_before)
