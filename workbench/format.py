@@ -37,31 +37,25 @@ def fnum(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-#: Significant digits a money amount under a dollar keeps (``$0.000021``, ``$0.0847``).
+#: Decimal places money is printed with (``$1.2500``, ``$1,234.5000``): a tenth of a cent is still seen.
+MONEY_DECIMALS = 4
+#: Significant digits an amount too small for those places keeps (``$0.000021``, ``$0.0000136``).
 MONEY_DIGITS = 3
 
 
 def fcost(v: float | None) -> str:
-    """A money amount in US dollars, the one way every cost is printed: ``$0`` for nothing, cents with
-    thousands separators from a dollar up (``$1,234.50``), and below a dollar :data:`MONEY_DIGITS`
-    significant digits, trailing zeros dropped down to cents (``$0.50``, ``$0.0847``, ``$0.000021``), so a
-    small amount never reads as ``$0.0000``."""
-    if v is None:
-        return "-"
-    if v != v:  # NaN: no amount to say
+    """A money amount in US dollars, the one way every cost is printed: :data:`MONEY_DECIMALS` places
+    with thousands separators (``$0.0847``, ``$1,234.5000``, ``$0.0000`` for nothing), and an amount below
+    a tenth of a cent with :data:`MONEY_DIGITS` significant digits (``$0.000021``), so a small cost never
+    reads as ``$0.0000``."""
+    if v is None or v != v:  # None or NaN: no amount to say
         return "-"
     sign, a = ("-" if v < 0 else ""), abs(v)
-    if a == 0:
-        return "$0"
-    if a >= 1:
-        return f"{sign}${a:,.2f}"
-    decimals = max(2, MONEY_DIGITS - 1 - math.floor(math.log10(a)))
-    text = f"{a:.{decimals}f}"
-    if text == "1.00":  # rounded up to a dollar
-        return f"{sign}$1.00"
-    whole, frac = text.split(".")
-    frac = frac.rstrip("0").ljust(2, "0")
-    return f"{sign}${whole}.{frac}"
+    if a == 0 or a >= 10 ** (1 - MONEY_DECIMALS):
+        return f"{sign}${a:,.{MONEY_DECIMALS}f}"
+    decimals = MONEY_DIGITS - 1 - math.floor(math.log10(a))
+    whole, frac = f"{a:.{decimals}f}".split(".")
+    return f"{sign}${whole}.{frac.rstrip('0').ljust(MONEY_DECIMALS, '0')}"
 
 
 def ftime(ts: float | None, short: bool = False) -> str:
