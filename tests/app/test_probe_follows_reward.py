@@ -56,3 +56,7 @@ async def test_an_edit_that_opens_a_hole_warns_and_an_edit_back_clears_it(
         assert "adder" not in screen.probe_follow.warnings
         await wait_until(pilot, lambda: "exploitable" not in _status(app), what="the warning to go")
         assert "exploitable" not in screen_text(app)
+        # What the re-score found says the same as Traces: the fixture's run scored other files than these.
+        await wait_until(pilot, lambda: "scored with an older rubric" in _status(app), timeout=30,
+                         what="the stale scores line")
+        assert _status(app).startswith("12 of 12 stored rollouts of adder were scored with an older rubric")

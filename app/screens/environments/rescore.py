@@ -23,6 +23,7 @@ from workbench_app.workers import CancellableRun, post_ui
 
 from workbench.authoring.discovery import EnvRef
 from workbench.errors import WorkbenchError
+from workbench.runs.score_age import describe_stale, stale_stored
 
 if TYPE_CHECKING:
     from workbench_app.screens.environments.host import EnvironmentsHost
@@ -40,13 +41,15 @@ class Rescores:
         """A re-score has ended: its result (None: nothing of the env is stored), or its error."""
 
         def __init__(self, name: str, runner: CancellableRun, result: RescoreResult | None, error: str,
-                     quiet: bool) -> None:
+                     quiet: bool, stale: tuple[int, int] = (0, 0)) -> None:
             super().__init__()
             self.name, self.runner, self.result, self.error, self.quiet = name, runner, result, error, quiet
+            self.stale = stale  # (stored rollouts scored with other files than now, all stored)
 
     def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
         self._running: dict[str, CancellableRun] = {}  # env name -> its running re-score
+        self.stale: dict[str, str] = {}  # env name -> how many stored scores are older than its rubric, as a line
 
     def cancel_all(self) -> None:
         for runner in self._running.values():
@@ -81,7 +84,9 @@ class Rescores:
             post_ui(screen, self.Progress(name, runner, done, total))
 
         try:
-            res = rescore_stored(ref, screen.workbench_app.store.get(), runner, progress)
+            store = screen.workbench_app.store.get()
+            res = rescore_stored(ref, store, runner, progress)
+            stale = stale_stored(store.conn, name, res.env_version) if res is not None else (0, 0)
         except (asyncio.CancelledError, KeyboardInterrupt):
             return  # replaced by a newer re-score, or the screen closed
         except WorkbenchError as e:
@@ -89,7 +94,7 @@ class Rescores:
         except Exception as e:
             post_ui(screen, self.Done(name, runner, None, f"{type(e).__name__}: {e}", quiet))
         else:
-            post_ui(screen, self.Done(name, runner, res, "", quiet))
+            post_ui(screen, self.Done(name, runner, res, "", quiet, stale))
 
     def progress(self, event: Progress) -> None:
         st = self.screen.envs.get(event.name)
@@ -105,6 +110,8 @@ class Rescores:
             return  # a newer re-score of this env is on its way
         del self._running[name]
         st.rescoring = None
+        if not event.error:
+            self.stale[name] = describe_stale(name, *event.stale)
         notify = self.screen.notify
         if event.error:
             notify(f"{name}: {clip(event.error, 200)}", title="re-score failed", severity="error", timeout=8)

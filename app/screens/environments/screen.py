@@ -128,14 +128,18 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         st = self._selected()
         self.rescores.show(st)
         self.query_one("#env-detail", Static).update(NONE_FOUND if st is None else describe(st))
+        self.show_status()
 
     def show_status(self) -> None:
-        """The status line: what the latest edits made exploitable; with no run of any environment yet, what
-        to do first; hidden when there is neither."""
+        """The status line: what the latest edits made exploitable; else how many of the selected environment's
+        stored scores are older than its rubric (known once re-scored); with no run of any environment yet,
+        what to do first; hidden when there is none of these."""
         line = self.query_one("#env-status", Static)
         warnings = list(self.probe_follow.warnings.values())
-        text = "⚠ " + "; ".join(warnings) if warnings else \
-            FIRST_STEPS if self.envs and not any(st.latest for st in self.envs.values()) else ""
+        st = self._selected()
+        stale = self.rescores.stale.get(st.name, "") if st is not None else ""
+        text = "⚠ " + "; ".join(warnings) if warnings else stale if stale else \
+            FIRST_STEPS if self.envs and not any(e.latest for e in self.envs.values()) else ""
         line.set_class(bool(warnings), "-warning")
         line.update(Text(text))
         line.display = bool(text)
