@@ -1,6 +1,7 @@
 """The local loop learns something that generalises: `workbench train next_number` with the env's
 shipped config, from the real default build of the embedded model, raises the reward on held-out
-numbers it never trains on, by a margin several standard errors above the eval's own noise.
+numbers it never trains on, by a margin several standard errors above the eval's own noise. It trains
+in ``--sync`` mode, whose seeded sampling makes the curve the same on a loaded machine.
 
 The noise is measured, not assumed: the first and the last held-out evals sample the same 20 numbers
 16 times each, and ``workbench compare`` gives the paired difference with its bootstrap CI."""
@@ -25,7 +26,10 @@ MARGIN_SE = 3.0
 def test_training_raises_the_heldout_reward_beyond_the_noise(cli: Callable[..., CliResult], tmp_path: Path,
                                                             default_tiny_build: Path) -> None:
     db = tmp_path / "wb.db"
-    res = cli("train", "next_number", "--trainer.model", default_tiny_build, "--db", db, "--json", timeout=540)
+    # --sync with seeded sampling: every step samples from the newest policy with the same seeds however
+    # loaded the machine is, so the curve does not depend on timing.
+    res = cli("train", "next_number", "--trainer.model", default_tiny_build, "--sync", "--db", db, "--json",
+              timeout=540)
     assert res.rc == 0, res.stderr[-3000:]
     s: dict[str, Any] = last_json(res.stdout)
     assert s["steps"] == 30 and s["dropped"] == 0, s
