@@ -16,6 +16,15 @@ SCREENS: list[tuple[str, str, str]] = [
     ("runs", "Runs", "Past and live runs with their summaries; S stops a launched run"),
     ("costs", "Costs", "The cost ledger by run, provider and day; budgets"),
     ("debugger", "Debugger", "Run one rollout turn by turn, see its tokens by logprob; or open a stored one"),
+    ("settings", "Settings", "Models, the model each use calls, the budget, your name, hub indexes (6)"),
+]
+
+#: More names that lead to Settings: (title, help).
+SETTINGS_ACTIONS: list[tuple[str, str]] = [
+    ("Models: add, remove or test a model", "The registered models (workbench models), in Settings"),
+    ("Choose the model for quick eval, Play and the Debugger", "Which registered model each use calls"),
+    ("Set the monthly budget", "[budget] monthly_usd: Costs shows it at once"),
+    ("Add a hub package index", "Where H on Environments browses, pulls and forks environments"),
 ]
 
 #: (action, title, help) of the Environments screen's actions on the selected environment.
@@ -49,6 +58,7 @@ class WorkbenchCommands(Provider):
             (f"Go to {title}", partial(app.switch_mode, mode), text) for mode, title, text in SCREENS
         ]
         cmds += [(title, partial(self._on_environment, action), text) for action, title, text in ENV_ACTIONS]
+        cmds += [(title, partial(app.switch_mode, "settings"), text) for title, text in SETTINGS_ACTIONS]
         cmds.append(("Toggle light/dark theme", partial(app.run_action, "toggle_theme"), "Switch between themes"))
         cmds.append(("Show keys (help)", partial(app.run_action, "help"), "List the key bindings of this screen"))
         return cmds

@@ -20,6 +20,7 @@ from workbench_app.screens.play import PlayScreen
 from workbench_app.screens.rollout_detail import RolloutDetailScreen
 from workbench_app.screens.rollout_diff import RolloutDiffScreen
 from workbench_app.screens.runs import RunsScreen
+from workbench_app.screens.settings import SettingsScreen
 from workbench_app.screens.traces import TracesScreen
 from workbench_app.store_access import StoreHandle
 from workbench_app.typed import WorkbenchHost
@@ -45,6 +46,7 @@ class WorkbenchApp(App[None]):
         "runs": RunsScreen,
         "costs": CostsScreen,
         "debugger": DebuggerScreen,
+        "settings": SettingsScreen,
     }
     DEFAULT_MODE = "environments"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -53,6 +55,7 @@ class WorkbenchApp(App[None]):
         Binding("3", "switch_mode('runs')", "Runs", id="screen.runs"),
         Binding("4", "switch_mode('costs')", "Costs", id="screen.costs"),
         Binding("5", "switch_mode('debugger')", "Debugger", id="screen.debugger", show=False),
+        Binding("6", "switch_mode('settings')", "Settings", id="screen.settings", show=False),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("ctrl+t", "toggle_theme", "Light/dark theme", id="app.theme", show=False),
         Binding("q", "quit", "Quit", id="app.quit"),

@@ -1,5 +1,6 @@
 """Costs: the cost ledger by run, provider or day, its totals, budgets as progress bars — each
-launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd`` —
+launched run's spend against its ``--budget`` and this month's spend against ``[budget] monthly_usd`` (read
+from the settings file each time the ledger is, so a budget set in Settings or in the file shows at once) —
 and the forecast of a planned run: a run config's plan (``workbench launch --plan``) against what is
 left of the month (:func:`workbench_cloud.forecast.cloud_forecast`)."""
 
@@ -18,7 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Label, ProgressBar, Select, Static
-from workbench_app.config import config_path
+from workbench_app.config import config_path, load_config
 from workbench_app.format import fcost, for_app, fpath, ftime
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
@@ -26,6 +27,7 @@ from workbench_app.widgets.forecast import ConfigPicker, forecast_text
 from workbench_app.widgets.tables import RowTable
 from workbench_app.workers import notify_ui, post_ui
 
+from workbench.config.settings import Budget
 from workbench.cost.ledger import GROUPS, KINDS, Ledger, RunBudget, read_ledger
 
 COSTS_POLL_S = 5.0  # how often the ledger is re-read while the screen is shown
@@ -114,9 +116,11 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
         self.action_refresh()
 
     class LedgerRead(Message, bubble=False):
-        def __init__(self, ledger: Ledger) -> None:
+        """The ledger, and the budgets the settings file holds as it was read."""
+
+        def __init__(self, ledger: Ledger, budget: Budget) -> None:
             super().__init__()
-            self.ledger = ledger
+            self.ledger, self.budget = ledger, budget
 
     class ForecastMade(Message, bubble=False):
         """The forecast of ``config`` (a ``cloud_forecast`` result, or the message that says why there is none)."""
@@ -132,13 +136,14 @@ class CostsScreen(WorkbenchAppMixin, Screen[None]):
         except Exception as e:
             notify_ui(self, f"reading the cost ledger failed: {e}", severity="error")
             return
-        post_ui(self, self.LedgerRead(ledger))
+        post_ui(self, self.LedgerRead(ledger, load_config().budget))  # a bad value: no budget (the app said why)
 
     @on(LedgerRead)
     async def _show(self, event: LedgerRead) -> None:
         ledger = event.ledger
         if ledger.group != self.group:
             return  # a newer grouping was asked for meanwhile
+        self.workbench_app.config.budget = event.budget
         totals = Text("total ", style="bold")
         totals.append(f"{fcost(ledger.total_usd)} over {ledger.total_events} cost events   ")
         totals.append("  ·  ".join(f"{KIND_TITLES[k]} {fcost(ledger.by_kind[k])}" for k in KINDS), style="dim")

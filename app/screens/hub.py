@@ -4,6 +4,8 @@
 environments (``/`` searches, ``i`` switches between the configured indexes), shows the highlighted one's
 eval card, and pulls (``P``), forks (``F``, asking for the new name) or updates (``U``) it: an update is
 offered, never made, when a newer version than the pulled one exists. Every index call runs in a worker.
+With no index configured it says so and ``s`` opens Settings on a new index; the indexes are read from the
+settings file on every load, so one added there shows on the next (``r``, or coming back).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
     class Pulled(Message, bubble=False):
         """A pull (or update) is done: the list is read again."""
 
+    class NoIndex(Message, bubble=False):
+        """No package index is configured: there is nothing to list until one is added in Settings."""
+
     class Failed(Message, bubble=False):
         def __init__(self, message: str) -> None:
             super().__init__()
@@ -84,6 +89,7 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
         Binding("F", "fork", "Fork", id="hub.fork"),
         Binding("U", "update", "Update", id="hub.update"),
         Binding("r", "refresh", "Refresh", id="hub.refresh", show=False),
+        Binding("s", "settings", "Add an index (Settings)", id="hub.settings"),
     ]
     DEFAULT_CSS = """
     #hub-bar { height: 3; }
@@ -131,6 +137,9 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
 
         try:
             indexes, default = configured()
+            if not indexes and not default:
+                post_ui(self, self.NoIndex())
+                return
             index = self.index or default or (next(iter(indexes)) if indexes else None)
             out = search(self.query_text or None, index)
             for row in out["environments"]:
@@ -140,6 +149,34 @@ class HubScreen(WorkbenchAppMixin, Screen[None]):
             post_ui(self, self.Failed(str(e)))
             return
         post_ui(self, self.Listed(list(indexes), out["index"], out["environments"]))
+
+    @on(NoIndex)
+    def _no_index(self) -> None:
+        self.indexes, self.index, self.rows = [], None, []
+        self._scope()
+        self.query_one(DataTable).clear()
+        self.query_one("#hub-card", Static).update(Text.assemble(
+            ("No package index is configured. ", "bold"),
+            "Environments are shared through a package index (a PyPI-style simple index). Press ",
+            ("s", "bold"), " to add one in Settings: a name and its URL, e.g. https://pypi.example/simple/."))
+
+    def on_screen_resume(self) -> None:
+        if self.is_mounted and not self.indexes:
+            self._load()  # an index added in Settings meanwhile is listed now
+
+    def action_settings(self) -> None:
+        """Settings, with the cursor in a new index's name; back here (``H``) once it is added."""
+        from workbench_app.screens.settings import SettingsScreen
+
+        app = self.app
+        self.dismiss(None)
+
+        async def show() -> None:
+            await app.switch_mode("settings")
+            if isinstance(app.screen, SettingsScreen):
+                app.screen.focus_hub_index()
+
+        app.call_later(show)
 
     @on(Failed)
     def _failed(self, event: Failed) -> None:

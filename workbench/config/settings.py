@@ -41,6 +41,7 @@ listed in ``Settings.problems`` for the app to show.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -233,5 +234,70 @@ def load_settings(path: Path | None = None, *, strict: bool = False) -> Settings
     return settings
 
 
-__all__ = ["MODEL_USES", "SETTINGS_FILE", "Budget", "Hub", "HubIndex", "ModelChoices", "Settings", "load_settings",
-           "settings_path"]
+#: A hub index's name in ``[hub.indexes.NAME]``.
+_INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+
+
+def update_settings(changes: Mapping[tuple[str, ...], Any], path: Path | None = None) -> Settings:
+    """Write ``changes`` (a key path, e.g. ``("budget", "monthly_usd")``, to its value; None removes the key)
+    into the settings file, keeping its other keys and its comments, and return the settings it now holds. A
+    value that does not validate is one :class:`ConfigError` naming the key ("budget.monthly_usd must be a
+    non-negative number, got -5"), and then nothing is written."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    from workbench.fsutil import atomic_write
+
+    p = path or settings_path()
+    try:
+        doc = tomlkit.parse(p.read_text(encoding="utf-8")) if p.is_file() else tomlkit.document()
+    except (OSError, UnicodeDecodeError, TOMLKitError) as e:
+        raise ConfigError(f"{p} cannot be read as TOML ({e}); fix it or move it away") from None
+    for keys, value in changes.items():
+        table: Any = doc
+        for part in keys[:-1]:
+            if part not in table:
+                if value is None:
+                    break
+                table[part] = tomlkit.table()
+            table = table[part]
+        else:
+            if value is None:
+                table.pop(keys[-1], None)
+            else:
+                table[keys[-1]] = value
+    data = {k: v for k, v in doc.unwrap().items() if k != "problems"}
+    try:
+        settings = Settings(**data)
+    except ValidationError as e:
+        raise ConfigError(_describe(e.errors()[0], data)[1]) from None
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(p, tomlkit.dumps(doc))
+    return settings
+
+
+def add_hub_index(name: str, url: str, path: Path | None = None) -> Settings:
+    """Add (or replace) the package index ``name`` at ``url``, the default when it is the first one."""
+    if not _INDEX_NAME.match(name):
+        raise ConfigError(f"hub index name {name!r} must be letters, digits, _ and - (at most 40), e.g. company")
+    current = load_settings(path, strict=True).hub
+    changes: dict[tuple[str, ...], Any] = {("hub", "indexes", name): {"url": url.strip()}}
+    if not current.default:
+        changes[("hub", "default")] = name
+    return update_settings(changes, path)
+
+
+def remove_hub_index(name: str, path: Path | None = None) -> Settings:
+    """Forget the package index ``name`` (and it as the default: the next one, if any, is)."""
+    hub = load_settings(path, strict=True).hub
+    if name not in hub.indexes:
+        raise ConfigError(f"no hub index named {name!r} is configured")
+    rest = [n for n in hub.indexes if n != name]
+    changes: dict[tuple[str, ...], Any] = {("hub", "indexes", name): None}
+    if hub.default == name:
+        changes[("hub", "default")] = rest[0] if rest else None
+    return update_settings(changes, path)
+
+
+__all__ = ["MODEL_USES", "SETTINGS_FILE", "Budget", "Hub", "HubIndex", "ModelChoices", "Settings", "add_hub_index",
+           "load_settings", "remove_hub_index", "settings_path", "update_settings"]

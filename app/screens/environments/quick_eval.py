@@ -1,5 +1,6 @@
 """The Environments screen's quick eval (``e``; escape stops it): a few rollouts of the selected environment
-against the configured endpoint, run by ``workbench eval``'s own use case (``workbench.usecases.evaluation.run_eval``,
+against the model chosen for it in Settings (``[models] quick_eval``; else the ``model`` / ``base_url``
+settings, else the embedded model), run by ``workbench eval``'s own use case (``workbench.usecases.evaluation.run_eval``,
 with its summary and its every-rollout-failed error) in a thread worker.
 
 The eval's callbacks (on its own loop, in the worker's thread) only store its counters here; a UI timer
@@ -32,9 +33,9 @@ class QuickEval:
         """A quick eval has ended: its summary (None when it failed: ``error`` says why; else ``error`` is
         "interrupted" or empty)."""
 
-        def __init__(self, name: str, summary: dict[str, Any] | None, error: str) -> None:
+        def __init__(self, name: str, summary: dict[str, Any] | None, error: str, model: str = "") -> None:
             super().__init__()
-            self.name, self.summary, self.error = name, summary, error
+            self.name, self.summary, self.error, self.model = name, summary, error, model
 
     def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
@@ -86,8 +87,10 @@ class QuickEval:
 
         app = self.screen.workbench_app
         cfg = app.config
+        model, base_url = cfg.endpoint_for("quick_eval")
         opts = EvalOptions(env=spec, n=cfg.quick_eval_n, rollouts_per_task=1, concurrency=4,
-                           model=cfg.model, base_url=cfg.base_url)
+                           model=model, base_url=base_url)
+        said = model or "the embedded model"  # what the toast names
 
         def on_start(run_id: str, total: int) -> None:
             self._run, self._total = run_id, total
@@ -106,13 +109,15 @@ class QuickEval:
             if failure is not None:
                 raise failure
         except WorkbenchError as e:
-            post_ui(self.screen, self.Finished(name, None, for_app(e, QUICK_EVAL_LABELS)))
+            post_ui(self.screen, self.Finished(name, None, for_app(e, QUICK_EVAL_LABELS), said))
         except (asyncio.CancelledError, KeyboardInterrupt):
-            post_ui(self.screen, self.Finished(name, None, "stopped before it started"))
+            post_ui(self.screen, self.Finished(name, None, "stopped before it started", said))
         except Exception as e:
-            post_ui(self.screen, self.Finished(name, None, f"{type(e).__name__}: {e}"))
+            post_ui(self.screen, self.Finished(name, None, f"{type(e).__name__}: {e}", said))
         else:
-            post_ui(self.screen, self.Finished(name, dict(out.summary), "interrupted" if out.interrupted else ""))
+            summary = dict(out.summary)
+            post_ui(self.screen, self.Finished(name, summary, "interrupted" if out.interrupted else "",
+                                               model or str(summary.get("model") or said)))
 
     def tick(self) -> None:
         """The eval bar, from the counters the eval's callbacks left."""
@@ -138,11 +143,13 @@ class QuickEval:
         self.runner = None
         self.screen.query_one("#eval-bar").display = False
         name, summary, error = done.name, done.summary, done.error
+        with_model = f" with {done.model}" if done.model else ""
         if summary is None:
-            self.screen.notify(f"{name}: {error}", title="quick eval failed", severity="error", timeout=10)
+            self.screen.notify(f"{name}{with_model}: {error}", title="quick eval failed", severity="error",
+                               timeout=10)
             return
         note = f" ({error})" if error else ""
-        self.screen.notify(f"{name} run {summary['run_id']}: mean reward {fnum(summary.get('mean_reward'))} over "
+        self.screen.notify(f"{name}{with_model} run {summary['run_id']}: mean reward {fnum(summary.get('mean_reward'))} over "
                            f"{summary['rollouts']} rollouts, {summary['errors']} errors{note}",
                            title="quick eval done")
         self.screen.catalog.scan(set())  # refresh the latest-run columns
