@@ -166,7 +166,7 @@ def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> 
         means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
         ci = [means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]]
         method = "paired bootstrap"
-    order = sorted(range(n), key=lambda i: (d[i], tasks[i]))
+    order = sorted(range(n), key=lambda i: (d[i], i))  # ties in the order of ``tasks``
     return {
         "delta": delta, "ci95": ci, "ci_method": method,
         "significant": bool(ci is not None and (ci[0] > 0 or ci[1] < 0)),
@@ -228,7 +228,8 @@ def compare_runs(runs: list[RunStats], pass_threshold: float = 1.0, allow_mismat
         notes.append(f"only the {len(common)} tasks every run has are compared")
     if not common:
         raise ConfigError("the runs share no task")
-    tasks = sorted(common)
+    # in task order (by index where the baseline names its tasks), so that equal differences list that way
+    tasks = sorted(common, key=lambda t: (base.task_labels.get(t, {}).get("task_index", 0), t))
     models = [{**runs[0].as_dict(common, pass_threshold), "baseline": True}]
     models += [{**r.as_dict(common, pass_threshold), "baseline": False, **paired(base, r, tasks)} for r in runs[1:]]
     labels = {t: base.task_labels[t] for t in tasks if t in base.task_labels}
