@@ -137,3 +137,22 @@ def test_a_registered_anthropic_model_speaks_the_messages_api_with_tools(
         assert json.loads(calls[0][1])["api"] == "anthropic"
     finally:
         mock.stop()
+
+
+def test_models_test_calls_the_model_once_and_says_why_not(cli: Callable[..., CliResult],
+                                                           mock_server: Callable[..., Any], closed_port: int) -> None:
+    mock = mock_server("instant", "--require-key", "secret-456", "--models", "served-id")
+    assert cli("models", "add", "house", "--base-url", mock.base_url, "--model-id", "served-id", "--api-key-env",
+               "HOUSE_KEY").rc == 0
+    ok = cli("models", "test", "house", env={"HOUSE_KEY": "secret-456"})
+    assert ok.rc == 0, ok.stderr
+    assert ok.stdout.startswith("house: ok, served-id at ") and "secret-456" not in ok.stdout + ok.stderr
+    check = last_json(cli("models", "test", "house", "--json", env={"HOUSE_KEY": "secret-456"}).stdout)["check"]
+    assert check["ok"] is True and check["model_id"] == "served-id" and check["seconds"] >= 0
+
+    wrong = cli("models", "test", "house", env={"HOUSE_KEY": "not-the-key"})
+    assert "not-the-key" not in assert_user_error(wrong, "house: cannot be called")
+    assert_user_error(cli("models", "test", "house"), "house: cannot be called", "$HOUSE_KEY", "not set")
+    assert cli("models", "add", "gone", "--base-url", f"http://127.0.0.1:{closed_port}/v1").rc == 0
+    assert_user_error(cli("models", "test", "gone"), "gone: cannot be called", "cannot connect")
+    assert_user_error(cli("models", "test", "hous"), "no model named 'hous'", "did you mean 'house'")

@@ -1,4 +1,5 @@
-"""``workbench models``: models as named endpoints (the registry in workbench/config/models.py)."""
+"""``workbench models``: models as named endpoints (the use cases in workbench/usecases/models.py, which the
+app's Settings screen calls too)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def models_group() -> None:
 def models_add(name: str, base_url: str, model_id: str | None, provider: str, api_key_env: str | None,
                input_price: float | None, output_price: float | None, replace: bool, as_json: bool) -> None:
     """Register NAME: where it is served, its id there, its API, where its key is."""
-    from workbench.config.models import add_model
+    from workbench.usecases.models import add_model
 
     m = add_model(name, base_url=base_url, model_id=model_id, provider=provider, api_key_env=api_key_env,
                   input_price=input_price, output_price=output_price, replace=replace)
@@ -50,9 +51,9 @@ def models_add(name: str, base_url: str, model_id: str | None, provider: str, ap
 @json_option()
 def models_list(as_json: bool) -> None:
     """List the registered models."""
-    from workbench.config.models import load_models, models_path
+    from workbench.usecases.models import list_models, models_path
 
-    models = load_models()
+    models = list_models()
     if as_json:
         emit_json({"models": [m.as_dict() for m in models.values()], "path": str(models_path())})
         return
@@ -70,13 +71,33 @@ def models_list(as_json: bool) -> None:
 @json_option()
 def models_remove(name: str, as_json: bool) -> None:
     """Forget NAME (its key, wherever it is, stays there)."""
-    from workbench.config.models import remove_model
+    from workbench.usecases.models import remove_model
 
     gone = remove_model(name)
     if as_json:
         emit_json({"removed": gone.name})
         return
     console.print(f"removed {gone.name}", highlight=False)
+
+
+@models_group.command("test")
+@click.argument("name")
+@json_option()
+def models_test(name: str, as_json: bool) -> None:
+    """Call NAME once (one short chat completion, no retries): whether it answers, and how fast. When it cannot
+    be called, the reason is one line and the exit status is not 0."""
+    from workbench.errors import EndpointError
+    from workbench.usecases.models import check_model
+
+    check = check_model(name)
+    if as_json:
+        emit_json({"check": check.as_dict()})
+        if not check.ok:
+            raise SystemExit(1)
+        return
+    if not check.ok:
+        raise EndpointError(check.line())
+    console.print(check.line(), highlight=False, markup=False)
 
 
 COMMANDS = [models_group]
