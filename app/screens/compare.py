@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual_plotext import PlotextPlot
-from workbench_app.format import clip, fcost, fnum, safe_text, title, visible
+from workbench_app.format import clip, fcost, fnum, title, visible
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
