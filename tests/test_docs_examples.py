@@ -5,9 +5,11 @@ A fenced block runs by its language:
 - ``python``: written to a file and run with this interpreter; a block that defines ``load_environment`` is
   an environment, so ``workbench validate FILE --json`` must pass on it too.
 - ``bash``/``sh``/``console``: each ``workbench ...`` line runs through the CLI (``./scripts/workbench`` is
-  the same CLI) with a private store and config, in a folder that stands for the checkout's root: it holds
-  ``my_env.py`` and ``my_env/`` (the README's environment as a file and as a package) and links to the
-  checkout's ``cloud_runtime/`` (for its run configs).
+  the same CLI) with a private store and config, in a folder that is not the checkout: it holds ``my_env.py``
+  and ``my_env/`` (the README's environment as a file and as a package), and nothing else (a run config
+  such as ``cloud_runtime/configs/...`` is found among the installed package's). The embedded model is the
+  session's fast build (``tiny_dir``) in the private cache, and the servers a block starts are stopped
+  after it.
 - ``toml``: parsed; a block of settings tables loads as the settings file, strictly.
 
 An HTML comment on the line before the fence marks a block that does not run here:
@@ -19,6 +21,7 @@ not, must exist in the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -192,8 +195,30 @@ def example_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "work"
     write_file(folder / "my_env.py", README_ENV)
     write_file(folder / "my_env" / "__init__.py", README_ENV)
-    (folder / "cloud_runtime").symlink_to(REPO / "cloud_runtime", target_is_directory=True)
     return folder
+
+
+def with_embedded_model(home: Path, tiny_dir: Path) -> None:
+    """The session's tiny build as the embedded model of the private cache (a build of the current recipe)."""
+    from workbench_local.models.tiny_model import MODEL_ID
+
+    models = home / "xdg-cache" / "workbench" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (models / MODEL_ID).symlink_to(tiny_dir, target_is_directory=True)
+
+
+def stop_embedded_servers(home: Path) -> None:
+    """Stop each embedded server the block started (its state file names its process)."""
+    import json
+    import signal
+
+    for state in (home / "xdg-data").glob("workbench/embedded/*.json"):
+        try:
+            pid = int(json.loads(state.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
 
 
 RUNNABLE = [ex for ex in CODE if ex.mark is None]
@@ -201,18 +226,25 @@ RUNNABLE = [ex for ex in CODE if ex.mark is None]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ex", RUNNABLE, ids=lambda ex: ex.where)
-def test_the_example_runs_as_written(ex: Example, example_dir: Path, tmp_path: Path) -> None:
-    env = cli_environment(tmp_path / "home", tmp_path / "store.db")
+def test_the_example_runs_as_written(ex: Example, example_dir: Path, tmp_path: Path,
+                                    request: pytest.FixtureRequest) -> None:
+    home = tmp_path / "home"
+    env = cli_environment(home, tmp_path / "store.db")
     if ex.lang == "python":
         run_python(ex, example_dir, env)
     elif ex.lang == "toml":
         load_toml(ex, tmp_path)
     else:
-        for line in command_lines(ex.code):
-            words = workbench_words(line)
-            assert words is not None, f"{ex.where}: {line!r} is not a workbench command; mark the block"
-            res = run_workbench(words, env, cwd=example_dir)
-            assert res.rc == 0, f"{ex.where}: `{line}` exited {res.rc}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        with_embedded_model(home, request.getfixturevalue("tiny_dir"))
+        try:
+            for line in command_lines(ex.code):
+                words = workbench_words(line)
+                assert words is not None, f"{ex.where}: {line!r} is not a workbench command; mark the block"
+                res = run_workbench(words, env, cwd=example_dir)
+                assert res.rc == 0, (f"{ex.where}: `{line}` exited {res.rc}\n{res.stdout[-2000:]}\n"
+                                     f"{res.stderr[-2000:]}")
+        finally:
+            stop_embedded_servers(home)
 
 
 def run_python(ex: Example, folder: Path, env: dict[str, str]) -> None:
@@ -238,4 +270,5 @@ def load_toml(ex: Example, tmp_path: Path) -> None:
 
 def test_the_example_folder_holds_the_readme_environment(example_dir: Path) -> None:
     assert "def load_environment" in README_ENV
-    assert sorted(os.listdir(example_dir)) == ["cloud_runtime", "my_env", "my_env.py"]
+    assert sorted(os.listdir(example_dir)) == ["my_env", "my_env.py"]
+    assert not (example_dir / "cloud_runtime").exists() and example_dir.resolve() != REPO.resolve()

@@ -6,14 +6,17 @@ rendered through the model's own chat template and counted in its own tokens, pl
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, query
+from tests.helpers import CliResult, last_json, query
 from workbench.authoring import discovery
 
 from .helpers import SERVED
@@ -99,3 +102,27 @@ def test_a_model_too_small_for_every_first_prompt_is_refused_once(
     assert 1024 < int(said[0]) <= longest_first_prompt(build_tokenizer(), "coding"), res.stderr
     assert "-m/--model" in res.stderr and "context_length" not in res.stderr
     assert not store_path.exists() or query(store_path, "SELECT count(*) FROM rollout") == [(0,)]
+
+
+# -- the examples that once outgrew the context, on the embedded model at its own context --------------
+@pytest.mark.parametrize("command", [("eval", "wordle", "-n", "12", "--json"), ("debug", "coding", "--task", "1", "--json")],
+                         ids=["eval-wordle", "debug-coding"])
+def test_the_bundled_examples_run_within_the_context(command: tuple[str, ...], tiny_dir: Path, tmp_path: Path,
+                                                     cli: Callable[..., CliResult]) -> None:
+    """No ``--base-url``: the embedded server, started on demand on the session's build at its own 8,192 tokens."""
+    from workbench_local.models.tiny_model import MODEL_ID
+
+    (tmp_path / "xdg-cache" / "workbench" / "models").mkdir(parents=True)
+    (tmp_path / "xdg-cache" / "workbench" / "models" / MODEL_ID).symlink_to(tiny_dir, target_is_directory=True)
+    try:
+        res = cli(*command, timeout=600)
+    finally:
+        for state in (tmp_path / "xdg-data").glob("workbench/embedded/*.json"):
+            os.kill(int(json.loads(state.read_text())["pid"]), signal.SIGTERM)
+    assert res.rc == 0, res.stderr[-3000:]
+    out = last_json(res.stdout)
+    assert "context_length" not in json.dumps(out), out
+    if command[0] == "eval":
+        assert out["rollouts"] == 12 and out["failed"] == 0 and not out["error_kinds"], out
+    else:
+        assert out["status"] == "ok" and not out["errors"], out
