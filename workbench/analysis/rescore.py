@@ -60,6 +60,7 @@ from workbench.store.rescores import (
     stored_scores,
     stored_traces,
 )
+from workbench.store.run_kinds import USER_KINDS
 
 EnvFactory = Callable[[dict[str, Any]], Environment]
 ProgressFn = Callable[[int, int], None]
@@ -302,9 +303,10 @@ class _Tally:
 
 
 # -- the entry point --------------------------------------------------------------------------------
-def _runs(store: Store, env: Environment, run_id: str | None) -> list[tuple[str, dict[str, Any]]]:
+def _runs(store: Store, env: Environment, run_id: str | None,
+          kinds: tuple[str, ...] | None) -> list[tuple[str, dict[str, Any]]]:
     if run_id is None:
-        return env_runs(store.conn, env.name)
+        return env_runs(store.conn, env.name, kinds)
     run = store.get_run(run_id)  # NotFoundError names `workbench runs`
     if run["env_name"] != env.name:
         raise ConfigError(f"run {run['id']} is a run of {run['env_name']!r}, not {env.name!r}; "
@@ -315,23 +317,24 @@ def _runs(store: Store, env: Environment, run_id: str | None) -> list[tuple[str,
 async def rescore(store: Store, env: Environment, *, env_for_args: EnvFactory | None = None,
                   run_id: str | None = None, limit: int | None = None, apply: bool = False,
                   progress: ProgressFn | None = None, concurrency: int = 32, chunk_size: int = 2048,
-                  keep_rollouts: bool = False) -> RescoreResult:
+                  keep_rollouts: bool = False, kinds: tuple[str, ...] | None = USER_KINDS) -> RescoreResult:
     """Re-score the stored rollouts of ``env`` (of one run, or all its runs) with ``env``'s rubric.
 
     With ``env_for_args``, each run is scored by the environment built with the arguments that run
     was made with (``-a`` of its eval), so a rubric that depends on them scores as it did then.
     ``limit`` stops after that many rollouts (finishing the group in progress, so group rewards see
     whole groups). ``progress(done, total)`` is called after each chunk. ``apply`` stores the new
-    scores as a re-score record (the originals stay as they are).
+    scores as a re-score record (the originals stay as they are). Without ``run_id``, the runs of ``kinds``
+    (None: every kind; by default the user's own, not a probe's).
     """
     if limit is not None and limit < 1:
         raise OptionError("rescore.limit", limit, "at least 1")
     if chunk_size < 1 or concurrency < 1:
         raise ValueError("chunk_size and concurrency must be at least 1")
     t0 = time.perf_counter()
-    runs = _runs(store, env, run_id)
+    runs = _runs(store, env, run_id, kinds)
     res = RescoreResult(env.name, env.version, runs[0][0] if run_id is not None else None, [r for r, _ in runs])
-    total = count_stored(store.conn, env.name, res.run_id)
+    total = count_stored(store.conn, env.name, res.run_id, kinds)
     if total == 0:
         what = f"run {res.run_id}" if res.run_id else f"environment {env.name!r}"
         raise NotFoundError(f"{what} has no stored rollouts in {store.path}; `workbench eval` stores some")

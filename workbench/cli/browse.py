@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -11,26 +10,43 @@ import click
 import orjson
 
 from workbench.cli.common import console, db_option, emit_json, json_option, open_store
-from workbench.format import cut, esc, fnum, safe_text, visible
+from workbench.format import cut, esc, fnum, safe_text
+
+
+def kind_option(help_text: str) -> Any:
+    """``--kind KIND``: repeatable and comma-separated, ``all`` for every kind."""
+    from workbench.runs.kinds import ALL, RUN_KINDS
+
+    return click.option("--kind", "kinds", multiple=True, metavar="KIND",
+                        help=f"{help_text} ({', '.join([*RUN_KINDS, ALL])}; repeatable or comma-separated; default: "
+                             "eval, train, import, optimize, distill).")
 
 
 @click.command("runs")
 @click.argument("run", required=False)
 @click.option("--env", default=None, help="Only runs of this environment.")
+@kind_option("Only runs of these kinds")
 @click.option("--limit", type=int, default=30, show_default=True)
 @db_option
 @json_option()
 @click.option("--follow", is_flag=True, help="With RUN (a launched run): stream it into the store until it ends.")
 @click.pass_context
-def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: int, db: str | None,
-                 as_json: bool, follow: bool) -> None:
-    """List runs, newest first; with RUN, that run (a training run: its steps, evals and events)."""
-    from workbench.store.queries import list_runs
+def runs_command(ctx: click.Context, run: str | None, env: str | None, kinds: tuple[str, ...], limit: int,
+                 db: str | None, as_json: bool, follow: bool) -> None:
+    """List runs, newest first (your own: evals, training, imports, optimize and distill; --kind for others;
+    a probe's policies are one entry); with RUN, that run (a training run: its steps, evals and events; a
+    probe: its policies)."""
+    from workbench.usecases.runs import kinds_of, list_runs, open_pipeline
 
+    wanted = kinds_of(kinds)
     if follow and not run:
         raise click.UsageError("--follow needs a RUN")
     if run:
         with open_store(ctx, db, read_only_ok=True, existing=True) as store:
+            pipeline = None if follow else open_pipeline(store.conn, run)
+            if pipeline is not None:
+                show_pipeline(pipeline, as_json)
+                return
             if follow:
                 from workbench_cloud.launch import follow_run
 
@@ -45,35 +61,27 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, limit: in
             show_run(store, run, as_json)
         return
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
-        runs = list_runs(store.conn, limit=limit, env=env)
+        runs = list_runs(store.conn, limit=limit, env=env, kinds=wanted)
     if as_json:
-        emit_json({"runs": runs})
+        emit_json({"runs": runs, "kinds": list(wanted)})
         return
     if not runs:
-        console.print("no runs yet: try `workbench eval arithmetic`")
+        console.print("no runs yet: try `workbench eval arithmetic`" if kinds == () else
+                      safe_text(f"no runs of kind {', '.join(wanted)}"))
         return
-    cols = ("run", "kind", "env", "model", "status", "rollouts", "errors", "mean reward", "started")
-    rows = [(r["id"], r["kind"], r["env_name"], r["model"], r["status"], str(r["rollouts"]), str(r["errors"]),
-             fnum(r["mean_reward"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))) for r in runs]
-    if not console.is_terminal:  # a pipe or a file: whole lines, tab-separated, nothing cut
-        sys.stdout.write("\n".join("\t".join(_cell(c) for c in row) for row in [cols, *rows]) + "\n")
+    from workbench.cli.run_tables import print_runs
+
+    print_runs(runs)
+
+
+def show_pipeline(entry: dict[str, Any], as_json: bool) -> None:
+    """A probe (or validate) entry: its policies, each a run with its mean reward."""
+    if as_json:
+        emit_json({"pipeline": entry})
         return
-    from rich.table import Table
+    from workbench.cli.run_tables import print_pipeline
 
-    t = Table(box=None, show_edge=False)
-    for col in cols:
-        # The run id is what gets copied: never cut; the other text columns fold onto more lines.
-        t.add_column(col, justify="right" if col in ("rollouts", "errors", "mean reward") else "left",
-                     no_wrap=col in ("run", "started"), overflow="fold",
-                     min_width=max(len(r[0]) for r in rows) if col == "run" else None)
-    for row in rows:
-        t.add_row(*(safe_text(c) for c in row))
-    console.print(t, soft_wrap=False)
-
-
-def _cell(value: str) -> str:
-    """A value as one tab-separated cell: control characters visible, no tab or newline inside."""
-    return visible(value).replace("\t", " ").replace("\n", " ")
+    print_pipeline(entry)
 
 
 def show_run(store: Any, run_id: str, as_json: bool) -> None:
@@ -89,7 +97,9 @@ def show_run(store: Any, run_id: str, as_json: bool) -> None:
                   f"{esc(run['model'])}  status {esc(run['status'])}" + (f"  [red]{esc(run['error'])}[/]" if run["error"] else ""))
     summary = run["summary"]
     if summary:
-        console.print(safe_text("  ".join(f"{k} {fnum(v) if isinstance(v, float) else v}" for k, v in summary.items())))
+        from workbench.cli.run_tables import fvalue
+
+        console.print(safe_text("  ".join(f"{k} {fvalue(v)}" for k, v in summary.items())))
     if run["kind"] != "train":
         return
     from rich.table import Table
@@ -169,39 +179,67 @@ def print_tokens(store: Any, rollout: dict[str, Any], tokenizer_name: str | None
 
 
 @click.command("show")
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("--tokens", is_flag=True, help="Show the rollout's tokens with their logprobs and any mismatch.")
 @click.option("--tokenizer", default=None, help="Model path or id whose tokenizer decodes and re-renders tokens.")
 @click.option("--full", is_flag=True, help="Print long messages in full (else each is cut at 10,000 characters "
               "or 400 lines, with the size left out said).")
+@click.option("--sort", "order", type=click.Choice(["newest", "oldest", "worst", "best"]), default="newest",
+              show_default=True, help="A run's rollouts in this order (worst: failed, then lowest reward, first).")
+@click.option("--limit", type=int, default=20, show_default=True, help="A run's rollouts shown per page.")
+@click.option("--offset", type=int, default=0, show_default=True, help="A run's rollouts skipped before the page.")
+@click.option("--page", type=int, default=None, help="The page of a run's rollouts (from 1; --limit a page).")
+@kind_option("Without TARGET: list the runs of these kinds")
 @db_option
 @json_option()
 @click.pass_context
-def show_command(ctx: click.Context, target: str, tokens: bool, tokenizer: str | None, full: bool, db: str | None,
+def show_command(ctx: click.Context, target: str | None, tokens: bool, tokenizer: str | None, full: bool, order: str,
+                 limit: int, offset: int, page: int | None, kinds: tuple[str, ...], db: str | None,
                  as_json: bool) -> None:
-    """Show a run's summary, or a rollout as a readable transcript (--tokens: its token trace)."""
-    from workbench.errors import NotFoundError
+    """Show a run's summary and its rollouts (paged; ids to `show ROLLOUT`), a probe's policies, or a rollout
+    as a readable transcript (--tokens: its token trace); without TARGET, list the runs (as `runs`)."""
+    from workbench.errors import NotFoundError, OptionError
     from workbench.store.queries import get_rollout
+    from workbench.usecases.runs import kinds_of, open_pipeline
 
+    kinds_of(kinds)  # an unknown --kind ends here, before the store is opened
+    if page is not None:
+        if page < 1:
+            raise OptionError("show.page", page, "1 or more")
+        offset = (page - 1) * limit
+    if target is None:
+        ctx.invoke(runs_command, run=None, env=None, kinds=kinds, limit=30, db=db, as_json=as_json, follow=False)
+        return
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         run = None
         if "." not in target:
+            pipeline = open_pipeline(store.conn, target)
+            if pipeline is not None:
+                show_pipeline(pipeline, as_json)
+                return
             try:
                 run = store.get_run(target)
             except NotFoundError:
                 run = None
         if run is not None:
             from workbench.analysis.report import run_summary
+            from workbench.usecases.runs import run_rollouts
 
             summary = run_summary(store, run["id"])
+            rollouts = run_rollouts(store.conn, run["id"], order=order, limit=limit, offset=offset)
             if as_json:
-                emit_json({"run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary})
+                emit_json({"run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary,
+                           "rollouts": rollouts["rollouts"], "page": {k: v for k, v in rollouts.items()
+                                                                       if k != "rollouts"}})
                 return
             from workbench.cli.eval_cmd import print_summary
+            from workbench.cli.run_tables import print_rollouts
 
             summary.update({k: run["summary"].get(k) for k in ("rollouts_per_s", "unpriced") if k in run["summary"]})
             print_summary(summary)
-            console.print(safe_text(f"status {run['status']}" + (f" — {run['error']}" if run["error"] else "")))
+            console.print(safe_text(f"kind {run['kind']}  status {run['status']}" +
+                                    (f" — {run['error']}" if run["error"] else "")))
+            print_rollouts(rollouts)
             return
         rollout = get_rollout(store.conn, target)
         if tokens:

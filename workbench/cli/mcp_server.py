@@ -263,15 +263,25 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
         return _jsonable(result.summary)
 
     @mcp.tool()
-    async def list_runs(env: str | None = None, limit: int = 30, run: str | None = None) -> dict[str, Any]:
+    async def list_runs(env: str | None = None, limit: int = 30, run: str | None = None,
+                        kinds: list[str] | None = None) -> dict[str, Any]:
         """Runs newest first (id, kind, env, model, status, rollouts, errors, mean_reward), as `workbench runs
-        --json`; with `run`, that run with its training steps and records, as `workbench runs RUN --json`."""
-        from workbench.store.queries import list_runs as query
+        --json`: the user's own kinds (eval, train, import, optimize, distill) unless `kinds` names others
+        (probe, validate, debug, play, gateway; ["all"] for every kind); a probe's policies are one entry (its
+        pipeline id, `members`). With `run`, that run with its training steps and records, as `workbench runs
+        RUN --json` (a probe's pipeline id: its policies)."""
+        from workbench.usecases.runs import kinds_of, open_pipeline
+        from workbench.usecases.runs import list_runs as query
 
         if limit < 1:
             raise ConfigError("limit must be at least 1")
+        wanted = kinds_of(kinds, "list_runs.kinds")
 
         def one(store: Any) -> Any:
+            assert run is not None
+            pipeline = open_pipeline(store.conn, run)
+            if pipeline is not None:
+                return {"pipeline": pipeline}
             found = store.get_run(run)
             steps = store.train_records(found["id"], "step")
             other = [x for x in store.train_records(found["id"]) if x["kind"] != "step"]
@@ -279,7 +289,8 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
 
         if run is not None:
             return await in_thread(reading(one))
-        return await in_thread(reading(lambda store: {"runs": query(store.conn, limit=limit, env=env)}))
+        return await in_thread(reading(lambda store: {"runs": query(store.conn, limit=limit, env=env, kinds=wanted),
+                                                      "kinds": list(wanted)}))
 
     @mcp.tool()
     async def show_rollout(rollout: str) -> dict[str, Any]:
@@ -294,27 +305,28 @@ def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROL
                               model: str | None = None, min_reward: float | None = None,
                               max_reward: float | None = None, error_kind: str | None = None,
                               source: str | None = None, sort: str = "created", limit: int = 20,
-                              offset: int = 0) -> dict[str, Any]:
+                              offset: int = 0, kinds: list[str] | None = None) -> dict[str, Any]:
         """Stored rollouts matching every filter given, as the app's trace browser finds them: `text` is words
         that must all occur in the messages ("a phrase", prefix*); error_kind a kind, "any" or "none"; source
         model | imported | human; sort created | reward | duration (a leading - reverses). Answers a page of
-        summaries (id, run_id, reward, status, preview...) and the total count."""
-        import dataclasses
-
-        from workbench.store.queries import RolloutFilter, count_rollouts, page_rollouts
+        summaries (id, run_id, reward, status, preview...) and the total count. Rollouts of the user's own runs
+        (eval, train, import, optimize, distill) unless `kinds` names others (["all"] for every kind); with `run`,
+        that run's whatever its kind."""
+        from workbench.store.queries import RolloutFilter
+        from workbench.usecases.runs import kinds_of
+        from workbench.usecases.runs import search_rollouts as search
 
         if not 1 <= limit <= 500:
             raise ConfigError("limit must be from 1 to 500")
         if offset < 0:
             raise ConfigError("offset must not be negative")
+        wanted = kinds_of(kinds, "search_rollouts.kinds")
 
         def run_query(store: Any) -> Any:
             run_id = store.get_run(run)["id"] if run is not None else None
             f = RolloutFilter(env=env, run_id=run_id, model=model, min_reward=min_reward, max_reward=max_reward,
-                              error_kind=error_kind, text=text, source=source, sort=sort)
-            rows = page_rollouts(store.conn, f, limit=limit, offset=offset)
-            return {"rollouts": [dataclasses.asdict(x) for x in rows], "count": count_rollouts(store.conn, f),
-                    "limit": limit, "offset": offset}
+                              error_kind=error_kind, text=text, source=source, sort=sort, kinds=wanted)
+            return search(store.conn, f, limit=limit, offset=offset)
 
         return await in_thread(reading(run_query))
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from workbench.cli.browse import kind_option
 from workbench.cli.common import (
     console,
     console_err,
@@ -25,15 +26,17 @@ _BAR = 24  # characters of the longest histogram bar
 @click.argument("env")
 @click.option("--run", "run_id", default=None, help="Only this run's rollouts (default: every run of ENV).")
 @click.option("--limit", type=int, default=None, help="Stop after N rollouts (whole groups).")
+@kind_option("Without --run: the runs of these kinds")
 @click.option("--apply", "apply", is_flag=True,
               help="Store the new scores as a re-score record beside the originals (which are never changed).")
 @env_args_option("JSON keyword arguments for load_environment, for every run (default: each run's own).")
 @db_option
 @json_option()
 @click.pass_context
-def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int | None, apply: bool,
-                    env_args: str | None, db: str | None, as_json: bool) -> None:
-    """Re-score every stored rollout of ENV with its rubric as it is now, without calling the model.
+def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int | None, kinds: tuple[str, ...],
+                    apply: bool, env_args: str | None, db: str | None, as_json: bool) -> None:
+    """Re-score every stored rollout of ENV's own runs (evals, training, imports, optimize, distill; --kind for
+    others, such as a probe's) with its rubric as it is now, without calling the model.
 
     Prints the reward distribution before and after (mean ± standard error, a histogram over the
     same bins), how many rollouts changed and which functions raised. Nothing is written unless
@@ -41,7 +44,9 @@ def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int
     """
     from workbench.analysis.rescore import rescore
     from workbench.authoring.discovery import load_ref, parse_env_args, resolve
+    from workbench.usecases.runs import kinds_of
 
+    wanted = kinds_of(kinds)
     override = parse_env_args(env_args) if env_args is not None else None
     ref = resolve(env)
     environment = load_ref(ref, override or {})
@@ -55,12 +60,12 @@ def rescore_command(ctx: click.Context, env: str, run_id: str | None, limit: int
         task = progress.add_task("rescore", total=None)
         with progress:
             res = run_async(rescore(store, environment, env_for_args=factory, run_id=run_id, limit=limit,
-                                    apply=apply, progress=lambda done, total: progress.update(
+                                    apply=apply, kinds=wanted, progress=lambda done, total: progress.update(
                                         task, completed=done, total=total)))
     if as_json:
-        emit_json(res.as_dict())
+        emit_json({**res.as_dict(), "kinds": list(wanted)})
     else:
-        print_result(res)
+        print_result(res, wanted)
 
 
 def _bar(count: int, peak: int, style: str) -> str:
@@ -74,13 +79,14 @@ def _mean(d: Any) -> str:
     return f"{d.mean:.3f} ± {d.stderr:.3f}" if d.n > 1 else f"{d.mean:.3f}"
 
 
-def print_result(res: Any) -> None:
+def print_result(res: Any, kinds: tuple[str, ...] | None = None) -> None:
     """Before and after side by side, for people (``--json`` is the machine form)."""
     from rich.console import JustifyMethod
     from rich.markup import escape
     from rich.table import Table
 
-    scope = f"run {res.run_id}" if res.run_id else f"{len(res.runs)} run{'s' * (len(res.runs) != 1)}"
+    scope = f"run {res.run_id}" if res.run_id else f"{len(res.runs)} run{'s' * (len(res.runs) != 1)}" + \
+        (f" of kind {', '.join(kinds)}" if kinds else "")
     console.print(f"[bold]{escape(res.env)}[/] (version {res.env_version}): {res.rescored:,} of {res.considered:,} stored "
                   f"rollouts re-scored from their messages ({scope}, {res.wall_s:.2f} s)")
     if res.rescored:

@@ -3,7 +3,8 @@
 A store fills with runs the user did not ask to read: ``validate`` and the probe write a run per policy,
 the debugger and Play one per session. Listings, the latest reward, Traces, statistics and ``rescore``
 show the user's own work (:data:`USER_KINDS`) unless asked for other kinds (``--kind``, the app's kind
-filter, the MCP tools' ``kinds`` argument).
+filter, the MCP tools' ``kinds`` argument). The kinds are declared beside the store
+(:mod:`workbench.store.run_kinds`), which refuses a run of any other kind; they are read from here.
 """
 
 from __future__ import annotations
@@ -11,23 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from workbench.errors import OptionError
-
-#: Every kind of run, and what makes one.
-RUN_KINDS: dict[str, str] = {
-    "eval": "an evaluation (`workbench eval`, the app's quick eval, a pipeline's stage)",
-    "train": "a training run (`workbench train`, `workbench launch`)",
-    "import": "rollouts imported from another tool (`workbench import`)",
-    "optimize": "a prompt optimisation (`workbench optimize`)",
-    "distill": "a distillation pipeline (`workbench distill`)",
-    "probe": "a model-free probe policy (`workbench probe`, the app's P)",
-    "validate": "a probe policy run by `workbench validate`",
-    "debug": "a debugger session (`workbench debug`)",
-    "play": "a trajectory played by a person (`workbench play`)",
-    "gateway": "traffic recorded by the gateway",
-}
-
-#: The kinds shown when no kind is asked for: the user's own evaluations, training and imports.
-USER_KINDS: tuple[str, ...] = ("eval", "train", "import", "optimize", "distill")
+from workbench.store.run_kinds import PIPELINE_KINDS, RUN_KINDS, USER_KINDS, check_kind
 
 #: The word that asks for every kind.
 ALL = "all"
@@ -57,4 +42,4 @@ def is_user_kind(kind: str) -> bool:
     return kind in USER_KINDS
 
 
-__all__ = ["ALL", "RUN_KINDS", "USER_KINDS", "is_user_kind", "parse_kinds"]
+__all__ = ["ALL", "PIPELINE_KINDS", "RUN_KINDS", "USER_KINDS", "check_kind", "is_user_kind", "parse_kinds"]

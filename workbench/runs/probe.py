@@ -26,6 +26,7 @@ from workbench.errors import ConfigError, OptionError
 from workbench.records.task import Message, Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.engine import RolloutEngine
+from workbench.runs.kinds import PIPELINE_KINDS
 from workbench.store import Store
 from workbench.store.reports import reward_scores
 from workbench.store.run_lookups import rollout_results
@@ -86,18 +87,19 @@ def load_probe(spec: str) -> type[Probe]:
 
 
 async def _play(env: Any, probe: Probe, tasks: list[tuple[int, Task]], store: Store, pid: str, spec: str,
-                env_args: dict[str, Any], sandboxes: Any, client: ChatClient, model: Any) -> str:
-    """One policy over ``tasks``, stored as a run of kind probe; ``sandboxes``: the probe's one pool."""
+                env_args: dict[str, Any], sandboxes: Any, client: ChatClient, model: Any, kind: str) -> str:
+    """One policy over ``tasks``, stored as a run of ``kind`` (probe or validate); ``sandboxes``: the probe's one
+    pool."""
     from workbench.runs.evaluate import new_run_id
 
     run_id = new_run_id()
     plain = [t for _, t in tasks]
-    store.create_run(run_id, kind="probe", env_name=env.name, env_version=env.version, env_source=env.source,
+    store.create_run(run_id, kind=kind, env_name=env.name, env_version=env.version, env_source=env.source,
                      env_args=env_args, model=f"probe:{probe.name}", base_url="", harness=env.harness.describe(),
                      runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")), n_tasks=len(tasks),
                      rollouts_per_task=1, concurrency=CONCURRENCY, sampling=asdict(env.sampling),
                      config={"env": spec, "env_args": env_args, "probe": probe.name,
-                             "pipeline": {"id": pid, "kind": "probe", "stage": probe.name}})
+                             "pipeline": {"id": pid, "kind": kind, "stage": probe.name}})
     writer = store.writer()
 
     def prepare(rollout: Any) -> None:
@@ -128,11 +130,16 @@ def _scores(store: Store, run_id: str) -> tuple[float | None, dict[str, float], 
 
 async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None = None, n: int | None = None,
                     threshold: float = 0.5, extra: list[type[Probe]] | None = None, model_free_only: bool = False,
-                    model: str | None = None, base_url: str | None = None, log: Any = None) -> dict[str, Any]:
+                    model: str | None = None, base_url: str | None = None, log: Any = None,
+                    kind: str | None = None) -> dict[str, Any]:
     """The battery against ``spec``. A simulated user (``wb.UserSim``) needs its model: the environment's own,
     else ``model``/``base_url``, else the embedded model; ``model_free_only`` (what ``validate`` runs) skips
-    every policy that would call one."""
+    every policy that would call one. Each policy is a run of ``kind``: ``probe``, or ``validate`` for the probe
+    ``workbench validate`` runs (the default when ``model_free_only``)."""
     env_args = env_args or {}
+    kind = kind or ("validate" if model_free_only else "probe")
+    if kind not in PIPELINE_KINDS:
+        raise OptionError("probe.kind", kind, " or ".join(PIPELINE_KINDS))
     if n is not None and n < 1:
         raise OptionError("probe.n", n, "at least 1")
     if not 0 < threshold <= 1:
@@ -159,7 +166,7 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
     sandboxes = await open_sandboxes(env, plain, pid, CONCURRENCY, 1)  # one warm pool for every policy
     try:
         await _run_policies(env, [*BUILT_IN, *(extra or [])], tasks, store, pid, spec, env_args, sandboxes, client,
-                            model_free_only, results, log, policy_model)
+                            model_free_only, results, log, policy_model, kind)
     finally:
         await client.close()
         if policy_client is not None:
@@ -221,7 +228,7 @@ def _policy_model(env: Any, model: str | None, base_url: str | None, log: Any) -
 
 async def _run_policies(env: Any, classes: list[type[Probe]], tasks: list[tuple[int, Task]], store: Store, pid: str,
                         spec: str, env_args: dict[str, Any], sandboxes: Any, client: ChatClient, model_free_only: bool,
-                        results: list[PolicyResult], log: Any, policy_model: Any) -> None:
+                        results: list[PolicyResult], log: Any, policy_model: Any, kind: str) -> None:
     plain = [t for _, t in tasks]
     for cls in classes:
         probe = cls()
@@ -235,7 +242,7 @@ async def _run_policies(env: Any, classes: list[type[Probe]], tasks: list[tuple[
             continue
         if log:
             log(f"probe {probe.name}: {probe.summary}")
-        run_id = await _play(env, probe, tasks, store, pid, spec, env_args, sandboxes, client, policy_model)
+        run_id = await _play(env, probe, tasks, store, pid, spec, env_args, sandboxes, client, policy_model, kind)
         mean, per, by_task = _scores(store, run_id)
         worst = max(by_task.items(), key=lambda kv: kv[1][1]) if by_task else None
         results.append(PolicyResult(probe.name, probe.summary, run_id, mean, per, probe.earns_nothing, False,

@@ -14,6 +14,7 @@ from workbench.errors import NotFoundError
 from workbench.store.db import StoreReadOnlyError, connect, open_store_file
 from workbench.store.migrations import SCHEMA_VERSION
 from workbench.store.prices import DEFAULT_PRICES, DEFAULT_SOURCE, Price
+from workbench.store.run_kinds import check_kind
 from workbench.store.writer import BatchWriter, RolloutRecord, dumps
 
 __all__ = ["Store", "BatchWriter", "RolloutRecord", "SCHEMA_VERSION", "StoreReadOnlyError", "dumps"]
@@ -80,6 +81,7 @@ class Store:
             fields["config"] = {**fields["config"], "base_url": redact_url(fields["config"]["base_url"])}
         fields = {k: (dumps(v) if isinstance(v, dict | list) else v) for k, v in fields.items()}
         fields.setdefault("created_at", time.time())
+        check_kind(fields.get("kind", RUN_DEFAULTS.get("kind", "eval")))
         unknown = set(fields) - set(RUN_DEFAULTS)
         if unknown:
             raise TypeError(f"unknown run fields: {sorted(unknown)}")

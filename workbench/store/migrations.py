@@ -63,7 +63,13 @@ def _v7(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v7.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(conn: sqlite3.Connection) -> None:
+    """Runs listed by kind, newest first (``workbench runs --kind``, the default listing of the user's own
+    runs); the probe and ``validate`` runs that older versions stored as kind ``probe`` stay so."""
+    _run_sql_file(conn, "v8.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

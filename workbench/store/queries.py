@@ -26,6 +26,11 @@ from typing import Any
 import orjson
 
 from workbench.errors import NotFoundError
+from workbench.store.run_kinds import USER_KINDS
+from workbench.store.run_listing import kinds_clause
+from workbench.store.run_listing import (
+    list_runs as list_runs,  # the listing lives beside; callers import it here
+)
 
 Cursor = tuple[float | int | None, int]  # (sort key of the last row shown, its pk)
 SORTS = ("created", "-created", "reward", "-reward", "duration", "-duration")
@@ -39,10 +44,10 @@ _LIGHT = ("pk, id, run_id, env_name, model, task_index, sample_index, status, er
 # looked up from an index listing rows in about pk order (all but reward's) or in random order
 # (reward's), one row tested against the FTS index, one FTS match listed.
 _C_ENTRY, _C_LOOKUP, _C_RANDOM, _C_FTS_ROW, _C_FTS_LIST = 0.1, 1.0, 3.0, 50.0, 0.3
-_PRIOR = ("error", "error_any", "run", "text", "model", "source", "env", "reward")  # on a tie: likelier smaller
+_PRIOR = ("error", "error_any", "run", "text", "model", "source", "env", "reward", "kinds")  # on a tie: likelier smaller
 _INDEX_COLS = {"env": {"env_name", "created_at"}, "run": {"run_id", "reward"}, "model": {"model"},
                "reward": {"reward"}, "error": {"error_kind"}, "error_any": {"error_kind"}, "text": set(),
-               "source": {"source"}}
+               "source": {"source"}, "kinds": {"run_id", "reward"}}
 
 
 @dataclass(slots=True)
@@ -57,6 +62,8 @@ class RolloutFilter:
     text: str | None = None  # words that must all occur in the messages; "a phrase" and prefix* work
     source: str | None = None  # where rollouts came from: model | imported | human (ix_rollout_source)
     sort: str = "created"  # one of SORTS
+    # the kinds of run whose rollouts match (workbench.runs.kinds; None: every kind); with run_id, that run's
+    kinds: tuple[str, ...] | None = USER_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +139,23 @@ class _Query:
             ps.append(_Pred("other", "error_kind", "r.error_kind IS NULL", ()))
         elif f.error_kind is not None:
             ps.append(_Pred("error", "error_kind", "{p}r.error_kind = ?", (f.error_kind,)))
+        kinds = self.kinds_pred(conn, f)
+        if kinds is not None:
+            ps.append(kinds)
         if self.text:
             ps.append(_Pred("text", "", "", (self.text,)))  # its SQL depends on how common the words are
         self.preds = ps
+
+    @staticmethod
+    def kinds_pred(conn: sqlite3.Connection, f: RolloutFilter) -> _Pred | None:
+        """The run-kind filter, or None when it keeps every rollout: every kind asked for, one run asked for,
+        or no run of another kind in the store (one seek on ix_run_kind_created)."""
+        clause, args = kinds_clause(f.kinds)
+        if not clause or f.run_id is not None:
+            return None
+        if clause != "0" and _cur(conn).execute(f"SELECT 1 FROM run WHERE NOT ({clause}) LIMIT 1", args).fetchone() is None:
+            return None
+        return _Pred("kinds", "run_id", f"{{p}}r.run_id IN (SELECT id FROM run WHERE {clause})", args)
 
     def common_text(self) -> bool:
         return self.text is not None and self.size("text") >= _TEXT_CAP
@@ -395,29 +416,6 @@ def get_rollout(conn: sqlite3.Connection, key: int | str) -> dict[str, Any]:
     d["errors"] = [{"kind": k, "source": s, "message": m} for k, s, m in cur.execute(
         "SELECT kind, source, message FROM rollout_error WHERE rollout_pk = ? ORDER BY id", (d["pk"],))]
     return d
-
-
-def list_runs(conn: sqlite3.Connection, limit: int = 50, env: str | None = None) -> list[dict[str, Any]]:
-    """Runs newest first with ``rollouts``, ``errors`` and ``mean_reward``: from the summary a
-    finished run stored, else counted on ix_rollout_run_reward alone (errors = rollouts without a
-    reward, which is how the engine stores a failure)."""
-    cur = _cur(conn)
-    cols = ("id", "kind", "env_name", "env_version", "model", "status", "error", "n_tasks", "rollouts_per_task",
-            "created_at", "finished_at", "summary")
-    where, args = ("WHERE env_name = ?", [env]) if env is not None else ("", [])
-    runs = []
-    for row in cur.execute(f"SELECT {', '.join(cols)} FROM run {where} ORDER BY created_at DESC LIMIT ?",
-                           (*args, limit)).fetchall():
-        r = dict(zip(cols, row, strict=True))
-        s = _loads(r.pop("summary"), {})
-        if r["status"] in ("completed", "failed", "interrupted") and {"rollouts", "errors", "mean_reward"} <= s.keys():
-            r.update(rollouts=s["rollouts"], errors=s["errors"], mean_reward=s["mean_reward"])
-        else:
-            n, scored, mean = cur.execute("SELECT COUNT(*), COUNT(reward), AVG(reward) FROM rollout WHERE run_id = ?",
-                                          (r["id"],)).fetchone()
-            r.update(rollouts=n, errors=n - scored, mean_reward=mean)
-        runs.append(r)
-    return runs
 
 
 def distinct_values(conn: sqlite3.Connection, column: str) -> list[str]:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
 from workbench.records.rollout import ModelCall
 from workbench.records.trace import Trace
+from workbench.store.run_kinds import USER_KINDS
+from workbench.store.run_listing import kinds_clause
 from workbench.store.writer import dumps
 
 Row = tuple[Any, ...]
@@ -40,17 +42,27 @@ def plain_cursor(conn: sqlite3.Connection) -> sqlite3.Cursor:
     return cur
 
 
-def env_runs(conn: sqlite3.Connection, env_name: str) -> list[tuple[str, dict[str, Any]]]:
-    """(run id, the ``load_environment`` arguments it was made with) of every run of ``env_name``, oldest first."""
+def env_runs(conn: sqlite3.Connection, env_name: str,
+             kinds: Iterable[str] | None = USER_KINDS) -> list[tuple[str, dict[str, Any]]]:
+    """(run id, the ``load_environment`` arguments it was made with) of every run of ``env_name`` of ``kinds``
+    (None: every kind; by default the user's own, so a probe's runs are left out), oldest first."""
+    clause, args = kinds_clause(kinds)
     return [(r[0], loads(r[1], {})) for r in plain_cursor(conn).execute(
-        "SELECT id, env_args FROM run WHERE env_name = ? ORDER BY created_at, id", (env_name,))]
+        f"SELECT id, env_args FROM run WHERE env_name = ?{' AND ' + clause if clause else ''} ORDER BY created_at, id",
+        (env_name, *args))]
 
 
-def count_stored(conn: sqlite3.Connection, env_name: str, run_id: str | None = None) -> int:
-    """Stored rollouts of a run, or of every run of ``env_name``."""
+def count_stored(conn: sqlite3.Connection, env_name: str, run_id: str | None = None,
+                 kinds: Iterable[str] | None = USER_KINDS) -> int:
+    """Stored rollouts of a run, or of every run of ``env_name`` of ``kinds`` (None: every kind)."""
+    cur = plain_cursor(conn)
     if run_id is not None:
-        return plain_cursor(conn).execute("SELECT COUNT(*) FROM rollout WHERE run_id = ?", (run_id,)).fetchone()[0]
-    return plain_cursor(conn).execute("SELECT COUNT(*) FROM rollout WHERE env_name = ?", (env_name,)).fetchone()[0]
+        return cur.execute("SELECT COUNT(*) FROM rollout WHERE run_id = ?", (run_id,)).fetchone()[0]
+    clause, args = kinds_clause(kinds)
+    if not clause:
+        return cur.execute("SELECT COUNT(*) FROM rollout WHERE env_name = ?", (env_name,)).fetchone()[0]
+    return sum(cur.execute("SELECT COUNT(*) FROM rollout WHERE run_id = ? AND env_name = ?", (rid, env_name)).fetchone()[0]
+               for rid, _ in env_runs(conn, env_name, kinds))
 
 
 def group_chunks(conn: sqlite3.Connection, run_id: str, env_name: str, size: int) -> Iterator[list[list[Row]]]:

@@ -45,8 +45,9 @@ class EnvVersionRow(SQLModel, table=True):
 
 class RunRow(SQLModel, table=True):
     __tablename__ = "run"
+    __table_args__ = (Index("ix_run_kind_created", "kind", "created_at"),)  # a listing of some kinds, newest first
     id: str = Field(primary_key=True)
-    kind: str = "eval"  # eval | train | import
+    kind: str = "eval"  # one of workbench.runs.kinds.RUN_KINDS
     env_name: str = Field(index=True)
     env_version: str = ""
     env_source: str = ""

@@ -98,6 +98,7 @@ CREATE TABLE run (
 );
 CREATE INDEX ix_run_created_at ON run (created_at);
 CREATE INDEX ix_run_env_name ON run (env_name);
+CREATE INDEX ix_run_kind_created ON run (kind, created_at);
 CREATE TABLE score (
 	id INTEGER NOT NULL, 
 	rollout_pk INTEGER NOT NULL, 

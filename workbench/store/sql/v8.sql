@@ -1,0 +1,1 @@
+CREATE INDEX ix_run_kind_created ON run (kind, created_at);
