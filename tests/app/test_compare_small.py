@@ -20,6 +20,12 @@ from workbench.store import Store
 SMALL = (80, 24)
 
 
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths on screen are relative to the working directory: the test's own, so snapshots do not vary."""
+    monkeypatch.chdir(tmp_path)
+
+
 def test_a_task_is_named_by_index_and_prompt() -> None:
     result = {"task_labels": {"9f8e7d6c5b4a": {"task_index": 7, "prompt": "What is 7 + 8? Answer with a number."}}}
     assert task_name(result, "9f8e7d6c5b4a") == "#7 What is 7 + 8? Answer wi…"

@@ -23,6 +23,12 @@ pytestmark = pytest.mark.slow
 SMALL, WIDE = (80, 24), (140, 45)
 
 
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths on screen are relative to the working directory: the test's own, so snapshots do not vary."""
+    monkeypatch.chdir(tmp_path)
+
+
 async def _train_view(app: WorkbenchApp, pilot: Any) -> TrainView:
     screen = app.screen
     assert isinstance(screen, RunsScreen)
