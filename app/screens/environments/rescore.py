@@ -150,13 +150,13 @@ class ProbeFollow:
     class Done(Message):
         """A follow-up probe has ended: its report (None when it could not run: ``error`` says why)."""
 
-        def __init__(self, name: str, token: object, report: dict[str, Any] | None, error: str) -> None:
+        def __init__(self, name: str, runner: CancellableRun, report: dict[str, Any] | None, error: str) -> None:
             super().__init__()
-            self.name, self.token, self.report, self.error = name, token, report, error
+            self.name, self.runner, self.report, self.error = name, runner, report, error
 
     def __init__(self, screen: EnvironmentsHost) -> None:
         self.screen = screen
-        self._latest: dict[str, object] = {}  # env name -> the token of its newest probe
+        self._latest: dict[str, CancellableRun] = {}  # env name -> its newest probe
         self.warnings: dict[str, str] = {}  # env name -> what its latest probe found exploitable
         self.probed: dict[str, str] = {}  # env name -> the version (files hash) its latest probe played
 
@@ -165,18 +165,27 @@ class ProbeFollow:
         return bool(self._latest)
 
     def start(self, st: EnvState) -> None:
-        """Probe ``st`` again; a probe of it still running is superseded (its result is dropped)."""
-        token = self._latest[st.name] = object()
+        """Probe ``st`` again; a probe of it still running is cancelled (it plays files that changed since)."""
+        old = self._latest.get(st.name)
+        if old is not None:
+            old.cancel()
+        runner = self._latest[st.name] = CancellableRun()
         name, spec = st.name, env_spec(st.ref)
-        self.screen.run_worker(lambda: self._probe(name, spec, token), thread=True, exit_on_error=False,
+        self.screen.run_worker(lambda: self._probe(name, spec, runner), thread=True, exit_on_error=False,
                                group="env-probe-follow")
 
     def forget(self, st: EnvState) -> None:
         """``st`` no longer loads: its probe's verdict is of files that are gone."""
-        self._latest.pop(st.name, None)
+        old = self._latest.pop(st.name, None)
+        if old is not None:
+            old.cancel()
         self.warnings.pop(st.name, None)
 
-    def _probe(self, name: str, spec: str, token: object) -> None:
+    def cancel_all(self) -> None:
+        for runner in self._latest.values():
+            runner.cancel()
+
+    def _probe(self, name: str, spec: str, runner: CancellableRun) -> None:
         from workbench.runs.probe import probe_env
         from workbench.store import Store
 
@@ -184,21 +193,21 @@ class ProbeFollow:
             with tempfile.TemporaryDirectory(prefix="workbench-probe-") as scratch:
                 store = Store(Path(scratch) / "probe.db")
                 try:
-                    report = CancellableRun().run(lambda: probe_env(spec, store, model_free_only=True))
+                    report = runner.run(lambda: probe_env(spec, store, model_free_only=True))
                 finally:
                     store.close()
         except (asyncio.CancelledError, KeyboardInterrupt):
-            return
+            return  # replaced by a newer probe, or the screen closed
         except WorkbenchError as e:
-            post_ui(self.screen, self.Done(name, token, None, for_app(e)))
+            post_ui(self.screen, self.Done(name, runner, None, for_app(e)))
         except Exception as e:
-            post_ui(self.screen, self.Done(name, token, None, f"{type(e).__name__}: {e}"))
+            post_ui(self.screen, self.Done(name, runner, None, f"{type(e).__name__}: {e}"))
         else:
-            post_ui(self.screen, self.Done(name, token, report, ""))
+            post_ui(self.screen, self.Done(name, runner, report, ""))
 
     def finish(self, event: Done) -> bool:
         """Keep ``event``'s verdict if it is of the newest probe of its env; True when the warnings changed."""
-        if self._latest.get(event.name) is not event.token:
+        if self._latest.get(event.name) is not event.runner:
             return False
         del self._latest[event.name]
         before = self.warnings.get(event.name)

@@ -106,6 +106,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         self.quick_eval.cancel()
         self.hot_reload.stop()
         self.rescores.cancel_all()
+        self.probe_follow.cancel_all()
 
     def on_resize(self) -> None:
         """The status column fits the new width: error messages are clipped to it, never cut by it."""
