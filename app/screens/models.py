@@ -62,7 +62,7 @@ class ModelsPanel(Vertical):
     ModelsPanel .form-row Input { width: 1fr; }
     ModelsPanel #model-provider { width: 16; }
     ModelsPanel .form-row Button { min-width: 8; width: auto; }
-    ModelsPanel #models-status { height: auto; }
+    ModelsPanel #models-status { height: auto; display: none; }
     ModelsPanel .error { color: $error; }
     """
 
@@ -108,6 +108,7 @@ class ModelsPanel(Vertical):
         status = self.query_one("#models-status", Static)
         status.update(Text(line, style="bold red" if error else ""))
         status.set_class(error, "error")
+        status.display = bool(line)
 
     def selected(self) -> str | None:
         return self.query_one(RowTable).selected_key()

@@ -45,6 +45,8 @@ class SettingsScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Settings"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload the file", id="settings.reload", show=False),
+        Binding("escape", "leave_field", "Leave the field (then 1-6 switch screens)", id="settings.leave",
+                show=False),
     ]
     DEFAULT_CSS = """
     #settings-body > Vertical { height: auto; border: round $primary-darken-1; padding: 0 1; }
@@ -53,7 +55,7 @@ class SettingsScreen(WorkbenchAppMixin, Screen[None]):
     #settings-body .form-row Input { width: 1fr; }
     #settings-body .form-row Select { width: 1fr; }
     #settings-body .form-row Button { min-width: 8; width: auto; }
-    #settings-body .field-error { color: $error; height: auto; }
+    #settings-body .field-error { color: $error; height: auto; display: none; }
     #hub-indexes { height: 4; }
     """
 
@@ -142,7 +144,12 @@ class SettingsScreen(WorkbenchAppMixin, Screen[None]):
                          error=False)
 
     def _status(self, id_: str, line: str, *, error: bool = True) -> None:
-        self.query_one(f"#{id_}", Static).update(Text(line, style="bold red" if error else "dim"))
+        status = self.query_one(f"#{id_}", Static)
+        status.update(Text(line, style="bold red" if error else "dim"))
+        status.display = bool(line)
+
+    def action_leave_field(self) -> None:
+        self.set_focus(None)
 
     def _saved(self, saved: TuiConfig, status: str, line: str) -> None:
         apply_settings(self.workbench_app.config, saved)

@@ -142,8 +142,7 @@ async def test_the_budget_shows_on_costs_without_a_restart(make_app: Callable[..
         await _submit(pilot, app, "budget", "7")
         await wait_until(pilot, lambda: "monthly budget: $7" in _status(app, "budget-status"), what="saved")
 
-        app.screen.set_focus(None)  # out of the field: 4 is a key again, not a digit
-        await pilot.press("4")
+        await pilot.press("escape", "4")  # out of the field: 4 is a key again, not a digit
         await wait_until(pilot, lambda: "of $7.00" in screen_text(app), what="Costs showing the new budget")
         settings_path().write_text("[budget]\nmonthly_usd = 9.5\n")  # the file changed elsewhere
         costs.action_refresh()  # what its poll does
