@@ -230,3 +230,29 @@ def test_settings_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchA
         assert SECRET not in svg.read_text()
     settings = tomllib.loads(settings_path().read_text())
     assert SECRET not in str(settings) and SECRET not in (settings_path().parent / "models.json").read_text()
+
+
+async def test_the_debugger_calls_the_model_chosen_for_it(make_app: Callable[..., WorkbenchApp],
+                                                          arith_server: MockServer, closed_port: int) -> None:
+    from workbench_app.screens.debugger import DebuggerScreen
+
+    from workbench.config.models import add_model
+
+    add_model("arith", base_url=arith_server.base_url, model_id="mock-model")
+    # the default endpoint cannot be reached: only the chosen model can answer
+    app = make_app(mode="settings", base_url=f"http://127.0.0.1:{closed_port}/v1", model="mock-model")
+    async with app.run_test(size=BIG) as pilot:
+        select = app.screen.query_one("#use-debugger", Select)
+        await wait_until(pilot, lambda: len(select._options) > 1, what="the model among the choices")
+        select.value = "arith"
+        await wait_until(pilot, lambda: "the Debugger calls arith" in _status(app, "uses-status"), what="saved")
+        before = arith_server.requests()
+        app.open_debugger(env_spec="arithmetic")
+        dbg = await wait_until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.screen.query("#dbg-env")
+                               and app.screen, what="the Debugger")
+        await wait_until(pilot, lambda: dbg.query_one("#dbg-env", Select).value == "arithmetic", what="the env")
+        await pilot.press("n")
+        await wait_until(pilot, lambda: dbg.session is not None and len(dbg.session.turns) == 1 and not dbg.busy,
+                         timeout=30, what="a turn from the chosen model")
+        assert arith_server.requests() > before
+        assert [n.message for n in app._notifications if n.severity == "error"] == []
