@@ -221,3 +221,31 @@ def test_an_old_store_gains_the_kind_index(tmp_path: Path) -> None:
         assert list_runs(store.conn) == [] and [r["id"] for r in list_runs(store.conn, kinds=["probe"])] == ["old-probe"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("kinds", "expected"), [
+    (None, {"eval"}),
+    (["validate"], {"validate"}),
+    (["probe,eval"], {"probe", "eval"}),
+    (["all"], {"eval", "probe", "validate"}),
+])
+async def test_mcp_list_runs_and_search_rollouts_take_kinds(session: Session, tmp_path: Path,
+                                                            kinds: list[str] | None, expected: set[str]) -> None:
+    from tests.workbench.test_mcp_server import call, serve
+
+    args = {} if kinds is None else {"kinds": kinds}
+    async with serve(session.env, tmp_path) as s:
+        runs = (await call(s, "list_runs", limit=50, **args))["runs"]
+        assert {r["kind"] for r in runs} == expected
+        cli_runs = session.json("runs", "--limit", "50", *(("--kind", *kinds) if kinds else ()))["runs"]
+        assert [r["id"] for r in runs] == [r["id"] for r in cli_runs]  # one use case behind both faces
+        found = await call(s, "search_rollouts", limit=500, **args)
+        kinds_of_run = session.kinds()
+        assert {kinds_of_run[r["run_id"]] for r in found["rollouts"]} == expected
+        assert found["count"] == len(found["rollouts"])
+        pipeline = next((r for r in runs if r["kind"] in PIPELINE_KINDS), None)
+        if pipeline is not None:
+            opened = await call(s, "list_runs", run=pipeline["id"])
+            assert [m["id"] for m in opened["pipeline"]["runs"]] == pipeline["members"]
+        bad = await s.call_tool("list_runs", {"kinds": ["nope"]})
+        assert bad.isError and "nope" in str(bad.content) and "validate" in str(bad.content)

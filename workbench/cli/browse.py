@@ -146,7 +146,8 @@ def print_transcript(r: dict[str, Any], full: bool = False) -> None:
         console.print(Panel(safe_text(body) if body else Text("(empty)", style="dim"), title=safe_text(title),
                             title_align="left", border_style=colors.get(role, "white"), expand=True), soft_wrap=False)
     answer = r["answer"]
-    console.print(Text.assemble("answer: ", safe_text(clip(repr(answer) if isinstance(answer, str) else str(answer)))))
+    shown = orjson.dumps(answer, default=str, option=orjson.OPT_NON_STR_KEYS).decode()  # JSON, never a Python repr
+    console.print(Text.assemble("answer: ", safe_text(clip(shown))))
     for name, v in (r.get("rewards") or {}).items():
         console.print(Text.assemble("  reward ", safe_text(name), f" = {v:.3f}"))
     for name, v in (r.get("metrics") or {}).items():
