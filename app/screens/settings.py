@@ -62,8 +62,7 @@ class SettingsScreen(WorkbenchAppMixin, Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="settings-body"):
-            yield Static(Text(f"written to {fpath(config_path())} as you enter each value", style="dim"),
-                         id="settings-file")
+            yield Static("", id="settings-file")
             yield ModelsPanel(id="models-panel")
             with Vertical(id="uses"):
                 for use, what in MODEL_USES.items():
@@ -107,8 +106,11 @@ class SettingsScreen(WorkbenchAppMixin, Screen[None]):
     def action_reload(self) -> None:
         """Show what the settings file holds now (another terminal may have changed it)."""
         saved = load_config()
-        for problem in saved.problems:
-            self.notify(problem, severity="warning", timeout=8)
+        where = self.query_one("#settings-file", Static)
+        if saved.problems:  # a value the file holds that does not validate: the first, in one line
+            where.update(Text(f"{saved.problems[0]} (enter a new value to replace it)", style="bold yellow"))
+        else:
+            where.update(Text(f"written to {fpath(config_path())} as you enter each value", style="dim"))
         self.query_one(ModelsPanel).reload()
         self._show_uses(saved)
         budget = saved.monthly_budget_usd

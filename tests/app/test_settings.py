@@ -74,7 +74,8 @@ async def test_models_are_added_tested_and_removed(make_app: Callable[..., Workb
                               and _status(app, "models-status"), timeout=30, what="the test to pass")
         assert ok.startswith("mock: ok, mock-model at") and "\n" not in ok
 
-        await _add_model(pilot, app, "gone", f"http://127.0.0.1:{closed_port}/v1")
+        _fill(app, model_name="gone")  # enter in a field adds too
+        await _submit(pilot, app, "model-url", f"http://127.0.0.1:{closed_port}/v1")
         await wait_until(pilot, lambda: table.row_count == 2, what="the second model listed")
         table.move_cursor(row=table.get_row_index("gone"))
         panel.action_test()
@@ -139,6 +140,11 @@ async def test_the_budget_shows_on_costs_without_a_restart(make_app: Callable[..
             await _submit(pilot, app, "budget", bad)
             await wait_until(pilot, lambda s=said: _status(app, "budget-status") == s, what=f"the error {said!r}")
         assert load_settings().monthly_budget_usd is None
+        settings_path().parent.mkdir(parents=True, exist_ok=True)
+        settings_path().write_text("[budget]\nmonthly_usd = -1\n")  # a bad value in the file: said on top
+        await pilot.press("escape", "r")
+        await wait_until(pilot, lambda: "budget.monthly_usd must be a non-negative number, got -1"
+                         in _status(app, "settings-file"), what="the file's problem")
         await _submit(pilot, app, "budget", "7")
         await wait_until(pilot, lambda: "monthly budget: $7" in _status(app, "budget-status"), what="saved")
 
@@ -178,8 +184,7 @@ async def test_hub_without_an_index_leads_to_settings(make_app: Callable[..., Wo
         _fill(app, index_name="company", index_url="ftp://pypi.example/simple/")
         app.screen.query_one("#index-add", Button).press()
         await wait_until(pilot, lambda: "must be an http(s) URL" in _status(app, "hub-status"), what="the error")
-        _fill(app, index_url="https://pypi.example/simple/")
-        app.screen.query_one("#index-add", Button).press()
+        await _submit(pilot, app, "index-url", "https://pypi.example/simple/")
         await wait_until(pilot, lambda: "added index company" in _status(app, "hub-status"), what="the index added")
         hub = load_settings().hub
         assert hub.default == "company" and hub.indexes["company"].url == "https://pypi.example/simple/"
