@@ -30,7 +30,7 @@ class EnvState:
     status: str = "loading"  # loading | ok | error
     message: str = ""  # the load error, or a short description when it loaded
     tasks: int | None = None
-    latest: dict[str, Any] | None = None  # the newest run of this env (a list_runs row)
+    latest: dict[str, Any] | None = None  # the newest eval or train run of this env (a list_runs row)
     report: ValidationReport | None = None
     report_error: str = ""
     report_files: str = ""  # the hash of the files the report (or its error) is of: a reload of others drops it

@@ -11,6 +11,7 @@ from typing import Any
 
 from workbench_app.store_access import StoreHandle
 
+from workbench.runs.kinds import RUN_KINDS, USER_KINDS
 from workbench.store.queries import (
     RolloutFilter,
     RolloutSummary,
@@ -34,6 +35,30 @@ SORTS: list[tuple[str, str]] = [
 ]
 
 
+#: The kind filter's choices, in the order ``K`` steps through them: (label, kinds; None: every kind).
+#: ``mine`` is the user's own work (:data:`~workbench.runs.kinds.USER_KINDS`), shown by default.
+KIND_CHOICES: list[tuple[str, tuple[str, ...] | None]] = [
+    ("mine", USER_KINDS), ("all", None),
+    *((k, (k,)) for k in RUN_KINDS if k not in USER_KINDS),
+    *((k, (k,)) for k in USER_KINDS),
+]
+
+
+def kind_label(kinds: tuple[str, ...] | None) -> str:
+    """What the kind filter shows for ``kinds``: ``mine``, ``all`` or the kinds' names."""
+    for label, choice in KIND_CHOICES:
+        if choice == kinds:
+            return label
+    return ",".join(kinds or ())
+
+
+def next_kinds(kinds: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The kind filter's choice after ``kinds`` (from the last, ``mine`` again)."""
+    choices = [c for _, c in KIND_CHOICES]
+    i = choices.index(kinds) if kinds in choices else -1
+    return choices[(i + 1) % len(choices)]
+
+
 def reverse_sort(sort: str) -> str:
     """The exact reverse order (ties on pk reverse too, and unrewarded rows change ends)."""
     return sort[1:] if sort.startswith("-") else "-" + sort
@@ -51,15 +76,20 @@ class Filters:
     max_reward: float | None = None
     text: str | None = None
     source: str | None = None  # one of SOURCES
+    kinds: tuple[str, ...] | None = USER_KINDS  # the kinds of run shown (None: every kind); see KIND_CHOICES
 
     def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                         if getattr(self, f.name) is not None)
+        """The filters set, ``kind=...`` only when not the default (the user's own kinds)."""
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                 if f.name != "kinds" and getattr(self, f.name) is not None]
+        if self.kinds != USER_KINDS:
+            parts.append(f"kind={kind_label(self.kinds)}")
+        return ", ".join(parts)
 
     def query(self, sort: str) -> RolloutFilter:
         return RolloutFilter(env=self.env, run_id=self.run_id, model=self.model, min_reward=self.min_reward,
                              max_reward=self.max_reward, error_kind=self.error_kind, text=self.text,
-                             source=self.source, sort=sort)
+                             source=self.source, kinds=self.kinds, sort=sort)
 
 
 class RolloutSource:
@@ -73,9 +103,30 @@ class RolloutSource:
         self.store, self.filters, self.sort = store, filters, sort
         self.forward = filters.query(sort)
         self.backward = filters.query(reverse_sort(sort))
+        #: run id -> the registered model name its user picked (None: the model id is its name)
+        self.model_names: dict[str, str | None] = {}
+
+    def model_label(self, row: RolloutSummary) -> str:
+        """The row's model as the user called it: the run's registered model name, else the model id."""
+        return self.model_names.get(row.run_id) or row.model
 
     def page(self, index: int, size: int, prev: list[RolloutSummary] | None, next: list[RolloutSummary] | None,
              total: int | None) -> list[RolloutSummary]:
+        rows = self._page(index, size, prev, next, total)
+        self._read_model_names(rows)
+        return rows
+
+    def _read_model_names(self, rows: list[RolloutSummary]) -> None:
+        """The registered model names of the rows' runs not read yet (one lookup per run)."""
+        from workbench.store.reports import compared_run
+
+        conn = self.store.get().conn
+        for run_id in {r.run_id for r in rows} - self.model_names.keys():
+            run = compared_run(conn, run_id)
+            self.model_names[run_id] = None if run is None else run[3]
+
+    def _page(self, index: int, size: int, prev: list[RolloutSummary] | None, next: list[RolloutSummary] | None,
+              total: int | None) -> list[RolloutSummary]:
         conn = self.store.get().conn
         if prev:
             return page_rollouts(conn, self.forward, limit=size, after=prev[-1].cursor(self.sort))

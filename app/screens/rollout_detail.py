@@ -1,5 +1,7 @@
 """One stored rollout: messages by role, tool calls, rewards and metrics by function, errors, timing, cost;
-``t`` shows its tokens coloured by logprob, ``d`` opens it in the Debugger (read-only)."""
+``t`` shows its tokens coloured by logprob, ``d`` opens it in the Debugger (read-only). Opened from a
+Traces search, the search's words are highlighted in the messages and ``n`` / ``N`` go to the next and
+previous message that holds one."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from workbench_app.format import ROLE_COLORS, cell, fcost, fnum, ftime, safe_tex
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.message_text import message_body
+from workbench_app.widgets.search_highlight import highlight_hits, search_terms
 from workbench_app.widgets.token_view import TokenView
 
 from workbench.analysis.mcp_calls import mcp_calls_table
@@ -91,14 +94,28 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         Binding("d", "debug", "Debugger", id="rollout.debug"),
         Binding("j", "scroll(1)", "Down", show=False),
         Binding("k", "scroll(-1)", "Up", show=False),
+        Binding("n", "next_hit(1)", "Next hit", id="rollout.next_hit"),
+        Binding("N", "next_hit(-1)", "Previous hit", show=False),
     ]
 
-    def __init__(self, rollout: dict[str, Any]) -> None:
+    def __init__(self, rollout: dict[str, Any], search: str | None = None) -> None:
         super().__init__()
         self.rollout = rollout
+        self.search = search  # None: the search of the Traces screen it is opened over, if any
+        self.terms: list[str] = []
+        self.hits: list[int] = []  # the messages that hold a search hit, in order
+        self.hit = -1  # the index in ``hits`` of the one last gone to
+
+    def _search_below(self) -> str | None:
+        """The search of the screen this one is opened over (Traces' ``search_text``), if it has one."""
+        stack = self.app.screen_stack
+        below = stack[stack.index(self) - 1] if self in stack and stack.index(self) > 0 else None
+        text = getattr(below, "search_text", None)
+        return text if isinstance(text, str) else None
 
     def compose(self) -> ComposeResult:
         r = self.rollout
+        self.terms = search_terms(self.search if self.search is not None else self._search_below())
         yield Header()
         with VerticalScroll(id="rollout-body"):
             yield Static(overview(r), id="rollout-overview", classes="section")
@@ -117,7 +134,10 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
                 yield box
             for i, m in enumerate(r.get("messages") or []):
                 role = str(m.get("role", "?"))
-                msg = Static(message_body(m), classes=f"message role-{role if role in ROLE_COLORS else 'other'}",
+                body = message_body(m)
+                if highlight_hits(body, self.terms):
+                    self.hits.append(i)
+                msg = Static(body, classes=f"message role-{role if role in ROLE_COLORS else 'other'}",
                              id=f"message-{i}")
                 name = m.get("name") or m.get("tool_call_id")
                 msg.border_title = title(role + (f" ({name})" if name else ""))
@@ -139,6 +159,20 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = self.rollout["id"]
+        if self.terms:
+            self.sub_title += f" · {len(self.hits)} messages hold the search: n next, N previous"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return bool(self.hits) if action == "next_hit" else True
+
+    def action_next_hit(self, step: int) -> None:
+        """Scroll to the next (``step`` 1) or previous (-1) message holding a search hit, round the end."""
+        if not self.hits:
+            return
+        self.hit = (self.hit + step) % len(self.hits)
+        message = self.query_one(f"#message-{self.hits[self.hit]}", Static)
+        self.query_one("#rollout-body", VerticalScroll).scroll_to_widget(message, animate=False, top=True)
+        self.sub_title = f"{self.rollout['id']} · hit {self.hit + 1}/{len(self.hits)}: n next, N previous"
 
     def action_scroll(self, lines: int) -> None:
         body = self.query_one(TokenView) if self.query_one(TokenView).display else self.query_one("#rollout-body")

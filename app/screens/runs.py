@@ -1,7 +1,13 @@
 """Runs: every run in the store and the selected run's summary (``workbench show RUN``); for a training
 run also its curves (reward and held-out evals, step-time split, staleness, throughput), evals, events,
 newest rollouts and last steps (``workbench runs RUN``), live while it runs: each second a worker
-reads only the records and rollouts stored since the last read."""
+reads only the records and rollouts stored since the last read.
+
+The list shows the user's own kinds of run (evaluations, training, imports, optimisations,
+distillations); K steps through every kind and each other kind alone (probe, validate, debug, play...).
+The runs of one probe or ``validate`` are one entry; Enter opens it (its runs, one per policy) and
+escape goes back. Runs of a registered model show the name the user gave it. m marks a run for
+Compare (● in its row)."""
 
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
 from workbench_app.format import fcost, fnum, ftime, safe_text, visible
+from workbench_app.trace_source import kind_label, next_kinds
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.pipeline_view import optimize_renderable, pipeline_line
@@ -27,10 +34,34 @@ from workbench_app.widgets.train_view import TrainView, read_new_rollouts
 from workbench_app.workers import notify_ui, post_ui
 
 from workbench.errors import WorkbenchError
+from workbench.runs.kinds import USER_KINDS
 from workbench.store.run_lookups import comparison_of, run_counts
 
 STATUS_STYLE = {"completed": "green", "running": "cyan", "interrupted": "yellow", "failed": "bold red"}
 TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
+MARK = "●"  # in the row of a run marked for Compare
+COLUMNS = ("mark", "run", "kind", "env", "model", "status", "n", "err", "reward", "started")
+
+
+def model_label(run: dict[str, Any]) -> str:
+    """The run's model as the user called it: the registered name it was run under, else the model id."""
+    return str(run.get("model_name") or run.get("model") or "")
+
+
+def pipeline_renderable(entry: dict[str, Any]) -> Table:
+    """A probe's (or ``validate``'s) pipeline: one row per policy run, with its reward (Enter lists them)."""
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    t.add_row("pipeline", safe_text(f"{entry['id']}  ({entry.get('kind', '')})"))
+    t.add_row("env", safe_text(f"{entry['env_name']} @ {entry.get('env_version') or '-'}"))
+    t.add_row("status", safe_text(entry["status"], style=STATUS_STYLE.get(entry["status"], "")))
+    t.add_row("started", ftime(entry.get("created_at")))
+    runs = entry.get("runs") or []
+    t.add_row("policies", safe_text("\n".join(f"{r['policy']}  {fnum(r['mean_reward'])}  ({r['id']})"
+                                                for r in runs) or "-"))
+    t.add_row("", Text("Enter lists its runs; escape goes back", style="dim"))
+    return t
 
 
 def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
@@ -46,7 +77,8 @@ def summary_renderable(run: dict[str, Any], s: dict[str, Any]) -> Table:
     if stage:
         t.add_row("pipeline", safe_text(stage))
     t.add_row("env", safe_text(f"{s['env']} @ {s.get('env_version') or '-'}"))
-    t.add_row("model", safe_text(s.get("model") or "-"))
+    registered = (run.get("config") or {}).get("model_name")
+    t.add_row("model", safe_text((s.get("model") or "-") + (f" (registered as {registered})" if registered else "")))
     t.add_row("status", status)
     t.add_row("started", ftime(run.get("created_at")))
     t.add_row("rollouts", f"{s['rollouts']} over {s['tasks']} tasks, {s['errors']} errors")
@@ -78,16 +110,28 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Runs"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
+        Binding("K", "cycle_kind", "Kind", id="runs.kind"),  # mine, all, probe, validate, debug, play, ...
         Binding("t", "traces", "Traces of run", id="runs.traces"),
         Binding("S", "stop", "Stop launched run", id="runs.stop"),
         Binding("m", "mark", "Mark", id="runs.mark"),
         Binding("c", "compare", "Compare", id="runs.compare"),
+        Binding("escape", "close_pipeline", "Back", show=False),
     ]
 
     class RunsRead(Message, bubble=False):
-        def __init__(self, runs: list[dict[str, Any]]) -> None:
+        """The listing (or the opened pipeline's runs) read for ``kinds`` and ``pipeline``."""
+
+        def __init__(self, runs: list[dict[str, Any]], kinds: tuple[str, ...] | None = USER_KINDS,
+                     pipeline: str | None = None) -> None:
             super().__init__()
-            self.runs = runs
+            self.runs, self.kinds, self.pipeline = runs, kinds, pipeline
+
+    class PipelineRead(Message, bubble=False):
+        """A probe's pipeline entry with its member ``runs`` (``workbench show PIPELINE``)."""
+
+        def __init__(self, entry: dict[str, Any]) -> None:
+            super().__init__()
+            self.entry = entry
 
     class SummaryRead(Message, bubble=False):
         """A run, its summary and, for a training run, its records and rollouts so far."""
@@ -116,6 +160,9 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         super().__init__()
         self.runs: list[dict[str, Any]] = []
         self.marked: list[str] = []  # runs marked for Compare, in the order marked
+        self.kinds: tuple[str, ...] | None = USER_KINDS  # the kinds listed (K steps through them); None: every kind
+        self.pipeline: str | None = None  # the probe pipeline opened (its runs listed), or None: the listing
+        self._reselect: str | None = None  # the row the next listing puts the cursor on (a pipeline closed)
         self._train_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
@@ -129,8 +176,12 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for col in ("run", "env", "model", "status", "n", "err", "reward", "started"):
-            table.add_column(col, key=col)
+        for col in COLUMNS:
+            if col == "mark":
+                table.add_column("", key=col, width=1)
+            else:
+                table.add_column(col, key=col)
+        self._show_scope()
         self.action_refresh()
 
     def on_screen_resume(self) -> None:
@@ -141,38 +192,88 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
         self._watch_train(None)
 
     def action_refresh(self) -> None:
-        self._load_runs()
+        self._load_runs(self.kinds, self.pipeline)
+
+    def action_cycle_kind(self) -> None:
+        """The user's own kinds, then every kind, then each other kind alone, and the user's own again."""
+        self.kinds = next_kinds(self.kinds)
+        self.pipeline = None
+        self._show_scope()
+        self.action_refresh()
+
+    def action_close_pipeline(self) -> None:
+        """Back from an opened pipeline's runs to the listing, on the pipeline's entry."""
+        if self.pipeline is not None:
+            self._reselect, self.pipeline = self.pipeline, None
+            self._show_scope()
+            self.action_refresh()
+
+    def _show_scope(self) -> None:
+        """What the list holds, after the store in the screen's subtitle: the kinds listed, or the pipeline opened."""
+        scope = (f"pipeline {self.pipeline} (escape: back)" if self.pipeline is not None
+                 else f"kind: {kind_label(self.kinds)}")
+        self.sub_title = f"{self.app.sub_title} · {scope}" if self.app.sub_title else scope
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-list")
-    def _load_runs(self) -> None:
-        try:
-            from workbench.store.queries import list_runs
+    def _load_runs(self, kinds: tuple[str, ...] | None, pipeline: str | None) -> None:
+        from workbench.store.queries import list_runs
+        from workbench.store.reports import compared_run
+        from workbench.store.run_listing import pipeline_members
 
-            runs = list_runs(self.workbench_app.store.get().conn, limit=500)
+        try:
+            conn = self.workbench_app.store.get().conn
+            if pipeline is not None:
+                entry = pipeline_members(conn, pipeline)
+                runs = [] if entry is None else list(entry["runs"])
+            else:
+                runs = list_runs(conn, limit=500, kinds=kinds)
+            for r in runs:
+                if "members" not in r:  # a run (not a pipeline's entry): the registered name it was run under
+                    found = compared_run(conn, r["id"])
+                    r["model_name"] = None if found is None else found[3]
         except Exception as e:
             notify_ui(self, f"reading runs failed: {e}", severity="error")
             return
-        post_ui(self, self.RunsRead(runs))
+        post_ui(self, self.RunsRead(runs, kinds, pipeline))
+
+    def _cells(self, r: dict[str, Any]) -> list[Any]:
+        return [Text(MARK, style="bold magenta") if r["id"] in self.marked else "", r["id"], r.get("kind", ""),
+                r["env_name"], model_label(r), Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
+                str(r["rollouts"]), str(r["errors"]), fnum(r["mean_reward"]), ftime(r["created_at"], short=True)]
 
     @on(RunsRead)
     def _show_runs(self, event: RunsRead) -> None:
+        if (event.kinds, event.pipeline) != (self.kinds, self.pipeline):
+            return  # read for a scope left since
+        self._show_scope()
         runs = event.runs
         table = self.query_one(DataTable)
-        selected = self._selected_id()
+        selected = self._reselect or self._selected_id()
+        self._reselect = None
         self.runs = runs
         table.clear()
         for r in runs:
-            table.add_row(r["id"], r["env_name"], r["model"],
-                          Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
-                          str(r["rollouts"]), str(r["errors"]), fnum(r["mean_reward"]),
-                          ftime(r["created_at"], short=True),
-                          key=r["id"])
+            table.add_row(*self._cells(r), key=r["id"])
         if selected is not None and selected in {r["id"] for r in runs}:
             table.move_cursor(row=table.get_row_index(selected))
         if not runs:
-            self.query_one("#run-summary", Static).update("no runs yet: press 1, pick an environment and press e")
+            self.query_one("#run-summary", Static).update(
+                "no runs yet: press 1, pick an environment and press e" if self.kinds == USER_KINDS
+                else f"no runs of kind {kind_label(self.kinds)}: K shows another kind")
         else:
             self._load_summary(self._selected_id() or runs[0]["id"])
+
+    def _entry(self, key: str | None) -> dict[str, Any] | None:
+        return next((r for r in self.runs if r["id"] == key), None)
+
+    @on(DataTable.RowSelected, "#runs-table")
+    def _open_pipeline(self, event: DataTable.RowSelected) -> None:
+        """Enter on a probe's entry lists its runs, one per policy."""
+        entry = self._entry(None if event.row_key.value is None else str(event.row_key.value))
+        if entry is not None and "members" in entry and self.pipeline is None:
+            self.pipeline = entry["id"]
+            self._show_scope()
+            self.action_refresh()
 
     def action_mark(self) -> None:
         run_id = self._selected_id()
@@ -182,6 +283,11 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             self.marked.remove(run_id)
         else:
             self.marked.append(run_id)
+        try:
+            self.query_one(DataTable).update_cell(
+                run_id, "mark", Text(MARK, style="bold magenta") if run_id in self.marked else "")
+        except (CellDoesNotExist, RowDoesNotExist):
+            pass
         self.notify(f"{len(self.marked)} runs marked for Compare (c)" if self.marked else "no run marked")
 
     def action_compare(self) -> None:
@@ -231,7 +337,18 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-summary")
     def _load_summary(self, run_id: str) -> None:
         from workbench.analysis.report import run_summary
+        from workbench.store.run_listing import pipeline_members
 
+        entry = self._entry(run_id)
+        if entry is not None and "members" in entry:  # a probe's pipeline: its policies' runs
+            try:
+                found = pipeline_members(self.workbench_app.store.get().conn, run_id)
+            except Exception as e:
+                notify_ui(self, f"reading pipeline {run_id} failed: {e}", severity="error")
+                return
+            if found is not None:
+                post_ui(self, self.PipelineRead(found))
+            return
         try:
             store = self.workbench_app.store.get()
             run = store.get_run(run_id)
@@ -245,6 +362,14 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             notify_ui(self, f"summarising run {run_id} failed: {e}", severity="error")
             return
         post_ui(self, self.SummaryRead(run, summary, records, rollouts))
+
+    @on(PipelineRead)
+    def _show_pipeline(self, event: PipelineRead) -> None:
+        if self._selected_id() != event.entry["id"]:
+            return
+        self.query_one("#run-summary", Static).update(pipeline_renderable(event.entry))
+        self.query_one(TrainView).display = False
+        self._watch_train(None)
 
     @on(SummaryRead)
     def _show_summary(self, event: SummaryRead) -> None:
@@ -327,6 +452,10 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
     def action_traces(self) -> None:
         run_id = self._selected_id()
         if run_id is None:
+            return
+        entry = self._entry(run_id)
+        if entry is not None and "members" in entry:
+            self.notify("a probe's runs are one per policy: Enter lists them, then t on one shows its traces")
             return
         self.app.switch_mode("traces")
         screen = self.app.screen

@@ -1,6 +1,8 @@
 """Traces: every stored rollout, filtered, sorted, searched; o steps through where rollouts came from
-(every source, model, imported, human); Enter opens one; m marks one and D on another shows the two
-side by side; x exports the selection.
+(every source, model, imported, human); K steps through the kinds of run shown (the user's own by
+default: evaluations, training, imports; then every kind, probes, validations, debugger and Play
+sessions); Enter opens one, its search hits highlighted (n / N go from hit to hit); m marks one and
+D on another shows the two side by side; x exports the selection.
 
 Opening reads the store in a worker, which posts what it read as :class:`TracesScreen.RolloutLoaded`
 or :class:`TracesScreen.DiffLoaded`; the app shows it (``WorkbenchApp`` pushes the detail or diff screen)."""
@@ -8,6 +10,7 @@ or :class:`TracesScreen.DiffLoaded`; the app shows it (``WorkbenchApp`` pushes t
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +32,9 @@ from workbench_app.trace_source import (
     Filters,
     RolloutSource,
     export_jsonl,
+    kind_label,
     load_rollout,
+    next_kinds,
     suggestions,
 )
 from workbench_app.typed import WorkbenchAppMixin
@@ -53,11 +58,16 @@ FILTER_INPUTS = [
 ]
 #: The placeholders shown where the long ones do not fit whole (a narrow terminal).
 SHORT_PLACEHOLDERS = {"error kind": "error", "search text": "search"}
+#: Below this many columns the filter fields take two rows, so each stays wide enough to read.
+TWO_ROW_FILTERS_BELOW = 100
+#: What Traces says when the store holds no rollout of the user's own kinds and no filter is set.
+FIRST_STEP = "No rollouts yet: press e on Environments for a quick eval, or run `workbench eval ENV`"
 
 
 class FilterInput(Input):
-    """A filter field: Enter takes the suggestion shown (the known value it completes), and the
-    placeholder shortens rather than being cut where the field is narrow."""
+    """A filter field: what was typed is what filters (the known value it may complete is shown after
+    it, and taken only with → at its end), and the placeholder shortens rather than being cut where the
+    field is narrow."""
 
     def __init__(self, placeholder: str, **kwargs: Any) -> None:
         super().__init__(placeholder=placeholder, **kwargs)
@@ -68,16 +78,6 @@ class FilterInput(Input):
         short = SHORT_PLACEHOLDERS.get(self.long_placeholder, self.long_placeholder)
         self.placeholder = self.long_placeholder if len(self.long_placeholder) <= width else short
 
-    async def action_submit(self) -> None:
-        """What was typed, completed to the first known value it begins (what the suggestion shows)."""
-        typed = self.value.strip()
-        if self.suggester is not None and typed:
-            key = typed if self.suggester.case_sensitive else typed.casefold()
-            suggestion = await self.suggester.get_suggestion(key)
-            if suggestion is not None and suggestion != typed:
-                self.value = suggestion
-                self.cursor_position = len(suggestion)
-        await super().action_submit()
 
 
 def _status(r: RolloutSummary) -> tuple[str, str]:
@@ -112,6 +112,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         Binding("f", "focus_filters", "Filter", id="traces.filter"),
         Binding("s", "cycle_sort", "Sort", id="traces.sort"),
         Binding("o", "cycle_source", "Source", id="traces.source", show=False),  # every, model, imported, human
+        Binding("K", "cycle_kind", "Kind", id="traces.kind"),  # mine, all, probe, validate, debug, play, ...
         Binding("c", "clear_filters", "Clear filters", id="traces.clear", show=False),
         Binding("m", "mark", "Mark", id="traces.mark"),  # once marked, the status line says to press D
         Binding("D", "diff", "Diff with mark", id="traces.diff", show=False),
@@ -121,11 +122,12 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
     ]
 
     class RolloutLoaded(Message):
-        """The rollout Enter opened, read from the store (a ``get_rollout`` row): the app shows it."""
+        """The rollout Enter opened, read from the store (a ``get_rollout`` row), and the search text it
+        was found with (``None``: none): the app shows it, its hits highlighted."""
 
-        def __init__(self, rollout: dict[str, Any]) -> None:
+        def __init__(self, rollout: dict[str, Any], search: str | None = None) -> None:
             super().__init__()
-            self.rollout = rollout
+            self.rollout, self.search = rollout, search
 
     class DiffLoaded(Message):
         """The marked rollout (A) and the one D was pressed on (B), compared: the app shows them."""
@@ -153,6 +155,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         self.filters = Filters()
         self.sort = 0
         self.source: str | None = None  # one of SOURCES (o steps through them); None: every source
+        self.kinds: tuple[str, ...] | None = Filters().kinds  # the kinds of run shown (K steps through them)
         self._debounce: Timer | None = None
         self._pending: dict[str, str] = {}
         self._new = 0  # rollouts added to the store since the list was loaded
@@ -166,10 +169,15 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
                 yield FilterInput(placeholder, id=wid, classes="narrow" if narrow else "",
                                   validators=validators, valid_empty=True)
         yield Static("", id="traces-status")
-        yield VirtualTable([Column("", 1, self._mark_cell, fit=False, priority=10), *COLUMNS], id="traces-table")
+        columns = [replace(c, render=self._model_cell) if c.title == "model" else c for c in COLUMNS]
+        yield VirtualTable([Column("", 1, self._mark_cell, fit=False, priority=10), *columns], id="traces-table")
         yield WorkbenchFooter()
 
+    def on_resize(self) -> None:
+        self.query_one("#filters").set_class(self.size.width < TWO_ROW_FILTERS_BELOW, "-two-rows")
+
     def on_mount(self) -> None:
+        self.on_resize()
         if self._pending:
             self._set_inputs(self._pending)
             self._pending = {}
@@ -211,7 +219,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
                 values[field] = text
         if self.source is not None:
             values["source"] = self.source
-        return Filters(**values)
+        return Filters(**values, kinds=self.kinds)
 
     def _apply(self) -> None:
         self.filters = self._read_filters()
@@ -226,8 +234,13 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         desc = self.filters.describe()
         new = f" · {self._new:+,} since loaded: press r" if self._new else ""
         mark = f" · marked {self.marked}: D on another rollout diffs them" if self.marked else ""
-        self.query_one("#traces-status", Static).update(safe_text(  # the filters hold what was typed
-            f"{count}{new} · sort: {SORTS[self.sort][0]}" + (f" · {desc}" if desc else "") + mark))
+        status = self.query_one("#traces-status", Static)
+        if total == 0 and self.filters == Filters():
+            status.update(FIRST_STEP)
+            return
+        status.update(safe_text(  # the filters hold what was typed
+            f"{count}{new} · kind: {kind_label(self.filters.kinds)} · sort: {SORTS[self.sort][0]}"
+            + (f" · {desc}" if desc else "") + mark))
 
     def on_screen_resume(self) -> None:
         """Back on Traces (from another screen): say if the store changed, without moving the list."""
@@ -279,8 +292,10 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     def set_filters(self, **values: str) -> None:
         """Set some filters (by Filters field name) and show the result, e.g. ``set_filters(run=...)``;
-        ``source`` is one of SOURCES."""
+        ``source`` is one of SOURCES. A run's rollouts are shown whatever its kind."""
         self.source = values.pop("source", None)
+        if "run_id" in values:
+            self.kinds = None
         if not self.is_mounted:
             self._pending.update(values)
             return
@@ -291,6 +306,7 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     def action_clear_filters(self) -> None:
         self.source = None
+        self.kinds = Filters().kinds
         for wid, _, _, _ in FILTER_INPUTS:
             self.query_one(f"#{wid}", Input).value = ""
         self._apply()
@@ -304,6 +320,11 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         """Every source, then only model rollouts, imported ones, a person's (human), and every source again."""
         order: list[str | None] = [None, *SOURCES]
         self.source = order[(order.index(self.source) + 1) % len(order)]
+        self._apply()
+
+    def action_cycle_kind(self) -> None:
+        """The user's own kinds, then every kind, then each other kind alone, and the user's own again."""
+        self.kinds = next_kinds(self.kinds)
         self._apply()
 
     def action_refresh(self) -> None:
@@ -337,8 +358,19 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="traces-open", exclusive=True)
     def _open(self, rollout_id: str) -> None:
-        self._post_loaded(lambda: self.RolloutLoaded(load_rollout(self.workbench_app.store, rollout_id)),
+        search = self.filters.text
+        self._post_loaded(lambda: self.RolloutLoaded(load_rollout(self.workbench_app.store, rollout_id), search),
                           f"reading rollout {rollout_id} failed")
+
+    @property
+    def search_text(self) -> str | None:
+        """The search the listed rollouts were found with (a rollout opened over Traces highlights it)."""
+        return self.filters.text
+
+    def _model_cell(self, row: RolloutSummary) -> str:
+        """The model as the user called it (the run's registered model name), else the model id."""
+        source = self.table.source
+        return source.model_label(row) if isinstance(source, RolloutSource) else row.model
 
     # -- mark and diff ------------------------------------------------------------------------------
     def _mark_cell(self, row: RolloutSummary) -> str | tuple[str, str]:

@@ -247,7 +247,7 @@ async def test_export_escape_cancels_and_bad_paths_write_nothing(make_app: Calla
     assert sorted(p.name for p in folder.iterdir()) == [] and a_file.read_text() == "not a folder"
 
 
-async def test_enter_takes_the_suggestion_and_typing_never_fires_table_keys(
+async def test_right_takes_the_suggestion_and_typing_never_fires_table_keys(
         make_app: Callable[..., WorkbenchApp]) -> None:
     app = make_app(mode="traces")
     async with app.run_test(size=SIZE) as pilot:
@@ -256,7 +256,10 @@ async def test_enter_takes_the_suggestion_and_typing_never_fires_table_keys(
         env = screen.query_one("#f-env", Input)
         await wait_until(pilot, lambda: env.suggester is not None, what="the known values")
         env.focus()
-        await pilot.press(*"word", "enter")  # the suggestion shows "wordplay": Enter takes it
+        await pilot.press(*"word", "enter")  # the suggestion shows "wordplay", but Enter filters by what was typed
+        await _settled(pilot, app, 0)
+        assert env.value == "word" and screen.filters.env == "word"
+        await pilot.press("right", "enter")  # → at the end takes the suggestion
         await _settled(pilot, app, 12)
         assert env.value == "wordplay" and screen.filters.env == "wordplay"
         assert screen.focused is env  # the focus stays in the field

@@ -22,6 +22,10 @@ from workbench_app.workers import notify_ui, post_ui
 if TYPE_CHECKING:
     from workbench_app.screens.environments.host import EnvironmentsHost
 
+#: The kinds of run whose reward is an environment's "latest reward": the user's evaluations and training,
+#: never a probe, a validation, a debugger or a Play session.
+LATEST_RUN_KINDS = ("eval", "train")
+
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
 
@@ -68,7 +72,7 @@ class Catalog:
             return
         latest: dict[str, dict[str, Any]] = {}
         try:
-            for run in list_runs(app.store.get().conn, limit=1000):
+            for run in list_runs(app.store.get().conn, limit=1000, kinds=LATEST_RUN_KINDS):
                 if run["status"] == "interrupted" and not run["rollouts"]:
                     continue  # stopped before anything finished (escape on a quick eval): not a result
                 latest.setdefault(run["env_name"], run)
