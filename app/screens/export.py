@@ -19,9 +19,9 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 from workbench_app.format import fpath
+from workbench_app.screens.dialog import Dialog
 
 from workbench.config import paths
 
@@ -68,7 +68,7 @@ def check_export_path(text: str, folder: Path) -> Path:
     return path
 
 
-class ExportScreen(ModalScreen["Path | None"]):
+class ExportScreen(Dialog["Path | None"]):
     """The export path (editable), what is exported, Export / Cancel."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -13,16 +13,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 from workbench_app.format import for_app, fpath
+from workbench_app.screens.dialog import Dialog
 from workbench_app.workers import post_ui
 
 from workbench.authoring.templates import TEMPLATES, check_name, default_dir
 from workbench.errors import WorkbenchError
 
 
-class NewEnvScreen(ModalScreen["Path | None"]):
+class NewEnvScreen(Dialog["Path | None"]):
     """Name, template, Create. Enter in the name field creates; escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
