@@ -55,6 +55,10 @@ def session(tmp_path_factory: pytest.TempPathFactory, arith_server: MockServer) 
 
 
 def test_validate_and_probe_runs_are_recorded_as_their_kinds(session: Session) -> None:
+    res = session.cli("probe", "arithmetic", "-n", "1", "--json")
+    assert res.rc in (0, 1), res.stderr  # 1: a policy is exploitable
+    probe = last_json(res.stdout)
+    assert probe["kind"] == "probe" and session.json("runs", "--kind", "probe")["runs"][0]["id"] == probe["probe_id"]
     counts: dict[str, int] = {}
     for kind in session.kinds().values():
         counts[kind] = counts.get(kind, 0) + 1
@@ -77,6 +81,22 @@ def test_runs_lists_the_kinds_asked_for(session: Session, flags: tuple[str, ...]
             assert entry["id"].startswith("prb-") and entry["model"] == "probe:*" and len(entry["members"]) >= 5
             assert entry["rollouts"] == sum(m["rollouts"] for m in session.json("runs", entry["id"])["pipeline"]["runs"])
     assert sum(1 for r in out["runs"] if r["kind"] == "validate") <= 1
+
+
+@pytest.mark.parametrize(("flags", "kinds"), [((), {"eval"}), (("--kind", "validate"), {"validate"})])
+def test_show_without_a_target_lists_the_runs(session: Session, flags: tuple[str, ...], kinds: set[str]) -> None:
+    assert {r["kind"] for r in session.json("show", *flags)["runs"]} == kinds
+
+
+def test_no_run_of_the_kinds_asked_for_says_how_to_see_the_others(tmp_path: Path) -> None:
+    db = tmp_path / "only-probes.db"
+    store = Store(db)
+    try:
+        store.create_run("1205-aprobe", kind="probe", env_name="arithmetic", created_at=1.0)
+    finally:
+        store.close()
+    res = run_workbench(["runs", "--db", db], cli_environment(tmp_path, db))
+    assert res.rc == 0 and "--kind all" in res.stdout and "1205-aprobe" not in res.stdout, res.stdout
 
 
 def test_a_probe_entry_opens_with_its_policies(session: Session) -> None:

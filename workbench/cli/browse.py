@@ -66,8 +66,12 @@ def runs_command(ctx: click.Context, run: str | None, env: str | None, kinds: tu
         emit_json({"runs": runs, "kinds": list(wanted)})
         return
     if not runs:
-        console.print("no runs yet: try `workbench eval arithmetic`" if kinds == () else
-                      safe_text(f"no runs of kind {', '.join(wanted)}"))
+        with open_store(ctx, db, read_only_ok=True, existing=True) as store:
+            others = list_runs(store.conn, limit=1, env=env, kinds=None)
+        if others:
+            console.print(safe_text(f"no runs of kind {', '.join(wanted)} (`--kind all` lists every run)"))
+        else:
+            console.print("no runs yet: try `workbench eval arithmetic`")
         return
     from workbench.cli.run_tables import print_runs
 

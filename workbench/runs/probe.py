@@ -157,7 +157,7 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
 
     sim = _user_sim(env.harness)
     if sim is not None and model_free_only:
-        return {"env": env.name, "env_version": env.version, "probe_id": pid, "tasks": len(tasks),
+        return {"env": env.name, "env_version": env.version, "probe_id": pid, "kind": kind, "tasks": len(tasks),
                 "threshold": threshold, "basis": "none", "basis_reward": None, "empty_reward": None, "policies": [],
                 "exploitable": 0, "wall_s": 0.0, "skipped": "its simulated user needs a model: run `workbench probe`"}
     client = _sim_client(sim, model, base_url, log)
@@ -177,7 +177,7 @@ async def probe_env(spec: str, store: Store, *, env_args: dict[str, Any] | None 
                 await close_sandboxes(sandboxes, store, first)
             else:
                 await sandboxes.close()
-    return _verdicts(env, store, pid, tasks, threshold, results, time.perf_counter() - t0)
+    return _verdicts(env, store, pid, tasks, threshold, results, time.perf_counter() - t0, kind)
 
 
 def _user_sim(harness: Any) -> Any:
@@ -251,7 +251,7 @@ async def _run_policies(env: Any, classes: list[type[Probe]], tasks: list[tuple[
 
 
 def _verdicts(env: Any, store: Store, pid: str, tasks: list[tuple[int, Task]], threshold: float,
-              results: list[PolicyResult], wall_s: float) -> dict[str, Any]:
+              results: list[PolicyResult], wall_s: float, kind: str) -> dict[str, Any]:
     gold = next((r for r in results if r.name == "gold"), None)
     empty = next((r for r in results if r.name == "empty"), None)
     basis = gold.mean_reward if gold is not None and gold.mean_reward else _max_reward(env)
@@ -263,7 +263,8 @@ def _verdicts(env: Any, store: Store, pid: str, tasks: list[tuple[int, Task]], t
         if r.earns_nothing and r.mean_reward is not None:
             r.exploitable = r.mean_reward >= threshold * basis - 1e-9 and r.mean_reward > 0
     policies = [r.as_dict(gold.mean_reward if gold else None) for r in results]
-    return {"env": env.name, "env_version": env.version, "probe_id": pid, "tasks": len(tasks), "threshold": threshold,
+    return {"env": env.name, "env_version": env.version, "probe_id": pid, "kind": kind, "tasks": len(tasks),
+            "threshold": threshold,
             "basis": "gold" if gold is not None and gold.mean_reward else "max_reward", "basis_reward": basis,
             "empty_reward": floor, "policies": policies,
             "exploitable": sum(1 for r in results if r.exploitable), "wall_s": wall_s}

@@ -8,6 +8,9 @@ module per use case:
   (``workbench envs``, the ``list_environments`` tool, the app's Environments screen);
 - ``evaluation`` — an eval, its summary (:class:`~workbench.usecases.evaluation.EvalSummary`) and the
   "every rollout failed" error (``workbench eval``, the ``run_eval`` tool, ``wb.eval``);
+- ``runs`` — the run listing of the kinds asked for (the user's own by default; a probe as one entry), a
+  probe opened, a run's rollouts paged, the rollout search (``workbench runs``/``show``, the ``list_runs``
+  and ``search_rollouts`` tools, the app's Runs and Traces);
 - ``comparison`` — runs side by side (``workbench compare``, the app's Compare screen, ``wb.compare``);
 - ``launch`` — the launch pre-flight: plan, budgets, memory fit, the backend's checks (``workbench launch``,
   the ``plan_launch`` tool, the app's launch dialog), each backend reached through the registry.
