@@ -18,9 +18,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static
 from workbench_app.format import esc, safe_text
+from workbench_app.screens.dialog import Dialog
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.tables import RowTable
@@ -30,7 +31,7 @@ from workbench.errors import WorkbenchError
 from workbench.hub.card_view import card_renderable
 
 
-class ForkNameScreen(ModalScreen["str | None"]):
+class ForkNameScreen(Dialog["str | None"]):
     """The new name of a fork; enter confirms, escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="fork.cancel")]

@@ -23,9 +23,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Button, Header, Input, Static, TextArea
 from workbench_app.format import clip, fnum, for_app, safe_text
+from workbench_app.screens.dialog import Dialog
 from workbench_app.screens.rollout_detail import scores_table
 from workbench_app.store_access import StoreHandle
 from workbench_app.typed import WorkbenchAppMixin
@@ -101,7 +102,7 @@ def stop_question(turns: int) -> str:
     return f"Stop playing? The {written} not stored (the rollout has not ended).  y stops, n keeps playing"
 
 
-class ConfirmStop(ModalScreen[bool]):
+class ConfirmStop(Dialog[bool]):
     """Stop playing? What was written is not stored."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
