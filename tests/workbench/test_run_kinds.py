@@ -269,3 +269,43 @@ async def test_mcp_list_runs_and_search_rollouts_take_kinds(session: Session, tm
             assert [m["id"] for m in opened["pipeline"]["runs"]] == pipeline["members"]
         bad = await s.call_tool("list_runs", {"kinds": ["nope"]})
         assert bad.isError and "nope" in str(bad.content) and "validate" in str(bad.content)
+
+
+@pytest.mark.parametrize("kinds", [USER_KINDS, ("probe",), ("validate", "eval"), None])
+@pytest.mark.parametrize("where", [
+    {"env": "arithmetic"},
+    {"env": "arithmetic", "min_reward": 0.5},
+    {"max_reward": 0.0},
+    {"model": "mock-model"},
+    {"error_kind": "none"},
+    {"env": "arithmetic", "min_reward": 0.1, "sort": "-reward"},
+])
+def test_the_kind_filter_with_others_matches_a_plain_query(session: Session, kinds: tuple[str, ...] | None,
+                                                           where: dict[str, Any]) -> None:
+    """Whichever way the count and the page are planned (a subtraction, the run index, a test per row), they
+    are what a plain query finds."""
+    sql = "SELECT r.id, r.reward, r.pk FROM rollout r JOIN run ON run.id = r.run_id WHERE 1"
+    args: list[Any] = []
+    if kinds is not None:
+        sql += f" AND run.kind IN ({', '.join('?' * len(kinds))})"
+        args += kinds
+    for key, clause in (("env", "r.env_name = ?"), ("min_reward", "r.reward >= ?"), ("max_reward", "r.reward <= ?"),
+                        ("model", "r.model = ?")):
+        if key in where:
+            sql += f" AND {clause}"
+            args.append(where[key])
+    if where.get("error_kind") == "none":
+        sql += " AND r.error_kind IS NULL"
+    con = sqlite3.connect(session.db)
+    try:
+        expected = con.execute(sql, args).fetchall()
+        f = RolloutFilter(kinds=kinds, **where)
+        assert count_rollouts(con, f) == len(expected)
+        page = page_rollouts(con, f, limit=1000)
+        if where.get("sort") == "-reward":
+            expected.sort(key=lambda r: (-r[1], -r[2]))
+        else:
+            expected.sort(key=lambda r: r[2])
+        assert [r.id for r in page] == [r[0] for r in expected]
+    finally:
+        con.close()

@@ -157,6 +157,20 @@ class _Query:
             return None
         return _Pred("kinds", "run_id", f"{{p}}r.run_id IN (SELECT id FROM run WHERE {clause})", args)
 
+    def fewer_other_kinds(self) -> tuple[str, ...] | None:
+        """The kinds of the store's other runs, when the run-kind filter is not alone and those runs hold fewer
+        rollouts than the runs it keeps (so testing each of its rows would cost more than subtracting)."""
+        if self.pred("kinds") is None or len(self.preds) < 2 or self.f.kinds is None:
+            return None
+        stored = [k for (k,) in self.cur.execute("SELECT DISTINCT kind FROM run")]
+        others = tuple(k for k in stored if k not in self.f.kinds)
+        clause, args = kinds_clause(others)
+        if not clause:
+            return None
+        sql = f"SELECT 1 FROM rollout r WHERE r.run_id IN (SELECT id FROM run WHERE {clause}) LIMIT ?"
+        n = self.cur.execute(f"SELECT COUNT(*) FROM ({sql})", (*args, _PROBE_CAP)).fetchone()[0]
+        return others if n < self.size("kinds") else None
+
     def common_text(self) -> bool:
         return self.text is not None and self.size("text") >= _TEXT_CAP
 
@@ -336,6 +350,11 @@ class _Query:
             conn = self.cur.connection
             return (_Query(conn, dataclasses.replace(self.f, error_kind=None)).count()
                     - _Query(conn, dataclasses.replace(self.f, error_kind="any")).count())
+        others = self.fewer_other_kinds()
+        if others is not None:  # the runs of the other kinds hold fewer rollouts: count all, subtract theirs
+            conn = self.cur.connection
+            return (_Query(conn, dataclasses.replace(self.f, kinds=None)).count()
+                    - _Query(conn, dataclasses.replace(self.f, kinds=others)).count())
         driver = self.best_gather("pk", [])[0]
         if driver == "text" and len(self.preds) == 1:
             return self.cur.execute("SELECT COUNT(*) FROM rollout_fts WHERE rollout_fts MATCH ?",
