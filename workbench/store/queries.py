@@ -1,6 +1,8 @@
 """The store's read side for the trace browser and the CLI: filter, sort, page, count, fetch.
 
-Functions take a ``sqlite3.Connection`` (any row factory; nothing here writes).
+Functions take a ``sqlite3.Connection`` (any row factory; nothing here writes). The run listing
+(``list_runs``, in ``run_listing.py``) and one rollout in full (``get_rollout``, in ``rollout_detail.py``)
+live beside and are imported from here too.
 
 Order. ``created`` is store order (pk, assigned at commit, so creation order to within a writer
 batch); ``reward`` puts rollouts without a reward (failed ones) first, ``-reward`` last. Ties break
@@ -23,9 +25,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from workbench.errors import NotFoundError
+from workbench.store.rollout_detail import (
+    get_rollout as get_rollout,  # one rollout in full lives beside; callers import it here
+)
 from workbench.store.run_kinds import USER_KINDS
 from workbench.store.run_listing import kinds_clause
 from workbench.store.run_listing import (
@@ -395,46 +397,6 @@ def page_rollouts(conn: sqlite3.Connection, f: RolloutFilter | None = None, limi
         for r in cur.execute(f"SELECT {_LIGHT} FROM rollout WHERE pk IN ({','.join('?' * len(chunk))})", chunk):
             rows[r[0]] = RolloutSummary(*[*r[:13], r[13] or ""])
     return [rows[pk] for pk in pks if pk in rows]
-
-
-def _loads(s: str | None, default: Any) -> Any:
-    return default if not s else orjson.loads(s)
-
-
-def get_rollout(conn: sqlite3.Connection, key: int | str) -> dict[str, Any]:
-    """One rollout with parsed JSON fields, its scores (``rewards``, ``metrics``), model ``calls``
-    and ``errors``; ``key`` is a pk, an id or a unique prefix of an id."""
-    cur = _cur(conn)
-    cols = [r[1] for r in cur.execute("PRAGMA table_info(rollout)")]
-    sel = f"SELECT {', '.join(cols)} FROM rollout WHERE"
-    key = key if isinstance(key, int) else key.strip()
-    row = cur.execute(f"{sel} {'pk' if isinstance(key, int) else 'id'} = ?", (key,)).fetchone()
-    if row is None and isinstance(key, str) and key.isdigit():
-        row = cur.execute(f"{sel} pk = ?", (int(key),)).fetchone()
-    if row is None and isinstance(key, str) and key:  # a unique prefix of an id
-        ids = [r[0] for r in cur.execute("SELECT id FROM rollout WHERE id >= ? ORDER BY id LIMIT 3", (key,))
-               if r[0].startswith(key)]
-        if len(ids) > 1:
-            more = ", ..." if len(ids) > 2 else ""
-            raise NotFoundError(f"{key!r} matches several rollouts ({ids[0]}, {ids[1]}{more}); give more of the id")
-        row = cur.execute(f"{sel} id = ?", (ids[0],)).fetchone() if ids else None
-    if row is None:
-        raise NotFoundError(f"no rollout {key!r} in this store; rollout ids look like RUN.TASK.SAMPLE "
-                            "(`workbench runs` lists the runs)")
-    d = dict(zip(cols, row, strict=True))
-    for k, default in (("prompt", ""), ("answer", None), ("info", {}), ("messages", []), ("state", {})):
-        d[k] = _loads(d[k], default)
-    d["rewards"], d["metrics"] = {}, {}
-    for name, kind, value in cur.execute("SELECT name, kind, value FROM score WHERE rollout_pk = ? ORDER BY id",
-                                         (d["pk"],)):
-        d["rewards" if kind == "reward" else "metrics"][name] = value
-    d["calls"] = [{"index": i, "n_messages": n, "finish_reason": fr, "prompt_tokens": pt, "completion_tokens": ct,
-                   "latency_ms": lat, "extra": _loads(x, None)} for i, n, fr, pt, ct, lat, x in cur.execute(
-        "SELECT idx, n_messages, finish_reason, prompt_tokens, completion_tokens, latency_ms, extra FROM model_call "
-        "WHERE rollout_pk = ? ORDER BY idx, id", (d["pk"],))]
-    d["errors"] = [{"kind": k, "source": s, "message": m} for k, s, m in cur.execute(
-        "SELECT kind, source, message FROM rollout_error WHERE rollout_pk = ? ORDER BY id", (d["pk"],))]
-    return d
 
 
 def distinct_values(conn: sqlite3.Connection, column: str) -> list[str]:
