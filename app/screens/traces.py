@@ -61,7 +61,8 @@ SHORT_PLACEHOLDERS = {"error kind": "error", "search text": "search"}
 #: Below this many columns the filter fields take two rows, so each stays wide enough to read.
 TWO_ROW_FILTERS_BELOW = 100
 #: What Traces says when the store holds no rollout of the user's own kinds and no filter is set.
-FIRST_STEP = "No rollouts yet: press e on Environments for a quick eval, or run `workbench eval ENV`"
+FIRST_STEP = ("No rollouts yet: press e on Environments for a quick eval, or run `workbench eval ENV` "
+              "(K shows other kinds of run)")
 
 
 class FilterInput(Input):
@@ -95,7 +96,7 @@ COLUMNS = [
     Column("time", 16, lambda r: ftime(r.created_at), priority=4),
     Column("run", 24, lambda r: r.run_id, priority=9),
     Column("env", 24, lambda r: r.env_name, priority=8),
-    Column("model", 24, lambda r: r.model, priority=3),
+    Column("model", 24, lambda r: r.model, priority=3),  # the registered name, where there is one
     Column("task.s", 8, lambda r: f"{r.task_index}.{r.sample_index}", right=True, priority=7),
     Column("reward", 6, _reward, right=True, priority=9),
     Column("status", 16, _status, priority=8),

@@ -129,6 +129,22 @@ async def test_a_pipeline_entry_opens_on_its_runs_and_escape_goes_back(
         await _runs_listed(pilot, app, [PIPELINE])
 
 
+async def test_t_on_a_policy_run_shows_its_rollouts_whatever_its_kind(kinds_app: Callable[..., WorkbenchApp]) -> None:
+    app = kinds_app(mode="runs")
+    async with app.run_test(size=SIZE) as pilot:
+        await _runs_listed(pilot, app, EVALS)
+        await pilot.press("K", "K", "K")  # validate
+        await _runs_listed(pilot, app, [PIPELINE])
+        await pilot.press("enter")
+        await _runs_listed(pilot, app, list(VALIDATE_RUNS))
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TracesScreen) and app.screen.query(VirtualTable),
+                         what="Traces")
+        ids = await _rows(pilot, app, 3)
+        assert {i.split(".")[0] for i in ids} == {"1114-vvvvv1"}
+        assert _traces(app).filters.kinds is None
+
+
 async def test_m_marks_a_run_in_its_row(kinds_app: Callable[..., WorkbenchApp]) -> None:
     app = kinds_app(mode="runs")
     async with app.run_test(size=SIZE) as pilot:
