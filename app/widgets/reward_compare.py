@@ -1,7 +1,7 @@
 """The reward distribution before and after a re-score, side by side.
 
 Two textual-plotext bar charts over the same bins and the same count axis (so the bars compare
-directly), mean ± standard error in their titles, then a table of every reward and metric (mean
+directly), mean and standard error in their titles, then a table of every reward and metric (mean
 before and after, rollouts changed, errors) and what was skipped. While a re-score runs it shows
 its progress; the numbers come from :class:`workbench.analysis.rescore.RescoreResult` as they are.
 """
@@ -26,11 +26,11 @@ BEFORE, AFTER = "cyan+", "magenta+"  # plotext colours of the two charts
 
 
 def mean_text(d: Distribution) -> str:
-    """``mean ± stderr (n)``, as the panel shows it."""
+    """``M (se S) · n N``, the mean and its standard error, as the panel's titles show it."""
     if d.mean is None:
         return "no rollouts"
-    err = f" ± {d.stderr:.3f}" if d.n > 1 and d.stderr is not None else ""
-    return f"mean {d.mean:.3f}{err} · n {d.n:,}"
+    err = f" (se {d.stderr:.3f})" if d.n > 1 and d.stderr is not None else ""
+    return f"{d.mean:.3f}{err} · n {d.n:,}"
 
 
 class RewardCompare(Vertical):

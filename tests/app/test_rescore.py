@@ -75,8 +75,8 @@ async def test_live_rescoring_after_a_reward_edit(make_app: Callable[..., Workbe
         await wait_until(pilot, lambda: panel.display and panel.result is st, what="the comparison panel")
         text = await wait_until(pilot, lambda: t if "re-scored:" in (t := screen_text(app)) else None,
                                 what="the panel painted")
-        assert f"before mean {before[0]:.3f} ± {before[1]:.3f} · n 11" in text
-        assert f"after mean {after[0]:.3f} ± {after[1]:.3f} · n 11" in text
+        assert f"before {before[0]:.3f} (se {before[1]:.3f}) · n 11" in text
+        assert f"after {after[0]:.3f} (se {after[1]:.3f}) · n 11" in text
         assert "adder re-scored: 4 of 11 changed · 0 with errors" in text
         assert "skipped 1: failed before scoring" in text
         rows = {f.name: f for f in st.functions}

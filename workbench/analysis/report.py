@@ -81,7 +81,7 @@ def run_summary(store: Store, run_id: str, pass_threshold: float = 1.0) -> dict[
 
 #: The per-step columns of a training run, as the CLI (`workbench runs RUN`) and the app show them:
 #: (title, metric key, decimals).
-STEP_COLUMNS = [("reward", "reward_mean", 3), ("±", "reward_std", 3), ("loss", "loss", 4),
+STEP_COLUMNS = [("reward", "reward_mean", 3), ("sd", "reward_std", 3), ("loss", "loss", 4),
                 ("mismatch_kl", "mismatch_kl", 4), ("masked", "masked_fraction", 3), ("entropy", "entropy", 3),
                 ("tok/s", "tokens_per_s", 0), ("dropped", "dropped", 0), ("wait s", "wait_s", 1),
                 ("train s", "train_s", 1), ("update s", "update_s", 1)]

@@ -2,7 +2,7 @@
 
 The card holds the environment's README (its folder's ``README.md``, else its module docstring), its reward
 design (every scoring function: kind, weight and first docstring line), and the latest completed eval of each
-model from this machine's store (mean ± stderr, rollouts, pass@k, cost, the env version it ran on, the date).
+model from this machine's store (mean and standard error, rollouts, pass@k, cost, the env version it ran on, the date).
 It travels in the wheel twice: as JSON (``workbench_card.json`` in the ``.dist-info``, what ``hub show`` reads)
 and as the package's Markdown description, which any index's web page shows.
 """
@@ -144,7 +144,7 @@ def markdown(card: dict[str, Any]) -> str:
     if card.get("results"):
         lines += ["| model | reward | n | pass@k | cost | env version | date |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in card["results"]:
-            se = f" ± {r['stderr']:.3f}" if r.get("stderr") is not None else ""
+            se = f" (se {r['stderr']:.3f})" if r.get("stderr") is not None else ""
             mean = "-" if r.get("mean_reward") is None else f"{r['mean_reward']:.3f}{se}"
             passk = ", ".join(f"{k} {v:.2f}" for k, v in (r.get("pass_at_k") or {}).items()) or "-"
             cost = "-" if r.get("cost_usd") is None else f"${r['cost_usd']:.4f}"

@@ -42,7 +42,7 @@ def card_renderable(card: dict[str, Any]) -> Group:
     parts.append(rewards)
     results = _table("results", ("model", "reward", "n", "pass@k", "cost", "env version", "date"))
     for r in card.get("results", []):
-        se = f" ± {r['stderr']:.3f}" if r.get("stderr") is not None else ""
+        se = f" (se {r['stderr']:.3f})" if r.get("stderr") is not None else ""
         results.add_row(safe_text(r["model"]), fnum(r.get("mean_reward")) + se, safe_text(r.get("rollouts")),
                         safe_text(" ".join(f"{k} {v:.2f}" for k, v in (r.get("pass_at_k") or {}).items())),
                         "-" if r.get("cost_usd") is None else f"${r['cost_usd']:.4f}", safe_text(r.get("env_version")),
