@@ -171,6 +171,8 @@ def test_narrow_terminal_output_keeps_ids_whole(session: Session) -> None:
     listed = session.json("show", session.eval_id)["rollouts"]
     table = [ln for ln in show.stdout.splitlines() if any(ln.startswith(r["id"] + " ") for r in listed)]
     assert len(table) == len(listed) == 4 and all(len(ln) <= 80 for ln in table), show.stdout
+    header = next(ln for ln in show.stdout.splitlines() if ln.startswith("rollout "))
+    assert header.split() == ["rollout", "task", "sample", "reward", "status", "completion"], header
 
 
 def test_create_run_refuses_a_kind_that_is_not_a_run_kind(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from workbench.format import fnum, safe_text, visible
 
 RUN_COLUMNS = ("run", "kind", "env", "model", "status", "rollouts", "errors", "mean reward", "started")
 _NUMERIC = {"rollouts", "errors", "mean reward", "reward", "task", "sample"}
+_ONE_LINE = {"completion"}  # a preview: one line, cut to the terminal
 
 
 def fvalue(value: Any) -> str:
@@ -48,10 +49,13 @@ def print_table(cols: Sequence[str], rows: Sequence[Sequence[str]], whole: Seque
     from rich.table import Table
 
     t = Table(box=None, show_edge=False, pad_edge=False, collapse_padding=True)
+    widths = [max([len(w) for w in col.split()] + [len(r[i]) for r in rows]) for i, col in enumerate(cols)]
+    spare = console.width - (len(cols) - 1) - sum(w for c, w in zip(cols, widths, strict=True) if c not in _ONE_LINE)
     for i, col in enumerate(cols):
         keep = col in whole or col in short
-        t.add_column(col, justify="right" if col in _NUMERIC else "left", no_wrap=keep, overflow="fold",
-                     min_width=max((len(r[i]) for r in rows), default=0) if keep else None)
+        t.add_column(col, justify="right" if col in _NUMERIC else "left", no_wrap=keep or col in _ONE_LINE,
+                     overflow="ellipsis" if col in _ONE_LINE else "fold", min_width=widths[i] if keep else None,
+                     max_width=max(spare, 8) if col in _ONE_LINE else None)
     for row in rows:
         t.add_row(*(safe_text(c) for c in row))
     console.print(t, soft_wrap=False)
