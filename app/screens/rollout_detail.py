@@ -169,7 +169,7 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         """Scroll to the next (``step`` 1) or previous (-1) message holding a search hit, round the end."""
         if not self.hits:
             return
-        self.hit = (self.hit + step) % len(self.hits)
+        self.hit = (self.hit + step) % len(self.hits) if self.hit >= 0 else (0 if step > 0 else len(self.hits) - 1)
         message = self.query_one(f"#message-{self.hits[self.hit]}", Static)
         self.query_one("#rollout-body", VerticalScroll).scroll_to_widget(message, animate=False, top=True)
         self.sub_title = f"{self.rollout['id']} · hit {self.hit + 1}/{len(self.hits)}: n next, N previous"

@@ -252,13 +252,13 @@ async def test_a_search_is_highlighted_in_the_transcript_and_n_goes_from_hit_to_
         assert _spans(detail.query_one("#message-0", Static).render()) == ["Answer"]
         assert _spans(detail.query_one("#message-2", Static).render()) == ["answer"]
         assert _spans(detail.query_one("#message-1", Static).render()) == []
-        await pilot.press("n")
+        await pilot.press("n")  # the first hit
         assert detail.hit == 0 and "hit 1/2" in detail.sub_title
         await pilot.press("n")
         assert detail.hit == 1 and "hit 2/2" in detail.sub_title
         await pilot.press("n")  # round the end
         assert detail.hit == 0
-        await pilot.press("N")
+        await pilot.press("N")  # back round the start
         assert detail.hit == 1
 
 
