@@ -342,7 +342,7 @@ class DebuggerScreen(WorkbenchAppMixin, Screen[None]):
         if session is self.session and session.result is not None:
             res = session.result
             reward = "-" if res.reward is None else f"{res.reward:.3f}"
-            self.notify(f"rollout {res.rollout_id}: reward {reward}, stored (see Traces)", title="debugger")
+            self.notify(f"rollout {res.rollout_id}: reward {reward}, stored (Traces lists it once K shows debug runs)", title="debugger")
 
     # -- drawing --------------------------------------------------------------------------------
     def _poll(self) -> None:

@@ -283,10 +283,10 @@ class PlayScreen(WorkbenchAppMixin, Screen[None]):
         box.display = True
         status = "ok" if result.status == "ok" else result.status
         self._set_status(f"done ({status}): reward {fnum(result.reward)}; stored as {result.rollout_id} with "
-                         "source human (Traces: 2, o filters by source) · escape goes back")
+                         "source human (Traces: 2, then K for play runs) · escape goes back")
         self._draw()
         self.notify(f"rollout {result.rollout_id}: reward {fnum(result.reward)}, stored with source human "
-                    "(see Traces)", title="play")
+                    "(Traces lists it once K shows play runs)", title="play")
 
     def _result_text(self, result: Any) -> Group:
         name = self.policy.name if self.policy is not None else ""

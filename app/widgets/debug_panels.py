@@ -82,7 +82,7 @@ def done_status(res: DebugResult | None) -> str:
     if res is None:
         return "done"
     what = "the rollout failed (no scores)" if res.errors and not res.scores else "scored"
-    return f"done: {what}; stored as {res.rollout_id} (see Traces)"
+    return f"done: {what}; stored as {res.rollout_id} (Traces lists it once K shows debug runs)"
 
 
 def stored_view(r: dict[str, Any], price: Price | None, scores: list[ScoreLine] | None = None) -> DebugView:

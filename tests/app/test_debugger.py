@@ -78,7 +78,7 @@ async def test_step_a_bundled_env_turn_by_turn(make_app: Callable[..., Workbench
         text = screen_text(app)
         assert len(dbg.session.turns) == 6 and server.requests() == 6
         rid = dbg.session.result.rollout_id
-        assert f"stored as {rid}" in text and "stored (see Traces)" in _notes(app)
+        assert f"stored as {rid}" in text and "stored (Traces lists it once K shows debug runs)" in _notes(app)
 
         # It is in the store as the rollout of a debug run, and Traces lists it.
         assert query(store_file, "SELECT run.kind, r.task_index FROM rollout r JOIN run ON run.id = r.run_id "
@@ -86,6 +86,8 @@ async def test_step_a_bundled_env_turn_by_turn(make_app: Callable[..., Workbench
         await pilot.press("2")
         table = app.screen.query_one(VirtualTable)
         assert isinstance(app.screen, TracesScreen)
+        await wait_until(pilot, lambda: table.total == 24, what="the user's own rollouts in Traces")
+        await pilot.press("K")  # every kind of run: the debugger's too
         await wait_until(pilot, lambda: table.total == 25, what="the debug rollout in Traces")
 
 

@@ -22,10 +22,10 @@ ERROR = {"kind": "timeout", "source": "model", "message": "timeout happened"}
 
 
 @pytest.mark.parametrize(("scores", "errors", "expected"), [
-    ([SCORE], [], "done: scored; stored as R (see Traces)"),
-    ([], [ERROR], "done: the rollout failed (no scores); stored as R (see Traces)"),
-    ([SCORE], [ERROR], "done: scored; stored as R (see Traces)"),  # a tool error the rubric still scored
-    ([], [], "done: scored; stored as R (see Traces)"),  # a rubric with no functions
+    ([SCORE], [], "done: scored; stored as R (Traces lists it once K shows debug runs)"),
+    ([], [ERROR], "done: the rollout failed (no scores); stored as R (Traces lists it once K shows debug runs)"),
+    ([SCORE], [ERROR], "done: scored; stored as R (Traces lists it once K shows debug runs)"),  # a tool error the rubric still scored
+    ([], [], "done: scored; stored as R (Traces lists it once K shows debug runs)"),  # a rubric with no functions
 ])
 def test_the_done_status_says_what_happened(scores: list[ScoreLine], errors: list[dict[str, Any]],
                                             expected: str) -> None:
