@@ -153,7 +153,7 @@ class WorkbenchApp(App[None]):
     # -- what the screens' workers post for another screen -----------------------------------------
     @on(TracesScreen.RolloutLoaded)
     def _show_rollout(self, event: TracesScreen.RolloutLoaded) -> None:
-        self.push_screen(RolloutDetailScreen(event.rollout))
+        self.push_screen(RolloutDetailScreen(event.rollout, search=event.search))
 
     @on(TracesScreen.DiffLoaded)
     def _show_diff(self, event: TracesScreen.DiffLoaded) -> None:

@@ -101,21 +101,14 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
     def __init__(self, rollout: dict[str, Any], search: str | None = None) -> None:
         super().__init__()
         self.rollout = rollout
-        self.search = search  # None: the search of the Traces screen it is opened over, if any
+        self.search = search  # the search it was found with (its hits are highlighted); None: none
         self.terms: list[str] = []
         self.hits: list[int] = []  # the messages that hold a search hit, in order
         self.hit = -1  # the index in ``hits`` of the one last gone to
 
-    def _search_below(self) -> str | None:
-        """The search of the screen this one is opened over (Traces' ``search_text``), if it has one."""
-        stack = self.app.screen_stack
-        below = stack[stack.index(self) - 1] if self in stack and stack.index(self) > 0 else None
-        text = getattr(below, "search_text", None)
-        return text if isinstance(text, str) else None
-
     def compose(self) -> ComposeResult:
         r = self.rollout
-        self.terms = search_terms(self.search if self.search is not None else self._search_below())
+        self.terms = search_terms(self.search)
         yield Header()
         with VerticalScroll(id="rollout-body"):
             yield Static(overview(r), id="rollout-overview", classes="section")
