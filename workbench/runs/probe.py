@@ -29,7 +29,7 @@ from workbench.rollouts.engine import RolloutEngine
 from workbench.runs.kinds import PIPELINE_KINDS
 from workbench.store import Store
 from workbench.store.reports import reward_scores
-from workbench.store.run_lookups import rollout_results
+from workbench.store.run_lookups import rollout_results, run_counts
 
 DEFAULT_TASKS = 8
 PROBE_TIMEOUT_S = 120.0
@@ -113,7 +113,9 @@ async def _play(env: Any, probe: Probe, tasks: list[tuple[int, Task]], store: St
         await engine.run_groups(tasks)
     finally:
         await asyncio.to_thread(writer.close)
-    store.update_run(run_id, status="completed", finished_at=time.time())
+    n, errors, mean = run_counts(store.conn, run_id)  # stored, so a listing reads them instead of counting
+    store.update_run(run_id, status="completed", finished_at=time.time(),
+                     summary={"rollouts": n, "errors": errors, "mean_reward": mean})
     return run_id
 
 
