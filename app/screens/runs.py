@@ -36,6 +36,7 @@ from workbench_app.trace_source import kind_label, next_kinds
 from workbench_app.typed import WorkbenchAppMixin
 from workbench_app.widgets.footer import WorkbenchFooter
 from workbench_app.widgets.pipeline_view import optimize_renderable
+from workbench_app.widgets.run_plots import RunPlots
 from workbench_app.widgets.tables import RowTable
 from workbench_app.widgets.train_view import TrainView, read_new_rollouts
 from workbench_app.workers import notify_ui, post_ui
@@ -50,6 +51,7 @@ TRAIN_POLL_S = 1.0  # how often a running training run's new records are read
 class RunsScreen(WorkbenchAppMixin, Screen[None]):
     TITLE = "Runs"
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "next_plot", "Next plot", id="runs.next_plot"),  # first: shown only while one plot fits at a time
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
         Binding("K", "cycle_kind", "Kind", id="runs.kind"),  # mine, all, probe, validate, debug, play, ...
         Binding("t", "traces", "Traces of run", id="runs.traces"),
@@ -233,6 +235,17 @@ class RunsScreen(WorkbenchAppMixin, Screen[None]):
             self._compare(list(self.marked), None)
         elif run_id is not None:
             self._compare(None, run_id)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next_plot":  # only while a training run's view shows one plot at a time
+            view = self.query_one(TrainView)
+            return view.display and view.query_one(RunPlots).single
+        return True
+
+    def action_next_plot(self) -> None:
+        """The training view's next plot (the list keeps the focus)."""
+        self.query_one(TrainView).action_next_plot()
+        self.refresh_bindings()
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="runs-compare")
     def _compare(self, runs: list[str] | None, of_run: str | None) -> None:

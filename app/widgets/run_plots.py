@@ -133,6 +133,7 @@ class RunPlots(Grid):
         if single != self.single:
             self.single = single
             self._show_current()
+            self.screen.refresh_bindings()  # the next-plot key shows only while one plot is shown
             self.call_after_refresh(self._redraw_if_resized)
             return
         width = self._shown().size.width

@@ -58,9 +58,7 @@ async def test_a_required_argument_left_empty_is_refused(values: dict[str, Any],
         await pilot.pause()  # the fields mounted: a value set now stays
         for name, value in values.items():
             widget = form.field_widget(name)
-            if isinstance(widget, Input):
-                widget.value = value
-            elif isinstance(widget, Select) and value is not None:
+            if isinstance(widget, Input) or isinstance(widget, Select) and value is not None:
                 widget.value = value
         await pilot.pause()
         if error is None:
