@@ -212,7 +212,11 @@ def test_every_create_run_call_records_a_run_kind() -> None:
     bad = [c for c in calls if c[2] not in RUN_KINDS and c[2] != "(computed)"]
     assert not bad, f"create_run with a kind outside RUN_KINDS: {bad}"
     computed = {c[0] for c in calls if c[2] == "(computed)"}
-    assert computed <= {"workbench/runs/probe.py"}, computed  # probe or validate, checked by probe_env
+    # probe or validate, checked by probe_env; an eval's kind is its options' (eval, or validate's token check)
+    assert computed <= {"workbench/runs/probe.py", "workbench/runs/evaluate.py"}, computed
+    from workbench.runs.evaluate import EvalOptions
+
+    assert EvalOptions(env="arithmetic").kind == "eval"
 
 
 def test_parse_kinds() -> None:

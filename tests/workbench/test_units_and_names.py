@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, MockServer
+from tests.helpers import CliResult, MockServer, last_json
 from workbench.cli.costs_cmd import KIND_COLUMNS
 from workbench.cli.train_cmd import step_line
 from workbench.store import Store
@@ -153,3 +153,5 @@ def test_validate_prints_its_token_check(flags: tuple[str, ...], expected: str, 
     assert res.rc == 0, res.stderr[-2000:]
     assert re.search(expected, res.stdout), res.stdout
     assert re.search(r"empty answer scores \(mean per reward\): replied \d\.\d{3}", res.stdout), res.stdout
+    listed = last_json(cli("runs", "--kind", "validate", "--json").stdout)["runs"]
+    assert [r["kind"] for r in listed] == ["validate"], listed  # the token check is validate's, not an eval

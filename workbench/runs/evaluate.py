@@ -61,6 +61,7 @@ class EvalOptions:
     task_indices: list[int] | None = None  # only these tasks (by index in the task set), instead of the first -n
     system_prompt: str | None = None  # the harness's system prompt for this run (a candidate of `optimize`)
     pipeline: dict[str, Any] | None = None  # {"id", "kind", "stage"}: the run is one stage of optimize/distill
+    kind: str = "eval"  # the run's kind (workbench.runs.kinds): validate's token check is kind validate
     endpoint: Endpoint | None = None  # resolved from model/base_url/api_key once (resolve()); a given one is used
 
     def resolve(self, on_status: StatusCallback | None = None) -> Endpoint:
@@ -235,7 +236,7 @@ async def _evaluate(opts: EvalOptions, store: Store, run_id: str, run: dict[str,
             sandboxes = await open_sandboxes(env, tasks, run_id, opts.concurrency, opts.rollouts_per_task)
             try:
                 if run is None:
-                    store.create_run(run_id, kind="eval", env_name=env.name, env_version=env.version,
+                    store.create_run(run_id, kind=opts.kind, env_name=env.name, env_version=env.version,
                                      env_source=env.source, env_args=opts.env_args, model=model, base_url=base_url,
                                      harness=env.harness.describe(),
                                      runtime=getattr(env.runtime, "spec", getattr(env.runtime, "kind", "")),

@@ -193,7 +193,7 @@ async def check_token_consistency(rep: ValidationReport, store: Any, spec: str, 
     from workbench.store.reports import traced_rollouts
 
     opts = EvalOptions(env=spec, env_args=env_args, n=rollouts, model=model, base_url=base_url, api_key=api_key,
-                       concurrency=min(rollouts, 8), tokens=True)
+                       concurrency=min(rollouts, 8), tokens=True, kind="validate")
     out = await evaluate(opts, store)
     rows = traced_rollouts(store.conn, out.run_id)
     rep.tokens = {"run_id": out.run_id, "rollouts": out.summary["rollouts"], "traced": len(rows), "mismatches": 0,
