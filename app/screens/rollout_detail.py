@@ -1,15 +1,17 @@
 """One stored rollout: messages by role, tool calls, rewards and metrics by function, errors, timing, cost;
 ``t`` shows its tokens coloured by logprob, ``d`` opens it in the Debugger (read-only). Opened from a
 Traces search, the search's words are highlighted in the messages and ``n`` / ``N`` go to the next and
-previous message that holds one."""
+previous message that holds one. A reward scored with older files than the environment has now says so."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 import orjson
 from rich.table import Table
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -24,6 +26,7 @@ from workbench_app.widgets.token_view import TokenView
 
 from workbench.analysis.mcp_calls import mcp_calls_table
 from workbench.config.redact import redact
+from workbench.runs.score_age import current_versions, rollout_score_age
 
 
 def overview(r: dict[str, Any]) -> Table:
@@ -105,6 +108,7 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         self.terms: list[str] = []
         self.hits: list[int] = []  # the messages that hold a search hit, in order
         self.hit = -1  # the index in ``hits`` of the one last gone to
+        self.score_age_read = False  # whether the stored score's age is known (and said, when it is older)
 
     def compose(self) -> ComposeResult:
         r = self.rollout
@@ -112,6 +116,9 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
         yield Header()
         with VerticalScroll(id="rollout-body"):
             yield Static(overview(r), id="rollout-overview", classes="section")
+            age = Static("", id="rollout-score-age")  # shown once the stored score is known to be older
+            age.display = False
+            yield age
             scores = Static(scores_table(r), id="rollout-scores", classes="section")
             scores.border_title = "rewards and metrics"
             yield scores
@@ -152,8 +159,31 @@ class RolloutDetailScreen(WorkbenchAppMixin, Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = self.rollout["id"]
+        self._read_score_age()
         if self.terms:
             self.sub_title += f" · {len(self.hits)} messages hold the search: n next, N previous"
+
+    @work(exit_on_error=False, group="rollout-score-age")
+    async def _read_score_age(self) -> None:
+        """Whether the stored reward is older than the environment's rubric (its files changed since the
+        run scored it): the same words Environments uses (``workbench.runs.score_age``)."""
+        words = await asyncio.to_thread(self._score_age_words)
+        if words:
+            self._show_score_age(words)
+        self.score_age_read = True
+
+    def _score_age_words(self) -> str:
+        """(A worker thread.) The score's age in words; "" when it is current or cannot be told."""
+        app = self.workbench_app
+        env = self.rollout.get("env_name")
+        current = current_versions(ref for ref in app.discover_fn() if ref.name == env)
+        age = rollout_score_age(app.store.get().conn, str(self.rollout["id"]), current)
+        return age.describe() if age is not None else ""
+
+    def _show_score_age(self, words: str) -> None:
+        box = self.query_one("#rollout-score-age", Static)
+        box.update(Text("⚠ " + words, style="yellow"))
+        box.display = True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return bool(self.hits) if action == "next_hit" else True

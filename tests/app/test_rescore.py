@@ -81,7 +81,8 @@ async def test_live_rescoring_after_a_reward_edit(make_app: Callable[..., Workbe
         assert "skipped 1: failed before scoring" in text
         rows = {f.name: f for f in st.functions}
         assert rows["correct"].changed == 4 and rows["words"].changed == 0
-        note = next(n for n in app._notifications if n.title == "re-scored")
+        note = await wait_until(pilot, lambda: next((n for n in app._notifications if n.title == "re-scored"), None),
+                                what="the re-score's notification")
         assert f"{before[0]:.3f} → {after[0]:.3f}, 4 of 11 rollouts changed" in note.message
         assert app.is_running
     # The TUI only shows: the stored rewards are the originals.

@@ -33,7 +33,7 @@ async def test_the_overview_is_whole_at_80x24(make_app: Callable[..., WorkbenchA
 def test_rollout_detail_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     async def run_before(pilot: Any) -> None:
         await _open(pilot, "1114-aaaaaa.2.0")
-        await pilot.pause(0.3)
+        await wait_until(pilot, lambda: pilot.app.screen.score_age_read, what="the score's age")
         pilot.app.clear_notifications()
         await pilot.pause()
 
@@ -48,3 +48,17 @@ def test_one_turn_is_said_in_the_singular(make_app: Callable[..., WorkbenchApp])
     for turns, said in ((1, "1 turn, at"), (2, "2 turns, at"), (0, "0 turns, at")):
         console.print(overview({"id": "r", "turns": turns, "duration_s": 0.5, "created_at": 0.0}))
         assert said in console.export_text()
+
+
+async def test_a_reward_scored_with_older_files_says_so(make_app: Callable[..., WorkbenchApp]) -> None:
+    """adder's run scored with version 0123456789ab; its files hash to another version now: the detail says
+    so, in the words Environments uses. wordplay has no files here: nothing to compare, nothing said."""
+    app = make_app(mode="traces")
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await _open(pilot, "1114-aaaaaa.2.0")
+        await wait_until(pilot, lambda: "an older rubric's score" in screen_text(app), what="the score's age")
+        assert "scored with adder 0123456789ab; its files are now" in screen_text(app)
+        await pilot.press("escape")
+        other = await _open(pilot, "1114-bbbbbb.2.0")
+        await wait_until(pilot, lambda: other.score_age_read, what="the age read")
+        assert screen is not other and "older rubric" not in screen_text(app)

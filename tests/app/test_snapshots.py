@@ -77,7 +77,8 @@ def test_traces_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp
 def test_rollout_detail_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     assert snap_compare(make_app(mode="traces"), terminal_size=SIZE,
                         run_before=_settle(_traces_ready, *["down"] * 9, "enter",
-                                           then=lambda app: isinstance(app.screen, RolloutDetailScreen)))
+                                           then=lambda app: isinstance(app.screen, RolloutDetailScreen)
+                                           and app.screen.score_age_read))
 
 
 def test_runs_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
