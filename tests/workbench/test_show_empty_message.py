@@ -1,8 +1,9 @@
-"""``workbench show ROLLOUT`` prints an empty message and an empty answer as text: "(empty)" and '',
+"""``workbench show ROLLOUT`` prints an empty message and an empty answer as text: "(empty)" and "",
 never Rich markup written out literally."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,5 +34,5 @@ def test_an_empty_message_and_answer_print_as_text(tmp_path: Path, content: str 
         store.close()
     res = run_workbench(["show", "1114-eeeeee.0.0", "--db", db], cli_environment(tmp_path))
     assert res.rc == 0, res.stderr
-    assert "(empty)" in res.stdout and f"answer: {answer!r}" in res.stdout
+    assert "(empty)" in res.stdout and f"answer: {json.dumps(answer)}" in res.stdout  # the answer as JSON
     assert "[dim]" not in res.stdout and "[/]" not in res.stdout

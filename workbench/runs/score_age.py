@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 from workbench.authoring.discovery import EnvRef
 from workbench.errors import WorkbenchError
-from workbench.store.rescores import plain_cursor, rescored_scores
+from workbench.store.rescores import rescored_scores
+from workbench.store.score_versions import (
+    rollout_scored_version,
+    run_scored_versions,
+    scored_with_other_versions,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +66,10 @@ def current_versions(refs: Iterable[EnvRef]) -> dict[str, str]:
 def rollout_score_age(conn: sqlite3.Connection, rollout_id: str, current: Mapping[str, str]) -> ScoreAge | None:
     """The age of the stored score of rollout ``rollout_id`` (None when no such rollout is stored);
     ``current``: environment name -> its version now (:func:`current_versions`)."""
-    row = plain_cursor(conn).execute(
-        "SELECT ro.pk, ro.env_name, ru.env_version FROM rollout ro JOIN run ru ON ru.id = ro.run_id WHERE ro.id = ?",
-        (rollout_id,)).fetchone()
-    if row is None:
+    found = rollout_scored_version(conn, rollout_id)
+    if found is None:
         return None
-    pk, env, scored_with = row
+    pk, env, scored_with = found
     rescored = rescored_scores(conn, pk)
     return ScoreAge(env, scored_with, current.get(env), rescored["env_version"] if rescored else None)
 
@@ -74,22 +77,13 @@ def rollout_score_age(conn: sqlite3.Connection, rollout_id: str, current: Mappin
 def run_score_ages(conn: sqlite3.Connection, run_ids: Iterable[str], current: Mapping[str, str]) -> dict[str, ScoreAge]:
     """Run id -> the age of its rollouts' stored scores (a run scores every rollout with one version); a
     table of rollouts asks once per run shown, not per row. Unknown runs are left out."""
-    ids = sorted(set(run_ids))
-    out: dict[str, ScoreAge] = {}
-    for i in range(0, len(ids), 900):
-        part = ids[i:i + 900]
-        for run_id, env, scored_with in plain_cursor(conn).execute(
-                f"SELECT id, env_name, env_version FROM run WHERE id IN ({','.join('?' * len(part))})", part):
-            out[run_id] = ScoreAge(env, scored_with, current.get(env))
-    return out
+    return {run_id: ScoreAge(env, scored_with, current.get(env))
+            for run_id, (env, scored_with) in run_scored_versions(conn, run_ids).items()}
 
 
 def stale_stored(conn: sqlite3.Connection, env: str, current: str) -> tuple[int, int]:
     """(stored rollouts of ``env`` scored with another version than ``current``, all its stored rollouts)."""
-    stale, total = plain_cursor(conn).execute(
-        "SELECT COALESCE(SUM(ru.env_version != ?), 0), COUNT(*) FROM rollout ro JOIN run ru ON ru.id = ro.run_id "
-        "WHERE ro.env_name = ?", (current, env)).fetchone()
-    return int(stale), int(total)
+    return scored_with_other_versions(conn, env, current)
 
 
 def describe_stale(env: str, stale: int, total: int) -> str:
