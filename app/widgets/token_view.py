@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Static
 from workbench_app.workers import post_ui
 
-from workbench.analysis.token_render import BAND_STYLES, MARK_STYLE, PROMPT_STYLE, legend, render_report
+from workbench.analysis.token_render import legend, render_report
 from workbench.analysis.token_report import TokenReport
 from workbench.records.trace import Trace
 
@@ -30,21 +30,7 @@ if TYPE_CHECKING:
     from workbench_app.store_access import StoreHandle
 
 CURSOR_STYLE = "reverse bold"
-#: The bands' labels where the full legend does not fit on one line (the same order as BAND_STYLES).
-SHORT_BANDS = ["≥.9", "≥.5", "≥.1", "≥.01", "<.01"]
 HINT = "← → move over the sampled tokens: each one's logprob and top alternatives show here"
-
-
-def short_legend() -> Text:
-    """The legend in two short lines, for a narrow view (the full one wraps inside its labels)."""
-    out = Text("sampled p: ", style="bold")
-    for label, style in zip(SHORT_BANDS, BAND_STYLES, strict=True):
-        out.append(f" {label} ", style=style)
-    out.append("\n")
-    out.append("prompt/template", style=PROMPT_STYLE)
-    out.append("  ")
-    out.append("⚠ mismatch", style=MARK_STYLE)
-    return out
 
 
 def top_alternatives(extra: Any) -> list[list[tuple[str, float]]] | None:
@@ -163,7 +149,7 @@ class TokenView(VerticalScroll):
     def _fit_legend(self, event: Resize) -> None:
         full = legend()
         fits = event.size.width - 2 >= full.cell_len
-        self.query_one("#token-legend", Static).update(full if fits else short_legend())
+        self.query_one("#token-legend", Static).update(full if fits else legend(short=True))
 
     def load(self, make_report: Callable[[], TokenReport | None], empty: str,
              extras: Callable[[], Sequence[Any]] = list) -> None:

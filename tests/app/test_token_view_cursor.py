@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from workbench_app.main import WorkbenchApp
 from workbench_app.screens.rollout_detail import RolloutDetailScreen
-from workbench_app.widgets.token_view import HINT, TokenView, short_legend, top_alternatives
+from workbench_app.widgets.token_view import HINT, TokenView, top_alternatives
 
 from tests.app.conftest import T0, wait_until
+from workbench.analysis.token_render import legend
 from workbench.authoring.rubric import Scores
 from workbench.records.rollout import ModelCall, Usage
 from workbench.records.task import Task
@@ -42,7 +43,7 @@ def test_top_alternatives_from_a_calls_stored_reply(extra: Any, expected: Any) -
 
 
 def test_the_short_legend_keeps_every_band_whole() -> None:
-    lines = short_legend().plain.splitlines()
+    lines = legend(short=True).plain.splitlines()
     assert len(lines) == 2 and all(len(line) <= 38 for line in lines)
     assert "≥.9" in lines[0] and "<.01" in lines[0] and "⚠ mismatch" in lines[1]
 

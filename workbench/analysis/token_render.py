@@ -14,13 +14,22 @@ PROMPT_STYLE = "dim"
 MARK_STYLE = "bold white on magenta"
 
 
-def legend() -> Text:
-    out = Text("logprob of sampled tokens: ", style="bold")
-    for (_, label), style in zip(BANDS, BAND_STYLES, strict=True):
+#: The bands' labels where the full legend does not fit on one line (the same order as BAND_STYLES).
+SHORT_BANDS = ["≥.9", "≥.5", "≥.1", "≥.01", "<.01"]
+
+
+def legend(short: bool = False) -> Text:
+    """What each colour means: on one line, or (``short``) in two short lines for a narrow view, where the
+    full one would wrap inside its labels."""
+    out = Text("sampled p: " if short else "logprob of sampled tokens: ", style="bold")
+    labels = SHORT_BANDS if short else [label for _, label in BANDS]
+    for label, style in zip(labels, BAND_STYLES, strict=True):
         out.append(f" {label} ", style=style)
-        out.append(" ")
-    out.append(" prompt/template", style=PROMPT_STYLE)
-    out.append("   ")
+        if not short:
+            out.append(" ")
+    out.append("\n" if short else " ")
+    out.append("prompt/template", style=PROMPT_STYLE)
+    out.append("  " if short else "   ")
     out.append("⚠ mismatch", style=MARK_STYLE)
     return out
 
