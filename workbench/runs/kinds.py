@@ -37,9 +37,4 @@ def parse_kinds(values: str | Iterable[str] | None, field: str = "RunFilter.kind
     return tuple(k for k in RUN_KINDS if k in named)
 
 
-def is_user_kind(kind: str) -> bool:
-    """Whether runs of ``kind`` are shown when no kind is asked for."""
-    return kind in USER_KINDS
-
-
-__all__ = ["ALL", "PIPELINE_KINDS", "RUN_KINDS", "USER_KINDS", "check_kind", "is_user_kind", "parse_kinds"]
+__all__ = ["ALL", "PIPELINE_KINDS", "RUN_KINDS", "USER_KINDS", "check_kind", "parse_kinds"]

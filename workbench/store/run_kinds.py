@@ -13,7 +13,7 @@ RUN_KINDS: dict[str, str] = {
     "optimize": "a prompt optimisation (`workbench optimize`)",
     "distill": "a distillation pipeline (`workbench distill`)",
     "probe": "a model-free probe policy (`workbench probe`, the app's P)",
-    "validate": "a probe policy run by `workbench validate`",
+    "validate": "a probe policy or the token check run by `workbench validate`",
     "debug": "a debugger session (`workbench debug`)",
     "play": "a trajectory played by a person (`workbench play`)",
     "gateway": "traffic recorded by the gateway",
