@@ -34,17 +34,24 @@ from workbench.fsutil import atomic_open
 from workbench.records.rollout import OFFERED_TOOLS
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 from workbench.store.reports import trace_nodes
+from workbench.store.run_kinds import USER_KINDS
 
 OUTPUT = "export.output"  # the field of the file an export writes (``-o``)
 FORMATS = ("sft", "rollouts")
 
 
+#: The kinds of run a source's rollouts come from beyond the user's own (a person's rollouts are Play's).
+KINDS_OF_SOURCE: dict[str, tuple[str, ...]] = {"human": ("play",)}
+
+
 def run_filter(run_id: str | None, *, min_reward: float | None = None, include_errors: bool = False,
                source: str | None = None) -> RolloutFilter:
     """The rollouts of one run, or of every run (``run_id`` None), from one ``source`` (model, imported,
-    human) or all: the ``workbench export`` selection, in the order they were stored."""
+    human) or all: the ``workbench export`` selection, in the order they were stored. Every run's means the
+    user's own kinds of run, and the kind the source's rollouts are made by (``--source human``: Play's)."""
+    kinds = (*USER_KINDS, *KINDS_OF_SOURCE.get(source or "", ()))
     return RolloutFilter(run_id=run_id, min_reward=min_reward, error_kind=None if include_errors else "none",
-                         source=source)
+                         source=source, kinds=kinds)
 
 
 def _json(obj: Any) -> str:
