@@ -381,7 +381,9 @@ async def test_a_modal_launch_needs_a_token_then_runs_the_plan(make_app: Callabl
         fc = await _settled(pilot, dialog, "modal", (3, 100000.0, str(BIG_CONFIG)))
         assert fc.refusal is None and not _launch_disabled(dialog)
         await pilot.click("#launch-ok")
-        await wait_until(pilot, lambda: "workbench login modal" in _error(dialog), what="the missing-token error")
+        # the credential check runs in a worker and imports the Modal SDK: seconds on a busy machine
+        await wait_until(pilot, lambda: "workbench login modal" in _error(dialog), timeout=60,
+                         what="the missing-token error")
         assert app.screen is dialog and not calls and not dialog.busy
 
         monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
