@@ -131,6 +131,7 @@ async def test_confirm_calls_the_launcher(make_app: Callable[..., WorkbenchApp],
     async with app.run_test(size=SIZE) as pilot:
         dialog = await _open_dialog(pilot)
         _fill(dialog, steps="3", budget="0.5", config=str(cfg))
+        await pilot.pause()  # the plan just shown lays the dialog out again: click where the button now is
         await pilot.click("#launch-ok")
         await wait_until(pilot, lambda: rec.calls, timeout=60, what="the launch")
         store, run, kwargs = rec.calls[0]
@@ -328,6 +329,7 @@ async def test_local_confirm_hands_the_guard_the_monthly_cap(make_app: Callable[
         _fill(dialog, steps="2", budget="2")
         await _settled(pilot, dialog, "local", (2, 2.0, None))
         assert f"${left:.2f} left of the $5.00 monthly budget (the budget guard stops the run there)" in _plan_text(dialog)
+        await pilot.pause()  # the plan just shown lays the dialog out again: click where the button now is
         await pilot.click("#launch-ok")
         await wait_until(pilot, lambda: rec.calls, timeout=60, what="the launch")
         assert rec.calls[0][2]["budget_usd"] == pytest.approx(left)
@@ -380,6 +382,7 @@ async def test_a_modal_launch_needs_a_token_then_runs_the_plan(make_app: Callabl
         _fill(dialog, steps="3", budget="100000", config=str(BIG_CONFIG))
         fc = await _settled(pilot, dialog, "modal", (3, 100000.0, str(BIG_CONFIG)))
         assert fc.refusal is None and not _launch_disabled(dialog)
+        await pilot.pause()  # the plan just shown lays the dialog out again: click where the button now is
         await pilot.click("#launch-ok")
         # the credential check runs in a worker and imports the Modal SDK: seconds on a busy machine
         await wait_until(pilot, lambda: "workbench login modal" in _error(dialog), timeout=60,
