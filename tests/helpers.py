@@ -170,6 +170,23 @@ def mock_args(mode: str = "instant", *flags: str, script: list[Any] | None = Non
 
 
 # -- environment files --------------------------------------------------------------------------
+#: A multi-turn environment whose user says "go on" (two turns; reward: the answer "on" in the completion),
+#: for the checks that every turn's prompt tokens extend the last (validate's token check).
+CHAT_ENV = '''
+    import workbench as wb
+    class Chat(wb.MultiTurn):
+        async def respond(self, messages, state):
+            return [{"role": "user", "content": "go on"}]
+    def load_environment():
+        rubric = wb.Rubric()
+        @rubric.reward
+        def replied(completion: str, answer: str) -> float:
+            return float(answer in completion)
+        rows = [{"prompt": f"story {i}", "answer": "on"} for i in range(3)]
+        return wb.Environment(name="chat", tasks=wb.TaskSet.from_records(rows), harness=Chat(max_turns=2),
+                              rubric=rubric)
+    '''
+
 def write_file(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip("\n"))

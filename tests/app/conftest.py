@@ -141,6 +141,14 @@ async def wait_until(pilot: Any, predicate: Callable[[], Any], timeout: float = 
 Waiter = Callable[[Any, Callable[[], Any]], Awaitable[Any]]
 
 
+def envs_ready(app: WorkbenchApp) -> bool:
+    """The Environments screen is up with every environment loaded (none still "loading")."""
+    from workbench_app.screens.environments import EnvironmentsScreen
+
+    s = app.screen
+    return isinstance(s, EnvironmentsScreen) and bool(s.envs) and all(e.status != "loading" for e in s.envs.values())
+
+
 def screen_text(app: Any) -> str:
     """What the terminal shows now, as plain text."""
     strips = app.screen._compositor.render_strips()

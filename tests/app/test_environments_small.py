@@ -11,10 +11,9 @@ import pytest
 from textual.widgets import Label, ProgressBar
 from workbench_app.config import TuiConfig
 from workbench_app.main import WorkbenchApp
-from workbench_app.screens.environments import EnvironmentsScreen
 from workbench_app.screens.environments.screen import FIRST_STEPS
 
-from tests.app.conftest import wait_until
+from tests.app.conftest import envs_ready, wait_until
 from workbench.authoring.discovery import EnvRef
 
 SMALL = (80, 24)
@@ -23,11 +22,6 @@ SMALL = (80, 24)
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the snapshot shows paths relative to it
-
-
-def _envs_ready(app: WorkbenchApp) -> bool:
-    s = app.screen
-    return isinstance(s, EnvironmentsScreen) and bool(s.envs) and all(e.status != "loading" for e in s.envs.values())
 
 
 def _empty_app(tmp_path: Path, env_dir: Path) -> WorkbenchApp:
@@ -39,7 +33,7 @@ def _empty_app(tmp_path: Path, env_dir: Path) -> WorkbenchApp:
 
 
 async def _settle(pilot: Any) -> None:
-    await wait_until(pilot, lambda: _envs_ready(pilot.app), what="the environments")
+    await wait_until(pilot, lambda: envs_ready(pilot.app), what="the environments")
     pilot.app.clear_notifications()
     await pilot.pause()
 

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 from workbench_app.main import WorkbenchApp
-from workbench_app.screens.environments import EnvironmentsScreen
 from workbench_app.screens.help import EVERYWHERE, HelpScreen
 
-from tests.app.conftest import wait_until
+from tests.app.conftest import envs_ready, wait_until
 
 SMALL = (80, 24)
 INTERNAL = {"super+c", "ctrl+c", "tab", "shift+tab", "⇥", "⇧+⇥", "^c", "ctrl+q", "^q"}
@@ -21,11 +20,6 @@ INTERNAL = {"super+c", "ctrl+c", "tab", "shift+tab", "⇥", "⇧+⇥", "^c", "ct
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the snapshot shows paths relative to it
-
-
-def _envs_ready(app: WorkbenchApp) -> bool:
-    s = app.screen
-    return isinstance(s, EnvironmentsScreen) and bool(s.envs) and all(e.status != "loading" for e in s.envs.values())
 
 
 @pytest.mark.parametrize(("mode", "title", "screen_keys"), [
@@ -53,7 +47,7 @@ async def test_help_lists_only_workbench_keys_by_screen(make_app: Callable[..., 
 def test_help_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
     async def run_before(pilot: Any) -> None:
         app = pilot.app
-        await wait_until(pilot, lambda: _envs_ready(app), what="the environments")
+        await wait_until(pilot, lambda: envs_ready(app), what="the environments")
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
         app.clear_notifications()

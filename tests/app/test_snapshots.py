@@ -17,7 +17,7 @@ from workbench_app.screens.rollout_detail import RolloutDetailScreen
 from workbench_app.screens.traces import TracesScreen
 from workbench_app.widgets.virtual_table import VirtualTable
 
-from tests.app.conftest import SIZE, screen_text, wait_until
+from tests.app.conftest import SIZE, envs_ready, screen_text, wait_until
 
 # slow: an SVG snapshot of every screen
 pytestmark = pytest.mark.slow
@@ -52,11 +52,6 @@ def steady_cursors(app: WorkbenchApp) -> None:
             field.cursor_blink = False  # type: ignore[attr-defined]
 
 
-def _envs_ready(app: WorkbenchApp) -> bool:
-    s = app.screen
-    return isinstance(s, EnvironmentsScreen) and bool(s.envs) and all(e.status != "loading" for e in s.envs.values())
-
-
 def _traces_ready(app: WorkbenchApp) -> bool:
     s = app.screen
     if not isinstance(s, TracesScreen):
@@ -66,7 +61,7 @@ def _traces_ready(app: WorkbenchApp) -> bool:
 
 
 def test_environments_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
-    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(_envs_ready))
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(envs_ready))
 
 
 def test_traces_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
@@ -174,7 +169,7 @@ def test_launch_dialog_snapshot(snap_compare: Any, make_app: Callable[..., Workb
         s = app.screen
         return isinstance(s, LaunchScreen) and s.settled
 
-    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(_envs_ready, "L", then=shown))
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_settle(envs_ready, "L", then=shown))
 
 
 # -- a small terminal: 80×24 ----------------------------------------------------------------------
@@ -185,7 +180,7 @@ def test_environments_80x24_snapshot(snap_compare: Any, make_app: Callable[..., 
                                      env_dir: Path) -> None:
     """A broken env beside a loaded one: the status column clipped to the screen, help and quit in the footer."""
     (env_dir / "broken.py").write_text("import workbench as wb\n\ndef load_environment(:\n    pass\n")
-    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(_envs_ready))
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(envs_ready))
 
 
 def test_environments_rescore_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:
@@ -204,7 +199,7 @@ def test_environments_rescore_80x24_snapshot(snap_compare: Any, make_app: Callab
             s.query_one(RewardCompare).show_result(st.rescore)
         return s.query_one(RewardCompare).display
 
-    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(_envs_ready, "R", then=rescored))
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_settle(envs_ready, "R", then=rescored))
 
 
 def test_traces_80x24_snapshot(snap_compare: Any, make_app: Callable[..., WorkbenchApp]) -> None:

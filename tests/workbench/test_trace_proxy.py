@@ -12,7 +12,7 @@ import openai
 import pytest
 
 import workbench as wb
-from tests.helpers import CliResult, MockServer, last_json
+from tests.helpers import CHAT_ENV, CliResult, MockServer, last_json
 from workbench.records.rollout import Rollout
 from workbench.records.trace import Trace
 from workbench.rollouts.client import ChatClient
@@ -272,20 +272,7 @@ def test_multi_turn_mismatch_metric(drift: bool, mock_server: Callable[..., Mock
 def test_validate_with_model_fails_loudly_on_token_mismatch(drift: bool, mock_server: Callable[..., MockServer],
                                                              cli: Callable[..., CliResult],
                                                              write_env: Callable[..., Path]) -> None:
-    env = write_env('''
-        import workbench as wb
-        class Chat(wb.MultiTurn):
-            async def respond(self, messages, state):
-                return [{"role": "user", "content": "go on"}]
-        def load_environment():
-            rubric = wb.Rubric()
-            @rubric.reward
-            def replied(completion: str, answer: str) -> float:
-                return float(answer in completion)
-            rows = [{"prompt": f"story {i}", "answer": "on"} for i in range(3)]
-            return wb.Environment(name="chat", tasks=wb.TaskSet.from_records(rows), harness=Chat(max_turns=2),
-                                  rubric=rubric)
-        ''')
+    env = write_env(CHAT_ENV)
     mock = mock_server("echo", "--tokens", *(["--drift"] if drift else []))
     res = cli("validate", env, "-m", "mock-model", "--base-url", mock.base_url, "--json")
     report = last_json(res.stdout)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, MockServer, last_json
+from tests.helpers import CHAT_ENV, CliResult, MockServer, last_json
 from workbench.cli.costs_cmd import KIND_COLUMNS
 from workbench.cli.train_cmd import step_line
 from workbench.store import Store
@@ -125,21 +125,6 @@ def test_costs_name_their_columns_by_what_they_hold(cli: Callable[..., CliResult
     assert "r1" in res.stdout and "0.2500" in res.stdout and "1.5000" in res.stdout and "1.8000" in res.stdout
     assert "amounts in US dollars: api $ = model API tokens, gpu $ = GPU time, sandbox $ = sandbox time" in res.stdout
 
-
-CHAT_ENV = '''
-    import workbench as wb
-    class Chat(wb.MultiTurn):
-        async def respond(self, messages, state):
-            return [{"role": "user", "content": "go on"}]
-    def load_environment():
-        rubric = wb.Rubric()
-        @rubric.reward
-        def replied(completion: str, answer: str) -> float:
-            return float(answer in completion)
-        rows = [{"prompt": f"story {i}", "answer": "on"} for i in range(3)]
-        return wb.Environment(name="chat", tasks=wb.TaskSet.from_records(rows), harness=Chat(max_turns=2),
-                              rubric=rubric)
-    '''
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
