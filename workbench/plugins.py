@@ -39,6 +39,7 @@ KINDS: dict[str, str] = {
     "backends": "a launch backend for `workbench launch --backend NAME`",
     "tokenizers": "a function loading a model's tokenizer offline, and finding a served model's one",
     "env_adapters": "an adapter adopting another framework's environments as wb.Environments (EnvAdapter)",
+    "env_formats": "a reader of environments that are not Python modules (a Harbor task folder, ...) (EnvFormat)",
 }
 
 

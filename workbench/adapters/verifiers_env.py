@@ -140,6 +140,7 @@ def wrap(vf_env: Any, name: str) -> Environment:
     env = Environment(name=name, tasks=tasks, harness=harness, rubric=_rubric(vf_env),
                       sampling=_sampling(vf_env.sampling_args), description=(type(vf_env).__doc__ or "").strip()[:200])
     env.adapter = f"verifiers {verifiers_version()}"
+    env.dialect = "verifiers legacy"
     return env
 
 

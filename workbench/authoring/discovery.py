@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from workbench.authoring import env_adapters
+from workbench.authoring import env_adapters, env_formats
 from workbench.authoring.env_files import SKIP_DIRS, content_hash, read_env_files
 from workbench.authoring.environment import Environment
 from workbench.config import paths
@@ -53,6 +53,10 @@ class EnvRef:
     origin: str  # bundled | user | hub | installed | path
     path: Path | None  # file or package directory
     module: str | None = None  # importable name, for installed modules
+    #: the ``workbench.env_formats`` plugin that reads it, for an environment that is not a Python module
+    format: str | None = None
+    #: what that format claimed: a resolved path or a URL
+    where: Path | str | None = None
 
     def version(self) -> str:
         return env_version(self)
@@ -146,6 +150,11 @@ def discover() -> list[EnvRef]:
 
 def resolve(spec: str) -> EnvRef:
     """Turn what the user typed (name, path or module) into an EnvRef, or fail with suggestions."""
+    claimed = env_formats.claim(spec)
+    if claimed is not None:
+        fmt, where = claimed
+        return EnvRef(fmt.env_name(where), "path" if isinstance(where, Path) else "url",
+                      where if isinstance(where, Path) else None, format=fmt.name, where=where)
     p = Path(spec).expanduser()
     looks_like_path = spec.endswith(".py") or "/" in spec or spec.startswith(".")
     if p.exists() and (p.is_file() or _is_env_dir(p)):
@@ -302,6 +311,8 @@ def load(spec: str, env_args: dict[str, Any] | None = None) -> Environment:
 def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool = False) -> Environment:
     """Build the environment ``ref`` names. ``reload`` re-reads its files (for hot reload)."""
     env_args = env_args or {}
+    if ref.format is not None:
+        return _load_format(ref, env_args)
     module = _import(ref, reload)
     fn = getattr(module, "load_environment", None)
     where = str(ref.path) if ref.path else ref.module
@@ -338,12 +349,28 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
         raise EnvLoadError(f"load_environment of {ref.name!r} returned {type(env).__name__}, not a wb.Environment "
                            "(or a verifiers Environment)")
     env.source = str(ref.path) if ref.path else (ref.module or ref.name)
+    declared = getattr(module, "DIALECT", None)
+    if isinstance(declared, str) and declared and not env.adapter:
+        env.dialect = declared
     env.version = env_version(ref, getattr(env.tasks, "data_files", ()))
     from workbench.authoring import overrides
 
     package_dir = Path(module.__file__).parent if getattr(module, "__path__", None) and module.__file__ else None
     overrides.apply(env, overrides.find(ref.name, package_dir))
     return env
+
+
+def _load_format(ref: EnvRef, env_args: dict[str, Any]) -> Environment:
+    assert ref.format is not None and ref.where is not None
+    env = env_formats.find(ref.format).load(ref.where, env_args)
+    env.dialect = ref.format
+    env.source = str(ref.where)
+    env.version = env_version(ref, getattr(env.tasks, "data_files", ())) if ref.path else _hash_text(str(ref.where))
+    return env
+
+
+def _hash_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _signal_handlers() -> dict[int, Any]:

@@ -56,6 +56,9 @@ class Environment:
     version: str = ""
     #: filled in by the loader for an environment of another framework, e.g. ``"verifiers 0.3.1"``
     adapter: str = ""
+    #: filled in by the loader: the format the environment is written in (``workbench``, ``verifiers legacy``,
+    #: ``verifiers v1``, ``harbor``, ``openenv``, ``openai-eval``: a module's ``DIALECT`` names its own)
+    dialect: str = "workbench"
     #: filled in by the loader: the override in effect (``workbench.authoring.overrides.Override``), or None
     override: Any = None
 

@@ -1,0 +1,1 @@
+"""Other frameworks' environments, run where their own dependencies live (``venvs``)."""
