@@ -128,20 +128,26 @@ class DockerSandbox(WorkdirFiles, Sandbox):
                 kw["dns"] = ["127.0.0.1"]
         if p.use_agent:  # the agent (root) may become the sandbox user; nothing else may change identity
             kw["cap_add"] = ["SETUID", "SETGID"]
+        volumes = {str(self.work.path): {"bind": WORKDIR, "mode": "rw"},
+                   str(self.tmp.path): {"bind": "/tmp", "mode": "rw"}}
+        mode: dict[str, Any] = {"cap_drop": ["ALL"], "read_only": True, "working_dir": WORKDIR,
+                                "environment": base_env("/tmp")}
+        if p.as_image:  # as the image declares it: its root writable, its own /tmp, WORKDIR and environment
+            del volumes[str(self.tmp.path)]
+            mode = {"cap_drop": ["NET_RAW", "MKNOD"], "read_only": False, "entrypoint": ["/bin/sh", "-c"]}
         c = p.client.containers.run(
-            p.image, command=["/bin/sh", "-c", loop], detach=True, user="0:0", name=self.name, labels=labels,
+            p.image, command=[loop] if p.as_image else ["/bin/sh", "-c", loop], detach=True, user="0:0",
+            name=self.name, labels=labels,
             mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.pids + 4,
             ulimits=[Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
                      Ulimit(name="core", soft=0, hard=0),
                      Ulimit(name="cpu", soft=lim.cpu_seconds, hard=lim.cpu_seconds + 5),
                      Ulimit(name="nofile", soft=4096, hard=4096)],
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, hostname="sandbox",
-            volumes={str(self.work.path): {"bind": WORKDIR, "mode": "rw"},
-                     str(self.tmp.path): {"bind": "/tmp", "mode": "rw"},
-                     str(self.ctl): {"bind": "/.wb", "mode": "rw"},
+            security_opt=["no-new-privileges"], hostname="sandbox",
+            volumes={**volumes, str(self.ctl): {"bind": "/.wb", "mode": "rw"},
                      str(p.bridge_dir): {"bind": BRIDGE_DIR, "mode": "ro"},
                      **{src: {"bind": dst, "mode": "ro"} for src, dst in p.binds}},
-            working_dir=WORKDIR, environment=base_env("/tmp"), auto_remove=True, stop_signal="SIGKILL", **kw)
+            auto_remove=True, stop_signal="SIGKILL", **mode, **kw)
         self.container_id = c.id
 
     def remove_blocking(self) -> None:
@@ -179,6 +185,9 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         cfg = {"AttachStdin": stdin, "AttachStdout": True, "AttachStderr": True, "Tty": False, "Cmd": argv,
                "Env": [f"{k}={v}" for k, v in base_env("/tmp", env).items()], "User": user or f"{uid}:{gid}",
                "WorkingDir": WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")}
+        if self.pool.as_image:  # the image's environment, user and WORKDIR, unless the command names its own
+            cfg.update(Env=[f"{k}={v}" for k, v in (env or {}).items()], User=user or self.pool.image_user,
+                       WorkingDir="" if cwd is None else cfg["WorkingDir"])
         try:
             r = await self.pool.api.call("POST", f"/containers/{self.container_id}/exec", cfg)
         except DockerAPIError as e:
@@ -356,7 +365,9 @@ class DockerPool(SandboxPool):
         self._ready = asyncio.Condition()
         self._slots = 0
         self.closed = False
-        self.use_agent = runtime.exec_agent
+        self.as_image = bool(getattr(runtime, "as_image", False))
+        self.image_user = "0:0"  # as_image: who commands run as (the image's USER, read when the pool starts)
+        self.use_agent = runtime.exec_agent and not self.as_image
         self.agent_ok = False  # an agent has started in this pool (later failures are that container's own)
         self.client: Any = None
         self.api: EngineAPI
@@ -372,6 +383,9 @@ class DockerPool(SandboxPool):
         self.client = await asyncio.to_thread(connect)
         self.api = EngineAPI(self.client)
         self.image = await asyncio.to_thread(self._resolve_image)
+        if self.as_image:
+            config = (await asyncio.to_thread(self.client.images.get, self.image)).attrs.get("Config") or {}
+            self.image_user = config.get("User") or "0:0"
         await asyncio.to_thread(gc, self.client, False)
         if isinstance(self.network, tuple):
             from workbench_local.sandbox.network import allow_list_network
@@ -527,6 +541,8 @@ class DockerPool(SandboxPool):
         assert isinstance(sandbox, DockerSandbox)
         if not self._taken_back(sandbox):
             return
+        if self.as_image:  # its root was written to: never handed out again
+            sandbox.dead = True
         self.recycling += 1
         t = asyncio.ensure_future(self._recycle(sandbox))
         self.background.add(t)

@@ -182,6 +182,11 @@ class Docker(Runtime):
     ``python3``, uses ``docker exec`` per command. ``warm_python``: as for :class:`Local`. ``binds`` adds
     host paths, read-only, as for :class:`Local` (the default image's Python is this machine's, at the same
     path, so a host virtual environment bound in runs there: sandboxed MCP servers use this).
+    ``as_image``: containers run as their image declares them, for images made to be changed (a Harbor
+    task's): a writable root, commands as the image's user (root unless its ``USER`` says otherwise) in its
+    ``WORKDIR`` with its environment, Docker's default capabilities less ``NET_RAW`` and ``MKNOD``
+    (``no-new-privileges`` kept), one ``docker exec`` per command; a container serves one rollout and is
+    removed after it (a writable root cannot be wiped), ``/work`` is still bound in for the file methods.
     """
 
     kind: ClassVar[str] = "docker"
@@ -191,6 +196,7 @@ class Docker(Runtime):
     _: KW_ONLY
     exec_agent: bool = True
     warm_python: bool | Sequence[str] = False
+    as_image: bool = False
 
     def __post_init__(self) -> None:
         _check_warm(self.warm_python)
