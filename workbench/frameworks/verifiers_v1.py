@@ -1,0 +1,275 @@
+"""verifiers 0.4 environments (its v1 API, ``import verifiers.v1 as vf``) as ``wb.Environment`` objects.
+
+verifiers 0.4 cannot live in Workbench's interpreter (it pins ``mcp==2.0.0``), so a v1 environment runs in a
+worker process of verifiers' own environment (``venvs.FrameworkEnv``, built by uv on first use), reached through
+a :class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is ``verifiers_v1_worker.py``. One worker serves
+one loaded environment and runs its rollouts concurrently.
+
+What maps to what:
+
+- the taskset's tasks are the task set: the prompt as the task gives it (system prompt, prompt text or
+  messages), ``answer`` when the task data has one, the task data's own fields as ``info``;
+- one rollout is one verifiers episode (``Env.run_slot``), run by verifiers' own machinery: its env
+  (``SingleAgentEnv`` or the package's ``vf.Env``), its harness (the taskset's own, else ``bash``), its MCP
+  toolsets and interception server, its ``@vf.stop``/``@vf.intercept`` hooks; the agents run as local
+  processes (verifiers' ``subprocess`` runtime; a local container engine where the environment pins one).
+  Every model call goes to the rollout's URL of Workbench's interception proxy, so each is recorded in the
+  rollout's token-exact trace, and the rollout's messages are the conversations the agents held;
+- the rubric's functions are the task's ``@vf.reward`` functions (with their weights), plugged judges and
+  ``@vf.metric`` functions; verifiers scores each rollout in the worker (``Task.score``), and each function
+  here reads its value. Rewards and metrics an env's ``finalize`` records (its cross-trace judgement) are
+  the ``episode`` reward and the ``episode_metrics`` metric. An episode with several trainable traces
+  (best-of-n) scores each function as the mean over them. A reward that raises is a reward error here;
+  verifiers then scores none of the rollout's rewards, and neither does Workbench.
+
+Refused, in one line each: agents pinned to a remote runtime (Prime's cloud sandboxes, Modal, E2B) and ACP
+harnesses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from workbench.authoring.environment import Environment, Sampling
+from workbench.authoring.harness import PROXY_KEY, Harness
+from workbench.authoring.rubric import Rubric
+from workbench.authoring.tasks import TaskSet
+from workbench.errors import EnvLoadError
+from workbench.frameworks import v1_source
+from workbench.frameworks.bridge import WorkerBridge, WorkerError
+from workbench.frameworks.venvs import FrameworkEnv, frameworks_dir
+from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
+from workbench.records.task import Task
+
+#: verifiers' v1 API, in its own environment.
+FRAMEWORK = FrameworkEnv("verifiers", ("verifiers==0.4.0",))
+WORKER = Path(__file__).with_name("verifiers_v1_worker.py")
+#: The name of the reward (and the metric) holding what an env's ``finalize`` records.
+EPISODE = "episode"
+#: Errors of a rollout's model calls: the rollout fails as a model error.
+_MODEL_ERRORS = ("ProviderError", "InterceptionError")
+#: Variables that are Workbench's own, never passed to the worker.
+_NOT_PASSED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
+
+
+class VerifiersV1Format:
+    """verifiers v1 as a ``workbench.env_formats`` plugin."""
+
+    name = "verifiers"
+
+    def claims(self, spec: str) -> Path | None:
+        src = v1_source.find(spec)
+        return src.path if src is not None else None
+
+    def env_name(self, where: Path | str) -> str:
+        return _source(where).module
+
+    def load(self, where: Path | str, env_args: dict[str, Any]) -> Environment:
+        return load(_source(where), env_args)
+
+
+def _source(where: Path | str) -> v1_source.V1Source:
+    src = v1_source.find(str(where))
+    if src is None:
+        raise EnvLoadError(f"{where} is no longer a verifiers v1 environment (no Taskset exported through __all__)")
+    return src
+
+
+def _search_path(src: v1_source.V1Source) -> Path:
+    """The folder the worker imports the environment from: the one it lies in, or for an installed module a
+    folder holding only a link to it (Workbench's own site-packages stays out of verifiers' interpreter)."""
+    home = src.path.parent
+    if not (home.name.endswith("-packages") or str(home) in {str(Path(p).resolve()) for p in sys.path if p}):
+        return home
+    digest = hashlib.sha256(str(src.path).encode()).hexdigest()[:12]
+    shim = frameworks_dir() / "modules" / f"{src.module}-{digest}"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / src.path.name
+    if not link.is_symlink():
+        link.symlink_to(src.path)
+    return shim
+
+
+def start_worker() -> WorkerBridge:
+    python = FRAMEWORK.ensure()
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_PASSED}
+    env.update({"PYTHONUNBUFFERED": "1", "WORKBENCH_PROXY_KEY": PROXY_KEY, "NO_COLOR": "1"})
+    return WorkerBridge([str(python), str(WORKER)], name="verifiers v1", env=env)
+
+
+def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
+    bridge = start_worker()
+    try:
+        info = bridge.call("load", module=src.module, path=str(_search_path(src)), env_args=env_args)
+    except WorkerError as e:
+        bridge.close()
+        raise EnvLoadError(f"verifiers v1 environment {src.module!r}: {e}") from None
+    except BaseException:
+        bridge.close()
+        raise
+    harness = V1Harness(bridge, info)
+    tasks = [_task(row) for row in info["tasks"]]
+    harness.index = {t.id: row["idx"] for t, row in zip(tasks, info["tasks"], strict=True)}
+    env = Environment(name=src.module, tasks=TaskSet(lambda: list(tasks), name=src.module), harness=harness,
+                      rubric=_rubric(info), sampling=Sampling(max_tokens=4096, temperature=1.0),
+                      description=f"verifiers v1 {info['env']} over {info['task_type']}")
+    env.adapter = f"verifiers {info.get('verifiers', 'unknown')}"
+    env.dialect = "verifiers v1"
+    return env
+
+
+def _task(row: dict[str, Any]) -> Task:
+    messages = row.get("messages") or []
+    prompt: str | list[dict[str, Any]] = messages if messages else ""
+    return Task(prompt=prompt, answer=row.get("answer"), info=dict(row.get("info") or {}), id=row["key"][:16])
+
+
+# -- the harness -----------------------------------------------------------------------------------------
+class V1Harness(Harness):
+    """Runs one verifiers episode per rollout in the worker; its model calls come back through the proxy."""
+
+    needs_proxy = True
+
+    def __init__(self, bridge: WorkerBridge, info: dict[str, Any]) -> None:
+        self.bridge = bridge
+        self.info = info
+        self.index: dict[str, int] = {}
+        self.max_turns = 1_000_000
+
+    def describe(self) -> str:
+        harnesses = ",".join(sorted(set(self.info.get("harnesses", {}).values())))
+        return f"verifiers.{self.info.get('env', 'Env')}({harnesses})"
+
+    def start(self, rollout: Rollout) -> None:
+        rollout.messages = rollout.task.messages(None)
+
+    async def run(self, rollout: Rollout) -> None:
+        from workbench.records.conversations import Conversations
+
+        self.start(rollout)
+        idx = self.index.get(rollout.task.id, rollout.task.info.get("idx"))
+        if not isinstance(idx, int):
+            raise RolloutFailed("harness", self.describe(), "the task is not one of the verifiers taskset's tasks")
+        conversations = rollout.conversations = Conversations()
+        try:
+            result = await self.bridge.acall("rollout", task=idx, base_url=rollout.base_url, model=rollout.model)
+        except WorkerError as e:
+            raise RolloutFailed("harness", self.describe(), str(e)) from None
+        finally:
+            if len(conversations):
+                rollout.messages = conversations.messages()
+                if len(conversations) > 1:
+                    rollout.state["conversations"] = conversations.lengths()
+        scored = [t for t in result["traces"] if t["trainable"]] or result["traces"]
+        if not len(conversations) and scored:
+            rollout.messages = list(scored[-1]["messages"])
+        rollout.state["verifiers"] = summary(result, scored)
+        for err in [*result["errors"], *(e for t in result["traces"] for e in t["errors"])]:
+            text = f"{err['type']}: {err['message']}"[:500]
+            if err["type"] in _MODEL_ERRORS:
+                raise RolloutFailed("model.error", rollout.base_url, text)
+            if not _scoring_error(err):
+                rollout.errors.append(RolloutError("harness", self.describe(), text))
+
+
+def _scoring_error(err: dict[str, Any]) -> bool:
+    """A failure of the task's scoring: a reward error here, reported by the functions that were not scored."""
+    return err["type"] == "TaskError" and str(err["message"]).startswith("scoring")
+
+
+def summary(result: dict[str, Any], traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the rubric reads: each reward (score, weight) and metric, the mean over the scored traces; a
+    reward verifiers left unscored is None with why."""
+    rewards: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    for name in dict.fromkeys(k for t in traces for k in t["rewards"]):
+        values = [t["rewards"].get(name) for t in traces]
+        if any(v is None for v in values):
+            rewards[name] = None
+            continue
+        rewards[name] = {"score": sum(v["score"] for v in values) / len(values), "weight": values[0]["weight"]}
+    for name in dict.fromkeys(k for t in traces for k in t["metrics"]):
+        got = [t["metrics"].get(name) for t in traces]
+        metrics[name] = None if any(v is None for v in got) else sum(got) / len(got)
+    why = [f"{e['type']}: {e['message']}" for t in traces for e in t["errors"]] + [
+        f"{e['type']}: {e['message']}" for e in result["errors"]]
+    return {"rewards": rewards, "metrics": metrics, "unscored": why[-1][:500] if why else "",
+            "stop_condition": next((t["stop_condition"] for t in reversed(traces) if t["stop_condition"]), None),
+            "traces": [{"id": t["id"], "agent": t["agent"], "reward": t["reward"]} for t in result["traces"]]}
+
+
+# -- the rubric ------------------------------------------------------------------------------------------
+class NotScored(Exception):
+    """A function verifiers did not score for this rollout."""
+
+
+def _scores(state: dict[str, Any] | None) -> dict[str, Any]:
+    got = (state or {}).get("verifiers")
+    if not isinstance(got, dict):
+        raise NotScored("verifiers scores a v1 rollout while it runs; this rollout has no verifiers scores")
+    return got
+
+
+def _reward(name: str) -> Any:
+    def score(state: dict[str, Any]) -> float:
+        got = _scores(state)
+        value = got["rewards"].get(name, "absent")
+        if value == "absent":
+            raise NotScored(f"verifiers recorded no {name!r} for this rollout (a reward returning keyed scores "
+                            "records them by key)")
+        if value is None:
+            raise NotScored(f"not scored by verifiers: {got.get('unscored') or 'no reason given'}")
+        return float(value["score"])
+
+    score.__name__ = name
+    return score
+
+
+def _metric(name: str) -> Any:
+    def score(state: dict[str, Any]) -> float:
+        got = _scores(state)
+        value = got["metrics"].get(name)
+        if value is None:
+            raise NotScored(f"not measured by verifiers: {got.get('unscored') or 'no value recorded'}")
+        return float(value)
+
+    score.__name__ = name
+    return score
+
+
+def _episode_rewards(known: set[str]) -> Any:
+    def episode(state: dict[str, Any]) -> dict[str, float]:
+        rewards = _scores(state)["rewards"]
+        return {k: v["score"] * v["weight"] for k, v in rewards.items() if k not in known and v is not None}
+
+    return episode
+
+
+def _episode_metrics(known: set[str]) -> Any:
+    def episode_metrics(state: dict[str, Any]) -> dict[str, float]:
+        metrics = _scores(state)["metrics"]
+        return {k: v for k, v in metrics.items() if k not in known and v is not None}
+
+    return episode_metrics
+
+
+def _rubric(info: dict[str, Any]) -> Rubric:
+    rubric = Rubric()
+    for name, weight in info["rewards"].items():
+        rubric.reward(_reward(name), weight=weight, name=name)
+    for name in info["metrics"]:
+        if name not in info["rewards"]:
+            rubric.metric(_metric(name), name=name)
+    if info.get("finalize"):
+        rubric.reward(_episode_rewards(set(info["rewards"])), weight=1.0, name=EPISODE)
+        rubric.metric(_episode_metrics(set(info["metrics"])), name=f"{EPISODE}_metrics")
+    return rubric
+
+
+FORMAT = VerifiersV1Format()
+
+__all__ = ["FORMAT", "FRAMEWORK", "V1Harness", "VerifiersV1Format", "load"]

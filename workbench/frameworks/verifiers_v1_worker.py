@@ -1,0 +1,231 @@
+"""The worker that runs a verifiers v1 environment (``import verifiers.v1 as vf``) inside the verifiers
+environment's own interpreter (``workbench.frameworks.venvs``). Standard library and verifiers only: this file
+never imports Workbench, which lives in another interpreter.
+
+    python verifiers_v1_worker.py
+
+It reads one JSON request a line on stdin and writes one JSON answer a line on stdout (the answer carries the
+request's ``id``); rollouts run concurrently on one event loop. Requests (``op``):
+
+- ``load``: ``{"module", "path", "env_args"}``: the environment whose taskset is the package ``module``
+  (found on ``path``), its configuration built from ``env_args`` as ``vf-eval --env.taskset.KEY`` (or
+  ``--env.KEY`` for a knob of the env itself) would; every agent's runtime is the local process unless the
+  environment pins a local container engine. Answers the tasks, the reward and metric functions, the harness.
+- ``rollout``: ``{"task", "base_url", "model"}``: one episode of task ``task`` with verifiers' own machinery,
+  its model calls sent to ``base_url``. Answers each trace's messages, rewards, metrics and errors.
+- ``close``: serving ends; the worker exits.
+
+Anything the environment prints goes to stderr: stdout carries the answers only.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import traceback
+
+#: Runtimes that run elsewhere than this machine, and what they are.
+REMOTE_RUNTIMES = {"prime": "Prime Intellect's cloud sandboxes", "modal": "Modal's cloud sandboxes",
+                   "e2b": "E2B's cloud sandboxes"}
+#: Local runtimes an environment may pin (they run here); anything unpinned runs as a local process.
+LOCAL_RUNTIMES = ("subprocess", "docker", "podman", "apptainer")
+#: The variable the worker's model client reads its API key from (Workbench's proxy holds the real one).
+KEY_VAR = "WORKBENCH_PROXY_KEY"
+
+
+class Refused(Exception):
+    """What Workbench does not run, said in one line."""
+
+
+class Worker:
+    def __init__(self, out):
+        self.out = out
+        self.env = None
+        self.tasks = []
+        self.serving = None
+        self.vf = None
+
+    def send(self, message):
+        self.out.write(json.dumps(message, default=str) + "\n")
+        self.out.flush()
+
+    # -- load ----------------------------------------------------------------------------------------
+    async def load(self, module, path, env_args):
+        if path and path not in sys.path:
+            sys.path.insert(0, path)
+        import verifiers.v1 as vf
+        from verifiers.v1.configs.agent import agent_config_fields
+        from verifiers.v1.utils.loaders import env_config_type, load_environment, resolve_env_config
+
+        self.vf = vf
+        config_cls = env_config_type(module)
+        taskset_args, env_knobs = {}, {}
+        for key, value in (env_args or {}).items():
+            is_env_knob = key in config_cls.model_fields and key not in ("taskset", "id")
+            (env_knobs if is_env_knob else taskset_args)[key] = value
+        data = {**env_knobs, "taskset": {**taskset_args, "id": module}}
+        config = resolve_env_config(dict(data))
+        for role, agent in agent_config_fields(config).items():
+            kind = agent.runtime.type
+            declared = config_cls.model_fields.get(role)
+            pinned = declared is not None and "runtime" in getattr(declared.default, "model_fields_set", ())
+            if pinned and kind in REMOTE_RUNTIMES:
+                raise Refused(f"the {role!r} agent runs in {REMOTE_RUNTIMES[kind]} (runtime {kind!r}), which "
+                              "Workbench does not run: it runs verifiers v1 agents as local processes or in "
+                              "local containers")
+            if not (pinned and kind in LOCAL_RUNTIMES):
+                data[role] = {**data.get(role, {}), "runtime": {"type": "subprocess"}}
+        config = resolve_env_config(data)
+        env = load_environment(config)
+        for role, harness in env._harnesses.items():
+            if isinstance(harness, vf.ACPHarness):
+                raise Refused(f"the {role!r} agent's harness {harness.config.id!r} is an ACP harness (Agent "
+                              "Client Protocol), which Workbench does not run")
+        self.env = env
+        self.tasks = list(env.taskset)
+        self.serving = env.serving()
+        await self.serving.__aenter__()
+        return self.describe()
+
+    def describe(self):
+        from verifiers.v1.envs.single_agent import SingleAgentEnv
+
+        env, vf = self.env, self.vf
+        rewards, metrics = {}, []
+        task_cls = type(env.taskset).task_type()
+        for task in self.tasks[:1]:
+            for fn in task.hooks("reward"):
+                rewards[fn.__name__] = float(getattr(fn, "_vf_weight", 1.0))
+            for judge in task.plugged_judges():
+                rewards[judge.reward_name] = float(judge.config.weight)
+            metrics = [fn.__name__ for fn in task.hooks("metric")]
+        for harness in env._harnesses.values():
+            metrics += [fn.__name__ for fn in getattr(harness, "hooks", lambda _: [])("metric")
+                        if fn.__name__ not in metrics]
+        finalizes = type(env).finalize is not vf.Env.finalize
+        return {
+            "tasks": [self.task_row(t) for t in self.tasks],
+            "rewards": rewards, "metrics": metrics, "finalize": finalizes,
+            "env": type(env).__name__, "single_agent": isinstance(env, SingleAgentEnv),
+            "task_type": task_cls.__name__,
+            "harnesses": {role: h.config.id for role, h in env._harnesses.items()},
+            "verifiers": getattr(sys.modules.get("verifiers"), "__version__", "unknown"),
+        }
+
+    @staticmethod
+    def task_row(task):
+        from verifiers.v1.dialects.chat import message_to_wire
+
+        data = task.data
+        prompt = data.prompt
+        messages = [] if data.system_prompt is None else [{"role": "system", "content": data.system_prompt}]
+        if isinstance(prompt, str):
+            messages.append({"role": "user", "content": prompt})
+        elif prompt is not None:
+            messages += [message_to_wire(m) for m in prompt]
+        from verifiers.v1.task import TaskData
+
+        fields = data.model_dump(mode="json", exclude_none=True)
+        base = set(TaskData.model_fields) - {"idx", "id", "name"}
+        info = {k: v for k, v in fields.items() if k not in base and k != "answer"}
+        answer = fields.get("answer")
+        return {"idx": data.idx, "messages": messages, "answer": None if answer is None else str(answer),
+                "info": info, "key": task.key}
+
+    # -- rollouts -----------------------------------------------------------------------------------
+    async def rollout(self, task, base_url, model):
+        from verifiers.v1.clients import ModelContext
+        from verifiers.v1.configs.client import EvalClientConfig
+        from verifiers.v1.env import RunSlot
+
+        if not 0 <= task < len(self.tasks):
+            raise Refused(f"task {task} is not among the environment's {len(self.tasks)} tasks")
+        ctx = ModelContext(model=model, client=EvalClientConfig(base_url=base_url, api_key_var=KEY_VAR))
+        episode = await self.env.run_slot(RunSlot(self.tasks[task]), ctx)
+        return {"ok": episode.ok, "errors": [_error(e) for e in episode.errors],
+                "traces": [_trace(t) for t in episode.traces]}
+
+    async def handle(self, request):
+        rid = request.get("id")
+        try:
+            op = request.get("op")
+            if op == "load":
+                result = await self.load(request["module"], request.get("path"), request.get("env_args"))
+            elif op == "rollout":
+                result = await self.rollout(int(request["task"]), request["base_url"], request["model"])
+            else:
+                raise Refused(f"unknown request {op!r}")
+            self.send({"id": rid, "ok": True, "result": result})
+        except Refused as e:
+            self.send({"id": rid, "ok": False, "error": str(e)})
+        except Exception as e:  # noqa: BLE001 - the environment's own failure, answered in one line
+            traceback.print_exc(file=sys.stderr)
+            self.send({"id": rid, "ok": False, "error": _one_line(e)})
+
+    async def close(self):
+        if self.serving is not None:
+            try:
+                await self.serving.__aexit__(None, None, None)
+            except Exception:  # noqa: BLE001 - ending anyway
+                traceback.print_exc(file=sys.stderr)
+
+
+def _error(e):
+    return {"type": e.type, "message": e.message}
+
+
+def _trace(t):
+    from verifiers.v1.dialects.chat import message_to_wire
+
+    return {
+        "id": t.id, "agent": t.agent.name if t.agent else "agent",
+        "trainable": bool(t.agent.trainable) if t.agent else True,
+        "rewards": {k: None if r is None else {"score": r.score, "weight": r.weight} for k, r in t.rewards.items()},
+        "metrics": dict(t.metrics), "errors": [_error(e) for e in t.errors], "ok": t.ok,
+        "stop_condition": t.stop_condition, "is_timeout": t.is_timeout, "turns": t.num_turns,
+        "messages": [message_to_wire(m) for m in t.messages], "reward": t.reward,
+    }
+
+
+def _one_line(e):
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text[:600]
+
+
+async def main():
+    # The answers' channel is the real stdout; whatever the environment prints goes to stderr.
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker(out)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    running = set()
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            try:
+                request = json.loads(line)
+            except ValueError:
+                worker.send({"id": None, "ok": False, "error": "malformed request: not JSON"})
+                continue
+            if request.get("op") == "close":
+                break
+            if request.get("op") == "load":  # the rest waits for the environment
+                await worker.handle(request)
+                continue
+            job = asyncio.ensure_future(worker.handle(request))
+            running.add(job)
+            job.add_done_callback(running.discard)
+    finally:
+        for job in list(running):
+            job.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await worker.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
