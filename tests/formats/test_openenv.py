@@ -1,0 +1,122 @@
+"""OpenEnv environments (openenv-core 0.3.0) run as Workbench environments: ``workbench eval`` on a running
+server (``openenv+http://``) and on an environment folder whose server Workbench starts (``openenv:DIR``),
+against the mock OpenAI server; the environment's rewards are the rollouts' rewards."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.formats.openenv_support import ENVS, EnvServer, openenv_python, serve_processes
+from tests.helpers import CliResult, MockServer, assert_user_error, last_json
+from workbench.frameworks.venvs import frameworks_dir
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def guess(n: int, call_id: str) -> dict[str, Any]:
+    return {"tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "step", "arguments": json.dumps({"guess": n})}}]}
+
+
+#: The model guesses 5, then 3, then stops acting.
+GUESS_5_THEN_3 = [guess(5, "c1"), guess(3, "c2"), "I am done."]
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    return openenv_python()
+
+
+@pytest.fixture(scope="module")
+def guess_server(python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServer]:
+    server = EnvServer(python, ENVS / "guess_env", tmp_path_factory.mktemp("openenv") / "guess.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def openenv_cli(cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+    """The CLI with this machine's framework environments (a private cache would build them again)."""
+
+    def run(*args: Any) -> CliResult:
+        return cli(*args, env={"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}, timeout=400.0)
+
+    return run
+
+
+@pytest.mark.parametrize(("target", "reward", "done", "hint"), [(3, 1.0, 1.0, "lower"), (9, 0.0, 0.0, "higher")])
+def test_eval_on_a_running_server_gives_the_environments_rewards(
+        guess_server: EnvServer, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult],
+        target: int, reward: float, done: float, hint: str) -> None:
+    mock = mock_server("script", "--by-turn", script=GUESS_5_THEN_3)
+    res = openenv_cli("eval", f"openenv+{guess_server.url}", "-n", "4", "-a", json.dumps({"target": target}),
+                      "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["rollouts"], out["errors"]) == (4, 0)
+    assert out["mean_reward"] == reward
+    assert out["metrics"] == {"openenv_done": done, "openenv_steps": 2.0}
+    # The model acted with the step tool, whose parameters are the action's schema (metadata left out).
+    body = mock.bodies()[0]
+    (tool,) = body["tools"]
+    assert tool["function"]["name"] == "step"
+    assert set(tool["function"]["parameters"]["properties"]) == {"guess", "reason"}
+    assert body["messages"][-1] == {"role": "user", "content": '{"hint": "Guess a number from 0 to 9.", "attempts": 0}'}
+    follow_up = next(b for b in mock.bodies() if len(b["messages"]) > 2)
+    assert follow_up["messages"][-1]["role"] == "tool"
+    assert json.loads(follow_up["messages"][-1]["content"])["hint"] == hint
+
+
+def test_a_full_server_makes_rollouts_wait_for_a_session(
+        python: Path, tmp_path: Path, mock_server: Callable[..., MockServer],
+        openenv_cli: Callable[..., CliResult]) -> None:
+    server = EnvServer(python, ENVS / "guess_env", tmp_path / "one.log", GUESS_MAX_SESSIONS="1")
+    try:
+        mock = mock_server("script", "--by-turn", script=GUESS_5_THEN_3)
+        res = openenv_cli("eval", f"openenv+{server.url}", "-n", "4", "-c", "4", "-a", '{"target": 5}',
+                          "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    finally:
+        server.stop()
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["rollouts"], out["errors"], out["mean_reward"]) == (4, 0, 1.0)
+    assert out["metrics"]["openenv_steps"] == 1.0
+
+
+def test_an_environment_folder_is_served_for_the_run_and_stopped_after(
+        python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult]) -> None:
+    folder = ENVS / "echo_env"
+    mock = mock_server("instant", reply="ping")
+    res = openenv_cli("eval", f"openenv:{folder}", "-n", "6", "-c", "6", "-a", '{"turns": 3}',
+                      "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["env"], out["rollouts"], out["errors"]) == ("echo_env", 6, 0)
+    # Each rollout has its own session: three steps each (reset's turns), one reward per "ping".
+    assert out["mean_reward"] == 3.0
+    assert out["metrics"] == {"openenv_done": 1.0, "openenv_steps": 3.0}
+    assert serve_processes(folder) == []
+
+
+@pytest.mark.parametrize(("spec", "args", "fragments"), [
+    ("openenv:", "{}", ["names nothing"]),
+    ("openenv:./no/such/env", "{}", ["no such folder"]),
+    (f"openenv:{ENVS}", "{}", ["not an OpenEnv environment folder"]),
+    ("openenv+http://", "{}", ["names no host"]),
+    ("openenv+docker:", "{}", ["names no Docker image"]),
+    ("openenv+http://127.0.0.1:{closed}", "{}", ["cannot reach the OpenEnv server"]),
+    ("openenv+{mock_root}", "{}", ["is not an OpenEnv server", "404"]),
+    ("openenv+{mock_root}", '{"episodes": 0}', ["episodes", "at least 1"]),
+])
+def test_bad_specs_end_in_one_clear_line(
+        spec: str, args: str, fragments: list[str], closed_port: int, mock_server: Callable[..., MockServer],
+        openenv_cli: Callable[..., CliResult]) -> None:
+    mock = mock_server("instant")
+    spec = spec.format(closed=closed_port, mock_root=mock.root)
+    res = openenv_cli("eval", spec, "-n", "1", "-a", args, "--base-url", mock.base_url, "-m", "mock-model")
+    assert_user_error(res, *fragments)
