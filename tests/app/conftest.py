@@ -46,6 +46,32 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     time.tzset()
 
 
+def steady_cursors(app: WorkbenchApp) -> None:
+    """Every text field's cursor drawn, not blinking: the picture does not depend on when it is taken."""
+    for screen in app.screen_stack:
+        for field in screen.query("Input, TextArea"):
+            field.cursor_blink = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def snap_compare(snap_compare: Any) -> Callable[..., bool]:
+    """pytest-textual-snapshot's ``snap_compare``, with every cursor steady when the picture is taken."""
+
+    def compare(app: Any, *args: Any, run_before: Callable[[Any], Awaitable[None] | None] | None = None,
+                **kwargs: Any) -> bool:
+        async def settled(pilot: Any) -> None:
+            if run_before is not None:
+                result = run_before(pilot)
+                if result is not None:
+                    await result
+            steady_cursors(pilot.app)
+            await pilot.pause()
+
+        return bool(snap_compare(app, *args, run_before=settled, **kwargs))
+
+    return compare
+
+
 def _record(run: str, env: str, model: str, i: int, *, reward: float | None, error: str | None = None,
             tool: bool = False) -> RolloutRecord:
     a, b = i, i + 1

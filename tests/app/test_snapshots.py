@@ -39,17 +39,9 @@ def _settle(ready: Callable[[WorkbenchApp], Any], *keys: str,
             await wait_until(pilot, lambda: then(app), what="the screen after the keys")
         await pilot.pause(0.2)
         app.clear_notifications()
-        steady_cursors(app)
         await pilot.pause()
 
     return run_before
-
-
-def steady_cursors(app: WorkbenchApp) -> None:
-    """Every text field's cursor drawn, not blinking: the picture does not depend on when it is taken."""
-    for screen in app.screen_stack:
-        for field in screen.query("Input, TextArea"):
-            field.cursor_blink = False  # type: ignore[attr-defined]
 
 
 def _traces_ready(app: WorkbenchApp) -> bool:
