@@ -220,6 +220,11 @@ class SandboxPool(ABC):
     async def start(self) -> SandboxPool:
         """Check the runtime works (one clear :class:`SandboxError` when not) and begin warming up."""
 
+    async def prepare(self, tasks: Sequence[Task]) -> None:
+        """Make ready what ``tasks`` need before a run over them is recorded (a pool of per-task images builds
+        them here, so one that cannot be built stops the run before it starts); nothing by default."""
+        return None
+
     @abstractmethod
     async def acquire(self, rollout_id: str = "", task: Task | None = None) -> Sandbox: ...
 

@@ -361,7 +361,15 @@ async def open_sandboxes(env: Environment, tasks: list[Any], run_id: str, concur
         raise ConfigError(f"environment {env.name!r}: runtime {env.runtime!r} cannot open sandboxes; use wb.Local() "
                           "or wb.Docker(...)")
     size = max(1, min(concurrency, len(tasks) * rollouts_per_task))
-    return await opener(run_id=run_id, size=size, env_dir=env.folder).start()
+    pool = await opener(run_id=run_id, size=size, env_dir=env.folder).start()
+    try:
+        prepare = getattr(pool, "prepare", None)  # a pool of a runtime's own making may have none
+        if prepare is not None:
+            await prepare(tasks)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
 
 
 async def close_sandboxes(pool: Any, store: Store, run_id: str) -> None:

@@ -82,7 +82,10 @@ async def validate_env(spec: str, env_args: dict[str, Any] | None = None, sample
     gold_scores: list[Scores] = []
     empty_scores: list[Scores] = []
     errors: Counter[str] = Counter()
+    known = len(rep.problems)
     pool = await _sandboxes(env, tasks, rep)
+    if len(rep.problems) > known:  # no sandbox to score in: scoring would only repeat why
+        return rep
     toolsets = await _toolsets(env, pool, rep)
     try:
         for t in tasks:
@@ -175,9 +178,16 @@ async def _sandboxes(env: Environment, tasks: list[Task], rep: ValidationReport)
         return None
     from workbench.runs.evaluate import run_runtime
 
+    pool = None
     try:
-        return await run_runtime(env).pool(run_id="validate", size=2, env_dir=env.folder).start()
+        pool = await run_runtime(env).pool(run_id="validate", size=2, env_dir=env.folder).start()
+        prepare = getattr(pool, "prepare", None)  # a pool of a runtime's own making may have none
+        if prepare is not None:
+            await prepare(tasks)
+        return pool
     except WorkbenchError as e:
+        if pool is not None:
+            await pool.close()
         rep.problems.append(f"the environment's sandboxes cannot start: {e}")
     except AttributeError:
         rep.problems.append(f"the environment's runtime {env.runtime!r} cannot open sandboxes")

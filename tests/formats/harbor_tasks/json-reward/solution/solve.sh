@@ -1,0 +1,2 @@
+#!/bin/sh
+mkdir -p /app/out && touch /app/out/a.txt /app/out/b.txt

@@ -1,0 +1,227 @@
+"""Harbor tasks run unchanged, read natively: a task folder (or a dataset folder of them) is an environment;
+`workbench validate` scores the reference solution (reward 1) and an agent that does nothing (reward 0) as
+Harbor's oracle and no-op agents do, and `workbench eval` plays each task with a terminal agent in the task's
+own container against the mock OpenAI server. Bad task folders end in one clear line and write nothing.
+
+The task folders under ``harbor_tasks/`` build ``FROM workbench-sandbox:2`` (made from this machine's files,
+no registry); the tests that run containers are slow and need the Docker engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    CliResult,
+    MockServer,
+    assert_user_error,
+    cli_environment,
+    last_json,
+    mock_args,
+    query,
+    run_workbench,
+)
+from workbench.authoring import discovery
+from workbench.formats.harbor import FORMAT
+from workbench.formats.harbor.runtime import HarborRuntime
+
+pytestmark = pytest.mark.timeout(600)
+
+TASKS = Path(__file__).with_name("harbor_tasks")
+HELLO = TASKS / "hello"
+
+
+def bash_call(command: str, call_id: str = "c1") -> dict[str, Any]:
+    return {"tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]}
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., CliResult]:
+    env = cli_environment(tmp_path, tmp_path / "wb.db")
+
+    def run(*args: Any, timeout: float = 300.0) -> CliResult:
+        return run_workbench(list(args), env, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def docker() -> Any:
+    if not shutil.which("dockerd") and not Path("/var/run/docker.sock").exists():
+        pytest.skip("Docker cannot run on this machine: no dockerd binary and no engine socket")
+    from workbench_local.sandbox.docker_api import connect
+    from workbench_local.sandbox.image import build_default_image
+
+    from workbench.authoring.sandbox import SandboxError
+
+    try:
+        client = connect()
+    except SandboxError as e:
+        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
+    build_default_image(client)
+    return client
+
+
+def runs(db: Path) -> int:
+    """The runs recorded in the store (0 while it or its tables do not exist)."""
+    if not db.exists():
+        return 0
+    try:
+        return int(query(db, "SELECT COUNT(*) FROM run")[0][0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def copy_task(tmp_path: Path, name: str = "task") -> Path:
+    dest = tmp_path / name
+    shutil.copytree(HELLO, dest, symlinks=True)
+    return dest
+
+
+# -- reading (no containers) ----------------------------------------------------------------------
+def test_a_task_folder_and_a_dataset_folder_are_claimed_and_nothing_else(tmp_path: Path) -> None:
+    assert FORMAT.claims(str(HELLO)) == HELLO.resolve()
+    assert FORMAT.claims(str(TASKS)) == TASKS.resolve()
+    package = copy_task(tmp_path, "package")
+    (package / "__init__.py").write_text("")
+    assert FORMAT.claims(str(package)) is None  # a Python environment package is not Harbor's
+    assert FORMAT.claims(str(HELLO / "task.toml")) is None
+    assert FORMAT.claims(str(tmp_path / "missing")) is None
+    assert FORMAT.claims(str(HELLO / "tests")) is None
+
+
+def test_a_dataset_is_one_environment_with_a_task_per_folder_and_its_limits() -> None:
+    ref = discovery.resolve(str(TASKS))
+    assert (ref.format, ref.name) == ("harbor", "harbor_tasks")
+    env = discovery.load_ref(ref)
+    assert env.dialect == "harbor" and isinstance(env.runtime, HarborRuntime)
+    tasks = list(env.tasks)
+    assert [t.id for t in tasks] == ["hello", "json-reward"]
+    hello = tasks[0]
+    assert hello.prompt == (HELLO / "instruction.md").read_text()
+    assert hello.answer is not None  # the reference solution is the gold answer
+    info = hello.info["harbor"]
+    assert (info["agent_timeout_s"], info["verifier_timeout_s"], info["memory_mb"]) == (120.0, 60.0, 256)
+    assert env.runtime.tasks["hello"].network is False  # allow_internet = false
+    assert env.runtime.tasks["json-reward"].memory_mb == 512  # the older memory = "512M"
+    assert env.version == discovery.load(str(TASKS)).version
+
+
+@pytest.mark.parametrize(("change", "fragments"), [
+    ("no tests", ("notes", "has no tests/test.sh")),
+    ("no instruction", ("notes", "has no instruction.md")),
+    ("compose", ("notes", "docker-compose", "environment/docker-compose.yaml")),
+    ("link out", ("notes", "links outside")),
+    ("steps", ("notes", "several steps")),
+    ("bad toml", ("notes", "task.toml is not valid TOML")),
+    ("host variable", ("notes", "reads the host's ${HOME}")),
+])
+def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli: Callable[..., CliResult],
+                                                             change: str, fragments: tuple[str, ...]) -> None:
+    task = copy_task(tmp_path, "notes")
+    if change == "no tests":
+        shutil.rmtree(task / "tests")
+    elif change == "no instruction":
+        (task / "instruction.md").unlink()
+    elif change == "compose":
+        (task / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    elif change == "link out":
+        (task / "tests" / "secrets").symlink_to("/etc/passwd")
+    elif change == "steps":
+        with (task / "task.toml").open("a") as fh:
+            fh.write('\n[[steps]]\nname = "one"\n')
+    elif change == "bad toml":
+        (task / "task.toml").write_text("[agent\n")
+    elif change == "host variable":
+        with (task / "task.toml").open("a") as fh:
+            fh.write('\n[verifier.env]\nWHERE = "${HOME}"\n')
+    for command in (["validate", task, "--no-probe"], ["eval", task, "-n", "1", "--base-url",
+                                                       "http://127.0.0.1:9/v1", "-m", "m"]):
+        assert_user_error(cli(*command), *fragments)
+    assert runs(tmp_path / "wb.db") == 0
+
+
+# -- running (containers) -------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("where", [HELLO, TASKS], ids=["task", "dataset"])
+def test_validate_scores_the_reference_solution_1_and_doing_nothing_0(docker: Any, cli: Callable[..., CliResult],
+                                                                      where: Path) -> None:
+    res = cli("validate", where, "--no-probe", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert out["ok"] and out["problems"] == []
+    assert out["gold"]["total"] == 1.0 and out["empty"]["total"] == 0.0
+    assert out["tasks_checked"] == (1 if where == HELLO else 2)
+
+
+@pytest.fixture
+def mock(tmp_path: Path) -> Iterator[Callable[..., MockServer]]:
+    servers: list[MockServer] = []
+
+    def start(script: list[Any]) -> MockServer:
+        s = MockServer(mock_args("script", "--by-turn", script=script), tmp_path / f"mock{len(servers)}.log")
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.mark.slow
+def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any, cli: Callable[..., CliResult],
+                                                                     mock: Callable[..., MockServer]) -> None:
+    server = mock([bash_call("pwd && echo hello > greeting.txt && cat /app/seed.txt"), "Done."])
+    res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["errors"], out["rollouts"], out["mean_reward"]) == (0, 1, 1.0)
+    shown = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)
+    tool = next(m for m in shown["messages"] if m["role"] == "tool")
+    assert "/app" in tool["content"] and "seed" in tool["content"]  # the image's WORKDIR and files
+    assert shown["state"]["harbor_rewards"] == {"reward": 1.0}
+
+
+@pytest.mark.slow
+def test_an_agent_that_does_nothing_scores_0_with_no_error_and_named_rewards_are_metrics(
+        docker: Any, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+    server = mock(["I will not do anything."])
+    res = cli("eval", TASKS, "-n", "2", "--base-url", server.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["errors"], out["rollouts"], out["mean_reward"]) == (0, 2, 0.0)
+    assert out["metrics"].get("rewards.files") == 0.0  # json-reward's reward.json names "files" too
+
+
+@pytest.mark.slow
+def test_a_dockerfile_that_does_not_build_is_one_error_naming_the_task(
+        docker: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+    server = mock(["Done."])
+    task = copy_task(tmp_path, "broken-build")
+    with (task / "environment" / "Dockerfile").open("a") as fh:
+        fh.write("RUN exit 3\n")
+    assert_user_error(cli("eval", task, "-n", "1", "--base-url", server.base_url, "-m", "mock-model"),
+                      "Harbor task broken-build", "Dockerfile failed")
+    assert runs(tmp_path / "wb.db") == 0
+    res = cli("validate", task, "--no-probe", "--json")
+    assert res.rc == 1
+    problems = last_json(res.stdout)["problems"]
+    assert len(problems) == 1 and "Harbor task broken-build" in problems[0]
+
+
+@pytest.mark.slow
+def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker: Any, tmp_path: Path,
+                                                            cli: Callable[..., CliResult]) -> None:
+    task = copy_task(tmp_path, "silent")
+    (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 'cannot find pytest' >&2\nexit 127\n")
+    res = cli("validate", task, "--no-probe", "--json")
+    assert res.rc == 1
+    problems = last_json(res.stdout)["problems"]
+    assert any("wrote no reward" in p and "exit 127" in p and "cannot find pytest" in p for p in problems), problems

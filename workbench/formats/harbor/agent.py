@@ -1,0 +1,90 @@
+"""The agents that play a Harbor task in its container.
+
+``TerminalAgent`` (the default) is a terminal agent in the manner of Harbor's Terminus: the model gets the
+task's instruction and one tool, ``bash``, that runs a command in the container (in the task's working
+directory, as the image's user) and returns its exit status and output; it works until it answers without
+a tool call or runs out of turns. Each command is its own shell: what persists between commands is the
+container's files, not the shell's variables or current directory.
+
+``ProgramAgent`` runs any agent program (``wb.Program``) in the container instead, talking to the model
+through the interception proxy (the image needs ``python3`` for the proxy's bridge).
+
+Both mark the rollout's state before the model acts (``verifier.AGENT_KEY``) and make Harbor's ``/logs``
+folders first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from workbench.authoring.harness import Program, ToolLoop
+from workbench.authoring.sandbox import Sandbox
+from workbench.formats.harbor.verifier import AGENT_KEY, make_log_dirs
+from workbench.records.rollout import Rollout, RolloutFailed
+
+SYSTEM_PROMPT = (
+    "You are an AI agent solving a task in a Linux container through its terminal. Use the bash tool to run "
+    "shell commands: each runs in a fresh shell in the task's working directory, and files you change "
+    "persist. Inspect before you change things, check your work, and when the task is complete reply with a "
+    "short summary and no tool call."
+)
+#: The longest one command may run when the model does not say (seconds).
+COMMAND_TIMEOUT_S = 180.0
+_MAX_OUTPUT = 16_000
+
+
+def _workdir(rollout: Rollout) -> str | None:
+    harbor = (rollout.task.info or {}).get("harbor") or {}
+    wd = harbor.get("workdir")
+    return wd if isinstance(wd, str) else None
+
+
+async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """Run a shell command in the task's container and return its exit status and output.
+
+    Args:
+        command: the shell command line (``sh -c``); chain steps with ``&&``.
+        timeout: seconds before the command is killed (at most the task's agent time limit).
+    """
+    harbor = (info or {}).get("harbor") or {}
+    limit = float(harbor.get("agent_timeout_s") or COMMAND_TIMEOUT_S)
+    wait = min(max(1.0, float(timeout or COMMAND_TIMEOUT_S)), limit)
+    r = await sandbox.exec(command, timeout=wait, cwd=harbor.get("workdir"),
+                           env={"DEBIAN_FRONTEND": "noninteractive", "TERM": "dumb"})
+    return r.output(limit=_MAX_OUTPUT)
+
+
+class TerminalAgent(ToolLoop):
+    """A shell-tool loop on the model in the task's container (see the module)."""
+
+    def __init__(self, max_turns: int = 50, system_prompt: str | None = SYSTEM_PROMPT) -> None:
+        super().__init__([bash], max_turns=max_turns, system_prompt=system_prompt, parallel=False)
+
+    async def run(self, rollout: Rollout) -> None:
+        rollout.state[AGENT_KEY] = "terminal"
+        if rollout.sandbox is None:
+            raise RolloutFailed("harness", "harbor", "a Harbor task runs in its container, and the run opened none")
+        await make_log_dirs(rollout.sandbox)
+        await super().run(rollout)
+
+    def describe(self) -> str:
+        return "HarborTerminal(bash)"
+
+
+class ProgramAgent(Program):
+    """An agent program run in the task's container (``wb.Program``), its time bounded by the task's."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 3600.0) -> None:
+        super().__init__(argv, env=env, timeout=timeout)
+        self.limit = self.timeout
+
+    async def run(self, rollout: Rollout) -> None:
+        rollout.state[AGENT_KEY] = "program"
+        if rollout.sandbox is not None:
+            await make_log_dirs(rollout.sandbox)
+        harbor = (rollout.task.info or {}).get("harbor") or {}
+        # Read by Program.run before its first await: no other rollout's task can change them in between.
+        self.cwd = _workdir(rollout)
+        self.timeout = min(self.limit, float(harbor.get("agent_timeout_s") or self.limit))
+        await super().run(rollout)
