@@ -260,8 +260,11 @@ def show_command(ctx: click.Context, target: str | None, tokens: bool, tokenizer
 
 @click.command("export")
 @click.argument("run", required=False)
-@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
-@click.option("-o", "--output", default="-", help="Output file (default: stdout).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "atif"]), default="jsonl", show_default=True,
+              help="jsonl: chat rows for SFT; atif: a folder of Harbor ATIF trajectories, one trial folder per "
+                   "rollout (needs -o FOLDER).")
+@click.option("-o", "--output", default="-", help="Output file (default: stdout); with --format atif, a new or "
+              "empty folder.")
 @click.option("--min-reward", type=float, default=None, help="Only rollouts with at least this total reward.")
 @click.option("--include-errors", is_flag=True, help="Also export rollouts that failed.")
 @click.option("--source", type=click.Choice(["model", "imported", "human"]), default=None,
@@ -272,16 +275,26 @@ def show_command(ctx: click.Context, target: str | None, tokens: bool, tokenizer
 def export_command(ctx: click.Context, run: str | None, fmt: str, output: str, min_reward: float | None,
                    include_errors: bool, source: str | None, db: str | None) -> None:
     """Export a run's rollouts (or, with --source, every run's from that source) as chat rows ready for
-    SFT (one JSON object per line)."""
+    SFT (one JSON object per line), or with --format atif as Harbor ATIF trajectories (one trial folder
+    per rollout)."""
     from workbench.analysis.export import check_output, export_rollouts, run_filter
     from workbench.errors import ConfigError
 
     if run is None and source is None:
         raise ConfigError("name a RUN to export (`workbench runs` lists them), or --source model|imported|human "
                           "for every run's rollouts from that source")
+    if fmt == "atif" and output == "-":
+        raise ConfigError("--format atif writes a folder of trajectories, not one stream; give -o FOLDER")
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         run_id = store.get_run(run)["id"] if run is not None else None
         query = run_filter(run_id, min_reward=min_reward, include_errors=include_errors, source=source)
+        if fmt == "atif":
+            from workbench.analysis.export_atif import check_folder, export_atif
+
+            check_folder(Path(output))  # before any rollout is read
+            n = export_atif(store, query, Path(output))
+            console.print(f"wrote {n} trajectories to {esc(output)} (one trial folder per rollout)")
+            return
         if output == "-":
             export_rollouts(store, query, sys.stdout.buffer)
             return

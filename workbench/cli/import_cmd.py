@@ -1,4 +1,4 @@
-"""``workbench import FILE --format openai-jsonl|verifiers|inspect``: conversations as an imported run."""
+"""``workbench import FILE --format openai-jsonl|verifiers|inspect|atif``: conversations as an imported run."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ _SHOWN = 20  # bad lines listed for people (--json lists them all)
 
 @click.command("import")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", required=True, type=click.Choice(["openai-jsonl", "verifiers", "inspect"]),
+@click.option("--format", "fmt", required=True, type=click.Choice(["openai-jsonl", "verifiers", "inspect", "atif"]),
               help="openai-jsonl: one {\"messages\": [...]} a line; verifiers: a `vf-eval -s` results folder; "
-                   "inspect: an Inspect AI .eval log.")
+                   "inspect: an Inspect AI .eval log; atif: a Harbor ATIF trajectory file, or a folder of them "
+                   "(a Harbor job or trial folder).")
 @click.option("--env", default=None, help="Tie the run to this environment (so `workbench rescore ENV --run RUN` "
               "scores it); conversations whose first user turn is a task prompt take that task.")
 @env_args_option("JSON keyword arguments for --env's load_environment.")

@@ -1,5 +1,5 @@
 """Where ``workbench import`` reads from: the file's kind checked before anything opens it, and the reader
-of its format (``import_formats``, ``import_verifiers``, ``import_inspect``)."""
+of its format (``import_formats``, ``import_verifiers``, ``import_inspect``, ``import_atif``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from workbench.errors import ConfigError
+from workbench.runs.import_atif import read_atif
 from workbench.runs.import_formats import Conversation, Problem, Source, read_openai_jsonl
 from workbench.runs.import_inspect import read_inspect
 from workbench.runs.import_verifiers import read_verifiers
 
 Reader = Callable[[Path], tuple[Source, Iterator[Conversation | Problem]]]
-READERS: dict[str, Reader] = {"openai-jsonl": read_openai_jsonl, "verifiers": read_verifiers, "inspect": read_inspect}
+READERS: dict[str, Reader] = {"openai-jsonl": read_openai_jsonl, "verifiers": read_verifiers, "inspect": read_inspect,
+                           "atif": read_atif}
 FORMATS = tuple(READERS)
 _KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "named pipe (FIFO)"),
           (stat.S_ISSOCK, "socket"))
