@@ -17,14 +17,14 @@ class LocalTrainer:
     name = "local"
 
     def defaults(self) -> dict[str, Any]:
-        from workbench_local.training.trainer import TrainerConfig
+        from workbench_local.training.trainer_config import TrainerConfig
 
         return TrainerConfig().to_dict()
 
     def check(self, tables: dict[str, Any]) -> None:
         """Refuse an unknown loss, a loss option or a trainer option, naming the nearest valid one."""
         from workbench_local.training.losses import LOSSES, build_loss
-        from workbench_local.training.trainer import TrainerConfig
+        from workbench_local.training.trainer_config import TrainerConfig
 
         loss = dict(tables["loss"])
         name = loss.pop("name", "pg")
