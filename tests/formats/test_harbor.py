@@ -225,3 +225,35 @@ def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker: Any, tmp_pat
     assert res.rc == 1
     problems = last_json(res.stdout)["problems"]
     assert any("wrote no reward" in p and "exit 127" in p and "cannot find pytest" in p for p in problems), problems
+
+
+#: An agent program in the image's own python3 (standard library only): it asks the model through the proxy
+#: (OPENAI_BASE_URL) for a command, runs it in the container, and prints the model's last word.
+PROGRAM_AGENT = r'''
+import json, os, subprocess, urllib.request
+def chat(messages):
+    req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", method="POST",
+                                 data=json.dumps({"model": os.environ["WORKBENCH_MODEL"], "messages": messages}).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer x"})
+    return json.load(urllib.request.urlopen(req))["choices"][0]["message"]
+messages = [{"role": "user", "content": os.environ["WORKBENCH_PROMPT"]}]
+reply = chat(messages)
+command = reply["content"]
+out = subprocess.run(command, shell=True, capture_output=True, text=True).stdout
+messages += [reply, {"role": "user", "content": "ran: " + out}]
+print(chat(messages)["content"])
+'''
+
+
+@pytest.mark.slow
+def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, cli: Callable[..., CliResult],
+                                                            mock: Callable[..., MockServer]) -> None:
+    server = mock(["echo hello > /app/greeting.txt && cat /app/greeting.txt", "Finished."])
+    res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json",
+              "-a", json.dumps({"agent": ["python3", "-c", PROGRAM_AGENT]}))
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["errors"], out["mean_reward"]) == (0, 1.0)
+    shown = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)
+    assert shown["completion"] == "Finished." and shown["state"]["harbor_agent"] == "program"
+    assert server.requests() == 2  # both of the program's calls went through the proxy

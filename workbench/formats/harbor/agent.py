@@ -44,7 +44,7 @@ async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], timeout: fl
     """Run a shell command in the task's container and return its exit status and output.
 
     Args:
-        command: the shell command line (``sh -c``); chain steps with ``&&``.
+        command: the shell command line, run by sh -c; chain steps with &&.
         timeout: seconds before the command is killed (at most the task's agent time limit).
     """
     harbor = (info or {}).get("harbor") or {}
