@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from tests.helpers import REPO
 
 FIRST_PARTY = {"workbench", "workbench_app", "workbench_local", "workbench_cloud", "workbench_envs"}
-FEATURES = {"hf", "verifiers", "inspect"}  # optional features of the domain, imported inside functions
+FEATURES = {"hf", "verifiers", "inspect", "openai-evals"}  # optional features of the domain, imported inside functions
 
 # (folder, folders left to another row, extras its module-level imports may use, extras its imports inside
 # functions may use besides those). The base dependencies are always allowed; `dev` never is.
