@@ -116,7 +116,7 @@ class DockerLauncher:
 
     def start(self) -> Started:
         name = f"workbench-openenv-{os.getpid()}-{next(_names)}"
-        run = _docker("run", "--detach", "--rm", "--name", name, "--label", "workbench.openenv=1",
+        run = _docker("run", "--detach", "--name", name, "--label", "workbench.openenv=1",
                       "--env", "ENABLE_WEB_INTERFACE=false", "--publish", f"127.0.0.1::{self.port}", self.image)
         if run.returncode != 0:
             raise EnvLoadError(f"cannot start the Docker image {self.image}: {_docker_error(run.stderr)}")
@@ -135,20 +135,27 @@ class DockerLauncher:
         port = _docker("port", name, f"{self.port}/tcp")
         hostport = next((ln.strip() for ln in port.stdout.splitlines() if ln.strip().startswith("127.0.0.1:")), "")
         if port.returncode != 0 or not hostport:
+            self._check_running(name)
             raise EnvLoadError(f"the container of {self.image} publishes no port {self.port}: "
-                               f"{_docker_error(port.stderr) or 'it exited'}")
+                               f"{_docker_error(port.stderr)}")
         url = f"http://{hostport}"
         deadline = time.monotonic() + START_TIMEOUT_S
         while not healthy(url):
-            state = _docker("inspect", "--format", "{{.State.Running}}", name)
-            if state.stdout.strip() != "true":
-                logs = _docker("logs", "--tail", "3", name)
-                why = " | ".join(ln for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip())[-600:]
-                raise EnvLoadError(f"the container of {self.image} exited before serving: {why or 'no output'}")
+            self._check_running(name)
             if time.monotonic() > deadline:
                 raise EnvLoadError(f"the container of {self.image} did not answer /health in {START_TIMEOUT_S:g} s")
             time.sleep(0.3)
         return url
+
+
+    def _check_running(self, name: str) -> None:
+        state = _docker("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name)
+        running, _, code = state.stdout.strip().partition(" ")
+        if running != "true":
+            logs = _docker("logs", "--tail", "3", name)
+            said = " | ".join(ln.strip() for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip())[-600:]
+            raise EnvLoadError(f"the container of {self.image} exited (code {code or '?'}) before serving"
+                               f"{': ' + said if said else ''}; an OpenEnv image serves on port {self.port}")
 
 
 def _docker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -161,8 +168,9 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _docker_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "").removeprefix("docker: ")[:400]
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("Run 'docker")]
+    errors = [ln for ln in lines if "error" in ln.lower()] or lines
+    return (errors[-1] if errors else "").removeprefix("docker: ")[:400]
 
 
 @dataclass(slots=True)
