@@ -22,6 +22,8 @@ import pytest
 
 from tests.helpers import CliResult, MockServer, last_json
 
+pytestmark = pytest.mark.slow  # each test installs a package and starts vf-eval: tens of seconds
+
 VF_EVAL_TIMEOUT = 300.0
 #: vf-eval's own entry point (its console script is not used: the framework environment is built in a
 #: temporary folder and renamed, so the scripts' #! lines name a folder that no longer exists).
