@@ -8,6 +8,7 @@ rewards, and bad input ends in one clear line naming the file and the field, wit
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,65 @@ def test_a_harbor_job_folder_imports_with_its_rewards(store_path: Path, tmp_path
     with Store(store_path) as store:
         single = import_file(store, tmp_path / "one" / "agent" / "trajectory.json", "atif")
     assert (single.rollouts, single.mean_reward) == (1, 0.5)
+
+
+def test_a_harbor_import_exports_as_valid_atif(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    res = cli("import", _harbor_job(tmp_path), "--format", "atif", "--json")
+    assert res.rc == 0, res.stderr
+    out = tmp_path / "out"
+    assert cli("export", last_json(res.stdout)["run_id"], "--format", "atif", "-o", out).rc == 0
+    docs = _trajectories(out)  # llm_call_count (v1.7) and the like are not carried: v1.6 holds the rest
+    assert sorted((d["agent"]["name"], d["agent"]["version"]) for d in docs) == [("codex", "0.9"),
+                                                                                   ("terminus-2", "2.0.0")]
+
+
+def test_a_continued_trajectory_is_one_conversation(store_path: Path, tmp_path: Path) -> None:
+    """Harbor's terminus-2 (linear history) goes on in trajectory.cont-N.json after it summarizes: the
+    continuation's steps follow, less the ones it copied for context, and its running totals are the usage."""
+    agent = {"name": "terminus-2", "version": "2"}
+    first = {"schema_version": "ATIF-v1.5", "session_id": "s", "agent": agent,
+             "continued_trajectory_ref": "trajectory.cont-1.json",
+             "steps": [{"step_id": 1, "source": "user", "message": "task"},
+                       {"step_id": 2, "source": "agent", "message": "a1", "metrics": {"prompt_tokens": 10}}],
+             "final_metrics": {"total_prompt_tokens": 10, "total_completion_tokens": 1}}
+    cont = {"schema_version": "ATIF-v1.5", "session_id": "s-cont-1", "agent": agent,
+            "steps": [{"step_id": 1, "source": "user", "message": "task", "is_copied_context": True},
+                      {"step_id": 2, "source": "agent", "message": "a1", "is_copied_context": True},
+                      {"step_id": 3, "source": "user", "message": "go on"},
+                      {"step_id": 4, "source": "agent", "message": "a2"}],
+            "final_metrics": {"total_prompt_tokens": 30, "total_completion_tokens": 4}}
+    trial = tmp_path / "job" / "t1"
+    write_file(trial / "agent" / "trajectory.json", json.dumps(first))
+    write_file(trial / "agent" / "trajectory.cont-1.json", json.dumps(cont))
+    loop = tmp_path / "job" / "t2" / "agent" / "trajectory.json"
+    write_file(loop, json.dumps(first | {"continued_trajectory_ref": "../../t1/agent/trajectory.json"}))
+    with Store(store_path) as store:
+        res = import_file(store, tmp_path / "job", "atif")
+    assert res.rollouts == 1
+    (r,) = _rollouts(store_path, res.run_id)
+    assert [m["content"] for m in r["messages"]] == ["task", "a1", "go on", "a2"]
+    assert (r["prompt_tokens"], r["completion_tokens"]) == (30, 4)
+    assert [(p.where, p.reason) for p in res.problems] == [
+        ("t2/agent/trajectory.json", "continued_trajectory_ref '../../t1/agent/trajectory.json' names no file beside it")]
+
+
+def test_links_out_of_the_folder_and_special_files_are_not_read(store_path: Path, tmp_path: Path) -> None:
+    outside = write_file(tmp_path / "secret" / "t.json", json.dumps(GOOD | {"session_id": "outside"}))
+    write_file(tmp_path / "secret" / "reward.json", json.dumps({"reward": 9}))
+    job = tmp_path / "job"
+    write_file(job / "ok" / "agent" / "trajectory.json", json.dumps(GOOD))
+    (job / "ok" / "verifier").mkdir()
+    (job / "ok" / "verifier" / "reward.json").symlink_to(tmp_path / "secret" / "reward.json")
+    (job / "link" / "agent").mkdir(parents=True)
+    (job / "link" / "agent" / "trajectory.json").symlink_to(outside)
+    (job / "linked-folder").symlink_to(tmp_path / "secret")
+    (job / "fifo" / "agent").mkdir(parents=True)
+    os.mkfifo(job / "fifo" / "agent" / "trajectory.json")
+    with Store(store_path) as store:
+        res = import_file(store, job, "atif")
+    assert (res.rollouts, res.rewarded, res.problems) == (1, 0, [])
+    (r,) = _rollouts(store_path, res.run_id)
+    assert r["state"]["import"]["where"] == "ok/agent/trajectory.json" and r["reward"] is None
 
 
 # -- bad input -----------------------------------------------------------------------------------------

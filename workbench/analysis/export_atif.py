@@ -111,7 +111,10 @@ def export_atif(store: Any, query: RolloutFilter, folder: Path, page: int = 200)
     """Write one trial folder per rollout ``query`` selects into ``folder``; returns how many."""
     out = check_folder(folder)
     created = not out.exists()
-    out.mkdir(exist_ok=True)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create {folder} ({e.strerror or e}); nothing was exported") from None
     conn, n, after = store.conn, 0, None
     runs: dict[str, dict[str, Any]] = {}
     taken: set[str] = set()

@@ -18,6 +18,7 @@ rewards, metrics, task, answer, info) is under ``extra.workbench`` of the trajec
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +50,8 @@ from workbench.runs.import_formats import (
 )
 
 
-def trajectory_conversation(doc: Any, where: str) -> Conversation:
-    """One ATIF trajectory as a conversation; :class:`Bad` names the field that is not ATIF."""
+def _segment(doc: Any) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """A trajectory's (document, agent, steps), its header checked."""
     if not isinstance(doc, dict):
         raise Bad("not an ATIF trajectory (not a JSON object)")
     version = doc.get("schema_version")
@@ -65,16 +66,34 @@ def trajectory_conversation(doc: Any, where: str) -> Conversation:
     steps = need(doc, "steps", "", list, "a list of steps")
     if not steps:
         raise Bad("steps is empty (a trajectory has at least one step)")
+    return doc, agent, steps
+
+
+def trajectory_conversation(doc: Any, where: str, continued: list[tuple[str, Any]] | None = None) -> Conversation:
+    """One ATIF trajectory as a conversation; :class:`Bad` names the field that is not ATIF. ``continued``
+    holds the (name, trajectory) of each file its ``continued_trajectory_ref`` chain names, in order:
+    their steps follow, less those copied from before for context (``is_copied_context``), and the last
+    one's ``final_metrics`` (Harbor's running totals) give the usage."""
+    doc, agent, steps = _segment(doc)
+    version = doc["schema_version"]
     messages: list[dict[str, Any]] = []
     prompt = completion = 0
-    for i, step in enumerate(steps):
-        msgs, usage = step_messages(step, i)
-        messages += msgs
-        prompt += usage["prompt"]
-        completion += usage["completion"]
+    final = None
+    for name, seg in [("", doc), *(continued or ())]:
+        try:
+            seg, _, seg_steps = _segment(seg)
+            for i, step in enumerate(seg_steps):
+                msgs, usage = step_messages(step, i)
+                if name and step.get("is_copied_context") is True:
+                    continue
+                messages += msgs
+                prompt += usage["prompt"]
+                completion += usage["completion"]
+            final = maybe(seg, "final_metrics", "", dict, "an object") or final
+        except Bad as e:
+            raise Bad(f"{name}: {e}" if name else str(e)) from None
     if isinstance(shape := check_messages(messages), str):
         raise Bad(shape)
-    final = maybe(doc, "final_metrics", "", dict, "an object")
     if final is not None:
         prompt = maybe(final, "total_prompt_tokens", "final_metrics.", int, "a whole number") or prompt
         completion = maybe(final, "total_completion_tokens", "final_metrics.", int, "a whole number") or completion
@@ -163,6 +182,9 @@ def trial_scores(trial: Path, root: Path) -> tuple[float | None, dict[str, float
 
 
 # -- files ----------------------------------------------------------------------------------------------
+_CONTINUATION = re.compile(r"trajectory\.cont-\d+\.json")  # Harbor's name for a trajectory's continuation
+
+
 def _inside(path: Path, root: Path) -> Path | None:
     """``path`` when it is a regular file whose real place is inside ``root``, else None."""
     try:
@@ -185,8 +207,8 @@ def trajectory_files(path: Path) -> list[Path]:
         dirs.sort()
         if TRAJECTORY in files and (real := _inside(Path(folder) / TRAJECTORY, root)) is not None:
             found.append(real)
-    if not found:
-        found = sorted(real for p in root.iterdir() if p.suffix == ".json"
+    if not found:  # a continuation is read with the trajectory it continues
+        found = sorted(real for p in root.iterdir() if p.suffix == ".json" and not _CONTINUATION.fullmatch(p.name)
                        and (real := _inside(p, root)) is not None)
     if not found:
         raise ConfigError(f"{path} holds no ATIF trajectories (no {TRAJECTORY} below it, no .json file in "
@@ -203,6 +225,9 @@ def read_atif(path: Path) -> tuple[Source, Iterator[Conversation | Problem]]:
     # a trial's own trajectory file reads the scores of its trial folder
     root = path.resolve() if path.is_dir() else files[0].parent.parent if _in_trial(files[0]) else files[0].parent
     hashed = list(files)
+    for folder in dict.fromkeys(f.parent for f in files):
+        hashed += sorted(real for p in folder.iterdir() if _CONTINUATION.fullmatch(p.name)
+                         and (real := _inside(p, root)) is not None)
     trials = [f.parent.parent for f in files if _in_trial(f)]
     for trial in trials:
         hashed += [p for name in ("verifier/reward.json", "verifier/reward.txt", "result.json")
@@ -234,14 +259,37 @@ def _first_model(f: Path) -> str | None:
     return None
 
 
-def _conversation(f: Path, where: str, root: Path) -> Conversation:
+def _load(f: Path) -> Any:
     if f.stat().st_size > MAX_LINE_BYTES:
         raise Bad(f"the file is over {MAX_LINE_BYTES >> 20} MiB, more than one trajectory holds")
     try:
-        doc = orjson.loads(f.read_bytes())
+        return orjson.loads(f.read_bytes())
     except orjson.JSONDecodeError as e:
         raise Bad(f"not valid JSON: {str(e).split(':')[0]}") from None
-    c = trajectory_conversation(doc, where)
+
+
+def _continued(f: Path, doc: Any) -> list[tuple[str, Any]]:
+    """The trajectories ``doc``'s ``continued_trajectory_ref`` chain names, files beside ``f``."""
+    chain: list[tuple[str, Any]] = []
+    seen = {f}
+    while isinstance(doc, dict) and isinstance(ref := doc.get("continued_trajectory_ref"), str):
+        nxt = _inside(f.parent / ref, f.parent)
+        if nxt is None:
+            raise Bad(f"continued_trajectory_ref {short_repr(ref)} names no file beside it")
+        if nxt in seen:
+            raise Bad(f"continued_trajectory_ref {short_repr(ref)} leads back to a trajectory already read")
+        seen.add(nxt)
+        try:
+            doc = _load(nxt)
+        except Bad as e:
+            raise Bad(f"{ref}: {e}") from None
+        chain.append((ref, doc))
+    return chain
+
+
+def _conversation(f: Path, where: str, root: Path) -> Conversation:
+    doc = _load(f)
+    c = trajectory_conversation(doc, where, _continued(f, doc))
     kept = workbench_extra(doc)
     if "reward" in kept:  # what Workbench exported: its own record of the scores
         c.reward = as_number(kept["reward"])
