@@ -122,6 +122,9 @@ def test_a_dataset_is_one_environment_with_a_task_per_folder_and_its_limits() ->
     ("steps", ("notes", "several steps")),
     ("bad toml", ("notes", "task.toml is not valid TOML")),
     ("host variable", ("notes", "reads the host's ${HOME}")),
+    ("gpus", ("notes", "asks for GPUs")),
+    ("negative cpus", ("notes", "[environment] cpus must be a positive number")),
+    ("no image", ("notes", "has no environment/Dockerfile")),
 ])
 def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli: Callable[..., CliResult],
                                                              change: str, fragments: tuple[str, ...]) -> None:
@@ -142,6 +145,11 @@ def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli:
     elif change == "host variable":
         with (task / "task.toml").open("a") as fh:
             fh.write('\n[verifier.env]\nWHERE = "${HOME}"\n')
+    elif change in ("gpus", "negative cpus"):
+        toml = (task / "task.toml").read_text()
+        (task / "task.toml").write_text(toml.replace("cpus = 1", "gpus = 1" if change == "gpus" else "cpus = -1"))
+    elif change == "no image":
+        shutil.rmtree(task / "environment")
     for command in (["validate", task, "--no-probe"], ["eval", task, "-n", "1", "--base-url",
                                                        "http://127.0.0.1:9/v1", "-m", "m"]):
         assert_user_error(cli(*command), *fragments)
@@ -257,3 +265,21 @@ def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, cli: Cal
     shown = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)
     assert shown["completion"] == "Finished." and shown["state"]["harbor_agent"] == "program"
     assert server.requests() == 2  # both of the program's calls went through the proxy
+
+
+@pytest.mark.slow
+def test_a_task_on_a_prebuilt_image_runs_in_it(docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """``[environment] docker_image`` instead of a Dockerfile: an image already on the machine, as its image says
+    (root, a writable root filesystem)."""
+    task = tmp_path / "prebuilt"
+    for rel, text in {"instruction.md": "Create the file /root/done.\n",
+                      "task.toml": '[environment]\ndocker_image = "workbench-sandbox:2"\nnetwork_mode = "no-network"\n',
+                      "tests/test.sh": "#!/bin/sh\n[ -f /root/done ] && echo 1 > /logs/verifier/reward.txt "
+                                       "|| echo 0 > /logs/verifier/reward.txt\n",
+                      "solution/solve.sh": "#!/bin/sh\ntouch /root/done\n"}.items():
+        (task / rel).parent.mkdir(parents=True, exist_ok=True)
+        (task / rel).write_text(text)
+    res = cli("validate", task, "--no-probe", "--json")
+    assert res.rc == 0, res.stdout + res.stderr
+    out = last_json(res.stdout)
+    assert (out["gold"]["total"], out["empty"]["total"]) == (1.0, 0.0)

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,7 +99,7 @@ class PerTaskPool(SandboxPool):
         os.chmod(self.bridge_dir, 0o755)
         return self
 
-    async def prepare(self, tasks: list[Task]) -> None:
+    async def prepare(self, tasks: Sequence[Task]) -> None:
         """Build (or find) the image of every task ``tasks`` names, one at a time, before the run starts."""
         for name in dict.fromkeys(task_key(t) for t in tasks):
             await self._pool_for(name)

@@ -127,7 +127,7 @@ def read_task(folder: Path) -> HarborTask:
         verifier_env=_env(verifier_cfg.get("env"), f"{where}: [verifier] env"),
         solution_env=_env(solution_cfg.get("env"), f"{where}: [solution] env"),
         environment_env=_env(env_cfg.get("env"), f"{where}: [environment] env"),
-        metadata=config.get("metadata") if isinstance(config.get("metadata"), dict) else {}, files=files)
+        metadata=_table(config, "metadata", where), files=files)
 
 
 def _table(config: dict[str, Any], name: str, where: str) -> dict[str, Any]:

@@ -149,7 +149,7 @@ def make_rubric(tasks: dict[str, HarborTask]) -> Rubric:
         if sandbox is None:
             raise HarborScoreError("a Harbor task is scored in its container, and this rollout has none")
         info = (task.info or {}).get("harbor") or {}
-        ht = tasks.get(info.get("task"))
+        ht = tasks.get(str(info.get("task")))
         if ht is None:
             raise HarborScoreError(f"task {task.id!r} is not one of this environment's Harbor tasks")
         if not state.get(AGENT_KEY):  # validate: no agent played; the gold answer is the oracle's
