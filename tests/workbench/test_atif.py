@@ -326,3 +326,101 @@ def test_export_refuses_what_it_cannot_fill(cli: Callable[..., CliResult], model
     assert_user_error(cli("export", RUN, "--format", "atif", "-o", tmp_path / "no" / "such"), "does not exist")
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     assert not (tmp_path / "no").exists()
+
+
+# -- any trajectory -------------------------------------------------------------------------------------
+RICH = {"schema_version": "ATIF-v1.6", "session_id": "s", "agent": {"name": "a", "version": "1", "model_name": "m",
+                                                                    "tool_definitions": [ADD]},
+        "steps": [{"step_id": 1, "source": "system", "message": "sys"},
+                  {"step_id": 2, "source": "user", "message": [{"type": "text", "text": "hi"}, {
+                      "type": "image", "source": {"media_type": "image/png", "path": "a.png"}}]},
+                  {"step_id": 3, "source": "agent", "message": "", "reasoning_content": "r",
+                   "tool_calls": [{"tool_call_id": "c", "function_name": "f", "arguments": {"x": [1, {"y": 2}]}}],
+                   "observation": {"results": [{"source_call_id": "c", "content": "out"}, {"content": None}]},
+                   "metrics": {"prompt_tokens": 3, "completion_tokens": 4},
+                   "extra": {"workbench": {"message": {"role": "assistant", "content": "kept"}, "results": [None]}}},
+                  {"step_id": 4, "source": "agent", "message": "done"}],
+        "final_metrics": {"total_prompt_tokens": 5, "total_cost_usd": 0.1},
+        "extra": {"workbench": {"reward": 1, "rewards": {"a": 1}, "task_id": "t", "info": {}, "duration_s": 2}}}
+ODD_VALUES: list[Any] = [None, 0, -1, 1.5, True, "", "x", [], [1], {}, {"a": 1}, [{}], 10**30, "ATIF-v1.6"]
+
+
+def _places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _places(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _places(v, (*path, i))
+    return out
+
+
+def test_every_mutation_of_a_trajectory_imports_or_names_its_field() -> None:
+    """Each value of a valid trajectory swapped for an odd one (or its key removed) reads as a
+    conversation that can be stored, or as one reason naming what is wrong; never as another error."""
+    from workbench.records.atif import Bad
+    from workbench.runs.import_atif import trajectory_conversation
+    from workbench.runs.import_formats import check_messages
+
+    assert not isinstance(check_messages(trajectory_conversation(RICH, "t").messages), str)
+    outcomes = {"read": 0, "refused": 0}
+    for place in _places(RICH)[1:]:
+        for value in [*ODD_VALUES, "<removed>"]:
+            doc = json.loads(json.dumps(RICH))
+            holder = doc
+            for key in place[:-1]:
+                holder = holder[key]
+            if value == "<removed>":
+                holder.pop(place[-1]) if isinstance(holder, dict) else holder.__delitem__(place[-1])
+            else:
+                holder[place[-1]] = value
+            try:
+                c = trajectory_conversation(doc, "t")
+            except Bad as e:
+                assert str(e) and "\n" not in str(e)
+                outcomes["refused"] += 1
+                continue
+            assert not isinstance(check_messages(c.messages), str), (place, value)
+            json.dumps([c.messages, c.metadata, c.tools, c.info, c.answer])  # storable as JSON
+            outcomes["read"] += 1
+    assert outcomes["read"] > 100 and outcomes["refused"] > 100, outcomes
+
+
+def _random_message(rng: Any, calls: list[str]) -> dict[str, Any]:
+    """One chat message of the kinds stored rollouts hold (``calls``: ids of the last turn's tool calls)."""
+    content = rng.choice([None, "", "text", "[b]markup[/b]", [{"type": "text", "text": "part"}],
+                          [{"type": "image_url", "image_url": {"url": "data:image/webp;base64,AAAA"}}],
+                          [{"type": "image_url", "image_url": {"url": "x.bmp", "detail": "low"}}],
+                          [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]])
+    role = rng.choice(["system", "developer", "user", "assistant", "assistant", "tool", "tool"])
+    m: dict[str, Any] = {"role": role, "content": content}
+    if role == "assistant" and rng.random() < 0.6:
+        m["tool_calls"] = [_call(rng.choice([f"c{rng.randrange(99)}", None]) or f"c{rng.randrange(99)}", "f",
+                                 rng.choice(['{"a": 1}', '{"a":1}', "", "[1]", "nope", {"b": 2}, None]))
+                           for _ in range(rng.randrange(1, 3))]
+        calls[:] = [tc["id"] for tc in m["tool_calls"]]
+    if role == "assistant" and rng.random() < 0.3:
+        m["reasoning_content"] = "think"
+    if role == "tool":
+        m["tool_call_id"] = rng.choice([*calls, "stray"]) if calls else "stray"
+        m["content"] = content if content is not None else "r"
+    if rng.random() < 0.1:
+        m["name"] = "n"
+    return m
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_stored_conversation_exports_as_valid_atif_and_reads_back(seed: int) -> None:
+    import random
+
+    from workbench.records.atif import step_messages, trajectory_steps
+
+    rng = random.Random(seed)
+    calls: list[str] = []
+    messages = [_random_message(rng, calls) for _ in range(rng.randrange(1, 12))]
+    steps = trajectory_steps(messages)
+    Trajectory.model_validate({"schema_version": "ATIF-v1.6", "session_id": "s", "agent": {"name": "a", "version": "1"},
+                               "steps": steps})
+    read = [m for i, step in enumerate(steps) for m in step_messages(step, i)[0]]
+    assert read == messages
