@@ -283,3 +283,18 @@ def test_a_task_on_a_prebuilt_image_runs_in_it(docker: Any, tmp_path: Path, cli:
     assert res.rc == 0, res.stdout + res.stderr
     out = last_json(res.stdout)
     assert (out["gold"]["total"], out["empty"]["total"]) == (1.0, 0.0)
+
+
+@pytest.mark.slow
+def test_when_the_agent_runs_out_of_the_tasks_time_its_tests_still_score_what_it_did(
+        docker: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+    task = copy_task(tmp_path, "hurry")
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml.replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 3.0"))
+    server = mock([bash_call("echo hello > /app/greeting.txt && sleep 60"), "Done."])
+    res = cli("eval", task, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["errors"], out["mean_reward"]) == (0, 1.0)
+    state = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)["state"]
+    assert state["harbor_agent_timed_out"] is True

@@ -10,16 +10,19 @@ container's files, not the shell's variables or current directory.
 through the interception proxy (the image needs ``python3`` for the proxy's bridge).
 
 Both mark the rollout's state before the model acts (``verifier.AGENT_KEY``) and make Harbor's ``/logs``
-folders first.
+folders first. The task's ``[agent] timeout_sec`` bounds each: when it runs out, the agent stops and its
+tests still score what it did (``TIMED_OUT_KEY`` in the state), as in Harbor.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from workbench.authoring.harness import Program, ToolLoop
 from workbench.authoring.sandbox import Sandbox
+from workbench.formats.harbor.task_dir import AGENT_TIMEOUT_S
 from workbench.formats.harbor.verifier import AGENT_KEY, make_log_dirs
 from workbench.records.rollout import Rollout, RolloutFailed
 
@@ -29,9 +32,16 @@ SYSTEM_PROMPT = (
     "persist. Inspect before you change things, check your work, and when the task is complete reply with a "
     "short summary and no tool call."
 )
+#: The state key set when the agent ran out of the task's agent time (its tests still score it).
+TIMED_OUT_KEY = "harbor_agent_timed_out"
 #: The longest one command may run when the model does not say (seconds).
 COMMAND_TIMEOUT_S = 180.0
 _MAX_OUTPUT = 16_000
+
+
+def _agent_limit(rollout: Rollout) -> float:
+    harbor = (rollout.task.info or {}).get("harbor") or {}
+    return float(harbor.get("agent_timeout_s") or AGENT_TIMEOUT_S)
 
 
 def _workdir(rollout: Rollout) -> str | None:
@@ -66,7 +76,14 @@ class TerminalAgent(ToolLoop):
         if rollout.sandbox is None:
             raise RolloutFailed("harness", "harbor", "a Harbor task runs in its container, and the run opened none")
         await make_log_dirs(rollout.sandbox)
-        await super().run(rollout)
+        limit = asyncio.timeout(_agent_limit(rollout))
+        try:
+            async with limit:
+                await super().run(rollout)
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            rollout.state[TIMED_OUT_KEY] = True  # as in Harbor: its time is up, and its tests still score it
 
     def describe(self) -> str:
         return "HarborTerminal(bash)"
@@ -83,8 +100,12 @@ class ProgramAgent(Program):
         rollout.state[AGENT_KEY] = "program"
         if rollout.sandbox is not None:
             await make_log_dirs(rollout.sandbox)
-        harbor = (rollout.task.info or {}).get("harbor") or {}
         # Read by Program.run before its first await: no other rollout's task can change them in between.
         self.cwd = _workdir(rollout)
-        self.timeout = min(self.limit, float(harbor.get("agent_timeout_s") or self.limit))
-        await super().run(rollout)
+        self.timeout = min(self.limit, _agent_limit(rollout))
+        try:
+            await super().run(rollout)
+        except RolloutFailed as e:
+            if e.kind != "timeout":
+                raise
+            rollout.state[TIMED_OUT_KEY] = True  # its tests still score what it did, as in Harbor
