@@ -3,6 +3,8 @@ nothing written (no package, no temporary folder beside it)."""
 
 from __future__ import annotations
 
+import json
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,4 +85,30 @@ def test_an_empty_folder_is_filled(cli: Callable[..., CliResult], tmp_path: Path
 def test_an_unknown_format_is_refused(cli: Callable[..., CliResult], tmp_path: Path) -> None:
     res = cli("export-env", "arithmetic", "--format", "inspect", "-o", tmp_path / "pkg")
     assert res.rc != 0 and "verifiers" in res.stderr
+    assert not (tmp_path / "pkg").exists()
+
+
+def _package_env(write_env: Callable[..., Path], dependencies: list[str]) -> Path:
+    init = write_env(_env(), "pkgenv/__init__.py")
+    (init.parent / "pyproject.toml").write_text(
+        f'[project]\nname = "pkgenv"\nversion = "0.1.0"\ndependencies = {json.dumps(dependencies)}\n')
+    return init.parent
+
+
+def test_what_the_environment_declares_is_declared_by_the_package(cli: Callable[..., CliResult],
+                                                                   write_env: Callable[..., Path],
+                                                                   tmp_path: Path) -> None:
+    env = _package_env(write_env, ["numpy>=1.20"])
+    res = cli("export-env", env, "--format", "verifiers", "-o", tmp_path / "pkg", "--json")
+    assert res.rc == 0, res.stderr
+    assert last_json(res.stdout)["requires"] == ["verifiers>=0.4.0,<0.5", "numpy>=1.20"]
+    project = tomllib.loads((tmp_path / "pkg" / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "probe" and project["dependencies"] == ["verifiers>=0.4.0,<0.5", "numpy>=1.20"]
+
+
+def test_an_environment_that_declares_workbench_is_refused(cli: Callable[..., CliResult],
+                                                           write_env: Callable[..., Path], tmp_path: Path) -> None:
+    env = _package_env(write_env, ["rl-workbench>=0.1"])
+    res = cli("export-env", env, "--format", "verifiers", "-o", tmp_path / "pkg")
+    assert_user_error(res, "rl-workbench", "cannot depend on Workbench")
     assert not (tmp_path / "pkg").exists()

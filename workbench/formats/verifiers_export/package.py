@@ -18,6 +18,7 @@ so a refused or failed export leaves nothing behind.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -48,11 +49,12 @@ class Exported:
     module: str
     tasks: int
     harness: str
+    requires: tuple[str, ...] = (VERIFIERS_REQUIREMENT,)
 
     def as_dict(self) -> dict[str, Any]:
         return {"env": self.env, "format": "verifiers", "path": str(self.path), "package": self.package,
                 "module": self.module, "tasks": self.tasks, "harness": self.harness,
-                "requires": [VERIFIERS_REQUIREMENT]}
+                "requires": list(self.requires)}
 
 
 def package_name(env_name: str, given: str | None) -> str:
@@ -129,12 +131,12 @@ def _init_text(env: Environment, package: str) -> str:
             '__all__ = ["WorkbenchEnv", "WorkbenchHarness", "WorkbenchTaskset"]\n')
 
 
-def _pyproject(package: str, module: str, env: Environment) -> str:
-    description = (env.description or f"The Workbench environment {env.name}").replace('"', "'").splitlines()[0]
+def _pyproject(package: str, module: str, env: Environment, requires: list[str]) -> str:
+    description = (env.description or f"The Workbench environment {env.name}").splitlines()[0][:200]
     return (
         '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        f'[project]\nname = "{package}"\nversion = "0.1.0"\ndescription = "{description[:200]}"\n'
-        f'requires-python = ">=3.11"\ndependencies = ["{VERIFIERS_REQUIREMENT}"]\n\n'
+        f'[project]\nname = "{package}"\nversion = "0.1.0"\ndescription = {json.dumps(description)}\n'
+        f'requires-python = ">=3.11"\ndependencies = {json.dumps(requires)}\n\n'
         f'[tool.setuptools.packages.find]\ninclude = ["{module}", "{module}.*"]\n\n'
         f'[tool.setuptools.package-data]\n"{module}" = ["**/*"]\n'
     )
@@ -147,13 +149,15 @@ def _readme(env: Environment, package: str, module: str) -> str:
             f"(`{module}/_env/`), run against `{module}/_workbench.py`.\n")
 
 
-def write_package(env: Environment, out: Path, env_args: dict[str, Any], package: str) -> Exported:
+def write_package(env: Environment, out: Path, env_args: dict[str, Any], package: str,
+                  requires: list[str] | None = None) -> Exported:
     """Write ``env`` as a verifiers package at ``out`` (a new or empty folder), or raise ExportRefused."""
     why = refusal(env)
     if why:
         raise ExportRefused(why)
     check_target(out)
     module = package.replace("-", "_")
+    requires = list(requires or [VERIFIERS_REQUIREMENT])
     rows = _task_rows(env)
     manifest = {
         "workbench_export": 1, "env": env.name, "env_version": env.version, "env_args": env_args,
@@ -176,7 +180,7 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         (pkg / "_workbench.py").write_text(_vendored("compat.py.txt"), encoding="utf-8")
         (pkg / "_bridge.py").write_text(_vendored("bridge.py.txt"), encoding="utf-8")
         (pkg / "__init__.py").write_text(_init_text(env, package), encoding="utf-8")
-        (tmp / "pyproject.toml").write_text(_pyproject(package, module, env), encoding="utf-8")
+        (tmp / "pyproject.toml").write_text(_pyproject(package, module, env, requires), encoding="utf-8")
         (tmp / "README.md").write_text(_readme(env, package, module), encoding="utf-8")
         os.chmod(tmp, 0o755)
         if out.exists():
@@ -184,4 +188,4 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Exported(env.name, out, package, module, len(rows), type(env.harness).__name__)
+    return Exported(env.name, out, package, module, len(rows), type(env.harness).__name__, tuple(requires))
