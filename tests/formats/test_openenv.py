@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.formats.openenv_support import ENVS, EnvServer, openenv_python, serve_processes
+from tests.formats.openenv_support import ENVS, EnvServer, echo_wheel, openenv_python, serve_processes
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json
 from workbench.frameworks.venvs import frameworks_dir
 
@@ -120,3 +120,13 @@ def test_bad_specs_end_in_one_clear_line(
     spec = spec.format(closed=closed_port, mock_root=mock.root)
     res = openenv_cli("eval", spec, "-n", "1", "-a", args, "--base-url", mock.base_url, "-m", "mock-model")
     assert_user_error(res, *fragments)
+
+
+def test_an_environment_package_is_installed_and_served_for_the_run(
+        python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult]) -> None:
+    wheel = echo_wheel()
+    mock = mock_server("instant", reply="ping")
+    res = openenv_cli("eval", f"openenv:{wheel}", "-n", "2", "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["env"], out["rollouts"], out["errors"], out["mean_reward"]) == ("openenv-echo-env", 2, 0, 2.0)

@@ -30,6 +30,7 @@ STEP_TIMEOUT_S = 600.0
 #: The error code a server answers a session with when it holds as many as it allows.
 CAPACITY_REACHED = "CAPACITY_REACHED"
 _MAX_MESSAGE = 64 * 1024 * 1024
+_CLOSE_WAIT_S = 5.0
 
 
 class OpenEnvError(Exception):
@@ -181,7 +182,10 @@ class Session:
         if ws is not None:
             try:
                 if not ws.closed:
+                    # The server ends the session and then closes the socket itself: waiting for that
+                    # spares it a close to a client already gone.
                     await ws.send_str(json.dumps({"type": "close"}))
+                    await asyncio.wait_for(ws.receive(), _CLOSE_WAIT_S)
                 await ws.close()
             except Exception:  # a broken connection: nothing left to close
                 pass

@@ -30,8 +30,12 @@ from workbench.formats.openenv.protocol import CAPACITY_REACHED, OpenEnvError, S
 
 #: How long a started server may take to answer (importing its app, a container's start).
 START_TIMEOUT_S = 180.0
-#: The longest pause between tries of a full running server.
+#: The longest pause between tries of a running server that others keep full.
 _MAX_WAIT_S = 2.0
+#: The pause of a rollout waiting for a session of this process's to end.
+_LOCAL_WAIT_S = 0.02
+#: How long a running server's learned session limit is trusted before it is tried again.
+_CAPACITY_HINT_S = 30.0
 SERVE_SCRIPT = Path(__file__).with_name("serve.py")
 
 
@@ -178,9 +182,13 @@ class _Slot:
     url: str
     started: Started | None = None
     active: int = 0
-    capacity: int | None = None  # learned when the server first answers CAPACITY_REACHED
+    capacity: int | None = None  # learned when the server answers CAPACITY_REACHED
+    #: until when a running server's learned capacity holds (others may have held the sessions it counted)
+    capacity_until: float = float("inf")
 
     def free(self) -> bool:
+        if self.capacity is not None and time.monotonic() > self.capacity_until:
+            self.capacity = None
         return self.capacity is None or self.active < self.capacity
 
 
@@ -226,6 +234,9 @@ class Servers:
         delay = 0.05
         while True:
             slot = self._pick()
+            if slot is None and self.launcher is None:  # a running server, full of ours: one ends soon
+                await asyncio.sleep(_LOCAL_WAIT_S)
+                continue
             if slot is None:
                 slot = await asyncio.to_thread(self._grow)
             session = Session(slot.url)
@@ -237,11 +248,13 @@ class Servers:
                 full = isinstance(e, OpenEnvError) and e.code == CAPACITY_REACHED
                 with self._lock:
                     slot.active -= 1
-                    if full and self.launcher is not None:  # a server of ours: the next one takes the session
+                    if full:  # a server of ours: the next one takes the session; a running one: wait
                         slot.capacity = max(1, slot.active)
+                        if self.launcher is None:
+                            slot.capacity_until = time.monotonic() + _CAPACITY_HINT_S
                 if not full:
                     raise
-                if self.launcher is None:  # a running server: wait for one of its sessions to end
+                if self.launcher is None and slot.active == 0:  # others hold its sessions: wait for them
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _MAX_WAIT_S)
                 continue
