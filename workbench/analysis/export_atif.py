@@ -12,14 +12,15 @@ ATIF cannot say everything a chat message can (a ``developer`` role, a tool call
 not a JSON object or are spelled otherwise, a message's extra fields): such a message is kept whole
 under ``extra.workbench`` of its step, and the rollout's run, task, reward, named rewards, metrics,
 answer and info under ``extra.workbench`` of the trajectory, so ``workbench import --format atif``
-reads back exactly what was exported. Every file is written atomically; an export that fails part
-way removes what it wrote, and the output folder must be new or empty.
+reads back exactly what was exported. An export that fails part way leaves nothing: the trials are written into a fresh folder beside the output, renamed into place
+when all are written (the output folder must be new or empty).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,6 @@ import orjson
 import workbench
 from workbench.analysis.export import OUTPUT, rollout_tools
 from workbench.errors import ConfigError, OptionError
-from workbench.fsutil import atomic_write
 from workbench.records.atif import EXTRA, TRAJECTORY, WRITTEN_VERSION, trajectory_steps
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 
@@ -107,14 +107,28 @@ def _trial_name(rollout_id: str, taken: set[str]) -> str:
     return name
 
 
+_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+
+
+def _write_trial(trial: Path, doc: dict[str, Any], rewards: dict[str, float] | None) -> None:
+    """One rollout's trial folder, inside the export's fresh staging folder (renamed whole into place)."""
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / TRAJECTORY).write_bytes(orjson.dumps(doc, option=_OPTIONS, default=str))
+    if rewards is not None:
+        (trial / "verifier").mkdir()
+        (trial / "verifier" / "reward.json").write_bytes(orjson.dumps(rewards, option=_OPTIONS))
+
+
 def export_atif(store: Any, query: RolloutFilter, folder: Path, page: int = 200) -> int:
-    """Write one trial folder per rollout ``query`` selects into ``folder``; returns how many."""
+    """Write one trial folder per rollout ``query`` selects into ``folder``; returns how many. The trials
+    are written into a fresh folder beside it, renamed into place when all are written: an export that
+    fails part way leaves nothing."""
     out = check_folder(folder)
-    created = not out.exists()
     try:
-        out.mkdir(exist_ok=True)
+        staging = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        staging.mkdir()
     except OSError as e:
-        raise ConfigError(f"cannot create {folder} ({e.strerror or e}); nothing was exported") from None
+        raise ConfigError(f"cannot write into {out.parent} ({e.strerror or e}); nothing was exported") from None
     conn, n, after = store.conn, 0, None
     runs: dict[str, dict[str, Any]] = {}
     taken: set[str] = set()
@@ -125,25 +139,20 @@ def export_atif(store: Any, query: RolloutFilter, folder: Path, page: int = 200)
                 r = get_rollout(conn, summary.pk)
                 if r["run_id"] not in runs:
                     runs[r["run_id"]] = store.get_run(r["run_id"])
-                trial = out / _trial_name(r["id"], taken)
                 doc = rollout_trajectory(r, runs[r["run_id"]], rollout_tools(conn, r))
-                options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-                atomic_write(trial / "agent" / TRAJECTORY, orjson.dumps(doc, option=options, default=str), mkdirs=True)
-                if (rewards := reward_file(r)) is not None:
-                    atomic_write(trial / "verifier" / "reward.json", orjson.dumps(rewards, option=options), mkdirs=True)
+                _write_trial(staging / _trial_name(r["id"], taken), doc, reward_file(r))
                 n += 1
             if len(rows) < page:
-                return n
+                break
             after = rows[-1].cursor(query.sort)
+        staging.rename(out)  # over a new or empty folder: whole, or not at all
     except BaseException as e:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        else:
-            for name in taken:
-                shutil.rmtree(out / name, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, OSError):
-            raise ConfigError(f"cannot write into {folder} ({e.strerror or e}); nothing was exported") from None
+            raise ConfigError(f"cannot write {folder} ({e.strerror or e}); nothing was exported (a new or empty "
+                              "folder is needed)") from None
         raise
+    return n
 
 
 __all__ = ["WRITTEN_VERSION", "check_folder", "export_atif", "rollout_trajectory", "trajectory_steps"]
