@@ -115,6 +115,8 @@ def test_imported_eval_scores_each_grader_as_its_pass_rate(cli: Callable[..., Cl
     judged = [b for b in bodies if "response_format" in b]
     assert len(policy) == 4 and len(judged) == 8  # two model graders a rollout
     assert [m["role"] for m in policy[0]["messages"]] == ["system", "user"]  # developer is sent as system
+    asked = [m["content"] for b in judged for m in b["messages"] if m["role"] == "user"]
+    assert "Grade. Expected: Paris. Answer: Paris" in asked and "Label. Country Chile answer Madrid" in asked
     assert policy[0]["temperature"] == 0 and policy[0]["max_tokens"] == 64
 
 

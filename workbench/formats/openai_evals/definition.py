@@ -34,13 +34,20 @@ class Definition:
     model: str | None = None  # the model the run sampled
 
 
-def read_json(path: Path, label: str) -> Any:
+def _read(path: Path, label: str) -> str:
+    named = label if label == str(path) else f"{label} ({path})"
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise EvalDefinitionError(f"{label} ({path}) does not exist") from None
+        raise EvalDefinitionError(f"{named} does not exist") from None
+    except IsADirectoryError:
+        raise EvalDefinitionError(f"{named} is a folder, not a file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise EvalDefinitionError(f"{label} ({path}) cannot be read: {e}") from None
+        raise EvalDefinitionError(f"{named} cannot be read: {e}") from None
+
+
+def read_json(path: Path, label: str) -> Any:
+    text = _read(path, label)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -49,12 +56,7 @@ def read_json(path: Path, label: str) -> Any:
 
 def read_items(path: Path, label: str) -> list[dict[str, Any]]:
     """The ``item`` of every ``{"item": {...}}`` line; blank lines are skipped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise EvalDefinitionError(f"{label} ({path}) does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise EvalDefinitionError(f"{label} ({path}) cannot be read: {e}") from None
+    lines = _read(path, label).splitlines()
     items = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -92,9 +94,11 @@ def load(eval_obj: Any, run_obj: Any, items: list[dict[str, Any]], *, eval_label
     for i, g in enumerate(criteria):
         where = f"{eval_label} testing_criteria[{i}]"
         check_grader(g, where, ctx)
-        if g["name"] in seen:
-            raise EvalDefinitionError(f"{where}.name: {g['name']!r} names two graders; each reward needs its own name")
-        seen.add(g["name"])
+        names = {g["name"], f"{g['name']}.score", *(f"{g['name']}.{k}" for k in g.get("graders") or {})}
+        if names & seen:
+            raise EvalDefinitionError(f"{where}.name: {g['name']!r} names two graders or another grader's score; "
+                                      "each reward and metric needs its own name")
+        seen |= names
     defn.graders = criteria
     return defn
 
@@ -142,7 +146,8 @@ def _run(run_obj: dict[str, Any], label: str, fields: set[str]) -> Definition:
     if not isinstance(sampling, dict):
         raise EvalDefinitionError(f"{label} data_source.sampling_params: must be an object")
     sampling = dict(sampling)
-    text_format = (sampling.pop("text", None) or {}).get("format") if kind == "responses" else None
+    text = sampling.pop("text", None) if kind == "responses" else None
+    text_format = text.get("format") if isinstance(text, dict) else None
     if text_format:
         sampling["response_format"] = text_format
     for key in ("temperature", "top_p", "max_completion_tokens", "max_completions_tokens", "seed"):
@@ -225,11 +230,13 @@ def check_grader(g: Any, where: str, ctx: Mapping[str, Any], *, in_multi: bool =
             raise EvalDefinitionError(f"{where}.{key}: must be a number" + ("" if value is None else f", not {value!r}"))
 
     if kind == "string_check":
-        text("input"), text("reference")
+        text("input")
+        text("reference")
         if g.get("operation") not in OPERATIONS:
             raise EvalDefinitionError(f"{where}.operation: {g.get('operation')!r} is not one of {', '.join(OPERATIONS)}")
     elif kind == "text_similarity":
-        text("input"), text("reference")
+        text("input")
+        text("reference")
         number("pass_threshold", required=True)
         similarity.require(str(g.get("evaluation_metric")), f"{where}.evaluation_metric")
     elif kind == "python":

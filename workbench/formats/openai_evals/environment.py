@@ -99,14 +99,20 @@ def _add_grader(rubric: Any, spec: dict[str, Any], judges: Mapping[str, Judge], 
         grades[name] = {"score": g.score, "passed": g.passed, **g.details}
         return 1.0 if g.passed else 0.0
 
+    def graded(state: dict[str, Any]) -> dict[str, Any]:
+        found = (state.get("openai_eval") or {}).get(name)
+        if not isinstance(found, dict):
+            raise ValueError(f"grader {name!r} gave no grade (its reward failed)")
+        return found
+
     def score(state: dict[str, Any]) -> float:
-        return float(state["openai_eval"][name]["score"])
+        return float(graded(state)["score"])
 
     rubric.reward(passed, name=name)
     rubric.metric(score, name=f"{name}.score")
     if spec["type"] == "multi":
         for key in spec["graders"]:
             def sub(state: dict[str, Any], key: str = key) -> float:
-                return float(state["openai_eval"][name]["graders"][key])
+                return float(graded(state)["graders"][key])
 
             rubric.metric(sub, name=f"{name}.{key}")

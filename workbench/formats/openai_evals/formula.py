@@ -41,8 +41,9 @@ def parse(text: str, names: set[str], where: str) -> Formula:
     tokens = _tokenize(text, where)
     parser = _Parser(tokens, names, where, text)
     tree = parser.expression(0)
-    if parser.peek() is not None:
-        parser.fail(f"unexpected {parser.peek()[1]!r}")
+    left = parser.peek()
+    if left is not None:
+        parser.fail(f"unexpected {left[1]!r}")
     return Formula(text, tree, frozenset(parser.used))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,7 +41,7 @@ class Grade:
     details: dict[str, Any] = field(default_factory=dict)  # sub-scores, the judge's answer, why it is invalid
 
 
-def make_sample(messages: list[Mapping[str, Any]], *, json_output: bool) -> dict[str, Any]:
+def make_sample(messages: Sequence[Mapping[str, Any]], *, json_output: bool) -> dict[str, Any]:
     """The ``sample`` namespace from a rollout's messages: its last assistant message."""
     last = next((dict(m) for m in reversed(messages) if m.get("role") == "assistant"),
                 {"role": "assistant", "content": ""})
@@ -191,7 +191,7 @@ async def _multi(spec: Mapping[str, Any], sample: dict[str, Any], item: dict[str
     return Grade(value, value >= _threshold(spec, 1.0), details)
 
 
-def judge_models(specs: list[Mapping[str, Any]]) -> list[str]:
+def judge_models(specs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The models the graders (and the graders inside multi graders) ask, in order, each once."""
     found: list[str] = []
     for spec in specs:

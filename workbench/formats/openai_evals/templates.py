@@ -36,7 +36,7 @@ class Ref:
 
 
 def parse_ref(inner: str, where: str) -> Ref:
-    text = inner.strip()
+    text = " ".join(inner.split())  # one line, whatever the template held
     steps: list[str | int] = []
     pos = 0
     while pos < len(text):
@@ -82,8 +82,10 @@ def check(template: str, where: str, *, item_fields: Iterable[str], sample: bool
 
 def lookup(value: Any, path: tuple[str | int, ...], text: str) -> Any:
     for step in path:
-        if isinstance(step, int) and isinstance(value, list) and step < len(value) or isinstance(step, str) and isinstance(value, Mapping) and step in value:
+        if isinstance(step, int) and isinstance(value, list) and step < len(value):
             value = value[step]
+        elif isinstance(step, str) and isinstance(value, Mapping) and step in value:
+            value = value[step]  # noqa: SIM114 - a position and a key index different types
         else:
             raise MissingValue(f"{{{{ {text} }}}} has no value")
     return value
