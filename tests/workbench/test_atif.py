@@ -105,6 +105,7 @@ def test_export_then_import_gives_the_same_rollouts(cli: Callable[..., CliResult
     assert res.rc == 0, res.stderr
     assert "wrote 2 trajectories" in res.stdout
     assert sorted(p.name for p in out.iterdir()) == [f"{RUN}.0.0", f"{RUN}.1.0"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # its staging folder is gone
     docs = _trajectories(out)
     assert [d["schema_version"] for d in docs] == ["ATIF-v1.6"] * 2
     first = docs[0]
