@@ -393,7 +393,8 @@ def _random_message(rng: Any, calls: list[str]) -> dict[str, Any]:
     content = rng.choice([None, "", "text", "[b]markup[/b]", [{"type": "text", "text": "part"}],
                           [{"type": "image_url", "image_url": {"url": "data:image/webp;base64,AAAA"}}],
                           [{"type": "image_url", "image_url": {"url": "x.bmp", "detail": "low"}}],
-                          [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]])
+                          [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}],
+                          [{"type": "audio", "source": {"media_type": "audio/wav", "path": "a.wav"}}]])
     role = rng.choice(["system", "developer", "user", "assistant", "assistant", "tool", "tool"])
     m: dict[str, Any] = {"role": role, "content": content}
     if role == "assistant" and rng.random() < 0.6:

@@ -176,9 +176,7 @@ def _part(p: Any) -> dict[str, Any] | None:
     url = image.get("url") if isinstance(image, dict) else image
     if isinstance(url, str) and (media := _image_type(url)) is not None:
         return {"type": "image", "source": {"media_type": media, "path": url}}
-    if p.get("type") == "audio" and isinstance(p.get("source"), dict):  # as the importer reads ATIF audio
-        return {"type": "audio", "source": p["source"]}
-    return None
+    return None  # audio parts came in ATIF-v1.8: the export (v1.6) writes the text and keeps the message
 
 
 def _message(content: Any) -> str | list[dict[str, Any]]:
