@@ -225,14 +225,20 @@ def test_a_dockerfile_that_does_not_build_is_one_error_naming_the_task(
 
 
 @pytest.mark.slow
-def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker: Any, tmp_path: Path,
-                                                            cli: Callable[..., CliResult]) -> None:
+@pytest.mark.parametrize(("script", "fragments"), [
+    ("echo 'cannot find pytest' >&2\nexit 127", ("wrote no reward", "exit 127", "cannot find pytest")),
+    ("echo passed > /logs/verifier/reward.txt", ("reward.txt holds 'passed', not a number",)),
+    (": > /logs/verifier/reward.json", ("reward.json is not JSON: it is empty",)),
+    ("echo '{\"reward\": \"1\"}' > /logs/verifier/reward.json", ("reward.json must hold finite numbers",)),
+], ids=["no reward", "text", "empty json", "json string"])
+def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker: Any, tmp_path: Path, cli: Callable[..., CliResult],
+                                                            script: str, fragments: tuple[str, ...]) -> None:
     task = copy_task(tmp_path, "silent")
-    (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 'cannot find pytest' >&2\nexit 127\n")
+    (task / "tests" / "test.sh").write_text(f"#!/bin/sh\n{script}\n")
     res = cli("validate", task, "--no-probe", "--json")
     assert res.rc == 1
     problems = last_json(res.stdout)["problems"]
-    assert any("wrote no reward" in p and "exit 127" in p and "cannot find pytest" in p for p in problems), problems
+    assert any(all(f in p for f in fragments) for p in problems), problems
 
 
 #: An agent program in the image's own python3 (standard library only): it asks the model through the proxy

@@ -55,17 +55,22 @@ def tar_of(files: list[tuple[str, Path]]) -> bytes:
     return buf.getvalue()
 
 
-async def copy_in(sandbox: Sandbox, files: list[tuple[str, Path]], dest: str, what: str) -> None:
+async def copy_in(sandbox: Sandbox, files: list[tuple[str, Path]], dest: str, what: str, first: str = "") -> None:
+    """Put ``files`` at ``dest`` in the container (replacing it), after the shell command ``first``."""
     q = shlex.quote(dest)
-    r = await sandbox.exec(f"rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}", stdin=tar_of(files),
-                           timeout=_COPY_TIMEOUT_S)
+    r = await sandbox.exec(f"{first + ' && ' if first else ''}rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}",
+                           stdin=tar_of(files), timeout=_COPY_TIMEOUT_S)
     if not r.ok:
         raise HarborScoreError(f"copying {what} to {dest} in the container failed: {_tail(r.stderr or r.stdout)}")
 
 
+#: Makes the folders Harbor mounts into every task container (writable by every user, as mounts are).
+MAKE_LOG_DIRS = f"mkdir -p {' '.join(LOGS_DIRS)} && chmod 777 {' '.join(LOGS_DIRS)}"
+
+
 async def make_log_dirs(sandbox: Sandbox) -> None:
     """The folders Harbor mounts into every task container, there before the agent starts."""
-    r = await sandbox.exec("mkdir -p " + " ".join(LOGS_DIRS) + f" && chmod 777 {' '.join(LOGS_DIRS)}")
+    r = await sandbox.exec(MAKE_LOG_DIRS)
     if not r.ok:
         raise HarborScoreError(f"creating /logs in the container failed: {_tail(r.stderr or r.stdout)}")
 
@@ -74,7 +79,7 @@ async def run_solution(sandbox: Sandbox, task: HarborTask, state: dict[str, Any]
     """Harbor's oracle agent: the reference solution, run in the container (its exit is kept, as Harbor's)."""
     if task.solve_script is None:
         raise HarborScoreError(f"Harbor task {task.name} has no solution/solve.sh to score as its gold answer")
-    await copy_in(sandbox, task.files_under("solution"), SOLUTION_DIR, "solution/")
+    await copy_in(sandbox, task.files_under("solution"), SOLUTION_DIR, "solution/", first=MAKE_LOG_DIRS)
     script = f"{SOLUTION_DIR}/{task.solve_script}"
     r = await sandbox.exec(f"chmod +x {script} && ({script}) > /logs/agent/oracle.txt 2>&1",
                            timeout=task.agent_timeout_s, cwd=task.workdir,
@@ -84,47 +89,49 @@ async def run_solution(sandbox: Sandbox, task: HarborTask, state: dict[str, Any]
 
 async def run_tests(sandbox: Sandbox, task: HarborTask, state: dict[str, Any]) -> dict[str, float]:
     """Copy the tests in, run ``test.sh``, and read the rewards it wrote."""
-    await make_log_dirs(sandbox)
-    r = await sandbox.exec(f"rm -f {REWARD_JSON} {REWARD_TXT}")
-    if not r.ok:
-        raise HarborScoreError(f"clearing old rewards failed: {_tail(r.stderr or r.stdout)}")
-    await copy_in(sandbox, task.files_under("tests"), TESTS_DIR, "tests/")
+    await copy_in(sandbox, task.files_under("tests"), TESTS_DIR, "tests/",
+                  first=f"{MAKE_LOG_DIRS} && rm -f {REWARD_JSON} {REWARD_TXT}")
     script = f"{TESTS_DIR}/{task.test_script}"
     r = await sandbox.exec(f"chmod +x {script} && ({script}) > {VERIFIER_DIR}/test-stdout.txt 2>&1",
                            timeout=task.verifier_timeout_s, cwd=task.workdir,
                            env={**task.environment_env, **task.verifier_env})
     state["harbor_test_exit"] = r.exit_code
-    rewards = await _read_rewards(sandbox)
-    if rewards is None:
-        out = await sandbox.exec(f"tail -c 4000 {VERIFIER_DIR}/test-stdout.txt")
+    # One command reads whichever reward file the tests wrote (reward.json first), else their output's end.
+    found = await sandbox.exec(f"if [ -e {REWARD_JSON} ]; then echo json; cat {REWARD_JSON}; "
+                               f"elif [ -e {REWARD_TXT} ]; then echo txt; cat {REWARD_TXT}; "
+                               f"else echo none; tail -c 4000 {VERIFIER_DIR}/test-stdout.txt; fi")
+    kind, _, text = found.stdout.partition("\n")
+    if kind == "json":
+        rewards = _json_rewards(text)
+    elif kind == "txt":
+        rewards = {"reward": _text_reward(text)}
+    else:
         ran = "timed out" if r.timed_out else f"exit {r.exit_code}"
         raise HarborScoreError(f"tests/{task.test_script} wrote no reward to {REWARD_TXT} or {REWARD_JSON} ({ran}): "
-                               f"{_tail(out.stdout or r.stderr or r.stdout) or 'no output'}")
+                               f"{_tail(text or found.stderr or r.stderr) or 'no output'}")
     state["harbor_rewards"] = rewards
     return rewards
 
 
-async def _read_rewards(sandbox: Sandbox) -> dict[str, float] | None:
-    r = await sandbox.exec(f"cat {REWARD_JSON}")
-    if r.ok:
-        try:
-            value = json.loads(r.stdout)
-        except ValueError:
-            raise HarborScoreError(f"{REWARD_JSON} is not JSON: {_tail(r.stdout)}") from None
-        values = value if isinstance(value, dict) else {"reward": value}
-        if not values or not all(_number(v) for v in values.values()):
-            raise HarborScoreError(f"{REWARD_JSON} must hold finite numbers, not {r.stdout.strip()[:200]!r}")
-        return {str(k): float(v) for k, v in values.items()}
-    r = await sandbox.exec(f"cat {REWARD_TXT}")
-    if not r.ok:
-        return None
+def _json_rewards(text: str) -> dict[str, float]:
     try:
-        reward = float(r.stdout.strip())
+        value = json.loads(text)
     except ValueError:
-        raise HarborScoreError(f"{REWARD_TXT} holds {r.stdout.strip()[:200]!r}, not a number") from None
+        raise HarborScoreError(f"{REWARD_JSON} is not JSON: {_tail(text) or 'it is empty'}") from None
+    values = value if isinstance(value, dict) else {"reward": value}
+    if not values or not all(_number(v) for v in values.values()):
+        raise HarborScoreError(f"{REWARD_JSON} must hold finite numbers, not {text.strip()[:200]!r}")
+    return {str(k): float(v) for k, v in values.items()}
+
+
+def _text_reward(text: str) -> float:
+    try:
+        reward = float(text.strip())
+    except ValueError:
+        raise HarborScoreError(f"{REWARD_TXT} holds {text.strip()[:200]!r}, not a number") from None
     if not math.isfinite(reward):
         raise HarborScoreError(f"{REWARD_TXT} holds {reward}, not a finite number")
-    return {"reward": reward}
+    return reward
 
 
 def _number(v: Any) -> bool:
@@ -153,7 +160,6 @@ def make_rubric(tasks: dict[str, HarborTask]) -> Rubric:
         if ht is None:
             raise HarborScoreError(f"task {task.id!r} is not one of this environment's Harbor tasks")
         if not state.get(AGENT_KEY):  # validate: no agent played; the gold answer is the oracle's
-            await make_log_dirs(sandbox)
             if completion == ORACLE:
                 await run_solution(sandbox, ht, state)
             elif completion:

@@ -1,0 +1,110 @@
+"""Benchmark: environments read from other formats, end to end through the CLI.
+
+``harbor``: a Harbor dataset of N copies of tests/formats/harbor_tasks/hello (each its own task folder; one
+image, built once before the timed rounds), played by the terminal agent against the scripted mock OpenAI server
+(one bash tool call that solves the task, then a final answer), every task in a fresh container of its own,
+its tests run and its reward read. Prints Harbor tasks per minute of `workbench eval` (the run's own
+rollouts/s, and the whole command's wall time with the process start) and of `workbench validate` (each task
+scored twice: the reference solution and doing nothing, one container each). Needs the Docker engine. Run:
+python scripts/bench_formats.py harbor [--tasks 16] [-c 4] [--repeat 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HELLO = ROOT / "tests" / "formats" / "harbor_tasks" / "hello"
+SCRIPT = [{"tool_calls": [{"id": "c1", "type": "function", "function": {
+    "name": "bash", "arguments": json.dumps({"command": "echo hello > /app/greeting.txt"})}}]}, "Done."]
+
+
+def start_mock() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", "script", "--by-turn",
+                             "--script", json.dumps(SCRIPT), "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"mock server failed to start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
+
+
+def dataset(where: Path, n: int) -> Path:
+    root = where / "harbor-bench"
+    for i in range(n):
+        shutil.copytree(HELLO, root / f"hello-{i:03d}")
+    return root
+
+
+def workbench(args: list[str], home: Path) -> tuple[dict, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKBENCH_", "OPENAI_"))}
+    env.update(XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
+               XDG_CACHE_HOME=str(home / "cache"), WORKBENCH_DB=str(home / "wb.db"), NO_COLOR="1")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, env=env,
+                         cwd=home)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"workbench {' '.join(args[:2])} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), wall
+
+
+def bench_harbor(n: int, concurrency: int, repeat: int) -> dict:
+    mock, base_url = start_mock()
+    try:
+        with tempfile.TemporaryDirectory(prefix="wb-bench-harbor-") as tmp:
+            root = dataset(Path(tmp), n)
+            workbench(["validate", str(root), "--no-probe", "--sample", "1", "--json"], Path(tmp))  # builds the image
+            evals, evals_wall, validates = [], [], []
+            for i in range(repeat):
+                home = Path(tmp) / f"round{i}"
+                home.mkdir()
+                out, wall = workbench(["eval", str(root), "-n", str(n), "-c", str(concurrency), "--base-url", base_url,
+                                       "-m", "mock-model", "--json"], home)
+                if out["errors"] or out["rollouts"] != n or out["mean_reward"] != 1.0:
+                    raise SystemExit(f"eval round {i}: {out['errors']} errors, {out['rollouts']} rollouts, "
+                                     f"mean reward {out['mean_reward']}")
+                evals.append(out["rollouts_per_s"] * 60)
+                evals_wall.append(n / wall * 60)
+                res, wall = workbench(["validate", str(root), "--no-probe", "--sample", str(n), "--json"], home)
+                if res["gold"].get("total") != 1.0 or res["empty"].get("total") != 0.0:
+                    raise SystemExit(f"validate round {i}: gold {res['gold']}, empty {res['empty']}")
+                validates.append(n / wall * 60)
+    finally:
+        mock.terminate()
+        mock.wait(15)
+    return {"format": "harbor", "tasks": n, "concurrency": concurrency, "repeat": repeat,
+            "eval_tasks_per_min": round(statistics.median(evals), 1),
+            "eval_tasks_per_min_with_start": round(statistics.median(evals_wall), 1),
+            "validate_tasks_per_min": round(statistics.median(validates), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("format", choices=["harbor"])
+    ap.add_argument("--tasks", type=int, default=16)
+    ap.add_argument("-c", "--concurrency", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    result = bench_harbor(a.tasks, a.concurrency, a.repeat)
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(f"Harbor, {a.tasks} tasks at -c {a.concurrency} (median of {a.repeat}): eval "
+              f"{result['eval_tasks_per_min']} tasks/min ({result['eval_tasks_per_min_with_start']} with the "
+              f"process start), validate {result['validate_tasks_per_min']} tasks/min (two containers a task)")
+
+
+if __name__ == "__main__":
+    main()
