@@ -65,3 +65,11 @@ def test_refusals_are_one_line(eval_obj: dict[str, Any], run: dict[str, Any], sa
     with pytest.raises(EvalDefinitionError) as e:
         defs.load(eval_obj, run, ITEMS)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_retrieved_evals_schema_checks_the_items() -> None:
+    retrieved = {**EVAL, "data_source_config": {"type": "custom", "schema": {"type": "object", "properties": {
+        "item": {"type": "object", "properties": {"answer": {"type": "integer"}}}, "sample": {"type": "object"}}}}}
+    template = {"type": "template", "template": [{"role": "user", "content": "{{ item.question }}"}]}
+    with pytest.raises(EvalDefinitionError, match="item 1: answer does not match"):
+        defs.load(retrieved, run_obj(input_messages=template), ITEMS)

@@ -37,7 +37,8 @@ EVAL: dict[str, Any] = {
         "type": "object", "properties": {"country": {"type": "string"}, "capital": {"type": "string"}},
         "required": ["country", "capital"]}},
     "testing_criteria": [
-        {"type": "string_check", "name": "exact", "input": OUT, "reference": CAPITAL, "operation": "eq"},
+        {"type": "string_check", "name": "exact", "id": "exact-7f3a", "input": OUT, "reference": CAPITAL,
+         "operation": "eq"},
         {"type": "string_check", "name": "mentions", "input": OUT, "reference": CAPITAL, "operation": "ilike"},
         {"type": "text_similarity", "name": "close", "input": OUT, "reference": CAPITAL,
          "evaluation_metric": "fuzzy_match", "pass_threshold": 0.8},
@@ -61,7 +62,10 @@ RUN: dict[str, Any] = {"object": "eval.run", "name": "capitals-run", "data_sourc
     "input_messages": {"type": "template", "template": [
         {"role": "developer", "content": "Answer with the city only."},
         {"role": "user", "content": "What is the capital of {{ item.country }}?"}]},
-    "sampling_params": {"temperature": 0, "max_completion_tokens": 64}}}
+    "sampling_params": {"temperature": 0, "max_completion_tokens": 64}},
+    # What OpenAI's run reported, named NAME-ID as a retrieved run names them.
+    "per_testing_criteria_results": [{"testing_criteria": "exact-exact-7f3a", "passed": 1, "failed": 3},
+                                     {"testing_criteria": "mentions-9c1e", "passed": 3, "failed": 1}]}
 # Answers Paris, tokyo, "The capital is Lima", Madrid. By hand:
 #   exact: Paris only. mentions (contains, any case): 3. close (WRatio, default processing, >= 0.8): Paris,
 #   tokyo, and Lima inside the sentence (0.9) = 3. short (< 10 characters): 3. quality (judge 0.9, 0.6,
@@ -94,6 +98,7 @@ def test_imported_eval_scores_each_grader_as_its_pass_rate(cli: Callable[..., Cl
     assert res.rc == 0, res.stderr
     wrote = last_json(res.stdout)
     assert wrote["tasks"] == 4 and wrote["dialect"] == "openai-eval" and wrote["judge_models"] == [JUDGE_MODEL]
+    assert wrote["reported"] == {"exact": 0.25, "mentions": 0.75}
     assert sorted(p.name for p in env_dir.iterdir()) == ["__init__.py", "data.jsonl", "eval.json", "run.json"]
     assert 'DIALECT = "openai-eval"' in (env_dir / "__init__.py").read_text().replace("'", '"')
     assert cli("models", "add", "mock", "--base-url", server.base_url, "--model-id", "mock-model").rc == 0

@@ -45,6 +45,9 @@ def import_eval_command(dialect: str, eval_file: Path, run_file: Path, data_file
         who = res.judge or ", ".join(res.judge_models)
         console.print(Text(f"model graders ask the registered model {who} (workbench models add; "
                            "-a '{\"judge\": \"NAME\"}' picks another)"))
+    if res.reported:
+        rates = ", ".join(f"{name} {rate:.3f}" for name, rate in res.reported.items())
+        console.print(Text(f"OpenAI's run reported pass rates: {rates} (rewards.NAME of `workbench eval` compares)"))
     console.print(Text(f"  workbench eval {res.path} -m MODEL"), style="dim")
 
 

@@ -32,6 +32,7 @@ class Definition:
     item_reference: tuple[str | int, ...] | None  # the path of the item's own messages (item_reference)
     sampling: dict[str, Any] = field(default_factory=dict)  # the run's sampling_params, as given
     model: str | None = None  # the model the run sampled
+    reported: dict[str, float] = field(default_factory=dict)  # the run's pass rate by grader, as OpenAI reported it
 
 
 def _read(path: Path, label: str) -> str:
@@ -100,7 +101,28 @@ def load(eval_obj: Any, run_obj: Any, items: list[dict[str, Any]], *, eval_label
                                       "each reward and metric needs its own name")
         seen |= names
     defn.graders = criteria
+    defn.reported = _reported(run_obj, criteria)
     return defn
+
+
+def _reported(run_obj: dict[str, Any], criteria: list[dict[str, Any]]) -> dict[str, float]:
+    """The pass rates a retrieved run reports (``per_testing_criteria_results``, each named ``NAME-ID``)."""
+    out: dict[str, float] = {}
+    results = run_obj.get("per_testing_criteria_results")
+    for r in results if isinstance(results, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("testing_criteria"), str):
+            continue
+        passed, failed = r.get("passed"), r.get("failed")
+        if not isinstance(passed, int) or not isinstance(failed, int) or passed + failed <= 0:
+            continue
+        label = r["testing_criteria"]
+        # by id first, then by name, then by the longest name the label starts with (an eval without ids)
+        match = next((g for g in criteria if g.get("id") and label == f"{g['name']}-{g['id']}"), None) or next(
+            (g for g in criteria if label == g["name"]), None) or max(
+            (g for g in criteria if label.startswith(g["name"] + "-")), key=lambda g: len(g["name"]), default=None)
+        if match is not None and match["name"] not in out:
+            out[match["name"]] = passed / (passed + failed)
+    return out
 
 
 def _item_fields(eval_obj: dict[str, Any], items: list[dict[str, Any]], eval_label: str, data_label: str) -> set[str]:
@@ -115,6 +137,8 @@ def _item_fields(eval_obj: dict[str, Any], items: list[dict[str, Any]], eval_lab
                                   "(stored completions or logs); export it as JSONL items and use type 'custom'")
     fields: set[str] = set()
     schema = config.get("item_schema")
+    if schema is None:  # a retrieved eval holds the item's schema inside the data source's whole schema
+        schema = ((config.get("schema") or {}).get("properties") or {}).get("item")
     if isinstance(schema, dict):
         import jsonschema
 

@@ -63,6 +63,7 @@ class ImportResult:
     judge_models: list[str]
     judge: str | None
     run_model: str | None
+    reported: dict[str, float]  # the pass rate of each grader the run reported on OpenAI's side, to compare
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,4 +101,4 @@ def import_eval(eval_path: str | Path, run_path: str | Path, data_path: str | Pa
             shutil.rmtree(staging, ignore_errors=True)
     return ImportResult(str(target), defn.name, DIALECT, len(tasks),
                         [{"name": g["name"], "type": g["type"]} for g in defn.graders],
-                        judge_models(defn.graders), judge, defn.model)
+                        judge_models(defn.graders), judge, defn.model, defn.reported)
