@@ -233,3 +233,10 @@ def test_nothing_runs_in_process(tmp_path: Path) -> None:
     import os
 
     assert "LEAK" not in os.environ and not (Path.cwd() / "made.txt").exists()
+
+
+def test_a_python_grader_past_its_time_is_an_invalid_grade() -> None:
+    from workbench.formats.openai_evals.python_grader import run_grader
+
+    result = asyncio.run(run_grader("def grade(sample, item):\n    while True:\n        pass", {}, {}, timeout_s=1))
+    assert (result.score, result.error) == (0.0, "grade ran past 1 s")
