@@ -130,3 +130,29 @@ def test_an_environment_package_is_installed_and_served_for_the_run(
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
     assert (out["env"], out["rollouts"], out["errors"], out["mean_reward"]) == ("openenv-echo-env", 2, 0, 2.0)
+
+
+def tool_call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return {"tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+@pytest.mark.parametrize(("reset", "reward"), [({"a": 4, "b": 1}, 1.0), ({"a": 4, "b": 2}, 0.0)])
+def test_an_mcp_environments_tools_are_the_models_tools(
+        python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult],
+        reset: dict[str, int], reward: float) -> None:
+    script = [tool_call("multiply", {"a": 1}, "c0"), tool_call("add", {"a": 4, "b": 1}, "c1"),
+              tool_call("submit", {"answer": 5}, "c2"), "Done."]
+    mock = mock_server("script", "--by-turn", script=script)
+    res = openenv_cli("eval", f"openenv:{ENVS / 'sum_env'}", "-n", "2", "-a", json.dumps(reset),
+                      "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["rollouts"], out["errors"], out["mean_reward"]) == (2, 0, reward)
+    assert out["metrics"] == {"openenv_done": 1.0, "openenv_steps": 2.0}
+    last = max(mock.bodies(), key=lambda b: len(b["messages"]))
+    assert sorted(t["function"]["name"] for t in last["tools"]) == ["add", "submit"]
+    first_user = next(m for m in last["messages"] if m["role"] == "user")
+    assert first_user["content"] == f"What is {reset['a']} + {reset['b']}? Submit the answer."
+    tool_replies = [m["content"] for m in last["messages"] if m["role"] == "tool"]
+    assert tool_replies == ["Invalid action: unknown tool 'multiply'; the tools are add, submit", "5"]

@@ -85,3 +85,37 @@ def test_a_text_environment_takes_the_assistants_text() -> None:
 ])
 def test_an_observation_becomes_a_message(observation: dict[str, Any], text: str) -> None:
     assert render(observation) == text
+
+
+#: openenv-core's ``CallToolAction``: the action of an MCP environment.
+CALL_TOOL = schema({"type": {"const": "call_tool", "default": "call_tool", "type": "string"}, "tool_name": TEXT,
+                    "arguments": {"type": "object", "additionalProperties": True}}, ["tool_name"])
+
+
+def test_an_mcp_environment_is_played_with_its_own_tools() -> None:
+    actions = ActionMap(CALL_TOOL, "sum")
+    assert actions.mode == "mcp"
+    listed = [{"name": "add", "description": "Add.", "inputSchema": {"type": "object", "properties": {"a": NUMBER}}}]
+    assert actions.tools(listed) == [{"type": "function", "function": {
+        "name": "add", "description": "Add.", "parameters": {"type": "object", "properties": {"a": NUMBER}}}}]
+    names = frozenset({"add"})
+    msg = {"role": "assistant", "content": None, "tool_calls": [call('{"a": 1}', name="add"), call("", "nope", "c2")]}
+    assert actions.moves(msg, names) == [
+        Move({"type": "call_tool", "tool_name": "add", "arguments": {"a": 1}}, "", "c1"),
+        Move(None, "unknown tool 'nope'; the tools are add", "c2")]
+    assert actions.moves({"role": "assistant", "content": '{"tool_name": "add"}'}, names) == []
+
+
+@pytest.mark.parametrize(("observation", "text"), [
+    ({"tool_name": "add", "result": {"content": [{"type": "text", "text": "5"}], "is_error": False}, "error": None},
+     "5"),
+    ({"tool_name": "add", "result": {"content": [], "structured_content": {"result": 5}}, "error": None},
+     '{"result": 5}'),
+    ({"tool_name": "add", "result": {"content": [{"type": "text", "text": "bad a"}], "is_error": True},
+      "error": None}, "Error: bad a"),
+    ({"tool_name": "add", "result": None, "error": {"error_type": "timeout", "message": "too slow"}},
+     "Error (timeout): too slow"),
+    ({"tool_name": "", "result": "What is 2 + 3?", "error": None}, "What is 2 + 3?"),
+])
+def test_a_tool_calls_observation_is_its_result(observation: dict[str, Any], text: str) -> None:
+    assert render(observation) == text

@@ -4,6 +4,8 @@ The action schema the server publishes decides how the model acts:
 
 - **text**: the action has one text field that is all it needs (the only required field, or the only
   field, a string): the assistant's text is that field.
+- **mcp**: the action is MCP's ``call_tool`` (an ``MCPEnvironment``): the environment's own MCP tools (its
+  ``tools/list``) are the model's tools, and each call is one ``call_tool`` step.
 - **tool**: any other action: the model calls the ``step`` tool, whose parameters are the action's schema
   (its base ``metadata`` field left out); each call is one step. A reply without a call whose text is a
   JSON object is taken as the action too.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,20 +56,21 @@ class ActionMap:
 
     def __init__(self, schema: dict[str, Any], env_name: str = "", description: str = "") -> None:
         self.schema = schema
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        self.fields = {k: v for k, v in props.items() if k not in BASE_FIELDS}
+        props = schema.get("properties")
+        self.fields = {k: v for k, v in (props if isinstance(props, dict) else {}).items() if k not in BASE_FIELDS}
         required = [r for r in schema.get("required") or () if r in self.fields]
         texts = [k for k, v in self.fields.items() if _is_text(v)]
         self.text_field: str | None = None
-        if len(required) == 1 and required[0] in texts:
+        self.mcp = {"tool_name", "arguments"} <= set(self.fields)
+        if not self.mcp and len(required) == 1 and required[0] in texts:
             self.text_field = required[0]
-        elif not required and len(self.fields) == 1 and texts:
+        elif not self.mcp and not required and len(self.fields) == 1 and texts:
             self.text_field = texts[0]
         self.env_name, self.description = env_name, description
 
     @property
     def mode(self) -> str:
-        return "text" if self.text_field else "tool"
+        return "mcp" if self.mcp else "text" if self.text_field else "tool"
 
     def tool(self) -> dict[str, Any]:
         """The ``step`` tool (OpenAI chat format) whose parameters are the action's schema."""
@@ -82,7 +86,14 @@ class ActionMap:
                 "The environment answers with what it observes.")
         return {"type": "function", "function": {"name": TOOL_NAME, "description": desc, "parameters": params}}
 
-    def tools(self) -> list[dict[str, Any]] | None:
+    def tools(self, mcp_tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]] | None:
+        """The model's tools: none (text), ``step``, or an MCP environment's tools (``mcp_tools``, as its
+        ``tools/list`` gives them) in the chat format."""
+        if self.mcp:
+            return [{"type": "function", "function": {
+                "name": t["name"], "description": str(t.get("description") or ""),
+                "parameters": t.get("inputSchema") or t.get("input_schema") or {"type": "object", "properties": {}}}}
+                for t in mcp_tools] or None
         return None if self.text_field else [self.tool()]
 
     def instructions(self) -> str:
@@ -90,35 +101,43 @@ class ActionMap:
         about = f"You are acting in the environment {self.env_name}." if self.env_name else "You are acting in an environment."
         if self.description and self.description != f"{self.env_name} environment":
             about += f" {self.description}"
+        if self.mcp:
+            return (f"{about} Act by calling its tools; each call is one action, and the environment answers "
+                    "with what it observes, until the episode ends.")
         if self.text_field:
             return (f"{about} Each of your replies is your next action (its {self.text_field}); the environment "
                     "answers with what it observes, until the episode ends.")
         return (f"{about} Act by calling the {TOOL_NAME} tool; each call is one action, and the environment "
                 "answers with what it observes, until the episode ends.")
 
-    def moves(self, msg: Message) -> list[Move]:
-        """The actions the assistant's message takes (none: it took no action)."""
+    def moves(self, msg: Message, mcp_names: frozenset[str] = frozenset()) -> list[Move]:
+        """The actions the assistant's message takes (none: it took no action); ``mcp_names``: the tools an
+        MCP environment listed."""
         text = msg.get("content") if isinstance(msg.get("content"), str) else _content_text(msg.get("content"))
         if self.text_field:
             return [Move({self.text_field: text or ""})]
         calls = msg.get("tool_calls") or []
         if calls:
-            return [self._from_call(c) for c in calls]
-        found = _json_object(text or "")
+            return [self._from_call(c, mcp_names) for c in calls]
+        found = None if self.mcp else _json_object(text or "")
         return [Move(found)] if found is not None else []
 
-    def _from_call(self, call: dict[str, Any]) -> Move:
+    def _from_call(self, call: dict[str, Any], mcp_names: frozenset[str]) -> Move:
         fn = call.get("function") or {}
-        cid = call.get("id")
-        if fn.get("name") != TOOL_NAME:
-            return Move(None, f"unknown tool {fn.get('name')!r}; act with the {TOOL_NAME} tool", cid)
+        cid, name = call.get("id"), fn.get("name")
+        if self.mcp and name not in mcp_names:
+            return Move(None, f"unknown tool {name!r}; the tools are {', '.join(sorted(mcp_names)) or 'none'}", cid)
+        if not self.mcp and name != TOOL_NAME:
+            return Move(None, f"unknown tool {name!r}; act with the {TOOL_NAME} tool", cid)
         raw = fn.get("arguments")
         try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
+            args = json.loads(raw) if isinstance(raw, str) and raw.strip() else raw or {}
         except ValueError as e:
             return Move(None, f"the arguments are not valid JSON ({e})", cid)
         if not isinstance(args, dict):
             return Move(None, "the arguments must be a JSON object", cid)
+        if self.mcp:
+            return Move({"type": "call_tool", "tool_name": name, "arguments": args}, "", cid)
         return Move(args, "", cid)
 
 
@@ -140,8 +159,29 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+def _mcp_text(observation: dict[str, Any]) -> str | None:
+    """A ``call_tool`` observation's text (its result's text parts, or its error), or None for another one."""
+    if set(observation) != {"tool_name", "result", "error"}:
+        return None
+    err = observation.get("error")
+    if isinstance(err, dict) and err:
+        return f"Error ({err.get('error_type') or 'error'}): {err.get('message') or ''}".strip()
+    result = observation.get("result")
+    if isinstance(result, dict):
+        parts = [p.get("text") for p in result.get("content") or () if isinstance(p, dict) and p.get("type") == "text"]
+        text = "\n".join(str(p) for p in parts if p is not None)
+        if not text:
+            data = result.get("structured_content") or result.get("data")
+            text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+        return f"Error: {text}" if result.get("is_error") or result.get("isError") else text
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+
+
 def render(observation: dict[str, Any]) -> str:
-    """An observation's text: its one text field alone, else its fields as JSON."""
+    """An observation's text: its one text field alone, a tool call's result, else its fields as JSON."""
+    mcp = _mcp_text(observation)
+    if mcp is not None:
+        return mcp
     if len(observation) == 1:
         (only,) = observation.values()
         if isinstance(only, str):

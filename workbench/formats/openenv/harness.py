@@ -1,8 +1,8 @@
 """The harness of an OpenEnv environment: one session per rollout, the model's turns as its actions.
 
 A rollout resets its own session (the reset arguments: the task's seed and the environment arguments),
-and the first observation is the user's message. Each model turn is then one action (a ``step`` tool
-call each, or the turn's text: ``actions``); each observation is the next message (a tool message per
+and the first observation is the user's message; an MCP environment's tools are listed then. Each model
+turn is then one action (a tool call each, or the turn's text: ``actions``); each observation is the next message (a tool message per
 call, or a user message). The episode ends when the environment says it is done, when the model takes
 no action, or after ``max_turns`` model turns. What the environment answered is kept in the rollout's
 ``state["openenv"]``: every step's reward, whether it ended, how many steps, the last observation.
@@ -55,13 +55,20 @@ class OpenEnvHarness(Harness):
         rollout.state[STATE_KEY] = record
         rollout.messages = [*([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []),
                             {"role": "user", "content": render(first.observation)}]
-        tools = self.actions.tools()
+        listed: list[dict[str, Any]] = []
+        if self.actions.mcp:
+            try:
+                listed = await session.list_tools()
+            except OpenEnvError as e:
+                raise RolloutFailed("harness", self.label, e.message) from None
+        names = frozenset(t["name"] for t in listed)
+        tools = self.actions.tools(listed)
         for turn in range(self.max_turns):
             if record["done"]:
                 return
             msg = await rollout.generate(tools=tools)
             rollout.messages.append(msg)
-            moves = self.actions.moves(msg)
+            moves = self.actions.moves(msg, names)
             if not moves:
                 record["ended"] = "the model took no action"
                 return

@@ -5,8 +5,9 @@ An OpenEnv server (openenv-core's ``create_app``) answers ``GET /health`` (``{"s
 description). Its HTTP ``/reset`` and ``/step`` build a fresh environment for every request, so an episode of
 more than one step lives on the websocket ``/ws``: each connection is a session with an environment of its
 own. The client sends ``{"type": "reset", "data": {...}}``, ``{"type": "step", "data": ACTION}``,
-``{"type": "state"}`` and ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
-{"observation": {...}, "reward": R, "done": D}}``, ``{"type": "state", "data": {...}}`` or ``{"type":
+``{"type": "state"}``, ``{"type": "mcp", "data": JSON-RPC}`` (MCP's ``tools/list`` of an MCP environment) and
+``{"type": "close"}``; the server answers ``{"type": "observation", "data": {"observation": {...}, "reward": R,
+"done": D}}``, ``{"type": "state", "data": {...}}``, ``{"type": "mcp", "data": JSON-RPC}`` or ``{"type":
 "error", "data": {"message": ..., "code": ...}}``. A server at its session limit answers the connection
 with a ``CAPACITY_REACHED`` error and closes it.
 """
@@ -125,6 +126,7 @@ class Session:
         self.url, self.timeout = url, timeout
         self._http: Any = None
         self._ws: Any = None
+        self._rpc_id = 0
 
     async def open(self) -> None:
         import aiohttp
@@ -141,6 +143,19 @@ class Session:
 
     async def step(self, action: dict[str, Any]) -> StepResult:
         return parse_observation(await self._ask({"type": "step", "data": action}, "observation"))
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The MCP tools of the session's environment (an ``MCPEnvironment``), by MCP's ``tools/list``."""
+        self._rpc_id += 1
+        reply = await self._ask({"type": "mcp", "data": {"jsonrpc": "2.0", "id": self._rpc_id, "method": "tools/list",
+                                                         "params": {}}}, "mcp")
+        if not isinstance(reply, dict) or reply.get("error"):
+            err = reply.get("error") if isinstance(reply, dict) else None
+            why = err.get("message") if isinstance(err, dict) else str(err or reply)
+            raise OpenEnvError(f"tools/list failed: {why}")
+        tools = (reply.get("result") or {}).get("tools")
+        return [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)] \
+            if isinstance(tools, list) else []
 
     async def state(self) -> dict[str, Any]:
         got = await self._ask({"type": "state"}, "state")
