@@ -125,6 +125,7 @@ def test_a_dataset_is_one_environment_with_a_task_per_folder_and_its_limits() ->
     ("gpus", ("notes", "asks for GPUs")),
     ("negative cpus", ("notes", "[environment] cpus must be a positive number")),
     ("no image", ("notes", "has no environment/Dockerfile")),
+    ("separate verifier", ("notes", "separate verifier container")),
 ])
 def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli: Callable[..., CliResult],
                                                              change: str, fragments: tuple[str, ...]) -> None:
@@ -150,6 +151,9 @@ def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli:
         (task / "task.toml").write_text(toml.replace("cpus = 1", "gpus = 1" if change == "gpus" else "cpus = -1"))
     elif change == "no image":
         shutil.rmtree(task / "environment")
+    elif change == "separate verifier":
+        toml = (task / "task.toml").read_text()
+        (task / "task.toml").write_text(toml.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n'))
     for command in (["validate", task, "--no-probe"], ["eval", task, "-n", "1", "--base-url",
                                                        "http://127.0.0.1:9/v1", "-m", "m"]):
         assert_user_error(cli(*command), *fragments)

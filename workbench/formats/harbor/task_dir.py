@@ -150,6 +150,10 @@ def _refuse_unsupported(config: dict[str, Any], env_cfg: dict[str, Any], names: 
     if env_cfg.get("gpus") or env_cfg.get("tpu"):
         raise EnvLoadError(f"{where} asks for GPUs or TPUs ([environment] gpus/tpu); Workbench's Docker sandboxes "
                            "have none")
+    verifier = config.get("verifier") if isinstance(config.get("verifier"), dict) else {}
+    if verifier.get("environment_mode") == "separate" or verifier.get("environment") is not None:
+        raise EnvLoadError(f"{where} runs its tests in a separate verifier container ([verifier] environment); "
+                           "Workbench runs them in the agent's container (environment_mode = \"shared\")")
     if env_cfg.get("mcp_servers"):
         raise EnvLoadError(f"{where} declares MCP servers ([[environment.mcp_servers]]); Workbench does not "
                            "start them for Harbor tasks")
