@@ -5,6 +5,7 @@ against the mock OpenAI server; the environment's rewards are the rollouts' rewa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,19 @@ def test_an_mcp_environments_tools_are_the_models_tools(
     assert first_user["content"] == f"What is {reset['a']} + {reset['b']}? Submit the answer."
     tool_replies = [m["content"] for m in last["messages"] if m["role"] == "tool"]
     assert tool_replies == ["Invalid action: unknown tool 'multiply'; the tools are add, submit", "5"]
+
+
+def test_a_server_left_without_sessions_is_stopped(python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a long-lived process (the app), a started server that no rollout uses does not stay."""
+    from workbench.authoring import discovery
+    from workbench.formats.openenv import servers
+
+    monkeypatch.setattr(servers, "IDLE_STOP_S", 0.5)
+    folder = ENVS / "guess_env"
+    env = discovery.load(f"openenv:{folder}")
+    assert (env.name, env.dialect) == ("guess_env", "openenv")
+    assert serve_processes(folder) != []  # the load read the schema from it
+    deadline = time.monotonic() + 120
+    while serve_processes(folder) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert serve_processes(folder) == []

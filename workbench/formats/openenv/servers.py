@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ _MAX_WAIT_S = 2.0
 _LOCAL_WAIT_S = 0.02
 #: How long a running server's learned session limit is trusted before it is tried again.
 _CAPACITY_HINT_S = 30.0
+#: How long a server Workbench started may go without a session before it is stopped (the next starts another).
+IDLE_STOP_S = 120.0
 SERVE_SCRIPT = Path(__file__).with_name("serve.py")
 
 
@@ -185,6 +187,7 @@ class _Slot:
     capacity: int | None = None  # learned when the server answers CAPACITY_REACHED
     #: until when a running server's learned capacity holds (others may have held the sessions it counted)
     capacity_until: float = float("inf")
+    idle_since: float = field(default_factory=time.monotonic)  # when its last session ended
 
     def free(self) -> bool:
         if self.capacity is not None and time.monotonic() > self.capacity_until:
@@ -209,6 +212,7 @@ class Servers:
                 assert self.launcher is not None
                 started = self.launcher.start()
                 self.slots.append(_Slot(started.url, started))
+                self._reap_later()
             return self.slots[0].url
 
     def _pick(self) -> _Slot | None:
@@ -263,6 +267,25 @@ class Servers:
     def _release(self, slot: _Slot) -> None:
         with self._lock:
             slot.active -= 1
+            if slot.active == 0 and slot.started is not None:
+                slot.idle_since = time.monotonic()
+                self._reap_later()
+
+    def _reap_later(self) -> None:
+        timer = threading.Timer(IDLE_STOP_S + 0.1, self._reap)
+        timer.daemon = True
+        timer.start()
+
+    def _reap(self) -> None:
+        """Stop the started servers that have had no session for :data:`IDLE_STOP_S`."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [s for s in self.slots if s.started is not None and s.active == 0
+                    and now - s.idle_since >= IDLE_STOP_S]
+            self.slots = [s for s in self.slots if s not in idle]
+        for s in idle:
+            assert s.started is not None
+            s.started.stop()
 
     def stop(self) -> None:
         with self._lock:
