@@ -102,9 +102,10 @@ def assert_same(ours: dict, theirs: dict) -> None:
 
 def roundtrip(cli: Callable[..., CliResult], tmp_path: Path, python: Path, env: str, mock_for: Callable[..., MockServer],
               n: int, group: int, *args: str) -> tuple[dict, dict, dict[str, Any]]:
-    pkg = tmp_path / f"{env}-pkg"
+    label = Path(env).stem
+    pkg = tmp_path / f"{label}-pkg"
     done = export(cli, env, pkg, *args)
-    target = tmp_path / f"{env}-site"
+    target = tmp_path / f"{label}-site"
     pip_install(pkg, target)
     mock = mock_for(tasks_of(pkg, done["module"]))
     (tmp_path / "vf").mkdir()
@@ -162,3 +163,66 @@ def test_multi_turn_game_scores_the_same(cli, tmp_path, mock_server, verifiers_p
     assert done["harness"] == "WordleHarness"
     assert_same(ours, theirs)
     assert theirs[0] == pytest.approx([1.0 + 0.2 * 0.75] * 2) and theirs[1] == [0.0, 0.0]
+
+
+SPELL_ENV = '''
+import workbench as wb
+
+
+def count(word: str, state) -> dict:
+    """Count a word's letters.
+
+    Args:
+        word: The word.
+    """
+    state["calls"] = state.get("calls", 0) + 1
+    return {"word": word, "letters": len(word)}
+
+
+def load_environment():
+    rows = [{"prompt": f"Spell {w}", "answer": w, "info": {"n": len(w)}} for w in ["apple", "kiwi", "banana"]]
+    rubric = wb.Rubric()
+
+    @rubric.reward(weight=0.5)
+    def parts(completion, answer, info):
+        return {"has": float(answer in completion), "len": info["n"] / 10}
+
+    @rubric.reward(weight=2.0)
+    async def used_tool(state):
+        return float(state.get("calls", 0) > 0)
+
+    @rubric.reward
+    def broken(answer):
+        if answer == "kiwi":
+            raise ValueError("no kiwis")
+        return 1.0
+
+    @rubric.metric
+    def n_messages(messages):
+        return float(len(messages))
+
+    @rubric.group_reward(weight=0.1)
+    def rank(rewards):
+        return [float(r == max(rewards)) for r in rewards]
+
+    return wb.Environment(name="spell", tasks=wb.TaskSet.from_records(rows),
+                          harness=wb.ToolLoop(tools=[count], max_turns=3, system_prompt="Use the tool."),
+                          rubric=rubric, sampling=wb.Sampling(max_tokens=32))
+'''
+
+
+def test_a_single_file_environment_with_keyed_async_and_failing_rewards_scores_the_same(
+        cli, tmp_path, mock_server, verifiers_python, write_env) -> None:
+    """Keyed scores, an async reward over the tool's state, a reward that raises on one task (left out of
+    the total, as Workbench does), a tool returning JSON, a group reward over the totals."""
+    env = str(write_env(SPELL_ENV, "spell.py"))
+
+    def mock(tasks: list[dict[str, Any]]) -> MockServer:
+        call = {"tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "count", "arguments": json.dumps({"word": "apple"})}}]}
+        return mock_server("script", "--by-turn", script=[call, "apple banana"])
+
+    ours, theirs, done = roundtrip(cli, tmp_path, verifiers_python, env, mock, 3, 2)
+    assert done["harness"] == "ToolLoop" and (tmp_path / "spell-pkg" / "spell" / "_env" / "source.py").is_file()
+    assert_same(ours, theirs)
+    assert theirs[1] == pytest.approx([0.5 * 0.4 + 2.0 + 0.1] * 2)  # kiwi: not in the reply, broken left out
