@@ -38,6 +38,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workbench/authoring/templates.py", "create_env", "Path.rename"): "the staging folder renamed into place",
     ("workbench/hub/pull.py", "_write_files", "write_bytes"): "inside a fresh staging folder renamed whole",
     ("workbench/hub/pull.py", "_write_tree", "os.replace"): "the staging folder renamed into place",
+    ("workbench/formats/openai_evals/writer.py", "import_eval", "write_text"): "inside the staging folder of a new env",
+    ("workbench/formats/openai_evals/writer.py", "import_eval", "Path.rename"): "the staging folder renamed into place",
     ("workbench/analysis/export_atif.py", "_write_trial", "write_bytes"): "inside the ATIF export's staging folder",
     ("workbench/analysis/export_atif.py", "export_atif", "Path.rename"): "the staging folder renamed into place",
     ("local_runtime/models/tiny_model.py", "build_tiny_model", "write_text"): "inside the build folder renamed whole",
