@@ -42,6 +42,11 @@ CASES = [
     ("sandbox reward", _env(reward="sandbox"), (), ("reward 'r'", "'sandbox'")),
     ("sandboxed tasks", _env(extra=SANDBOX_TASKS).replace(TASKS, "wb.TaskSet.from_records(SANDBOXED)"), (),
      ("sandbox",)),
+    ("a secret in the source", _env(extra='API_KEY = "sk-abcdefghijklmnopqrstuvwxyz0123456789"\n'), (),
+     ("refusing to export 'probe'", "probe.py:2", "OpenAI-style API key")),
+    ("a secret in the arguments", _env().replace("load_environment()", "load_environment(token=None)"),
+     ("-a", '{"token": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}'),
+     ("refusing to export", "manifest.json")),
     ("bad package name", "arithmetic", ("--name", "Not A Name"), ("package name", "--name")),
     ("verifiers' own taskset name", "arithmetic", ("--name", "textarena"), ("built-in taskset", "--name")),
 ]

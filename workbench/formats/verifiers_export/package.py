@@ -118,6 +118,16 @@ def _copy_source(src: Path, dest_env: Path) -> str:
     return "source"
 
 
+def _check_secrets(env: Environment, src: Path, rows: list[bytes], manifest: bytes) -> None:
+    """Refuse (one line naming the file and line) what is shaped like a secret in anything the package
+    would hold: the environment's files, its tasks, its arguments. A package is made to be published."""
+    from workbench.bundles.secrets_scan import check_files, workbench_secrets
+
+    files = [(f"{src.name}/{rel}" if src.is_dir() else rel, real.read_bytes()) for rel, real in env_file_paths(src)]
+    files += [("tasks.jsonl", b"\n".join(rows)), ("manifest.json", manifest)]
+    check_files(files, f"export {env.name!r}", workbench_secrets())
+
+
 def _vendored(name: str) -> str:
     return (resources.files("workbench.formats.verifiers_export") / "vendored" / name).read_text(encoding="utf-8")
 
@@ -163,19 +173,21 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         "workbench_export": 1, "env": env.name, "env_version": env.version, "env_args": env_args,
         "sampling": env.sampling.to_params(), "harness": _harness_manifest(env),
         "rubric": [{"name": f.name, "kind": f.kind, "weight": f.weight} for f in env.rubric.functions],
+        "source": {"module": "source"},
     }
     try:
         orjson.dumps(manifest)
     except TypeError as e:
         raise ExportRefused(f"{env.name}'s arguments or settings are not JSON ({e})") from None
+    manifest_bytes = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
+    _check_secrets(env, Path(env.source), rows, manifest_bytes)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         pkg = tmp / module
         pkg.mkdir()
         _copy_source(Path(env.source), pkg / "_env")
-        manifest["source"] = {"module": "source"}
-        (pkg / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+        (pkg / "manifest.json").write_bytes(manifest_bytes)
         (pkg / "tasks.jsonl").write_bytes(b"\n".join(rows) + b"\n")
         (pkg / "_workbench.py").write_text(_vendored("compat.py.txt"), encoding="utf-8")
         (pkg / "_bridge.py").write_text(_vendored("bridge.py.txt"), encoding="utf-8")
