@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import CliResult, MockServer, assert_user_error, last_json
+from workbench.formats.openai_evals import EvalDefinitionError, import_eval
 
 COUNTRIES = {"France": "Paris", "Japan": "Tokyo", "Peru": "Lima", "Chile": "Santiago"}
 # The policy's answers, and what the judge says about them (judge rules first: its prompts say "grade").
@@ -187,12 +188,23 @@ BAD = [
 
 
 @pytest.mark.parametrize(("files", "says"), BAD)
-def test_bad_definitions_are_refused_in_one_line_and_nothing_is_written(
-        cli: Callable[..., CliResult], tmp_path: Path, files: dict[str, Any], says: list[str]) -> None:
+def test_bad_definitions_are_refused_and_nothing_is_written(tmp_path: Path, files: dict[str, Any],
+                                                            says: list[str]) -> None:
+    src = write_definition(tmp_path / "src", **files)
+    with pytest.raises(EvalDefinitionError) as e:
+        import_eval(src / "eval.json", src / "run.json", src / "data.jsonl", tmp_path / "out" / "env")
+    assert "\n" not in str(e.value) and all(s.lower() in str(e.value).lower() for s in says), str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # a CLI process a case; the same table runs in-process above, in the fast lane
+@pytest.mark.parametrize(("files", "says"), BAD)
+def test_bad_definitions_are_one_line_from_the_cli(cli: Callable[..., CliResult], tmp_path: Path,
+                                                   files: dict[str, Any], says: list[str]) -> None:
     src = write_definition(tmp_path / "src", **files)
     out = tmp_path / "out" / "env"
     assert_user_error(cli(*import_args(src, out)), *says)
-    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_existing_folder_is_not_overwritten(cli: Callable[..., CliResult], tmp_path: Path) -> None:
