@@ -190,7 +190,7 @@ def mock(tmp_path: Path) -> Iterator[Callable[..., MockServer]]:
 @pytest.mark.slow
 def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any, cli: Callable[..., CliResult],
                                                                      mock: Callable[..., MockServer]) -> None:
-    server = mock([bash_call("pwd && echo hello > greeting.txt && cat /app/seed.txt"), "Done."])
+    server = mock([bash_call('pwd && echo hello > "$GREETING_FILE" && cat /app/seed.txt'), "Done."])
     res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
@@ -198,6 +198,7 @@ def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any
     shown = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)
     tool = next(m for m in shown["messages"] if m["role"] == "tool")
     assert "/app" in tool["content"] and "seed" in tool["content"]  # the image's WORKDIR and files
+    # ([environment.env]'s GREETING_FILE named where to write: the task's variables reach the agent's commands)
     assert shown["state"]["harbor_rewards"] == {"reward": 1.0}
 
 

@@ -44,6 +44,12 @@ def _agent_limit(rollout: Rollout) -> float:
     return float(harbor.get("agent_timeout_s") or AGENT_TIMEOUT_S)
 
 
+def _task_env(harbor: dict[str, Any]) -> dict[str, str]:
+    """The task's ``[environment] env``: every command of the agent sees it, as in Harbor's container."""
+    env = harbor.get("env")
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
 def _workdir(rollout: Rollout) -> str | None:
     harbor = (rollout.task.info or {}).get("harbor") or {}
     wd = harbor.get("workdir")
@@ -61,7 +67,7 @@ async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], timeout: fl
     limit = float(harbor.get("agent_timeout_s") or COMMAND_TIMEOUT_S)
     wait = min(max(1.0, float(timeout or COMMAND_TIMEOUT_S)), limit)
     r = await sandbox.exec(command, timeout=wait, cwd=harbor.get("workdir"),
-                           env={"DEBIAN_FRONTEND": "noninteractive", "TERM": "dumb"})
+                           env={**_task_env(harbor), "DEBIAN_FRONTEND": "noninteractive", "TERM": "dumb"})
     return r.output(limit=_MAX_OUTPUT)
 
 
@@ -95,6 +101,7 @@ class ProgramAgent(Program):
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 3600.0) -> None:
         super().__init__(argv, env=env, timeout=timeout)
         self.limit = self.timeout
+        self.own_env = dict(self.env)
 
     async def run(self, rollout: Rollout) -> None:
         rollout.state[AGENT_KEY] = "program"
@@ -102,6 +109,7 @@ class ProgramAgent(Program):
             await make_log_dirs(rollout.sandbox)
         # Read by Program.run before its first await: no other rollout's task can change them in between.
         self.cwd = _workdir(rollout)
+        self.env = {**_task_env((rollout.task.info or {}).get("harbor") or {}), **self.own_env}
         self.timeout = min(self.limit, _agent_limit(rollout))
         try:
             await super().run(rollout)

@@ -68,7 +68,8 @@ class HarborTask:
         """What a task record keeps of the task (JSON)."""
         return {"harbor": {"task": self.name, "dir": str(self.dir), "agent_timeout_s": self.agent_timeout_s,
                            "verifier_timeout_s": self.verifier_timeout_s, "cpus": self.cpus,
-                           "memory_mb": self.memory_mb, "workdir": self.workdir, "metadata": self.metadata}}
+                           "memory_mb": self.memory_mb, "workdir": self.workdir, "env": self.environment_env,
+                           "metadata": self.metadata}}
 
 
 def is_task_dir(p: Path) -> bool:
