@@ -44,8 +44,8 @@ def guess_server(python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def openenv_cli(cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     """The CLI with this machine's framework environments (a private cache would build them again)."""
 
-    def run(*args: Any) -> CliResult:
-        return cli(*args, env={"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}, timeout=400.0)
+    def run(*args: Any, **env: str) -> CliResult:
+        return cli(*args, env={"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir()), **env}, timeout=400.0)
 
     return run
 
@@ -173,3 +173,14 @@ def test_a_server_left_without_sessions_is_stopped(python: Path, monkeypatch: py
     while serve_processes(folder) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert serve_processes(folder) == []
+
+
+def test_a_started_server_that_is_full_gets_a_second_one(
+        python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult]) -> None:
+    mock = mock_server("script", "--by-turn", script=GUESS_5_THEN_3)
+    res = openenv_cli("eval", f"openenv:{ENVS / 'guess_env'}", "-n", "3", "-c", "3", "-a", '{"target": 3}',
+                      "--base-url", mock.base_url, "-m", "mock-model", "--json", GUESS_MAX_SESSIONS="1")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["rollouts"], out["errors"], out["mean_reward"]) == (3, 0, 1.0)
+    assert serve_processes(ENVS / "guess_env") == []

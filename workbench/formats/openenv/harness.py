@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.authoring.harness import Harness
+from workbench.errors import EnvLoadError
 from workbench.formats.openenv.actions import ActionMap, Move, render
 from workbench.formats.openenv.protocol import OpenEnvError, Session, StepResult
 from workbench.formats.openenv.servers import Servers
@@ -44,6 +45,8 @@ class OpenEnvHarness(Harness):
             session, first, release = await self.servers.open(self.reset_args_for(rollout.task))
         except OpenEnvError as e:
             raise RolloutFailed("harness", self.label, f"reset failed: {e.message}") from None
+        except EnvLoadError as e:  # another server was needed and did not start
+            raise RolloutFailed("harness", self.label, str(e)) from None
         try:
             await self._episode(rollout, session, first)
         finally:

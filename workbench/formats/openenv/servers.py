@@ -201,19 +201,28 @@ class Servers:
     def __init__(self, url: str | None = None, launcher: LocalLauncher | DockerLauncher | None = None) -> None:
         self.launcher = launcher
         self.slots: list[_Slot] = [] if url is None else [_Slot(url)]
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the slots' counts: held briefly, also on the event loop
+        self._starting = threading.Lock()  # one server starts at a time, off the event loop
         if launcher is not None:
             atexit.register(self.stop)
 
     def first_url(self) -> str:
         """The URL of a server (started here when there is none yet)."""
-        with self._lock:
-            if not self.slots:
-                assert self.launcher is not None
-                started = self.launcher.start()
-                self.slots.append(_Slot(started.url, started))
-                self._reap_later()
-            return self.slots[0].url
+        with self._starting:
+            with self._lock:
+                if self.slots:
+                    return self.slots[0].url
+            slot = self._start()
+            with self._lock:
+                self.slots.append(slot)
+            self._reap_later()
+            return slot.url
+
+    def _start(self) -> _Slot:
+        """A new server (the caller holds ``_starting``, never ``_lock``: sessions go on while it starts)."""
+        assert self.launcher is not None
+        started = self.launcher.start()
+        return _Slot(started.url, started)
 
     def _pick(self) -> _Slot | None:
         with self._lock:
@@ -223,14 +232,15 @@ class Servers:
             return slot
 
     def _grow(self) -> _Slot:
-        assert self.launcher is not None
-        with self._lock:
-            slot = next((s for s in self.slots if s.free()), None)
-            if slot is None:
-                started = self.launcher.start()
-                slot = _Slot(started.url, started)
+        """A session's place on a new server, or on one that came free while it waited to start one."""
+        with self._starting:
+            slot = self._pick()
+            if slot is not None:
+                return slot
+            slot = self._start()
+            with self._lock:
+                slot.active += 1
                 self.slots.append(slot)
-            slot.active += 1
             return slot
 
     async def open(self, reset_args: dict[str, Any]) -> tuple[Session, StepResult, Callable[[], None]]:
