@@ -133,8 +133,8 @@ class WorkerBridge:
         return self.proc.poll() is None
 
     # -- the end ----------------------------------------------------------------------------------
-    def close(self, timeout: float = 15.0) -> None:
-        """Ask the worker to end (its environment's serving ends too), then make sure it has."""
+    def shutdown(self) -> None:
+        """Ask the worker to end (its environment's serving ends too) without waiting for it."""
         _LIVE.discard(self)
         if self.proc.poll() is None:
             with self._lock:
@@ -144,6 +144,11 @@ class WorkerBridge:
                     self.proc.stdin.close()
                 except (BrokenPipeError, ValueError, OSError, AssertionError):
                     pass
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Ask the worker to end, then make sure it has."""
+        self.shutdown()
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

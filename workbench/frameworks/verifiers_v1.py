@@ -28,11 +28,18 @@ harnesses.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import concurrent.futures
 import hashlib
 import os
+import re
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import PROXY_KEY, Harness
@@ -52,6 +59,8 @@ WORKER = Path(__file__).with_name("verifiers_v1_worker.py")
 EPISODE = "episode"
 #: Errors of a rollout's model calls: the rollout fails as a model error.
 _MODEL_ERRORS = ("ProviderError", "InterceptionError")
+#: How verifiers words a failure of a task's scoring (``task PickyTask scoring: ValueError: ...``).
+_SCORING = re.compile(r"^(?:task \w+ )?scoring\b")
 #: Variables that are Workbench's own, never passed to the worker.
 _NOT_PASSED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
 
@@ -115,7 +124,7 @@ def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
     tasks = [_task(row) for row in info["tasks"]]
     harness.index = {t.id: row["idx"] for t, row in zip(tasks, info["tasks"], strict=True)}
     env = Environment(name=src.module, tasks=TaskSet(lambda: list(tasks), name=src.module), harness=harness,
-                      rubric=_rubric(info), sampling=Sampling(max_tokens=4096, temperature=1.0),
+                      rubric=_rubric(info, harness), sampling=Sampling(max_tokens=4096, temperature=1.0),
                       description=f"verifiers v1 {info['env']} over {info['task_type']}")
     env.adapter = f"verifiers {info.get('verifiers', 'unknown')}"
     env.dialect = "verifiers v1"
@@ -139,6 +148,8 @@ class V1Harness(Harness):
         self.info = info
         self.index: dict[str, int] = {}
         self.max_turns = 1_000_000
+        # the worker ends with the environment that uses it (a reloaded environment starts its own)
+        weakref.finalize(self, bridge.shutdown)
 
     def describe(self) -> str:
         harnesses = ",".join(sorted(set(self.info.get("harnesses", {}).values())))
@@ -178,7 +189,7 @@ class V1Harness(Harness):
 
 def _scoring_error(err: dict[str, Any]) -> bool:
     """A failure of the task's scoring: a reward error here, reported by the functions that were not scored."""
-    return err["type"] == "TaskError" and str(err["message"]).startswith("scoring")
+    return err["type"] == "TaskError" and _SCORING.match(str(err["message"])) is not None
 
 
 def summary(result: dict[str, Any], traces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,16 +218,43 @@ class NotScored(Exception):
     """A function verifiers did not score for this rollout."""
 
 
-def _scores(state: dict[str, Any] | None) -> dict[str, Any]:
-    got = (state or {}).get("verifiers")
-    if not isinstance(got, dict):
-        raise NotScored("verifiers scores a v1 rollout while it runs; this rollout has no verifiers scores")
-    return got
+class Scorer:
+    """The scores of a rollout: those verifiers computed while it ran (``state["verifiers"]``), else the task's
+    own scoring of its messages in the worker (``validate``'s gold answers, a rollout stored without them),
+    asked once per conversation however many functions read it."""
+
+    def __init__(self, harness: V1Harness, capacity: int = 256) -> None:
+        self.harness = harness
+        self._asked: collections.OrderedDict[bytes, concurrent.futures.Future[Any]] = collections.OrderedDict()
+        self.capacity = capacity
+
+    async def scores(self, state: dict[str, Any] | None, messages: list[dict[str, Any]] | None,
+                     task: Task | None) -> dict[str, Any]:
+        got = (state or {}).get("verifiers")
+        if isinstance(got, dict) and isinstance(got.get("rewards"), dict):
+            return got
+        if task is None:
+            raise NotScored("verifiers scores a v1 rollout from its task and messages; neither is here")
+        idx = self.harness.index.get(task.id, task.info.get("idx"))
+        if not isinstance(idx, int):
+            raise NotScored("the task is not one of the verifiers taskset's tasks")
+        msgs = [m for m in (messages or []) if isinstance(m, dict) and m.get("role")]
+        key = orjson.dumps([idx, msgs], option=orjson.OPT_SORT_KEYS)
+        future = self._asked.get(key)
+        if future is None:
+            future = self._asked[key] = self.harness.bridge.submit("score", task=idx, messages=msgs)
+            while len(self._asked) > self.capacity:
+                self._asked.popitem(last=False)
+        try:
+            result = await asyncio.wrap_future(future)
+        except WorkerError as e:
+            raise NotScored(f"the verifiers worker could not score it: {e}") from None
+        return summary(result, result["traces"])
 
 
-def _reward(name: str) -> Any:
-    def score(state: dict[str, Any]) -> float:
-        got = _scores(state)
+def _reward(scorer: Scorer, name: str) -> Any:
+    async def score(state: dict[str, Any], messages: list[dict[str, Any]], task: Task) -> float:
+        got = await scorer.scores(state, messages, task)
         value = got["rewards"].get(name, "absent")
         if value == "absent":
             raise NotScored(f"verifiers recorded no {name!r} for this rollout (a reward returning keyed scores "
@@ -229,9 +267,9 @@ def _reward(name: str) -> Any:
     return score
 
 
-def _metric(name: str) -> Any:
-    def score(state: dict[str, Any]) -> float:
-        got = _scores(state)
+def _metric(scorer: Scorer, name: str) -> Any:
+    async def score(state: dict[str, Any], messages: list[dict[str, Any]], task: Task) -> float:
+        got = await scorer.scores(state, messages, task)
         value = got["metrics"].get(name)
         if value is None:
             raise NotScored(f"not measured by verifiers: {got.get('unscored') or 'no value recorded'}")
@@ -241,32 +279,27 @@ def _metric(name: str) -> Any:
     return score
 
 
-def _episode_rewards(known: set[str]) -> Any:
-    def episode(state: dict[str, Any]) -> dict[str, float]:
-        rewards = _scores(state)["rewards"]
-        return {k: v["score"] * v["weight"] for k, v in rewards.items() if k not in known and v is not None}
+def _episode(scorer: Scorer, known: set[str], kind: str) -> Any:
+    async def episode(state: dict[str, Any], messages: list[dict[str, Any]], task: Task) -> dict[str, float]:
+        got = await scorer.scores(state, messages, task)
+        if kind == "rewards":
+            return {k: v["score"] * v["weight"] for k, v in got["rewards"].items() if k not in known and v}
+        return {k: v for k, v in got["metrics"].items() if k not in known and v is not None}
 
     return episode
 
 
-def _episode_metrics(known: set[str]) -> Any:
-    def episode_metrics(state: dict[str, Any]) -> dict[str, float]:
-        metrics = _scores(state)["metrics"]
-        return {k: v for k, v in metrics.items() if k not in known and v is not None}
-
-    return episode_metrics
-
-
-def _rubric(info: dict[str, Any]) -> Rubric:
+def _rubric(info: dict[str, Any], harness: V1Harness) -> Rubric:
+    scorer = Scorer(harness)
     rubric = Rubric()
     for name, weight in info["rewards"].items():
-        rubric.reward(_reward(name), weight=weight, name=name)
+        rubric.reward(_reward(scorer, name), weight=weight, name=name)
     for name in info["metrics"]:
         if name not in info["rewards"]:
-            rubric.metric(_metric(name), name=name)
+            rubric.metric(_metric(scorer, name), name=name)
     if info.get("finalize"):
-        rubric.reward(_episode_rewards(set(info["rewards"])), weight=1.0, name=EPISODE)
-        rubric.metric(_episode_metrics(set(info["metrics"])), name=f"{EPISODE}_metrics")
+        rubric.reward(_episode(scorer, set(info["rewards"]), "rewards"), weight=1.0, name=EPISODE)
+        rubric.metric(_episode(scorer, set(info["metrics"]), "metrics"), name=f"{EPISODE}_metrics")
     return rubric
 
 

@@ -19,6 +19,7 @@ Anything the environment prints goes to stderr: stdout carries the answers only.
 """
 
 import asyncio
+import itertools
 import json
 import os
 import sys
@@ -31,6 +32,8 @@ REMOTE_RUNTIMES = {"prime": "Prime Intellect's cloud sandboxes", "modal": "Modal
 LOCAL_RUNTIMES = ("subprocess", "docker", "podman", "apptainer")
 #: The variable the worker's model client reads its API key from (Workbench's proxy holds the real one).
 KEY_VAR = "WORKBENCH_PROXY_KEY"
+#: How many tasks of an endless taskset are read.
+MAX_TASKS = 100_000
 
 
 class Refused(Exception):
@@ -53,6 +56,8 @@ class Worker:
     async def load(self, module, path, env_args):
         if path and path not in sys.path:
             sys.path.insert(0, path)
+            # the environment's tool servers run as processes of their own (`python -m MODULE`)
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
         import verifiers.v1 as vf
         from verifiers.v1.configs.agent import agent_config_fields
         from verifiers.v1.utils.loaders import env_config_type, load_environment, resolve_env_config
@@ -82,7 +87,10 @@ class Worker:
                 raise Refused(f"the {role!r} agent's harness {harness.config.id!r} is an ACP harness (Agent "
                               "Client Protocol), which Workbench does not run")
         self.env = env
-        self.tasks = list(env.taskset)
+        # an endless taskset (`INFINITE`) is read up to MAX_TASKS tasks
+        self.tasks = list(itertools.islice(env.taskset, MAX_TASKS))
+        if not self.tasks:
+            raise Refused(f"the taskset {type(env.taskset).__name__} yields no tasks")
         self.serving = env.serving()
         await self.serving.__aenter__()
         return self.describe()
@@ -145,12 +153,38 @@ class Worker:
         return {"ok": episode.ok, "errors": [_error(e) for e in episode.errors],
                 "traces": [_trace(t) for t in episode.traces]}
 
+    async def score(self, task, messages):
+        """The task's own scoring of a conversation no rollout of this worker held (a stored one, a gold
+        answer): a trace rebuilt from the messages, scored without a runtime (rewards that need one are
+        skipped, as verifiers skips them)."""
+        from pydantic import TypeAdapter
+        from verifiers.v1.configs.agent import AgentConfig
+        from verifiers.v1.graph import MessageNode
+        from verifiers.v1.state import state_cls
+        from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+
+        if not 0 <= task < len(self.tasks):
+            raise Refused(f"task {task} is not among the environment's {len(self.tasks)} tasks")
+        t = self.tasks[task]
+        parse = TypeAdapter(self.vf.Message).validate_python
+        nodes = [MessageNode(parent=i - 1 if i else None, message=parse(m), sampled=m.get("role") == "assistant")
+                 for i, m in enumerate(messages)]
+        trace = Trace(task=TraceTask(type=type(t).__name__, data=t.data, key=t.key, hash=t.hash),
+                      state=state_cls(type(t))(), agent=AgentInfo(config=AgentConfig()), nodes=nodes)
+        try:
+            await t.score(trace, None)
+        except Exception as e:  # noqa: BLE001 - a reward that raises is the answer's data
+            trace.record_error(e)
+        return {"ok": True, "errors": [], "traces": [_trace(trace)]}
+
     async def handle(self, request):
         rid = request.get("id")
         try:
             op = request.get("op")
             if op == "load":
                 result = await self.load(request["module"], request.get("path"), request.get("env_args"))
+            elif op == "score":
+                result = await self.score(int(request["task"]), list(request["messages"]))
             elif op == "rollout":
                 result = await self.rollout(int(request["task"]), request["base_url"], request["model"])
             else:

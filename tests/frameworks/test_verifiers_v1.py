@@ -1,0 +1,204 @@
+"""verifiers 0.4 environments (its v1 API, ``import verifiers.v1 as vf``) run unchanged by Workbench.
+
+Each environment under tests/frameworks/v1_envs is a v1 package as verifiers' own ``vf-init`` lays them out.
+It is evaluated twice against the same deterministic mock model (two fresh mock processes, one rollout at a
+time): by verifiers' own eval CLI in verifiers' own environment, and by ``workbench eval``; each rollout's
+reward (a v1 episode's: the mean over its trainable traces) must be equal, task by task. Everything is real:
+verifiers 0.4 in the environment uv builds for it (once per session), its harness programs, its MCP tool
+server, processes, HTTP on 127.0.0.1, the SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import last_json
+
+# slow: builds verifiers 0.4's environment on a fresh machine, and each case runs two evals of real agents
+pytestmark = pytest.mark.slow
+
+ENVS = Path(__file__).resolve().parent / "v1_envs"
+EVAL_MAIN = "from verifiers.v1.cli.eval.main import main; main()"
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def _rules(*pairs: tuple[str | None, str]) -> dict[str, Any]:
+    return {"mode": "rules", "rules": json.dumps([{"reply": r, **({"contains": c} if c else {})} for c, r in pairs])}
+
+
+#: (env, tasks, rollouts per task, env args, the mock's arguments, the rewards expected per task): a single
+#: turn with two weighted rewards and a metric; an MCP tool server the model calls; a multi-turn vf.Env that
+#: answers guesses; a vf.Env whose finalize rewards sibling attempts that agree; a reward that raises.
+PARITY: dict[str, tuple[str, int, int, dict[str, Any], dict[str, Any], list[float]]] = {
+    "single turn": ("v1_single", 4, 1, {"num_tasks": 4}, _rules(
+        ("0 + 1", "1"), ("1 + 2", "The answer is 3, and I am quite sure of it."), ("2 + 3", "6"), (None, "7")),
+        [1.5, 1.0, 0.5, 1.5]),
+    "tool server": ("v1_tools", 3, 1, {}, {"mode": "script", "by_turn": "", "script": [
+        _call("add", {"a": 2, "b": 3}), "The answer is 5"]}, [1.0, 0.0, 0.0]),
+    "multi-turn env": ("v1_game", 3, 1, {}, {"mode": "script", "by_turn": "", "script": ["5", "3", "4"]},
+                       [1.25, 1.125, 0.25 / 3]),
+    "group reward": ("v1_group", 2, 1, {}, {"mode": "script", "script": ["red", "blue", "red", "red"]},
+                     [0.5, 0.5]),
+    "raising reward": ("v1_raising", 4, 1, {}, _rules(
+        ("even", "even"), ("odd one", "odd one"), ("odd", "odd"), ("plain", "plain")), [1.5, 0.0, 1.5, 0.0]),
+}
+
+
+@pytest.fixture(scope="session")
+def v1_python() -> Path:
+    """verifiers 0.4's interpreter, built by uv on the first use on this machine (minutes), then cached."""
+    from workbench.frameworks.verifiers_v1 import FRAMEWORK
+
+    return FRAMEWORK.ensure()
+
+
+def _uv_cache() -> dict[str, str]:
+    """The machine's uv cache for the harness programs verifiers prepares (tests give each run private XDG
+    folders, where uv would download them again)."""
+    uv = shutil.which("uv")
+    if uv is None:
+        return {}
+    p = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=60)
+    return {"UV_CACHE_DIR": p.stdout.strip()} if p.returncode == 0 and p.stdout.strip() else {}
+
+
+def _mock(mock_server: Callable[..., Any], spec: dict[str, Any]) -> Any:
+    spec = dict(spec)
+    flags = ["--by-turn"] if spec.pop("by_turn", None) is not None else []
+    return mock_server(spec.pop("mode"), *flags, script=spec.pop("script", None), **spec)
+
+
+def verifiers_eval(python: Path, env: str, base_url: str, n: int, r: int, env_args: dict[str, Any],
+                   out: Path) -> dict[int, list[float]]:
+    """verifiers' own eval CLI over ``env`` (one episode at a time): each task's episode rewards."""
+    flags = [f for k, v in env_args.items() for f in (f"--env.taskset.{k.replace('_', '-')}", json.dumps(v))]
+    argv = [str(python), "-c", EVAL_MAIN, env, "-m", "mock-model", "-n", str(n), "-r", str(r), "-c", "1",
+            "--no-push", "--no-rich", "-o", str(out), "--client.base-url", base_url,
+            "--client.api-key-var", "WORKBENCH_PROXY_KEY", "--env.agent.runtime.type", "subprocess", *flags]
+    env_vars = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env_vars.update(PYTHONPATH=str(ENVS), WORKBENCH_PROXY_KEY="workbench-proxy", **_uv_cache())
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env_vars, cwd=out.parent)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (traces,) = out.glob("*/traces.jsonl")
+    by_task: dict[int, list[float]] = {}
+    for line in traces.read_text().splitlines():
+        episode = json.loads(line)
+        scored = [t for t in episode["traces"] if t["agent"].get("trainable", True)] or episode["traces"]
+        rewards = [sum(x["score"] * x["weight"] for x in t["rewards"].values() if x is not None) for t in scored]
+        by_task.setdefault(episode["task"]["data"]["idx"], []).append(sum(rewards) / len(rewards))
+    return by_task
+
+
+def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(store_path)
+    try:
+        rows = conn.execute("SELECT pk, task_index, reward, messages, state, status FROM rollout WHERE run_id = ? "
+                            "ORDER BY task_index, sample_index", (run_id,)).fetchall()
+        out = []
+        for pk, ti, reward, messages, state, status in rows:
+            scores = dict(conn.execute("SELECT name, value FROM score WHERE rollout_pk = ?", (pk,)).fetchall())
+            errors = [" ".join(map(str, e)) for e in
+                      conn.execute("SELECT * FROM rollout_error WHERE rollout_pk = ?", (pk,)).fetchall()]
+            calls = conn.execute("SELECT COUNT(*) FROM model_call WHERE rollout_pk = ?", (pk,)).fetchone()[0]
+            out.append({"task_index": ti, "reward": reward, "scores": scores, "messages": json.loads(messages),
+                        "state": json.loads(state), "status": status, "errors": errors, "calls": calls})
+        return out
+    finally:
+        conn.close()
+
+
+def workbench_env(cli_env: dict[str, str]) -> dict[str, str]:
+    from workbench.frameworks.venvs import frameworks_dir
+
+    return {"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir()), **_uv_cache()}
+
+
+@pytest.mark.parametrize("case", list(PARITY))
+def test_rewards_equal_verifiers_own_eval(case: str, v1_python: Path, mock_server: Callable[..., Any],
+                                          cli: Callable[..., Any], cli_env: dict[str, str], store_path: Path,
+                                          tmp_path: Path) -> None:
+    env, n, per_task, env_args, spec, expected = PARITY[case]
+    (tmp_path / "vf").mkdir()
+    ref = verifiers_eval(v1_python, env, _mock(mock_server, spec).base_url, n, per_task, env_args,
+                         tmp_path / "vf" / "out")
+    assert sorted(ref) == list(range(n))
+
+    args = ["-a", json.dumps(env_args)] if env_args else []
+    r = cli("eval", ENVS / env, *args, "--base-url", _mock(mock_server, spec).base_url, "-m", "mock-model",
+            "-n", n, "-r", per_task, "-c", "1", "--json", env=workbench_env(cli_env), timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    out = last_json(r.stdout)
+    assert out["env"] == env and out["rollouts"] == n * per_task and out["failed"] == 0
+    mine = stored(store_path, out["run_id"])
+    by_task: dict[int, list[float]] = {}
+    for m in mine:
+        assert m["status"] == "ok", m
+        by_task.setdefault(m["task_index"], []).append(m["reward"])
+        # every model call went through Workbench's proxy and is stored with the rollout
+        assert m["calls"] == sum(1 for x in m["messages"] if x["role"] == "assistant") >= 1, m
+    for task in range(n):
+        assert sorted(by_task[task]) == pytest.approx(sorted(ref[task]), abs=1e-6), (case, task, ref, by_task)
+    assert [by_task[t][0] for t in range(n)] == pytest.approx(expected, abs=1e-6), (case, by_task)
+
+
+def test_a_raising_reward_is_a_reward_error_naming_it(v1_python: Path, mock_server: Callable[..., Any],
+                                                       cli: Callable[..., Any], cli_env: dict[str, str],
+                                                       store_path: Path) -> None:
+    spec = PARITY["raising reward"][4]
+    r = cli("eval", ENVS / "v1_raising", "--base-url", _mock(mock_server, spec).base_url, "-m", "mock-model",
+            "-n", 4, "-c", "1", "--json", env=workbench_env(cli_env), timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    out = last_json(r.stdout)
+    assert out["failed"] == 0 and out["errors"] == 2
+    rows = stored(store_path, out["run_id"])
+    assert [bool(row["errors"]) for row in rows] == [False, True, False, True]
+    assert all("picky" in e and "ValueError" in e for row in rows for e in row["errors"])
+
+
+def test_the_tool_servers_calls_are_in_the_trace(v1_python: Path, mock_server: Callable[..., Any],
+                                                 cli: Callable[..., Any], cli_env: dict[str, str],
+                                                 store_path: Path) -> None:
+    """The tool call, the MCP server's answer and the reply that used it are the rollout's messages, as the
+    model saw them (the conversation the proxy recorded), with verifiers' dialect and stop condition."""
+    mock = _mock(mock_server, PARITY["tool server"][4])
+    r = cli("eval", ENVS / "v1_tools", "--base-url", mock.base_url, "-m", "mock-model", "-n", 1, "--json",
+            env=workbench_env(cli_env), timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    (row,) = stored(store_path, last_json(r.stdout)["run_id"])
+    roles = [m["role"] for m in row["messages"]]
+    assert roles[-3:] == ["assistant", "tool", "assistant"] and row["calls"] == 2
+    assert row["messages"][-2]["content"] == "5" and row["messages"][-1]["content"] == "The answer is 5"
+    assert row["scores"] == {"correct": 1.0, "tool_results": 1.0}
+    assert row["state"]["verifiers"]["stop_condition"] == "agent_completed"
+
+
+def test_loaded_in_process_it_is_a_workbench_environment_of_the_v1_dialect(v1_python: Path) -> None:
+    from workbench.authoring import discovery
+    from workbench.frameworks.verifiers_v1 import V1Harness
+
+    env = discovery.load(str(ENVS / "v1_single"), {"num_tasks": 2})
+    try:
+        assert (env.name, env.dialect) == ("v1_single", "verifiers v1")
+        assert env.adapter == "verifiers 0.4.0" and isinstance(env.harness, V1Harness)
+        assert [(f.name, f.kind, f.weight) for f in env.rubric.functions] == [
+            ("brief", "reward", 0.5), ("correct", "reward", 1.0), ("reply_chars", "metric", 0.0)]  # verifiers' order
+        tasks = list(env.tasks.take(2))
+        assert [t.prompt for t in tasks] == [[{"role": "user", "content": "What is 0 + 1?"}],
+                                             [{"role": "user", "content": "What is 1 + 2?"}]]
+        assert [t.answer for t in tasks] == ["1", "3"]
+    finally:
+        env.harness.bridge.close()
+        assert not env.harness.bridge.alive
