@@ -151,7 +151,7 @@ def _refuse_unsupported(config: dict[str, Any], env_cfg: dict[str, Any], names: 
     if env_cfg.get("gpus") or env_cfg.get("tpu"):
         raise EnvLoadError(f"{where} asks for GPUs or TPUs ([environment] gpus/tpu); Workbench's Docker sandboxes "
                            "have none")
-    verifier = config.get("verifier") if isinstance(config.get("verifier"), dict) else {}
+    verifier = _table(config, "verifier", where)
     if verifier.get("environment_mode") == "separate" or verifier.get("environment") is not None:
         raise EnvLoadError(f"{where} runs its tests in a separate verifier container ([verifier] environment); "
                            "Workbench runs them in the agent's container (environment_mode = \"shared\")")
