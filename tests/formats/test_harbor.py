@@ -154,10 +154,10 @@ def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli:
     elif change == "separate verifier":
         toml = (task / "task.toml").read_text()
         (task / "task.toml").write_text(toml.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n'))
-    for command in (["validate", task, "--no-probe"], ["eval", task, "-n", "1", "--base-url",
-                                                       "http://127.0.0.1:9/v1", "-m", "m"]):
-        assert_user_error(cli(*command), *fragments)
-    assert runs(tmp_path / "wb.db") == 0
+    assert_user_error(cli("validate", task, "--no-probe"), *fragments)
+    if change == "no tests":  # eval reads the task as validate does; it records nothing
+        assert_user_error(cli("eval", task, "-n", "1", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"), *fragments)
+        assert runs(tmp_path / "wb.db") == 0
 
 
 # -- running (containers) -------------------------------------------------------------------------
