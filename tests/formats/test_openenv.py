@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from tests.formats.openenv_support import ENVS, EnvServer, echo_wheel, openenv_python, serve_processes
-from tests.helpers import CliResult, MockServer, assert_user_error, last_json
+from tests.helpers import CliResult, MockServer, last_json
 from workbench.frameworks.venvs import frameworks_dir
 
-pytestmark = pytest.mark.timeout(600)
+#: Slow: the OpenEnv framework environment (a pip install, once) and the environments' servers it starts.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def guess(n: int, call_id: str) -> dict[str, Any]:
@@ -102,25 +103,6 @@ def test_an_environment_folder_is_served_for_the_run_and_stopped_after(
     assert out["mean_reward"] == 3.0
     assert out["metrics"] == {"openenv_done": 1.0, "openenv_steps": 3.0}
     assert serve_processes(folder) == []
-
-
-@pytest.mark.parametrize(("spec", "args", "fragments"), [
-    ("openenv:", "{}", ["names nothing"]),
-    ("openenv:./no/such/env", "{}", ["no such folder"]),
-    (f"openenv:{ENVS}", "{}", ["not an OpenEnv environment folder"]),
-    ("openenv+http://", "{}", ["names no host"]),
-    ("openenv+docker:", "{}", ["names no Docker image"]),
-    ("openenv+http://127.0.0.1:{closed}", "{}", ["cannot reach the OpenEnv server"]),
-    ("openenv+{mock_root}", "{}", ["is not an OpenEnv server", "404"]),
-    ("openenv+{mock_root}", '{"episodes": 0}', ["episodes", "at least 1"]),
-])
-def test_bad_specs_end_in_one_clear_line(
-        spec: str, args: str, fragments: list[str], closed_port: int, mock_server: Callable[..., MockServer],
-        openenv_cli: Callable[..., CliResult]) -> None:
-    mock = mock_server("instant")
-    spec = spec.format(closed=closed_port, mock_root=mock.root)
-    res = openenv_cli("eval", spec, "-n", "1", "-a", args, "--base-url", mock.base_url, "-m", "mock-model")
-    assert_user_error(res, *fragments)
 
 
 def test_an_environment_package_is_installed_and_served_for_the_run(

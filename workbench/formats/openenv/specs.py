@@ -113,7 +113,7 @@ def _folder_requirements(root: Path) -> tuple[str, ...]:
         try:
             req = Requirement(str(dep))
         except InvalidRequirement as e:
-            raise EnvLoadError(f"{pyproject}: dependency {dep!r} is not a requirement ({e})") from None
+            raise EnvLoadError(f"{pyproject}: dependency {dep!r} is not a requirement ({_first_line(e)})") from None
         if canonicalize_name(req.name) != "openenv-core":
             out.append(str(req))
     return tuple(sorted(out))
@@ -131,8 +131,13 @@ def package_requirement(spec: str) -> tuple[str, str]:
     try:
         req = Requirement(what)
     except InvalidRequirement as e:
-        raise EnvLoadError(f"{spec} is neither an environment folder nor a package requirement ({e})") from None
+        raise EnvLoadError(f"{spec} is neither an environment folder nor a package requirement "
+                           f"({_first_line(e)})") from None
     return str(req), req.name
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def env_name(where: Path | str) -> str:
