@@ -7,7 +7,7 @@ has) holds::
     README.md
     MODULE/__init__.py      ``__all__``: the Taskset, the Harness (what ``vf-eval MODULE`` plays) and the Env
     MODULE/_bridge.py       those three classes (vendored/bridge.py.txt)
-    MODULE/_workbench.py    the part of Workbench's authoring API the environment uses (vendored/compat.py.txt)
+    MODULE/_workbench/      the part of Workbench's authoring API the environment uses (vendored/compat/)
     MODULE/_env/source[.py] the environment's own files, unchanged
     MODULE/manifest.json    what was exported: environment, arguments, sampling, harness, tool schemas, rubric
     MODULE/tasks.jsonl      the tasks Workbench listed, in its order
@@ -36,6 +36,8 @@ from workbench.authoring.harness import MultiTurn, SingleTurn, ToolLoop
 from workbench.formats.verifiers_export.refusals import ExportRefused, refusal, task_refusal
 
 VERIFIERS_REQUIREMENT = "verifiers>=0.4.0,<0.5"
+#: The modules of the stand-in for Workbench's authoring API (``vendored/compat/``).
+COMPAT_MODULES = ("__init__", "tasks", "rubric", "harness")
 #: Names verifiers resolves to its own built-in tasksets first (``verifiers.v1.tasksets.<name>``).
 VERIFIERS_BUILTIN_TASKSETS = frozenset({"harbor", "nemo_gym", "openenv", "textarena"})
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -129,7 +131,8 @@ def _check_secrets(env: Environment, src: Path, rows: list[bytes], manifest: byt
 
 
 def _vendored(name: str) -> str:
-    return (resources.files("workbench.formats.verifiers_export") / "vendored" / name).read_text(encoding="utf-8")
+    files = resources.files("workbench.formats.verifiers_export").joinpath("vendored", *name.split("/"))
+    return files.read_text(encoding="utf-8")
 
 
 def _init_text(env: Environment, package: str) -> str:
@@ -156,7 +159,7 @@ def _readme(env: Environment, package: str, module: str) -> str:
     return (f"# {env.name}\n\n{env.description}\n\nExported from Workbench (`workbench export-env {env.name} --format "
             f"verifiers`).\n\n```\npip install .\nvf-eval {package} -m MODEL -n 10 -r 1 --env.group-size 4\n```\n\n"
             f"The tasks are `{module}/tasks.jsonl`; the rewards are the environment's own rubric "
-            f"(`{module}/_env/`), run against `{module}/_workbench.py`.\n")
+            f"(`{module}/_env/`), run against `{module}/_workbench/`.\n")
 
 
 def write_package(env: Environment, out: Path, env_args: dict[str, Any], package: str,
@@ -189,7 +192,9 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         _copy_source(Path(env.source), pkg / "_env")
         (pkg / "manifest.json").write_bytes(manifest_bytes)
         (pkg / "tasks.jsonl").write_bytes(b"\n".join(rows) + b"\n")
-        (pkg / "_workbench.py").write_text(_vendored("compat.py.txt"), encoding="utf-8")
+        (pkg / "_workbench").mkdir()
+        for part in COMPAT_MODULES:
+            (pkg / "_workbench" / f"{part}.py").write_text(_vendored(f"compat/{part}.py.txt"), encoding="utf-8")
         (pkg / "_bridge.py").write_text(_vendored("bridge.py.txt"), encoding="utf-8")
         (pkg / "__init__.py").write_text(_init_text(env, package), encoding="utf-8")
         (tmp / "pyproject.toml").write_text(_pyproject(package, module, env, requires), encoding="utf-8")
