@@ -20,6 +20,7 @@ import pytest
 from tests.helpers import (
     CliResult,
     MockServer,
+    agent_script,
     assert_user_error,
     cli_environment,
     last_json,
@@ -265,11 +266,13 @@ print(chat(messages)["content"])
 
 
 @pytest.mark.slow
-def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, cli: Callable[..., CliResult],
+def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, tmp_path: Path, cli: Callable[..., CliResult],
                                                             mock: Callable[..., MockServer]) -> None:
+    """The program is a host file, bound read-only into the task's container (``binds``)."""
+    agent = agent_script(tmp_path, "agent.py", PROGRAM_AGENT)
     server = mock(["echo hello > /app/greeting.txt && cat /app/greeting.txt", "Finished."])
     res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json",
-              "-a", json.dumps({"agent": ["python3", "-c", PROGRAM_AGENT]}))
+              "-a", json.dumps({"agent": ["python3", str(agent)], "binds": [str(agent.parent)]}))
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
     assert (out["errors"], out["mean_reward"]) == (0, 1.0)

@@ -8,7 +8,8 @@ agent (``agent``) and scored by its own tests (``verifier``). See docs/formats/h
 
 Environment arguments (``-a``): ``max_turns`` (the terminal agent's, default 50), ``agent`` (an agent
 program's argv, run with ``wb.Program`` instead of the terminal agent), ``agent_env`` (its variables),
-``tasks`` (a list of task names to keep, for a dataset).
+``binds`` (host paths every task's container sees read-only: an agent program's files), ``tasks`` (a list of
+task names to keep, for a dataset).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from workbench.formats.harbor.task_dir import HarborTask, is_task_dir, read_task
 from workbench.formats.harbor.verifier import ORACLE, make_rubric
 from workbench.records.task import Task
 
-_ARGS = ("max_turns", "agent", "agent_env", "tasks")
+_ARGS = ("max_turns", "agent", "agent_env", "binds", "tasks")
 #: The model's reply budget per turn: a terminal agent writes commands and files.
 MAX_TOKENS = 4096
 
@@ -71,7 +72,7 @@ class HarborFormat:
         return Environment(
             name=self.env_name(root), tasks=TaskSet(lambda: iter(records), name=self.env_name(root)),
             harness=_harness(env_args), rubric=make_rubric(by_name), sampling=Sampling(max_tokens=MAX_TOKENS),
-            runtime=HarborRuntime(tasks=by_name),
+            runtime=HarborRuntime(binds=_binds(env_args.get("binds")), tasks=by_name),
             description=f"Harbor {'task' if len(tasks) == 1 and root == tasks[0].dir else 'dataset'} {root.name}: "
                         f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, each in its own container")
 
@@ -90,6 +91,15 @@ def _keep(tasks: list[HarborTask], names: Any, root: Path) -> list[HarborTask]:
     if missing:
         raise EnvLoadError(f"Harbor dataset {root} has no task named {missing[0]!r}")
     return [t for t in tasks if t.name in set(names)]
+
+
+def _binds(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(b, str) and b.startswith("/") for b in value):
+        raise EnvLoadError('the Harbor argument binds must be a list of absolute host paths ("/opt/agent" or '
+                           '"/host/path:/path/inside"), seen read-only in every task\'s container')
+    return value
 
 
 def _harness(env_args: dict[str, Any]) -> Harness:

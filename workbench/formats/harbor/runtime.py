@@ -33,13 +33,15 @@ _PIDS = 4096
 _FILE_SIZE_MB = 1 << 14
 
 
-def task_runtime(task: HarborTask) -> Docker:
-    """The Docker runtime one Harbor task runs in: its image, as the image declares it, with its limits."""
+def task_runtime(task: HarborTask, binds: Sequence[str] = ()) -> Docker:
+    """The Docker runtime one Harbor task runs in: its image, as the image declares it, with its limits (and
+    ``binds``: host paths every task's container sees read-only, such as an agent program's files)."""
     source: dict[str, Any] = ({"dockerfile": str(task.dockerfile)} if task.dockerfile is not None
                               else {"image": task.docker_image})
     longest = max(task.agent_timeout_s, task.verifier_timeout_s)
-    return Docker(**source, as_image=True, network=task.network, cpus=task.cpus, memory=task.memory_mb,
-                  timeout=longest, cpu_seconds=int(longest) + 60, pids=_PIDS, file_size_mb=_FILE_SIZE_MB)
+    return Docker(**source, binds=list(binds), as_image=True, network=task.network, cpus=task.cpus,
+                  memory=task.memory_mb, timeout=longest, cpu_seconds=int(longest) + 60, pids=_PIDS,
+                  file_size_mb=_FILE_SIZE_MB)
 
 
 def task_key(task: Task | None) -> str:
@@ -112,7 +114,7 @@ class PerTaskPool(SandboxPool):
             task = self.runtime.tasks.get(name)
             if task is None:
                 raise SandboxError(f"Harbor task {name!r} is not part of this environment")
-            sub = task_runtime(task).pool(run_id=self.run_id, size=0, env_dir=task.dir)
+            sub = task_runtime(task, self.runtime.binds).pool(run_id=self.run_id, size=0, env_dir=task.dir)
             try:
                 await sub.start()
             except SandboxError as e:
