@@ -288,11 +288,14 @@ def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] =
     tag = f"workbench-env:{_context_hash(ctx, dockerfile)}"
     if image_exists(client, tag):
         return tag
-    froms = re.findall(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", dockerfile.read_text(), re.MULTILINE | re.IGNORECASE)
+    stages = re.findall(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", dockerfile.read_text(),
+                        re.MULTILINE | re.IGNORECASE)
+    froms = [base for base, _ in stages]
+    named = {name.lower() for _, name in stages if name}  # a multi-stage build's own stages are no images
     if DEFAULT_IMAGE in froms:
         build_default_image(client, log=log)
     for base in froms:
-        if base != DEFAULT_IMAGE and base.lower() != "scratch" and not image_exists(client, base):
+        if base != DEFAULT_IMAGE and base.lower() not in named | {"scratch"} and not image_exists(client, base):
             raise SandboxError(f"{dockerfile}: base image {base} is not on this machine and no registry is used; "
                                f"use FROM {DEFAULT_IMAGE} or load the image first")
     try:

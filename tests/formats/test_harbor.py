@@ -312,3 +312,15 @@ def test_when_the_agent_runs_out_of_the_tasks_time_its_tests_still_score_what_it
     assert (out["errors"], out["mean_reward"]) == (0, 1.0)
     state = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)["state"]
     assert state["harbor_agent_timed_out"] is True
+
+
+@pytest.mark.slow
+def test_a_multi_stage_dockerfile_builds(docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """A stage named with ``AS`` is no base image to find on the machine."""
+    task = copy_task(tmp_path, "staged")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM workbench-sandbox:2 AS base\nRUN echo staged > /staged.txt\n"
+        "FROM base\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n")
+    res = cli("validate", task, "--no-probe", "--json")
+    assert res.rc == 0, res.stdout + res.stderr
+    assert last_json(res.stdout)["gold"]["total"] == 1.0
