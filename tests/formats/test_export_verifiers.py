@@ -226,3 +226,17 @@ def test_a_single_file_environment_with_keyed_async_and_failing_rewards_scores_t
     assert done["harness"] == "ToolLoop" and (tmp_path / "spell-pkg" / "spell" / "_env" / "source.py").is_file()
     assert_same(ours, theirs)
     assert theirs[1] == pytest.approx([0.5 * 0.4 + 2.0 + 0.1] * 2)  # kiwi: not in the reply, broken left out
+
+
+def test_the_package_runs_back_in_workbench_as_a_verifiers_environment(cli, tmp_path, mock_server) -> None:
+    """An exported package is itself a verifiers v1 environment: ``workbench eval`` of its folder (verifiers'
+    machinery in its own environment) scores each rollout as ``workbench eval`` of the original does."""
+    pkg = tmp_path / "pkg"
+    done = export(cli, "arithmetic", pkg, "-a", '{"n": 4}')
+    rules = [{"contains": t["prompt"], "reply": [t["answer"], "no idea"][i % 2]}
+             for i, t in enumerate(tasks_of(pkg, done["module"]))]
+    mock = mock_server("rules", rules=json.dumps(rules), reply="0")
+    ours = workbench_eval(cli, "arithmetic", mock, tmp_path / "a.db", 4, 1, "-a", '{"n": 4}')
+    back = workbench_eval(cli, str(pkg / done["module"]), mock, tmp_path / "b.db", 4, 1)
+    assert_same(ours, back)
+    assert ours == {0: [1.2], 1: [0.0], 2: [1.2], 3: [0.0]}
