@@ -29,6 +29,7 @@ from tests.helpers import (
     run_workbench,
 )
 from workbench.authoring import discovery
+from workbench.errors import EnvLoadError
 from workbench.formats.harbor import FORMAT
 from workbench.formats.harbor.runtime import HarborRuntime
 
@@ -159,6 +160,23 @@ def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli:
     if change == "no tests":  # eval reads the task as validate does; it records nothing
         assert_user_error(cli("eval", task, "-n", "1", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"), *fragments)
         assert runs(tmp_path / "wb.db") == 0
+
+
+def test_a_dataset_skips_the_tasks_it_cannot_run_and_says_so(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """As Harbor skips a folder that is no valid task; a dataset with none left is one error."""
+    root = tmp_path / "dataset"
+    copy_task(root, "good")
+    compose = copy_task(root, "composed")
+    (compose / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    env = discovery.load(str(root))
+    assert [t.id for t in env.tasks] == ["good"]
+    assert "1 skipped" in env.description and "composed" in env.description
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "1 of 2 tasks skipped" in warning[0] and "docker-compose" in warning[0]
+    shutil.rmtree(root / "good")
+    with pytest.raises(EnvLoadError, match="has no task Workbench can run; the first: Harbor task composed"):
+        discovery.load(str(root))
 
 
 # -- running (containers) -------------------------------------------------------------------------

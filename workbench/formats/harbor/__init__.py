@@ -15,6 +15,7 @@ task names to keep, for a dataset).
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ class HarborFormat:
         if unknown:
             raise EnvLoadError(f"the Harbor environment {root.name} takes no argument {unknown[0]!r}; it takes: "
                                f"{', '.join(_ARGS)}")
-        tasks = [read_task(root)] if is_task_dir(root) else [read_task(d) for d in task_dirs(root)]
+        skipped: list[str] = []
+        tasks = [read_task(root)] if is_task_dir(root) else _read_dataset(root, skipped)
         tasks = _keep(tasks, env_args.get("tasks"), root)
         by_name: dict[str, HarborTask] = {}
         for t in tasks:
@@ -74,7 +76,26 @@ class HarborFormat:
             harness=_harness(env_args), rubric=make_rubric(by_name), sampling=Sampling(max_tokens=MAX_TOKENS),
             runtime=HarborRuntime(binds=_binds(env_args.get("binds")), tasks=by_name),
             description=f"Harbor {'task' if len(tasks) == 1 and root == tasks[0].dir else 'dataset'} {root.name}: "
-                        f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, each in its own container")
+                        f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, each in its own container"
+                        + (f"; {len(skipped)} skipped ({'; '.join(skipped[:3])}{'; ...' if len(skipped) > 3 else ''})"
+                           if skipped else ""))
+
+
+def _read_dataset(root: Path, skipped: list[str]) -> list[HarborTask]:
+    """The dataset's tasks; one Workbench cannot read or run is skipped (as Harbor skips a folder that is no
+    valid task), said once on stderr, and a dataset left with none is an error naming the first reason."""
+    tasks: list[HarborTask] = []
+    for d in task_dirs(root):
+        try:
+            tasks.append(read_task(d))
+        except EnvLoadError as e:
+            skipped.append(str(e))
+    if not tasks:
+        raise EnvLoadError(f"Harbor dataset {root} has no task Workbench can run; the first: {skipped[0]}")
+    if skipped:
+        sys.stderr.write(f"workbench: warning: Harbor dataset {root.name}: {len(skipped)} of "
+                         f"{len(tasks) + len(skipped)} tasks skipped; the first: {skipped[0]}\n")
+    return tasks
 
 
 def _record(t: HarborTask) -> Task:
