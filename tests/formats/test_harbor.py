@@ -128,6 +128,7 @@ def test_a_dataset_is_one_environment_with_a_task_per_folder_and_its_limits() ->
     ("negative cpus", ("notes", "[environment] cpus must be a positive number")),
     ("no image", ("notes", "has no environment/Dockerfile")),
     ("separate verifier", ("notes", "separate verifier container")),
+    ("dataset links out", ("linked", "links outside")),
 ])
 def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli: Callable[..., CliResult],
                                                              change: str, fragments: tuple[str, ...]) -> None:
@@ -153,6 +154,11 @@ def test_bad_task_folders_end_in_one_line_and_write_nothing(tmp_path: Path, cli:
         (task / "task.toml").write_text(toml.replace("cpus = 1", "gpus = 1" if change == "gpus" else "cpus = -1"))
     elif change == "no image":
         shutil.rmtree(task / "environment")
+    elif change == "dataset links out":  # a dataset whose task folder lies elsewhere: nothing of it is read
+        dataset = tmp_path / "dataset"
+        dataset.mkdir()
+        (dataset / "linked").symlink_to(task, target_is_directory=True)
+        task = dataset
     elif change == "separate verifier":
         toml = (task / "task.toml").read_text()
         (task / "task.toml").write_text(toml.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n'))
