@@ -26,6 +26,8 @@ from typing import Any
 from workbench.authoring.sandbox import DEFAULT_IMAGE, SandboxError
 
 IMAGE_LABEL = "workbench.image"
+#: How long a Dockerfile build may go without sending a line before it counts as hung (seconds).
+BUILD_TIMEOUT_S = 3600
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: parts of the standard library a sandbox never needs (tests, GUIs, the installer)
 _SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data", "site-packages",
@@ -299,13 +301,16 @@ def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] =
             raise SandboxError(f"{dockerfile}: base image {base} is not on this machine and no registry is used; "
                                f"use FROM {DEFAULT_IMAGE} or load the image first")
     try:
+        # A build step may print nothing for minutes (a compile): the build's own read timeout is an hour.
         client.images.build(path=str(ctx), dockerfile=dockerfile.name, tag=tag, pull=False, rm=True, forcerm=True,
-                            labels={IMAGE_LABEL: "env"})
+                            labels={IMAGE_LABEL: "env"}, timeout=BUILD_TIMEOUT_S)
     except docker.errors.BuildError as e:
         lines = [str(x.get("stream") or x.get("error") or "").strip() for x in e.build_log if isinstance(x, dict)]
         tail = [x for x in lines if x][-1:] or [str(e)]
         raise SandboxError(f"building {dockerfile} failed: {tail[0][:300]}") from None
     except docker.errors.APIError as e:
         raise SandboxError(f"building {dockerfile} failed: {e.explanation or e}") from None
+    except OSError as e:  # the engine stopped answering (requests' timeouts and connection errors are OSErrors)
+        raise SandboxError(f"building {dockerfile} failed: the Docker engine stopped answering ({e})") from None
     log(f"built {tag} from {dockerfile}")
     return tag
