@@ -42,6 +42,14 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workbench/formats/openai_evals/writer.py", "import_eval", "Path.rename"): "the staging folder renamed into place",
     ("workbench/analysis/export_atif.py", "_write_trial", "write_bytes"): "inside the ATIF export's staging folder",
     ("workbench/analysis/export_atif.py", "export_atif", "Path.rename"): "the staging folder renamed into place",
+    ("workbench/formats/verifiers_export/package.py", "_copy_source", "write_text"):
+        "inside the verifiers export's staging folder",
+    ("workbench/formats/verifiers_export/package.py", "write_package", "write_bytes"):
+        "inside the verifiers export's staging folder",
+    ("workbench/formats/verifiers_export/package.py", "write_package", "write_text"):
+        "inside the verifiers export's staging folder",
+    ("workbench/formats/verifiers_export/package.py", "write_package", "Path.rename"):
+        "the staging folder renamed into place",
     ("local_runtime/models/tiny_model.py", "build_tiny_model", "write_text"): "inside the build folder renamed whole",
     ("local_runtime/models/tiny_model.py", "_build_into", "os.replace"): "the build folder renamed into place",
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
