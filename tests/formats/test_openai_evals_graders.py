@@ -240,3 +240,21 @@ def test_a_python_grader_past_its_time_is_an_invalid_grade() -> None:
 
     result = asyncio.run(run_grader("def grade(sample, item):\n    while True:\n        pass", {}, {}, timeout_s=1))
     assert (result.score, result.error) == (0.0, "grade ran past 1 s")
+
+
+def test_what_a_python_grader_leaves_running_ends_with_it() -> None:
+    from tests.helpers import wait_for
+    from workbench.formats.openai_evals.python_grader import run_grader
+
+    src = "import subprocess\ndef grade(sample, item):\n    return float(subprocess.Popen(['sleep', '300']).pid)"
+    result = asyncio.run(run_grader(src, {}, {}))  # answered without waiting for the sleep
+    pid = int(result.score)
+    stat = Path(f"/proc/{pid}/stat")
+
+    def gone() -> bool:
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+
+    wait_for(gone, 30, "the grader's sleep to be killed")

@@ -1,6 +1,7 @@
 """A python grader's ``grade(sample, item)`` run in a Python process of its own, never in Workbench's.
 
-The process gets the graders guide's limits: two minutes, 2 GiB of memory, 1 GiB of files; a clean
+The process (its own session, killed whole when it ends) gets the graders guide's limits: two minutes, 2 GiB of
+memory, 1 GiB of files, set by the child before the grader's code runs; a clean
 environment (no keys), an empty temporary working folder, Python's isolated mode. It is not a network
 sandbox: the code is the eval's author's own, as it was on OpenAI's side. What the guide calls an invalid
 grade — an exception, a value that is not a finite number, a timeout — scores 0, with the reason kept.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +25,12 @@ FILE_BYTES = 1024**3
 # The child reads {"source", "sample", "item"} on stdin and writes {"score"} or {"error"} on the stdout it
 # keeps for itself; the grader's own prints go to stderr.
 _CHILD = r"""
-import json, math, os, sys, traceback
+import json, math, os, resource, sys, traceback
+for limit, value in ((resource.RLIMIT_AS, @MEMORY@), (resource.RLIMIT_FSIZE, @FILES@), (resource.RLIMIT_CPU, @CPU@)):
+    try:
+        resource.setrlimit(limit, (value, value))
+    except (ValueError, OSError):
+        pass
 out = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 sys.stdout = sys.stderr
@@ -41,7 +48,8 @@ except BaseException as e:
 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
     answer({"error": f"grade returned {type(value).__name__} {value!r:.60}, not a finite float"})
 answer({"score": float(value)})
-"""
+""".replace("@MEMORY@", str(MEMORY_BYTES)).replace("@FILES@", str(FILE_BYTES)).replace(
+    "@CPU@", str(int(TIMEOUT_S)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +58,21 @@ class PythonResult:
     error: str | None = None
 
 
-def _limits() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import resource
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    """End the grader's whole process group (what it started too)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
-    for limit, value in ((resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_FSIZE, FILE_BYTES),
-                         (resource.RLIMIT_CPU, int(TIMEOUT_S))):
-        try:
-            resource.setrlimit(limit, (value, value))
-        except (ValueError, OSError):
-            pass
+
+async def _drain(stream: asyncio.StreamReader | None, keep: int) -> bytes:
+    """Everything ``stream`` says until it closes, of which the first ``keep`` bytes are kept (a grader that
+    prints without end costs no memory)."""
+    kept = bytearray()
+    while stream is not None and (chunk := await stream.read(65536)):
+        kept += chunk[:max(0, keep - len(kept))]
+    return bytes(kept)
 
 
 async def run_grader(source: str, sample: dict[str, Any], item: dict[str, Any],
@@ -70,18 +84,17 @@ async def run_grader(source: str, sample: dict[str, Any], item: dict[str, Any],
         env["HOME"] = env["TMPDIR"] = workdir
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-c", _CHILD, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=workdir, env=env, preexec_fn=_limits)
+            stderr=asyncio.subprocess.PIPE, cwd=workdir, env=env, start_new_session=True)
+        readers = (asyncio.ensure_future(_drain(proc.stdout, 1 << 20)),
+                   asyncio.ensure_future(_drain(proc.stderr, 1 << 16)))
         try:
-            out, err = await asyncio.wait_for(proc.communicate(payload), timeout_s)
+            await asyncio.wait_for(_exchange(proc, payload, readers[0]), timeout_s)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
             return PythonResult(0.0, f"grade ran past {timeout_s:g} s")
-        except asyncio.CancelledError:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            raise
+        finally:
+            _kill(proc)  # the grader and whatever it left running: its pipes close with them
+            await proc.wait()
+            out, err = await asyncio.gather(*readers)
     try:
         result = json.loads(out.decode("utf-8", "replace") or "null")
     except json.JSONDecodeError:
@@ -92,3 +105,16 @@ async def run_grader(source: str, sample: dict[str, Any], item: dict[str, Any],
     if "error" in result:
         return PythonResult(0.0, str(result["error"])[:500])
     return PythonResult(float(result["score"]))
+
+
+async def _exchange(proc: asyncio.subprocess.Process, payload: bytes, answer: asyncio.Future[bytes]) -> None:
+    """Give the grader its input and wait for its answer: its private stdout closes when it ends (a process it
+    started holds only its stderr, which is not waited for)."""
+    if proc.stdin is not None:
+        try:
+            proc.stdin.write(payload)
+            await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        proc.stdin.close()
+    await asyncio.wait({answer})
