@@ -73,3 +73,10 @@ def test_a_retrieved_evals_schema_checks_the_items() -> None:
     template = {"type": "template", "template": [{"role": "user", "content": "{{ item.question }}"}]}
     with pytest.raises(EvalDefinitionError, match="item 1: answer does not match"):
         defs.load(retrieved, run_obj(input_messages=template), ITEMS)
+
+
+def test_an_item_schema_that_is_no_schema_is_named() -> None:
+    broken = {**EVAL, "data_source_config": {"type": "custom", "item_schema": {"type": "banana"}}}
+    template = {"type": "template", "template": [{"role": "user", "content": "{{ item.question }}"}]}
+    with pytest.raises(EvalDefinitionError, match="data_source_config.item_schema: not a JSON schema"):
+        defs.load(broken, run_obj(input_messages=template), ITEMS)

@@ -137,14 +137,18 @@ def _item_fields(eval_obj: dict[str, Any], items: list[dict[str, Any]], eval_lab
                                   "(stored completions or logs); export it as JSONL items and use type 'custom'")
     fields: set[str] = set()
     schema = config.get("item_schema")
-    if schema is None:  # a retrieved eval holds the item's schema inside the data source's whole schema
-        schema = ((config.get("schema") or {}).get("properties") or {}).get("item")
+    whole = config.get("schema")
+    if schema is None and isinstance(whole, dict) and isinstance(whole.get("properties"), dict):
+        schema = whole["properties"].get("item")  # a retrieved eval: the item's schema inside the whole one
     if isinstance(schema, dict):
         import jsonschema
 
-        fields |= set((schema.get("properties") or {}).keys())
+        if isinstance(schema.get("properties"), dict):
+            fields |= set(schema["properties"])
         try:
-            validator = jsonschema.validators.validator_for(schema)(schema)
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            validator = cls(schema)
         except jsonschema.SchemaError as e:
             raise EvalDefinitionError(f"{eval_label} data_source_config.item_schema: not a JSON schema ({e.message})") from None
         for n, item in enumerate(items, 1):
