@@ -219,6 +219,8 @@ def _message(m: Any, where: str, fields: set[str], *, sample: bool, output_json:
 
 def message_text(content: Any, where: str) -> str:
     """A message's content as text: a string, a text part or a list of them; images and audio are refused."""
+    if content is None:
+        raise EvalDefinitionError(f"{where} is missing (a message's text)")
     parts = content if isinstance(content, list) else [content]
     texts = []
     for part in parts:
@@ -245,8 +247,10 @@ def check_grader(g: Any, where: str, ctx: Mapping[str, Any], *, in_multi: bool =
         raise EvalDefinitionError(f"{where}.name is missing (each grader's name names its reward)")
 
     def text(key: str, *, sample: bool = True) -> None:
-        if not isinstance(g.get(key), str):
+        if key not in g:
             raise EvalDefinitionError(f"{where}.{key} is missing (a {kind} grader needs it, as a string)")
+        if not isinstance(g[key], str):
+            raise EvalDefinitionError(f"{where}.{key}: must be a string, not {type(g[key]).__name__}")
         templates.check(g[key], f"{where}.{key}", item_fields=ctx["fields"], sample=sample,
                         output_json=ctx["output_json"])
 
