@@ -186,8 +186,9 @@ class DockerSandbox(WorkdirFiles, Sandbox):
                "Env": [f"{k}={v}" for k, v in base_env("/tmp", env).items()], "User": user or f"{uid}:{gid}",
                "WorkingDir": WORKDIR if cwd is None else (cwd if cwd.startswith("/") else f"{WORKDIR}/{cwd}")}
         if self.pool.as_image:  # the image's environment, user and WORKDIR, unless the command names its own
+            home = self.pool.image_workdir
             cfg.update(Env=[f"{k}={v}" for k, v in (env or {}).items()], User=user or self.pool.image_user,
-                       WorkingDir="" if cwd is None else cfg["WorkingDir"])
+                       WorkingDir=home if cwd is None else cwd if cwd.startswith("/") else f"{home.rstrip('/')}/{cwd}")
         try:
             r = await self.pool.api.call("POST", f"/containers/{self.container_id}/exec", cfg)
         except DockerAPIError as e:
@@ -367,6 +368,7 @@ class DockerPool(SandboxPool):
         self.closed = False
         self.as_image = bool(getattr(runtime, "as_image", False))
         self.image_user = "0:0"  # as_image: who commands run as (the image's USER, read when the pool starts)
+        self.image_workdir = "/"  # as_image: where they run (its WORKDIR)
         self.use_agent = runtime.exec_agent and not self.as_image
         self.agent_ok = False  # an agent has started in this pool (later failures are that container's own)
         self.client: Any = None
@@ -386,6 +388,7 @@ class DockerPool(SandboxPool):
         if self.as_image:
             config = (await asyncio.to_thread(self.client.images.get, self.image)).attrs.get("Config") or {}
             self.image_user = config.get("User") or "0:0"
+            self.image_workdir = config.get("WorkingDir") or "/"
         await asyncio.to_thread(gc, self.client, False)
         if isinstance(self.network, tuple):
             from workbench_local.sandbox.network import allow_list_network

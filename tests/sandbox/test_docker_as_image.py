@@ -31,6 +31,8 @@ async def test_commands_run_as_the_image_says_and_its_root_is_writable(docker_cl
         assert r.ok, r.output()
         assert r.stdout.split() == ["0", "/app", "from-the-image", "seed", "changed"]
         assert (await sb.exec("pwd", cwd="/tmp")).stdout.strip() == "/tmp"
+        assert (await sb.exec("mkdir -p sub && cd sub && pwd")).stdout.strip() == "/app/sub"
+        assert (await sb.exec("pwd", cwd="sub")).stdout.strip() == "/app/sub"  # relative to the image's WORKDIR
         slow = await sb.exec("sleep 30", timeout=1)
         assert slow.timed_out and slow.exit_code == 124
 
