@@ -39,7 +39,8 @@ def task_runtime(task: HarborTask, binds: Sequence[str] = ()) -> Docker:
     source: dict[str, Any] = ({"dockerfile": str(task.dockerfile)} if task.dockerfile is not None
                               else {"image": task.docker_image})
     longest = max(task.agent_timeout_s, task.verifier_timeout_s)
-    return Docker(**source, binds=list(binds), as_image=True, network=task.network, cpus=task.cpus,
+    cpus = min(task.cpus, float(os.cpu_count() or 1))  # Docker refuses more cores than the machine has
+    return Docker(**source, binds=list(binds), as_image=True, network=task.network, cpus=cpus,
                   memory=task.memory_mb, timeout=longest, cpu_seconds=int(longest) + 60, pids=_PIDS,
                   file_size_mb=_FILE_SIZE_MB)
 
