@@ -36,6 +36,7 @@ class EnvState:
     report_files: str = ""  # the hash of the files the report (or its error) is of: a reload of others drops it
     loaded_version: str = ""  # the version of the last successful load (a reload to another re-scores)
     framework: str = ""  # the framework it is written for, e.g. "verifiers 0.3.1" ("" for Workbench's own)
+    dialect: str = ""  # the format it is written in (workbench, verifiers legacy, harbor, ...); "" until it loads
     rescore: RescoreResult | None = None  # the latest re-score of its stored rollouts
     rescoring: tuple[int, int] | None = None  # (done, total) while one runs
 
@@ -54,6 +55,7 @@ class LoadResult:
     reloaded: bool = False  # a reload of an env already loaded (its files may have been edited)
     files: str = ""  # the hash of the files loaded (``EnvRef.version``; ``version`` may be the env's own)
     framework: str = ""  # e.g. "verifiers 0.3.1" for an environment written for verifiers
+    dialect: str = ""  # the format it is written in; "" when it did not load
 
 
 def env_spec(ref: EnvRef) -> str:
@@ -90,8 +92,8 @@ def load_env(ref: EnvRef, *, reload: bool) -> LoadResult:
     if ref.origin == "hub" or listing.loaded:
         version = files if ref.origin == "hub" else listing.version
         return LoadResult(ref.name, version, "ok", listing.description, listing.tasks, reload, files,
-                          listing.framework)
-    return LoadResult(ref.name, files, "error", listing.error_text, None, reload, files)
+                          listing.framework, listing.dialect)
+    return LoadResult(ref.name, files, "error", listing.error_text, None, reload, files, dialect=listing.dialect)
 
 
 def rescore_stored(ref: EnvRef, store: Store, runner: CancellableRun,

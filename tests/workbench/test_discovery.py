@@ -235,6 +235,24 @@ def test_envs_json_lists_bundled_and_user_envs_with_versions(tmp_path: Path, cli
     assert rows["my_user_env"]["version"] == env_version(EnvRef("my_user_env", "user", user_env))
 
 
+@pytest.mark.parametrize(("source", "dialect"), [
+    (ADDER_ENV, "workbench"),
+    ('DIALECT = "openai-eval"\n' + ADDER_ENV, "openai-eval"),
+    ("raise RuntimeError('broken')\n", "?"),  # did not load: its files say nothing of a format
+])
+def test_envs_name_each_environments_dialect(tmp_path: Path, cli: Callable[..., CliResult], source: str,
+                                             dialect: str) -> None:
+    user_dir = tmp_path / "user-envs"
+    write_file(user_dir / "mine.py", source)
+    res = cli("envs", "--json", env={"WORKBENCH_ENV_PATH": str(user_dir)})
+    assert res.rc == 0, res.stderr
+    rows = {r["name"]: r for r in last_json(res.stdout)["envs"]}
+    assert rows["mine"]["dialect"] == dialect
+    assert rows["arithmetic"]["dialect"] == "workbench"
+    table = cli("envs", env={"WORKBENCH_ENV_PATH": str(user_dir)})
+    assert re.search(rf"^mine\s+user\s+{re.escape(dialect)}\s", table.stdout, re.M), table.stdout
+
+
 def test_envs_shows_the_version_runs_store_data_files_included(tmp_path: Path, cli: Callable[..., CliResult],
                                                                  mock_server: Callable[..., MockServer],
                                                                  store_path: Path) -> None:

@@ -83,13 +83,20 @@ def _is_env_dir(p: Path) -> bool:
 
 
 def _scan_dir(d: Path, origin: str) -> list[EnvRef]:
+    """The environments in folder ``d``: Python modules and packages, and (outside the bundled folder) what
+    a registered format reads (a Harbor task folder, ...)."""
     refs: list[EnvRef] = []
     if not d.is_dir():
         return refs
     for child in sorted(d.iterdir()):
         if child.name.startswith(("_", ".")) or child.name in SKIP_DIRS:
             continue
-        if _is_env_dir(child):
+        claimed = env_formats.claim(str(child)) if origin != "bundled" else None
+        if claimed is not None:
+            fmt, where = claimed
+            refs.append(EnvRef(fmt.env_name(where), origin, where if isinstance(where, Path) else None,
+                               format=fmt.name, where=where))
+        elif _is_env_dir(child):
             refs.append(EnvRef(child.name, origin, child))
         elif child.suffix == ".py" and child.is_file():
             refs.append(EnvRef(child.stem, origin, child))

@@ -19,7 +19,8 @@ from workbench.cli.common import (
 from workbench.cli.tables import Col, print_table
 
 #: ``envs``' columns: names and versions whole, origins and paths folded.
-ENV_COLUMNS = (Col("name", keep=True), Col("origin", fold_to=12), Col("version", keep=True), Col("path", fold_to=16))
+ENV_COLUMNS = (Col("name", keep=True), Col("origin", fold_to=12), Col("dialect", fold_to=9), Col("version", keep=True),
+               Col("path", fold_to=16))
 
 
 @click.command("envs")
@@ -49,7 +50,7 @@ def envs_command(as_json: bool) -> None:
             origin += f" (fork of {r['forked_from'].get('name')} {r['forked_from'].get('version')})"
         version = f"{r['version']} (prompt from {r['override']['origin'] or 'an override'})" if "override" in r \
             else r["version"]
-        cells.append((r["name"], origin, version, r["path"] or "", *note[: len(cols) - 4]))
+        cells.append((r["name"], origin, r["dialect"], version, r["path"] or "", *note[: len(cols) - 5]))
     print_table(cols, cells, console)
 
 

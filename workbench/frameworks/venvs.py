@@ -72,7 +72,7 @@ class FrameworkEnv:
         env = {**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
         env.pop("VIRTUAL_ENV", None)
         steps = [
-            ["venv", "--quiet", "--python", self.base_python, str(tmp)],
+            ["venv", "--quiet", "--relocatable", "--python", self.base_python, str(tmp)],
             ["pip", "install", "--quiet", "--python", str(tmp / "bin" / "python"), *self.requirements],
         ]
         try:

@@ -38,6 +38,8 @@ class EnvListing:
     forked_from: dict[str, Any] | None = None
     tasks: int | None = None
     description: str = ""
+    #: the format it is written in (``Environment.dialect``); before it loads, what its files say
+    dialect: str = ""
 
     @property
     def name(self) -> str:
@@ -50,8 +52,9 @@ class EnvListing:
     def row(self) -> dict[str, Any]:
         """The row of ``workbench envs --json`` (and of the ``list_environments`` tool)."""
         ref = self.ref
-        row: dict[str, Any] = {"name": ref.name, "origin": ref.origin, "version": self.version,
-                               "path": str(ref.path) if ref.path else ref.module}
+        row: dict[str, Any] = {"name": ref.name, "origin": ref.origin, "dialect": self.dialect or "?",
+                               "version": self.version,
+                               "path": str(ref.path) if ref.path else (ref.module or str(ref.where or ""))}
         if self.framework:  # written for another framework, e.g. "verifiers 0.3.1"
             row["framework"] = self.framework
         if self.override is not None:  # a system prompt kept by `optimize --apply`
@@ -103,7 +106,7 @@ def describe(ref: EnvRef, *, reload: bool = False, count_tasks: bool = False,
         hub = {k: rec.get(k) for k in ("version", "index", "hash", "error", "tasks", "harness", "framework")}
         return EnvListing(ref, "unreadable" if files_error else files, files, files_error, files_error or "",
                           "" if framework == "workbench" else framework, None, hub, fork, tasks,
-                          lines[0] if lines else "")
+                          lines[0] if lines else "", hub_dialect(framework))
     try:
         with contextlib.redirect_stdout(sys.stderr) if stdout_to_stderr else contextlib.nullcontext():
             env = load_ref(ref, reload=reload)
@@ -111,7 +114,7 @@ def describe(ref: EnvRef, *, reload: bool = False, count_tasks: bool = False,
         text = str(e) if isinstance(e, WorkbenchError) else f"{type(e).__name__}: {e}"
         # Files that cannot be read at all (one links outside the folder) say so rather than the load error.
         error = files_error if files == "unreadable" else _first_line(e)
-        return EnvListing(ref, files, files, error, text, forked_from=fork)
+        return EnvListing(ref, files, files, error, text, forked_from=fork, dialect=ref.format or "")
     tasks = None
     if count_tasks:
         try:
@@ -119,7 +122,18 @@ def describe(ref: EnvRef, *, reload: bool = False, count_tasks: bool = False,
         except Exception:  # a task set that cannot say how long it is
             tasks = None
     desc = env.description.strip().splitlines()[0] if env.description.strip() else ""
-    return EnvListing(ref, env.version or files, files, None, "", env.adapter, env.override, None, fork, tasks, desc)
+    return EnvListing(ref, env.version or files, files, None, "", env.adapter, env.override, None, fork, tasks, desc,
+                      env.dialect)
+
+
+def hub_dialect(framework: str) -> str:
+    """The dialect of a pulled environment, from the framework its record names (``verifiers 0.3.1``)."""
+    if not framework or framework == "workbench":
+        return "workbench"
+    name, _, version = framework.partition(" ")
+    if name == "verifiers":
+        return "verifiers v1" if version and not version.startswith("0.3") else "verifiers legacy"
+    return name
 
 
 def list_environments() -> list[EnvListing]:

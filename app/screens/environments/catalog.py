@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 #: never a probe, a validation, a debugger or a Play session.
 LATEST_RUN_KINDS = ("eval", "train")
 
+#: The origin column names an environment's dialect beside its origin when it is not Workbench's own
+#: (``path · harbor``); the detail panel names every environment's.
 COLUMNS = [("env", "name"), ("origin", "origin"), ("version", "version"), ("tasks", "tasks"),
            ("latest reward", "reward"), ("latest run", "run"), ("status", "status")]
 
@@ -121,6 +123,7 @@ class Catalog:
         st.version, st.status, st.message, st.tasks = res.version, res.status, res.message, res.tasks
         if res.status == "ok":
             st.loaded_version, st.framework = res.version, res.framework
+        st.dialect = res.dialect or st.dialect
         if st.report_files != res.files:  # the validation was of other files: it says nothing now
             st.report, st.report_error, st.report_files = None, "", ""
         if res.status == "error":  # its re-score is of a version that no longer loads
@@ -177,7 +180,8 @@ class Catalog:
     def _plain_cells(st: EnvState) -> list[str]:
         """Every cell of ``st``'s row but the status."""
         latest = st.latest or {}
-        origin = f"{st.ref.origin} · {st.framework}" if st.framework else st.ref.origin
+        dialect = st.dialect or st.ref.format or "workbench"
+        origin = st.ref.origin if dialect == "workbench" else f"{st.ref.origin} · {dialect}"
         return [st.name, origin, st.version, "-" if st.tasks is None else str(st.tasks),
                 fnum(latest.get("mean_reward")), latest.get("id", "-")]
 

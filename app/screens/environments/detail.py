@@ -13,7 +13,9 @@ def describe(st: EnvState) -> Text:
     """``st``'s origin, version, load, latest run and validation report."""
     out = Text()
     out.append(f"{st.name}", style="bold")
-    out.append(f"  ({st.ref.origin})  version {st.version}\n")
+    out.append(f"  ({st.ref.origin})  version {st.version}")
+    dialect = st.dialect or st.ref.format
+    out.append(f"  dialect {dialect}\n" if dialect else "\n")
     if st.framework:
         out.append(f"a {st.framework.split()[0]} environment ({st.framework}), run by Workbench's adapter\n",
                    style="cyan")
