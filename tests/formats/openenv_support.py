@@ -96,15 +96,19 @@ def serve_processes(folder: Path) -> list[int]:
     return found
 
 
-def echo_wheel() -> Path:
+def uv_cache_dir() -> str:
+    """This machine's uv cache (a CLI run with a private cache would download every package again)."""
+    from workbench.packaging.uv import uv_command
+
+    return subprocess.run([*uv_command(), "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def echo_wheel(folder: Path) -> Path:
     """The echo environment as an installable package (``openenv-echo_env`` 0.1.0, its ``openenv.yaml``
-    inside), written as a wheel by hand (no build backend, no network). It lies at a path of its content's
-    hash under the frameworks' folder, so the framework environment installed from it is built once."""
+    inside), written into ``folder`` as a wheel by hand (no build backend, no network)."""
     import base64
     import hashlib
     import zipfile
-
-    from workbench.frameworks.venvs import frameworks_dir
 
     src = ENVS / "echo_env"
     files = {f"echo_env/{p.relative_to(src).as_posix()}": p.read_bytes() for p in sorted(src.rglob("*"))
@@ -113,17 +117,11 @@ def echo_wheel() -> Path:
     files[f"{info}/METADATA"] = (b"Metadata-Version: 2.1\nName: openenv-echo_env\nVersion: 0.1.0\n"
                                  b"Requires-Dist: openenv-core[core]>=0.3.0\n")
     files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: workbench-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    digest = hashlib.sha256(b"".join(k.encode() + v for k, v in files.items())).hexdigest()[:12]
-    wheel = frameworks_dir() / "test-wheels" / digest / "openenv_echo_env-0.1.0-py3-none-any.whl"
-    if wheel.is_file():
-        return wheel
-    wheel.parent.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "openenv_echo_env-0.1.0-py3-none-any.whl"
     record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
               f"{len(data)}" for name, data in files.items()]
-    tmp = wheel.with_suffix(".part")
-    with zipfile.ZipFile(tmp, "w") as z:
+    with zipfile.ZipFile(wheel, "w") as z:
         for name, data in files.items():
             z.writestr(name, data)
         z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    tmp.rename(wheel)
     return wheel

@@ -4,6 +4,7 @@ against the mock OpenAI server; the environment's rewards are the rollouts' rewa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from tests.formats.openenv_support import ENVS, EnvServer, echo_wheel, openenv_python, serve_processes
+from tests.formats.openenv_support import (
+    ENVS,
+    EnvServer,
+    echo_wheel,
+    openenv_python,
+    serve_processes,
+    uv_cache_dir,
+)
 from tests.helpers import CliResult, MockServer, last_json
 from workbench.frameworks.venvs import frameworks_dir
 
@@ -93,11 +101,15 @@ def test_a_full_server_makes_rollouts_wait_for_a_session(
 def test_an_environment_folder_is_served_for_the_run_and_stopped_after(
         python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult]) -> None:
     folder = ENVS / "echo_env"
-    mock = mock_server("instant", reply="ping")
+    mock = mock_server("rules", rules=json.dumps([{"reply": "ping"}]))
     res = openenv_cli("eval", f"openenv:{folder}", "-n", "6", "-c", "6", "-a", '{"turns": 3}',
                       "--base-url", mock.base_url, "-m", "mock-model", "--json")
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
+    # The text action: the assistant's text is the message; the episode's id is the rollout's.
+    firsts = sorted(b["messages"][1]["content"] for b in mock.bodies() if len(b["messages"]) == 2)
+    assert firsts == [f"Episode {out['run_id']}.{i}.0: say something (3 turns)." for i in range(6)]
+    assert "tools" not in mock.bodies()[0]
     assert (out["env"], out["rollouts"], out["errors"]) == ("echo_env", 6, 0)
     # Each rollout has its own session: three steps each (reset's turns), one reward per "ping".
     assert out["mean_reward"] == 3.0
@@ -106,10 +118,14 @@ def test_an_environment_folder_is_served_for_the_run_and_stopped_after(
 
 
 def test_an_environment_package_is_installed_and_served_for_the_run(
-        python: Path, mock_server: Callable[..., MockServer], openenv_cli: Callable[..., CliResult]) -> None:
-    wheel = echo_wheel()
+        python: Path, tmp_path: Path, mock_server: Callable[..., MockServer], cli: Callable[..., CliResult]) -> None:
+    wheel = echo_wheel(tmp_path)
     mock = mock_server("instant", reply="ping")
-    res = openenv_cli("eval", f"openenv:{wheel}", "-n", "2", "--base-url", mock.base_url, "-m", "mock-model", "--json")
+    # Its framework environment is built under the test's folder (from this machine's package cache) and
+    # goes with it.
+    res = cli("eval", f"openenv:{wheel}", "-n", "2", "--base-url", mock.base_url, "-m", "mock-model", "--json",
+              env={"WORKBENCH_FRAMEWORKS_DIR": str(tmp_path / "frameworks"), "UV_CACHE_DIR": uv_cache_dir()},
+              timeout=400.0)
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)
     assert (out["env"], out["rollouts"], out["errors"], out["mean_reward"]) == ("openenv-echo-env", 2, 0, 2.0)
@@ -145,12 +161,22 @@ def test_a_server_left_without_sessions_is_stopped(python: Path, monkeypatch: py
     """In a long-lived process (the app), a started server that no rollout uses does not stay."""
     from workbench.authoring import discovery
     from workbench.formats.openenv import servers
+    from workbench.formats.openenv.harness import OpenEnvHarness
 
-    monkeypatch.setattr(servers, "IDLE_STOP_S", 0.5)
     folder = ENVS / "guess_env"
-    env = discovery.load(f"openenv:{folder}")
+    env = discovery.load(f"openenv:{folder}")  # starts the server: the load reads the schema from it
     assert (env.name, env.dialect) == ("guess_env", "openenv")
-    assert serve_processes(folder) != []  # the load read the schema from it
+    assert serve_processes(folder) != []
+    assert isinstance(env.harness, OpenEnvHarness)
+    monkeypatch.setattr(servers, "IDLE_STOP_S", 0.2)
+
+    async def one_session() -> None:
+        session, first, release = await env.harness.servers.open({"target": 1})
+        assert first.observation["hint"] == "Guess a number from 0 to 9."
+        await session.close()
+        release()
+
+    asyncio.run(one_session())
     deadline = time.monotonic() + 120
     while serve_processes(folder) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -1,6 +1,7 @@
 """The harness of an OpenEnv environment: one session per rollout, the model's turns as its actions.
 
-A rollout resets its own session (the reset arguments: the task's seed and the environment arguments),
+A rollout resets its own session (the reset arguments: the task's seed, the rollout's id as the episode's
+id, and the environment arguments),
 and the first observation is the user's message; an MCP environment's tools are listed then. Each model
 turn is then one action (a tool call each, or the turn's text: ``actions``); each observation is the next message (a tool message per
 call, or a user message). The episode ends when the environment says it is done, when the model takes
@@ -36,13 +37,14 @@ class OpenEnvHarness(Harness):
     def describe(self) -> str:
         return f"OpenEnv({self.label}, {self.actions.mode})"
 
-    def reset_args_for(self, task: Any) -> dict[str, Any]:
-        seed = (task.info or {}).get("seed")
-        return {**({"seed": seed} if isinstance(seed, int) else {}), **self.reset_args}
+    def reset_args_for(self, rollout: Rollout) -> dict[str, Any]:
+        """The task's seed, the rollout's id as the episode's, and the environment arguments (which win)."""
+        seed = (rollout.task.info or {}).get("seed")
+        return {**({"seed": seed} if isinstance(seed, int) else {}), "episode_id": rollout.id, **self.reset_args}
 
     async def run(self, rollout: Rollout) -> None:
         try:
-            session, first, release = await self.servers.open(self.reset_args_for(rollout.task))
+            session, first, release = await self.servers.open(self.reset_args_for(rollout))
         except OpenEnvError as e:
             raise RolloutFailed("harness", self.label, f"reset failed: {e.message}") from None
         except EnvLoadError as e:  # another server was needed and did not start

@@ -24,7 +24,7 @@ class EchoEnvironment(Environment):
               **kwargs: Any) -> EchoObservation:
         self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
         self._turns = turns
-        return EchoObservation(echoed=f"Say something ({turns} turns).", done=False, reward=None)
+        return EchoObservation(echoed=f"Episode {self._state.episode_id}: say something ({turns} turns).")
 
     def step(self, action: EchoAction, timeout_s: float | None = None, **kwargs: Any) -> EchoObservation:  # type: ignore[override]
         self._state.step_count += 1
