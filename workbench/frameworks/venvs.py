@@ -25,6 +25,8 @@ from workbench.config import paths
 from workbench.errors import EnvLoadError
 
 BUILD_TIMEOUT_S = 900.0
+#: How the environments are laid out (relocatable, built beside and renamed): a new layout is a new folder.
+LAYOUT = "2"
 _DONE = ".workbench-complete"
 
 
@@ -39,7 +41,7 @@ class FrameworkEnv:
     @property
     def key(self) -> str:
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        digest = hashlib.sha256("\n".join((version, *sorted(self.requirements))).encode()).hexdigest()[:12]
+        digest = hashlib.sha256("\n".join((LAYOUT, version, *sorted(self.requirements))).encode()).hexdigest()[:12]
         return f"{self.name}-{digest}"
 
     @property
