@@ -50,6 +50,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "inside the verifiers export's staging folder",
     ("workbench/formats/verifiers_export/package.py", "write_package", "Path.rename"):
         "the staging folder renamed into place",
+    ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "write_text"):
+        "the completion mark, inside the framework environment's build folder renamed whole",
+    ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "Path.rename"): "the build folder renamed into place",
+    ("workbench/frameworks/venvs.py", "FrameworkEnv.ensure", "open('w')"): "the build's lock file, never read",
     ("local_runtime/models/tiny_model.py", "build_tiny_model", "write_text"): "inside the build folder renamed whole",
     ("local_runtime/models/tiny_model.py", "_build_into", "os.replace"): "the build folder renamed into place",
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
