@@ -252,6 +252,13 @@ def test_a_dockerfile_that_does_not_build_is_one_error_naming_the_task(
     assert res.rc == 1
     problems = last_json(res.stdout)["problems"]
     assert len(problems) == 1 and "Harbor task broken-build" in problems[0]
+    dataset = tmp_path / "dataset"  # among tasks that build, the one that does not is named
+    for name in ("a-fine", "z-fine"):
+        copy_task(dataset, name)
+    shutil.copytree(task, dataset / "broken-build")
+    assert_user_error(cli("eval", dataset, "-n", "3", "--base-url", server.base_url, "-m", "mock-model"),
+                      "Harbor task broken-build", "Dockerfile failed")
+    assert runs(tmp_path / "wb.db") == 0
 
 
 @pytest.mark.slow

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 #: installs packages and runs test suites, so the per-process limits are generous.
 _PIDS = 4096
 _FILE_SIZE_MB = 1 << 14
+#: How many task images ``prepare`` builds at once.
+BUILDS_AT_ONCE = 3
 
 
 def task_runtime(task: HarborTask, binds: Sequence[str] = ()) -> Docker:
@@ -103,9 +105,18 @@ class PerTaskPool(SandboxPool):
         return self
 
     async def prepare(self, tasks: Sequence[Task]) -> None:
-        """Build (or find) the image of every task ``tasks`` names, one at a time, before the run starts."""
-        for name in dict.fromkeys(task_key(t) for t in tasks):
-            await self._pool_for(name)
+        """Build (or find) the image of every task ``tasks`` names before the run starts, a few at a time; the
+        first task (in order) whose image cannot be had is the error."""
+        gate = asyncio.Semaphore(BUILDS_AT_ONCE)
+
+        async def one(name: str) -> None:
+            async with gate:
+                await self._pool_for(name)
+
+        names = list(dict.fromkeys(task_key(t) for t in tasks))
+        for outcome in await asyncio.gather(*(one(n) for n in names), return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _pool_for(self, name: str) -> SandboxPool:
         lock = self.locks.setdefault(name, asyncio.Lock())
