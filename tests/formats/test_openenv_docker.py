@@ -70,6 +70,10 @@ def echo_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=DEFAULT_IMAGE))
     built = _docker("build", "--quiet", "--tag", tag, str(ctx))
     assert built.returncode == 0, built.stderr[-2000:]
+    listed = _docker("images", "--format", "{{.Repository}}:{{.Tag}}", "workbench-openenv-test", timeout=60)
+    stale = [t for t in listed.stdout.split() if t != tag]
+    if stale:  # the builds of earlier contents
+        _docker("rmi", *stale, timeout=120)
     return tag
 
 
