@@ -228,6 +228,21 @@ def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any
 
 
 @pytest.mark.slow
+def test_each_command_starts_where_the_last_one_ended(docker: Any, cli: Callable[..., CliResult],
+                                                      mock: Callable[..., MockServer]) -> None:
+    server = mock([bash_call("mkdir -p sub && cd sub && echo moved >&2", "c1"),
+                   bash_call("pwd && echo hello > ../greeting.txt; exit 3", "c2"), "Done."])
+    res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    assert (out["errors"], out["mean_reward"]) == (0, 1.0)
+    shown = last_json(cli("show", f"{out['run_id']}.0.0", "--json").stdout)
+    first, second = [m["content"] for m in shown["messages"] if m["role"] == "tool"]
+    assert first.endswith("--- stderr\nmoved")  # the tool's own marker is not shown
+    assert second.startswith("exit code 3") and "/app/sub" in second
+
+
+@pytest.mark.slow
 def test_an_agent_that_does_nothing_scores_0_with_no_error_and_named_rewards_are_metrics(
         docker: Any, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
     server = mock(["I will not do anything."])
@@ -335,8 +350,9 @@ def test_when_the_agent_runs_out_of_the_tasks_time_its_tests_still_score_what_it
         docker: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
     task = copy_task(tmp_path, "hurry")
     toml = (task / "task.toml").read_text()
-    (task / "task.toml").write_text(toml.replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 3.0"))
-    server = mock([bash_call("echo hello > /app/greeting.txt && sleep 60"), "Done."])
+    (task / "task.toml").write_text(toml.replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 10.0"))
+    # The second command outlasts the agent's 10 s by far; the first has done the work long before.
+    server = mock([bash_call("echo hello > /app/greeting.txt", "c1"), bash_call("sleep 600", "c2"), "Done."])
     res = cli("eval", task, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
     assert res.rc == 0, res.stderr
     out = last_json(res.stdout)

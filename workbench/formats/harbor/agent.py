@@ -3,8 +3,9 @@
 ``TerminalAgent`` (the default) is a terminal agent in the manner of Harbor's Terminus: the model gets the
 task's instruction and one tool, ``bash``, that runs a command in the container (in the task's working
 directory, as the image's user) and returns its exit status and output; it works until it answers without
-a tool call or runs out of turns. Each command is its own shell: what persists between commands is the
-container's files, not the shell's variables or current directory.
+a tool call or runs out of turns. Each command is its own shell, started where the last one ended (its
+working directory is carried over, as in a terminal); the container's files persist, the shell's variables
+do not.
 
 ``ProgramAgent`` runs any agent program (``wb.Program``) in the container instead, talking to the model
 through the interception proxy (the image needs ``python3`` for the proxy's bridge).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from workbench.authoring.harness import Program, ToolLoop
@@ -28,15 +30,23 @@ from workbench.records.rollout import Rollout, RolloutFailed
 
 SYSTEM_PROMPT = (
     "You are an AI agent solving a task in a Linux container through its terminal. Use the bash tool to run "
-    "shell commands: each runs in a fresh shell in the task's working directory, and files you change "
-    "persist. Inspect before you change things, check your work, and when the task is complete reply with a "
-    "short summary and no tool call."
+    "shell commands: each runs in a fresh shell that starts in the directory where the previous command ended "
+    "(the first in the task's working directory); files you change persist, shell variables do not. Inspect "
+    "before you change things, check your work, and when the task is complete reply with a short summary and "
+    "no tool call."
 )
 #: The state key set when the agent ran out of the task's agent time (its tests still score it).
 TIMED_OUT_KEY = "harbor_agent_timed_out"
 #: The longest one command may run when the model does not say (seconds).
 COMMAND_TIMEOUT_S = 180.0
 _MAX_OUTPUT = 16_000
+#: The state key holding the directory the agent's last command ended in.
+CWD_KEY = "harbor_cwd"
+#: Runs the model's command (``$2``) from the directory the last one ended in (``$1``), then reports where it
+#: ended on stderr after a marker (``$3``) that the tool takes out of the output again.
+_IN_LAST_DIR = ('[ -n "$1" ] && cd -- "$1" 2>/dev/null; eval "$2"; __wb_rc=$?; '
+                'printf "\\n%s%s\\n" "$3" "$(pwd)" >&2; exit $__wb_rc')
+_CWD_MARK = "\x1eworkbench-cwd:"
 
 
 def _agent_limit(rollout: Rollout) -> float:
@@ -56,18 +66,28 @@ def _workdir(rollout: Rollout) -> str | None:
     return wd if isinstance(wd, str) else None
 
 
-async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], timeout: float = COMMAND_TIMEOUT_S) -> str:
+async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], state: dict[str, Any],
+               timeout: float = COMMAND_TIMEOUT_S) -> str:
     """Run a shell command in the task's container and return its exit status and output.
 
     Args:
-        command: the shell command line, run by sh -c; chain steps with &&.
+        command: the shell command line (sh); chain steps with &&. It starts in the directory where the
+            previous command ended.
         timeout: seconds before the command is killed (at most the task's agent time limit).
     """
     harbor = (info or {}).get("harbor") or {}
     limit = float(harbor.get("agent_timeout_s") or COMMAND_TIMEOUT_S)
     wait = min(max(1.0, float(timeout or COMMAND_TIMEOUT_S)), limit)
-    r = await sandbox.exec(command, timeout=wait, cwd=harbor.get("workdir"),
+    last = str(state.get(CWD_KEY) or "")
+    r = await sandbox.exec(["/bin/sh", "-c", _IN_LAST_DIR, "sh", last, command, _CWD_MARK], timeout=wait,
+                           cwd=harbor.get("workdir"),
                            env={**_task_env(harbor), "DEBIAN_FRONTEND": "noninteractive", "TERM": "dumb"})
+    at = r.stderr.rfind(_CWD_MARK)
+    if at >= 0:  # where the command ended, taken out of what the model sees
+        ended = r.stderr[at + len(_CWD_MARK):].split("\n", 1)[0]
+        if ended.startswith("/"):
+            state[CWD_KEY] = ended
+        r = replace(r, stderr=r.stderr[:at].removesuffix("\n"))
     return r.output(limit=_MAX_OUTPUT)
 
 
