@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -192,3 +193,36 @@ def test_a_started_server_that_is_full_gets_a_second_one(
     out = last_json(res.stdout)
     assert (out["rollouts"], out["errors"], out["mean_reward"]) == (3, 0, 1.0)
     assert serve_processes(ENVS / "guess_env") == []
+
+
+def test_an_edited_folder_is_served_anew(python: Path, tmp_path: Path) -> None:
+    """A reload after an edit (the app's hot reload) plays the edited environment, not the server of the old one."""
+    from workbench.authoring import discovery
+    from workbench.formats.openenv.harness import OpenEnvHarness
+
+    folder = tmp_path / "guess_env"
+    shutil.copytree(ENVS / "guess_env", folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+    started = []
+
+    def first_hint() -> str:
+        env = discovery.load(f"openenv:{folder}")
+        assert isinstance(env.harness, OpenEnvHarness)
+        started.append(env.harness.servers)
+
+        async def one_session() -> str:
+            session, first, release = await env.harness.servers.open({})
+            await session.close()
+            release()
+            return str(first.observation["hint"])
+
+        return asyncio.run(one_session())
+
+    try:
+        assert first_hint() == "Guess a number from 0 to 9."
+        code = folder / "server" / "guess_environment.py"
+        code.write_text(code.read_text().replace("Guess a number from 0 to 9.", "Pick a digit."))
+        assert first_hint() == "Pick a digit."
+    finally:
+        for servers in started:
+            servers.stop()

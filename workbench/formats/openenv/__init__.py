@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from workbench.authoring.env_files import content_hash, read_env_files
 from workbench.authoring.environment import Environment
 from workbench.authoring.rubric import Rubric
 from workbench.authoring.tasks import TaskSet
@@ -52,8 +53,11 @@ def tasks(name: str, episodes: int) -> TaskSet:
 
 
 def servers_for(where: Path | str) -> tuple[Servers, str]:
-    """The servers of the environment ``where`` names, and how it is called in errors."""
+    """The servers of the environment ``where`` names, and how it is called in errors. A folder's servers
+    are those of its current files: an edited folder (a reload) is served anew."""
     key = str(where)
+    if isinstance(where, Path):
+        key += "#" + content_hash(read_env_files(where))
     with _servers_lock:
         found = _servers.get(key)
     if found is not None:
@@ -61,7 +65,8 @@ def servers_for(where: Path | str) -> tuple[Servers, str]:
     if isinstance(where, Path):
         folder = specs.read_folder(where)
         python = framework_python((specs.OPENENV_CORE, *folder.requirements))
-        servers = Servers(launcher=LocalLauncher(python, ("--app-dir", str(folder.root), "--app", folder.app), key))
+        servers = Servers(launcher=LocalLauncher(python, ("--app-dir", str(folder.root), "--app", folder.app),
+                                                 str(where)))
     elif where.startswith(specs.DOCKER_PREFIX):
         servers = Servers(launcher=DockerLauncher(where.removeprefix(specs.DOCKER_PREFIX)))
     elif where.startswith(specs.PACKAGE_PREFIX):
@@ -71,7 +76,7 @@ def servers_for(where: Path | str) -> tuple[Servers, str]:
     else:
         servers = Servers(url=where)
     with _servers_lock:
-        return _servers.setdefault(key, servers), key
+        return _servers.setdefault(key, servers), str(where)
 
 
 class OpenEnvFormat:
