@@ -202,3 +202,37 @@ def test_loaded_in_process_it_is_a_workbench_environment_of_the_v1_dialect(v1_py
     finally:
         env.harness.bridge.close()
         assert not env.harness.bridge.alive
+
+
+def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, mock_server: Callable[..., Any],
+                                                            cli: Callable[..., Any], cli_env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """validate scores gold and empty answers through the worker; rescore reproduces an unchanged
+    environment's stored scores and re-scores with the task's code once its files changed."""
+    env_dir = tmp_path / "envs" / "v1_game"
+    shutil.copytree(ENVS / "v1_game", env_dir)
+    extra = workbench_env(cli_env)
+    v = cli("validate", env_dir, "--json", env=extra, timeout=600)
+    assert v.rc == 0, v.stderr[-3000:]
+    report = last_json(v.stdout)
+    assert report["ok"] and report["empty"]["found"] == 0.0 and report["tasks_checked"] == 3
+
+    mock = _mock(mock_server, PARITY["multi-turn env"][4])
+    r = cli("eval", env_dir, "--base-url", mock.base_url, "-m", "mock-model", "-n", 3, "-c", "1", "--json",
+            env=extra, timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    run_id = last_json(r.stdout)["run_id"]
+
+    def rescored() -> dict[str, Any]:
+        res = cli("rescore", env_dir, "--run", run_id, "--json", env=extra, timeout=600)
+        assert res.rc == 0, res.stderr[-3000:]
+        return last_json(res.stdout)
+
+    same = rescored()
+    assert (same["changed"], same["failed"], same["after"]["mean"]) == (0, 0, pytest.approx(same["before"]["mean"]))
+    init = env_dir / "__init__.py"
+    init.write_text(init.read_text().replace("return 1.0 / max(1, trace.num_turns)", "return 0.0"))
+    changed = rescored()
+    by_name = {f["name"]: f for f in changed["functions"]}
+    assert (changed["changed"], by_name["quick"]["after"]["mean"], by_name["found"]["changed"]) == (3, 0.0, 0)
+    assert changed["after"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0) / 3)

@@ -126,6 +126,7 @@ def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
     env = Environment(name=src.module, tasks=TaskSet(lambda: list(tasks), name=src.module), harness=harness,
                       rubric=_rubric(info, harness), sampling=Sampling(max_tokens=4096, temperature=1.0),
                       description=f"verifiers v1 {info['env']} over {info['task_type']}")
+    harness.environment = env
     env.adapter = f"verifiers {info.get('verifiers', 'unknown')}"
     env.dialect = "verifiers v1"
     return env
@@ -148,8 +149,15 @@ class V1Harness(Harness):
         self.info = info
         self.index: dict[str, int] = {}
         self.max_turns = 1_000_000
+        #: the environment this harness runs (set once it is built)
+        self.environment: Environment | None = None
         # the worker ends with the environment that uses it (a reloaded environment starts its own)
         weakref.finalize(self, bridge.shutdown)
+
+    @property
+    def env_version(self) -> str:
+        """The environment's version (its files' hash): a rollout's kept scores are those of this code."""
+        return self.environment.version if self.environment is not None else ""
 
     def describe(self) -> str:
         harnesses = ",".join(sorted(set(self.info.get("harnesses", {}).values())))
@@ -178,7 +186,7 @@ class V1Harness(Harness):
         scored = [t for t in result["traces"] if t["trainable"]] or result["traces"]
         if not len(conversations) and scored:
             rollout.messages = list(scored[-1]["messages"])
-        rollout.state["verifiers"] = summary(result, scored)
+        rollout.state["verifiers"] = {**summary(result, scored), "env_version": self.env_version}
         for err in [*result["errors"], *(e for t in result["traces"] for e in t["errors"])]:
             text = f"{err['type']}: {err['message']}"[:500]
             if err["type"] in _MODEL_ERRORS:
@@ -231,8 +239,9 @@ class Scorer:
     async def scores(self, state: dict[str, Any] | None, messages: list[dict[str, Any]] | None,
                      task: Task | None) -> dict[str, Any]:
         got = (state or {}).get("verifiers")
-        if isinstance(got, dict) and isinstance(got.get("rewards"), dict):
-            return got
+        if isinstance(got, dict) and isinstance(got.get("rewards"), dict) and got.get("env_version") in (
+                None, self.harness.env_version, ""):
+            return got  # verifiers' own scores of the live rollout, by the code that is loaded now
         if task is None:
             raise NotScored("verifiers scores a v1 rollout from its task and messages; neither is here")
         idx = self.harness.index.get(task.id, task.info.get("idx"))
