@@ -401,3 +401,13 @@ def test_the_version_covers_the_data_files_the_tasks_come_from(tmp_path: Path) -
     moved.parent.mkdir()
     moved.write_bytes(data.read_bytes())
     assert discovery.load(str(env_file), {"path": str(moved)}).version == v2
+
+
+def test_validate_prints_the_environments_names_as_text(write_env: Callable[..., Path],
+                                                        cli: Callable[..., CliResult]) -> None:
+    """An environment's name and its reward names are its author's strings: Rich markup in them is printed
+    as it is written, never read as styling."""
+    source = ADDER_ENV.replace('name="adder"', 'name="add[red]er[/red]"').replace("def correct(", "def correct_x(")
+    res = cli("validate", write_env(source), "-a", '{"group_bonus": false}', "--no-probe")
+    assert res.rc == 0, res.stderr
+    assert "add[red]er[/red] (" in res.stdout, res.stdout

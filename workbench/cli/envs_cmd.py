@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.text import Text
 
 from workbench.cli.common import (
     console,
@@ -118,25 +119,31 @@ def validate_command(ctx: click.Context, env: str, env_args: str | None, sample:
         emit_json({**rep.as_dict(), **({"probe": probe} if probe is not None else {})})
     else:
         total = f" of {rep.total_tasks}" if rep.total_tasks is not None else ""
-        console.print(f"[bold]{rep.env}[/] ({rep.version}): {rep.tasks_checked}{total} tasks checked")
+        # Names, warnings and problems come from the environment: printed as text, never as markup.
+        console.print(Text.assemble((rep.env, "bold"), f" ({rep.version}): {rep.tasks_checked}{total} tasks checked"))
         if rep.gold:
-            console.print("gold answer scores (mean per reward):  " + ", ".join(f"{k} {v:.3f}" for k, v in rep.gold.items()))
-        console.print("empty answer scores (mean per reward): " + ", ".join(f"{k} {v:.3f}" for k, v in rep.empty.items()))
+            console.print(Text("gold answer scores (mean per reward):  " + _means(rep.gold)))
+        if rep.empty:
+            console.print(Text("empty answer scores (mean per reward): " + _means(rep.empty)))
         if rep.tokens:
             console.print(token_check_line(rep.tokens), markup=False, highlight=False)
         if probe is not None:
             ran = [p for p in probe["policies"] if p["run_id"]]
-            console.print(f"probe (model-free): {len(ran)} policies, {probe['exploitable']} exploitable"
-                          + (f"; skipped: {probe['skipped']}" if probe.get("skipped") else "")
-                          + " (`workbench probe` runs the whole battery)")
+            console.print(Text(f"probe (model-free): {len(ran)} policies, {probe['exploitable']} exploitable"
+                               + (f"; skipped: {probe['skipped']}" if probe.get("skipped") else "")
+                               + " (`workbench probe` runs the whole battery)"))
         for w in rep.warnings:
-            console_err.print(f"[yellow]warning:[/] {w}")
+            console_err.print(Text.assemble(("warning:", "yellow"), f" {w}"))
         for p in rep.problems:
-            console_err.print(f"[bold red]problem:[/] {p}")
+            console_err.print(Text.assemble(("problem:", "bold red"), f" {p}"))
         if rep.ok:
             console.print("[green]ok[/]")
     if not rep.ok:
         ctx.exit(1)
+
+
+def _means(scores: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in scores.items())
 
 
 COMMANDS = [envs_command, validate_command]
