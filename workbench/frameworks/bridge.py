@@ -98,8 +98,9 @@ class WorkerBridge:
                 continue
             if not isinstance(answer, dict):
                 continue
+            rid = answer.get("id")
             with self._lock:
-                future = self._waiting.pop(answer.get("id"), None) if isinstance(answer.get("id"), int) else None
+                future = self._waiting.pop(rid, None) if isinstance(rid, int) else None
             if future is None or future.done():
                 continue
             if answer.get("ok"):

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 #: Runtimes that run elsewhere than this machine, and what they are.
 REMOTE_RUNTIMES = {"prime": "Prime Intellect's cloud sandboxes", "modal": "Modal's cloud sandboxes",
@@ -43,10 +44,10 @@ class Refused(Exception):
 class Worker:
     def __init__(self, out):
         self.out = out
-        self.env = None
-        self.tasks = []
-        self.serving = None
-        self.vf = None
+        self.env: Any = None
+        self.tasks: list = []
+        self.serving: Any = None
+        self.vf: Any = None
 
     def send(self, message):
         self.out.write(json.dumps(message, default=str) + "\n")
@@ -64,7 +65,8 @@ class Worker:
 
         self.vf = vf
         config_cls = env_config_type(module)
-        taskset_args, env_knobs = {}, {}
+        taskset_args: dict = {}
+        env_knobs: dict = {}
         for key, value in (env_args or {}).items():
             is_env_knob = key in config_cls.model_fields and key not in ("taskset", "id")
             (env_knobs if is_env_knob else taskset_args)[key] = value
