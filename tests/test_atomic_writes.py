@@ -73,6 +73,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # streams and logs: appended to or written as they go, never replaced
     ("workbench/cli/mcp_cmd.py", "_protocol_stdout", "open('w')"): "the MCP server's protocol stream (stdout)",
     ("workbench/rollouts/mcp_transport.py", "forked_connector", "open('w+')"): "an MCP server's stderr log",
+    ("workbench/formats/openenv/servers.py", "LocalLauncher.start", "open('wb')"): "an OpenEnv server's stderr log",
     ("workbench/store/imports.py", "serve", "open('wb')"): "the import child's acks on its stdout pipe",
     ("workbench/store/writer.py", "serve", "open('wb')"): "the writer child's acks on its stdout pipe",
     ("local_runtime/server/embedded.py", "start_server", "open('wb')"): "the embedded server's log",
