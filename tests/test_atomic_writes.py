@@ -70,6 +70,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workbench/packaging/uv.py", "compile_lock", "write_text"): "requirements handed to uv, in a temp folder",
     ("workbench/packaging/uv.py", "install_target", "write_text"): "the lock handed to uv, in a temp folder",
     ("local_runtime/sandbox/image.py", "_Tar.__init__", "tarfile.open('w')"): "a rootfs tar in a NamedTemporaryFile",
+    ("workbench/formats/harbor/verifier.py", "tar_of", "tarfile.open('w')"): "a tar in memory, sent into a container",
     # streams and logs: appended to or written as they go, never replaced
     ("workbench/cli/mcp_cmd.py", "_protocol_stdout", "open('w')"): "the MCP server's protocol stream (stdout)",
     ("workbench/rollouts/mcp_transport.py", "forked_connector", "open('w+')"): "an MCP server's stderr log",
