@@ -90,11 +90,32 @@ class FrameworkEnv:
                     why = " ".join(lines[-3:]).replace("×", "").replace("╰─▶", "").strip() or f"uv exited {p.returncode}"
                     raise EnvLoadError(f"cannot build the {self.name} environment "
                                        f"({' '.join(self.requirements)}): {why}")
-            (tmp / _DONE).write_text("\n".join(self.requirements) + "\n")
+            (tmp / _DONE).write_text(self._mark())
             shutil.rmtree(self.root, ignore_errors=True)
             tmp.rename(self.root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        self._prune_older()
+
+    def _mark(self) -> str:
+        """What the completion mark records: the layout, the Python version and the requirements."""
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return "".join(f"{line}\n" for line in (f"layout {LAYOUT}", f"python {version}", *self.requirements))
+
+    def _prune_older(self) -> None:
+        """Remove this environment's builds of an older layout (same requirements, another folder): a new
+        layout would otherwise leave each old build behind, hundreds of MB each."""
+        ours = {ln for ln in self._mark().splitlines() if not ln.startswith("layout ")}
+        for other in frameworks_dir().glob(f"{self.name}-*"):
+            if other == self.root or not (other / _DONE).is_file():
+                continue
+            try:
+                theirs = {ln for ln in (other / _DONE).read_text().splitlines() if not ln.startswith("layout ")}
+            except OSError:
+                continue
+            # a mark of the first layout lists the requirements alone (built with this same Python)
+            if theirs | {ln for ln in ours if ln.startswith("python ")} == ours:
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def frameworks_dir() -> Path:
