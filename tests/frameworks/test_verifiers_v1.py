@@ -82,12 +82,16 @@ def _mock(mock_server: Callable[..., Any], spec: dict[str, Any]) -> Any:
 
 
 def verifiers_eval(python: Path, env: str, base_url: str, n: int, r: int, env_args: dict[str, Any],
-                   out: Path) -> dict[int, list[float]]:
-    """verifiers' own eval CLI over ``env`` (one episode at a time): each task's episode rewards."""
-    flags = [f for k, v in env_args.items() for f in (f"--env.taskset.{k.replace('_', '-')}", json.dumps(v))]
+                   out: Path, roles: tuple[str, ...] = ("agent",)) -> dict[int, list[float]]:
+    """verifiers' own eval CLI over ``env`` (one episode at a time, every role a local process): each task's
+    episode rewards."""
+    env_args = dict(env_args)
+    flags = ["--env.id", env_args.pop("env_id")] if "env_id" in env_args else []
+    flags += [f for k, v in env_args.items() for f in (f"--env.taskset.{k.replace('_', '-')}", json.dumps(v))]
+    flags += [f for role in roles for f in (f"--env.{role}.runtime.type", "subprocess")]
     argv = [str(python), "-c", EVAL_MAIN, env, "-m", "mock-model", "-n", str(n), "-r", str(r), "-c", "1",
             "--no-push", "--no-rich", "-o", str(out), "--client.base-url", base_url,
-            "--client.api-key-var", "WORKBENCH_PROXY_KEY", "--env.agent.runtime.type", "subprocess", *flags]
+            "--client.api-key-var", "WORKBENCH_PROXY_KEY", *flags]
     env_vars = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env_vars.update(PYTHONPATH=str(ENVS), WORKBENCH_PROXY_KEY="workbench-proxy", **_uv_cache())
     p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env_vars, cwd=out.parent)
@@ -152,6 +156,29 @@ def test_rewards_equal_verifiers_own_eval(case: str, v1_python: Path, mock_serve
     for task in range(n):
         assert sorted(by_task[task]) == pytest.approx(sorted(ref[task]), abs=1e-6), (case, task, ref, by_task)
     assert [by_task[t][0] for t in range(n)] == pytest.approx(expected, abs=1e-6), (case, by_task)
+
+
+def test_verifiers_user_simulator_env_plays_a_taskset_as_in_verifiers(v1_python: Path,
+                                                                     mock_server: Callable[..., Any],
+                                                                     cli: Callable[..., Any], cli_env: dict[str, str],
+                                                                     store_path: Path, tmp_path: Path) -> None:
+    """``-a '{"env_id": "user-sim"}'`` is ``vf-eval --env.id user-sim``: verifiers' simulated user (an
+    untrainable agent on the null harness) opens and ends the conversation; only the assistant is scored, and
+    its conversation is the rollout's last (its reply the completion)."""
+    spec = _rules(("Hello", "What is 2 + 3?"), ("2 + 3", "5"), (None, "###DONE###"))
+    env_args = {"num_tasks": 4, "env_id": "user-sim"}
+    (tmp_path / "vf").mkdir()
+    ref = verifiers_eval(v1_python, "v1_single", _mock(mock_server, spec).base_url, 4, 1, env_args,
+                         tmp_path / "vf" / "out", roles=("assistant", "user"))
+    r = cli("eval", ENVS / "v1_single", "-a", json.dumps(env_args), "--base-url", _mock(mock_server, spec).base_url,
+            "-m", "mock-model", "-n", 4, "-c", "1", "--json", env=workbench_env(cli_env), timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    rows = stored(store_path, last_json(r.stdout)["run_id"])
+    assert [row["reward"] for row in rows] == pytest.approx([ref[t][0] for t in range(4)], abs=1e-6)
+    assert [row["reward"] for row in rows] == pytest.approx([0.5, 0.5, 1.5, 0.5])
+    for row in rows:
+        assert len(row["state"]["conversations"]) == 2 and row["messages"][-1]["role"] == "assistant"
+        assert row["messages"][-1]["content"] == "5" and row["scores"]["episode_metrics.user_turns"] == 2.0
 
 
 def test_a_raising_reward_is_a_reward_error_naming_it(v1_python: Path, mock_server: Callable[..., Any],

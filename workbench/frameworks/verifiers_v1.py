@@ -49,6 +49,7 @@ from workbench.errors import EnvLoadError
 from workbench.frameworks import v1_source
 from workbench.frameworks.bridge import WorkerBridge, WorkerError
 from workbench.frameworks.venvs import FrameworkEnv, frameworks_dir
+from workbench.records.conversations import Conversations
 from workbench.records.rollout import Rollout, RolloutError, RolloutFailed
 from workbench.records.task import Task
 
@@ -167,8 +168,6 @@ class V1Harness(Harness):
         rollout.messages = rollout.task.messages(None)
 
     async def run(self, rollout: Rollout) -> None:
-        from workbench.records.conversations import Conversations
-
         self.start(rollout)
         idx = self.index.get(rollout.task.id, rollout.task.info.get("idx"))
         if not isinstance(idx, int):
@@ -186,6 +185,8 @@ class V1Harness(Harness):
         scored = [t for t in result["traces"] if t["trainable"]] or result["traces"]
         if not len(conversations) and scored:
             rollout.messages = list(scored[-1]["messages"])
+        elif len(conversations) > 1:
+            rollout.messages, rollout.state["conversations"] = _scored_last(conversations, scored)
         rollout.state["verifiers"] = {**summary(result, scored), "env_version": self.env_version}
         for err in [*result["errors"], *(e for t in result["traces"] for e in t["errors"])]:
             text = f"{err['type']}: {err['message']}"[:500]
@@ -193,6 +194,22 @@ class V1Harness(Harness):
                 raise RolloutFailed("model.error", rollout.base_url, text)
             if not _scoring_error(err):
                 rollout.errors.append(RolloutError("harness", self.describe(), text))
+
+
+def _replies(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
+
+
+def _scored_last(conversations: Conversations, scored: list[dict[str, Any]]) -> tuple[list[Any], list[int]]:
+    """The conversations with those of the scored traces last (an untrainable agent's, such as a simulated
+    user's, before them), so the rollout's completion is the scored agent's."""
+    flat, parts = conversations.messages(), []
+    for n in conversations.lengths():
+        parts.append(flat[:n])
+        flat = flat[n:]
+    mine = [_replies(t["messages"]) for t in scored]
+    order = sorted(parts, key=lambda p: _replies(p) in mine)  # stable: each group keeps its order
+    return [m for p in order for m in p], [len(p) for p in order]
 
 
 def _scoring_error(err: dict[str, Any]) -> bool:

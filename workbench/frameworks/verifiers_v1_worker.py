@@ -9,10 +9,11 @@ request's ``id``); rollouts run concurrently on one event loop. Requests (``op``
 
 - ``load``: ``{"module", "path", "env_args"}``: the environment whose taskset is the package ``module``
   (found on ``path``), its configuration built from ``env_args`` as ``vf-eval --env.taskset.KEY`` (or
-  ``--env.KEY`` for a knob of the env itself) would; every agent's runtime is the local process unless the
+  ``--env.KEY`` for a knob of the env itself, ``--env.id`` for ``env_id``) would; every agent's runtime is the local process unless the
   environment pins a local container engine. Answers the tasks, the reward and metric functions, the harness.
 - ``rollout``: ``{"task", "base_url", "model"}``: one episode of task ``task`` with verifiers' own machinery,
   its model calls sent to ``base_url``. Answers each trace's messages, rewards, metrics and errors.
+- ``score``: ``{"task", "messages"}``: the task's own scoring of a conversation (no runtime).
 - ``close``: serving ends; the worker exits.
 
 Anything the environment prints goes to stderr: stdout carries the answers only.
@@ -33,6 +34,8 @@ REMOTE_RUNTIMES = {"prime": "Prime Intellect's cloud sandboxes", "modal": "Modal
 LOCAL_RUNTIMES = ("subprocess", "docker", "podman", "apptainer")
 #: The variable the worker's model client reads its API key from (Workbench's proxy holds the real one).
 KEY_VAR = "WORKBENCH_PROXY_KEY"
+#: The argument naming another env to play the taskset (`vf-eval --env.id`: `user-sim`, `best-of-n`, ...).
+ENV_ID = "env_id"
 #: How many tasks of an endless taskset are read.
 MAX_TASKS = 100_000
 
@@ -64,13 +67,15 @@ class Worker:
         from verifiers.v1.utils.loaders import env_config_type, load_environment, resolve_env_config
 
         self.vf = vf
-        config_cls = env_config_type(module)
+        env_args = dict(env_args or {})
+        env_id = str(env_args.pop(ENV_ID, "") or "")
+        config_cls = env_config_type(module, env_id)
         taskset_args: dict = {}
         env_knobs: dict = {}
-        for key, value in (env_args or {}).items():
+        for key, value in env_args.items():
             is_env_knob = key in config_cls.model_fields and key not in ("taskset", "id")
             (env_knobs if is_env_knob else taskset_args)[key] = value
-        data = {**env_knobs, "taskset": {**taskset_args, "id": module}}
+        data = {**env_knobs, "id": env_id, "taskset": {**taskset_args, "id": module}}
         config = resolve_env_config(dict(data))
         for role, agent in agent_config_fields(config).items():
             kind = agent.runtime.type
