@@ -78,6 +78,7 @@ def _uv_cache() -> dict[str, str]:
 def _mock(mock_server: Callable[..., Any], spec: dict[str, Any]) -> Any:
     spec = dict(spec)
     flags = ["--by-turn"] if spec.pop("by_turn", None) is not None else []
+    flags += ["--tokens"] if spec.pop("tokens", None) is not None else []
     return mock_server(spec.pop("mode"), *flags, script=spec.pop("script", None), **spec)
 
 
@@ -234,8 +235,9 @@ def test_loaded_in_process_it_is_a_workbench_environment_of_the_v1_dialect(v1_py
 def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, mock_server: Callable[..., Any],
                                                             cli: Callable[..., Any], cli_env: dict[str, str],
                                                             tmp_path: Path) -> None:
-    """validate scores gold and empty answers through the worker; rescore reproduces an unchanged
-    environment's stored scores and re-scores with the task's code once its files changed."""
+    """validate scores gold and empty answers through the worker; a multi-turn rollout's trace is token-exact;
+    rescore reproduces an unchanged environment's stored scores and re-scores with the task's code once its
+    files changed."""
     env_dir = tmp_path / "envs" / "v1_game"
     shutil.copytree(ENVS / "v1_game", env_dir)
     extra = workbench_env(cli_env)
@@ -244,11 +246,13 @@ def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, moc
     report = last_json(v.stdout)
     assert report["ok"] and report["empty"]["found"] == 0.0 and report["tasks_checked"] == 3
 
-    mock = _mock(mock_server, PARITY["multi-turn env"][4])
+    # a token-returning model: every turn's tokens extend the last turn's (the trace is token-exact)
+    mock = _mock(mock_server, {**PARITY["multi-turn env"][4], "tokens": ""})
     r = cli("eval", env_dir, "--base-url", mock.base_url, "-m", "mock-model", "-n", 3, "-c", "1", "--json",
             env=extra, timeout=600)
     assert r.rc == 0, r.stderr[-3000:]
     run_id = last_json(r.stdout)["run_id"]
+    assert last_json(r.stdout)["metrics"]["token_mismatch"] == 0.0
 
     def rescored() -> dict[str, Any]:
         res = cli("rescore", env_dir, "--run", run_id, "--json", env=extra, timeout=600)

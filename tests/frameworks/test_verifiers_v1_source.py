@@ -134,3 +134,16 @@ def test_what_workbench_does_not_run_is_refused_in_one_line(case: str, source: s
               env={"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}, timeout=300)
     line = assert_user_error(res, "refused_env", *fragments)
     assert "Traceback" not in line
+
+
+@pytest.mark.parametrize(("name", "fragment"), [("harbor", "built-in tasksets"), ("2fast", "not a Python module name")])
+def test_a_name_verifiers_would_import_otherwise_is_refused_before_any_worker(tmp_path: Path, name: str,
+                                                                              fragment: str) -> None:
+    from workbench.errors import EnvLoadError
+
+    folder = tmp_path / name
+    write_file(folder / "__init__.py", _TASKSET + '\n__all__ = ["Words"]\n')
+    where = FORMAT.claims(str(folder))
+    assert where is not None
+    with pytest.raises(EnvLoadError, match=fragment):
+        FORMAT.load(where, {})

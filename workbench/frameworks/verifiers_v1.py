@@ -89,19 +89,33 @@ def _source(where: Path | str) -> v1_source.V1Source:
     return src
 
 
-def _search_path(src: v1_source.V1Source) -> Path:
-    """The folder the worker imports the environment from: the one it lies in, or for an installed module a
-    folder holding only a link to it (Workbench's own site-packages stays out of verifiers' interpreter)."""
+#: Names verifiers resolves to its own built-in tasksets before any other module (``verifiers.v1.tasksets``).
+BUILTIN_TASKSETS = frozenset({"harbor", "nemo_gym", "openenv", "textarena"})
+
+
+def _importable(src: v1_source.V1Source) -> tuple[str, Path]:
+    """The module name verifiers imports the environment by (its id, as ``vf-eval`` normalises one: dashes
+    to underscores, lower case) and the folder it is imported from: the one it lies in, or a folder holding
+    only a link to it under that name (for an installed module, so Workbench's own site-packages stays out of
+    verifiers' interpreter, and for a name verifiers would spell otherwise)."""
+    module = src.module.replace("-", "_").lower()
+    if not module.isidentifier():
+        raise EnvLoadError(f"{src.path}: verifiers imports an environment by its name, and {src.module!r} "
+                           "is not a Python module name; rename it")
+    if module in BUILTIN_TASKSETS:
+        raise EnvLoadError(f"{src.path}: {module!r} names one of verifiers' built-in tasksets, which verifiers "
+                           "would load instead; rename it")
     home = src.path.parent
-    if not (home.name.endswith("-packages") or str(home) in {str(Path(p).resolve()) for p in sys.path if p}):
-        return home
+    own_site = home.name.endswith("-packages") or str(home) in {str(Path(p).resolve()) for p in sys.path if p}
+    if module == src.module and not own_site:
+        return module, home
     digest = hashlib.sha256(str(src.path).encode()).hexdigest()[:12]
-    shim = frameworks_dir() / "modules" / f"{src.module}-{digest}"
+    shim = frameworks_dir() / "modules" / f"{module}-{digest}"
     shim.mkdir(parents=True, exist_ok=True)
-    link = shim / src.path.name
+    link = shim / (f"{module}.py" if src.path.is_file() else module)
     if not link.is_symlink():
         link.symlink_to(src.path)
-    return shim
+    return module, shim
 
 
 def start_worker() -> WorkerBridge:
@@ -112,9 +126,10 @@ def start_worker() -> WorkerBridge:
 
 
 def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
+    module, home = _importable(src)
     bridge = start_worker()
     try:
-        info = bridge.call("load", module=src.module, path=str(_search_path(src)), env_args=env_args)
+        info = bridge.call("load", module=module, path=str(home), env_args=env_args)
     except WorkerError as e:
         bridge.close()
         raise EnvLoadError(f"verifiers v1 environment {src.module!r}: {e}") from None

@@ -63,7 +63,6 @@ class Worker:
             # the environment's tool servers run as processes of their own (`python -m MODULE`)
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
         import verifiers.v1 as vf
-        from verifiers.v1.configs.agent import agent_config_fields
         from verifiers.v1.utils.loaders import env_config_type, load_environment, resolve_env_config
 
         self.vf = vf
@@ -76,19 +75,11 @@ class Worker:
             is_env_knob = key in config_cls.model_fields and key not in ("taskset", "id")
             (env_knobs if is_env_knob else taskset_args)[key] = value
         data = {**env_knobs, "id": env_id, "taskset": {**taskset_args, "id": module}}
-        config = resolve_env_config(dict(data))
-        for role, agent in agent_config_fields(config).items():
-            kind = agent.runtime.type
-            declared = config_cls.model_fields.get(role)
-            pinned = declared is not None and "runtime" in getattr(declared.default, "model_fields_set", ())
-            if pinned and kind in REMOTE_RUNTIMES:
-                raise Refused(f"the {role!r} agent runs in {REMOTE_RUNTIMES[kind]} (runtime {kind!r}), which "
-                              "Workbench does not run: it runs verifiers v1 agents as local processes or in "
-                              "local containers")
-            if not (pinned and kind in LOCAL_RUNTIMES):
-                data[role] = {**data.get(role, {}), "runtime": {"type": "subprocess"}}
-        config = resolve_env_config(data)
-        env = load_environment(config)
+        env = load_environment(self.localized(config_cls, resolve_env_config(dict(data)), data, "subprocess"))
+        task_cls = type(env.taskset).task_type()
+        if task_cls.NEEDS_CONTAINER or any(h.NEEDS_CONTAINER for h in env._harnesses.values()):
+            # a task or harness that needs its own filesystem runs in a local container (Docker)
+            env = load_environment(self.localized(config_cls, resolve_env_config(dict(data)), data, "docker"))
         for role, harness in env._harnesses.items():
             if isinstance(harness, vf.ACPHarness):
                 raise Refused(f"the {role!r} agent's harness {harness.config.id!r} is an ACP harness (Agent "
@@ -101,6 +92,26 @@ class Worker:
         self.serving = env.serving()
         await self.serving.__aenter__()
         return self.describe()
+
+    @staticmethod
+    def localized(config_cls, config, data, local):
+        """The env config with every agent that does not pin a local runtime on ``local``; an agent pinned to
+        a remote one is refused."""
+        from verifiers.v1.configs.agent import agent_config_fields
+        from verifiers.v1.utils.loaders import resolve_env_config
+
+        data = dict(data)
+        for role, agent in agent_config_fields(config).items():
+            kind = agent.runtime.type
+            declared = config_cls.model_fields.get(role)
+            pinned = declared is not None and "runtime" in getattr(declared.default, "model_fields_set", ())
+            if pinned and kind in REMOTE_RUNTIMES:
+                raise Refused(f"the {role!r} agent runs in {REMOTE_RUNTIMES[kind]} (runtime {kind!r}), which "
+                              "Workbench does not run: it runs verifiers v1 agents as local processes or in "
+                              "local containers")
+            if not (pinned and kind in LOCAL_RUNTIMES):
+                data[role] = {**data.get(role, {}), "runtime": {"type": local}}
+        return resolve_env_config(data)
 
     def describe(self):
         from verifiers.v1.envs.single_agent import SingleAgentEnv
