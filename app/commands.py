@@ -35,6 +35,10 @@ ENV_ACTIONS: list[tuple[str, str, str]] = [
     ("play", "Play the selected environment yourself", "You write each assistant turn; stored as human (p)"),
     ("rescore", "Re-score the selected environment's stored rollouts", "Before/after reward distribution (R)"),
     ("validate", "Validate the selected environment", "Load it, check tasks and rubric, score gold answers (v)"),
+    ("export_package", "Export the selected environment as a verifiers package",
+     "A pip-installable package vf-eval scores as workbench eval does (x)"),
+    ("import_eval", "Import an OpenAI eval as an environment",
+     "The eval, one of its runs and its items, written as an environment folder"),
 ]
 
 

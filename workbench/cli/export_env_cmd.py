@@ -28,17 +28,16 @@ def export_env_command(env: str, fmt: str, out_dir: str, name: str | None, env_a
     refused in one line, and nothing is written.
     """
     from workbench.authoring.discovery import parse_env_args
-    from workbench.formats.verifiers_export import export_verifiers
+    from workbench.usecases.formats import export_env_package, export_lines
 
-    done = export_verifiers(env, out_dir, parse_env_args(env_args), name)
+    done = export_env_package(env, out_dir, parse_env_args(env_args), name)
     if as_json:
         emit_json(done.as_dict())
         return
     from rich.text import Text
 
-    console.print(Text(f"{done.env} exported to {done.path} as the verifiers package {done.package} "
-                       f"({done.tasks} tasks, {done.harness})"))
-    console.print(Text(f"  pip install {done.path} && vf-eval {done.package} -m MODEL"))
+    for line in export_lines(done):
+        console.print(Text(line))
 
 
 COMMANDS = [export_env_command]

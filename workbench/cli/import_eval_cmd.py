@@ -33,21 +33,14 @@ def import_eval_command(dialect: str, eval_file: Path, run_file: Path, data_file
     it passes and 0 when it fails (its mean is the Evals dashboard's pass rate), with its raw score as the
     metric NAME.score. Nothing is written when the definition is refused.
     """
-    from workbench.formats.openai_evals import import_eval
+    from workbench.usecases.formats import import_lines, import_openai_eval
 
-    res = import_eval(eval_file, run_file, data_file, out, judge=judge)
+    res = import_openai_eval(eval_file, run_file, data_file, out, judge=judge)
     if as_json:
         emit_json(res.as_dict())
         return
-    graders = ", ".join(f"{g['name']} ({g['type']})" for g in res.graders)
-    console.print(Text(f"wrote {res.path}: {res.name}, {res.tasks:,} tasks, graders: {graders}"))
-    if res.judge_models:
-        who = res.judge or ", ".join(res.judge_models)
-        console.print(Text(f"model graders ask the registered model {who} (workbench models add; "
-                           "-a '{\"judge\": \"NAME\"}' picks another)"))
-    if res.reported:
-        rates = ", ".join(f"{name} {rate:.3f}" for name, rate in res.reported.items())
-        console.print(Text(f"OpenAI's run reported pass rates: {rates} (rewards.NAME of `workbench eval` compares)"))
+    for line in import_lines(res):
+        console.print(Text(line))
     console.print(Text(f"  workbench eval {res.path} -m MODEL"), style="dim")
 
 

@@ -14,6 +14,8 @@ module per use case:
 - ``comparison`` — runs side by side (``workbench compare``, the app's Compare screen, ``wb.compare``);
 - ``launch`` — the launch pre-flight: plan, budgets, memory fit, the backend's checks (``workbench launch``,
   the ``plan_launch`` tool, the app's launch dialog), each backend reached through the registry.
+- ``formats`` — an environment exported as a verifiers package, an OpenAI eval imported as an environment
+  folder (``workbench export-env``/``import-eval``, the app's Environments screen).
 
 The eval card is ``workbench.hub.browse.show`` (read) and ``workbench.hub.card_view`` (shown); a probe is
 ``workbench.runs.probe.probe_env``. Nothing here imports a face or a runtime.

@@ -3,7 +3,7 @@
 The screen lays out the table, the eval bar and the detail panel, binds the keys and composes one
 controller per concern: :class:`Catalog` (listing, loading, the table), :class:`HotReload`,
 :class:`Validation`, :class:`QuickEval`, :class:`Rescores`, :class:`Launches`, :class:`Editor` and
-:class:`Handoffs`. Controllers run their work in Textual workers; a thread worker's results come back as
+:class:`Handoffs` and :class:`Packages` (export as a verifiers package, import an OpenAI eval). Controllers run their work in Textual workers; a thread worker's results come back as
 the controller's typed messages, which the screen hands to it here.
 
 When a reload (hot reload on save, ``r``, or back from the editor) brings a new version of an env
@@ -30,6 +30,7 @@ from workbench_app.screens.environments.editor import Editor
 from workbench_app.screens.environments.handoffs import Handoffs
 from workbench_app.screens.environments.hot_reload import HotReload
 from workbench_app.screens.environments.launches import Launches
+from workbench_app.screens.environments.packages import Packages
 from workbench_app.screens.environments.quick_eval import QuickEval
 from workbench_app.screens.environments.rescore import ProbeFollow, Rescores
 from workbench_app.screens.environments.validation import Validation
@@ -55,6 +56,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         Binding("L", "launch", "Launch", id="env.launch"),
         Binding("H", "hub", "Hub", id="env.hub"),
         Binding("P", "probe", "Probe", id="env.probe", show=False),
+        Binding("x", "export_package", "Export (verifiers)", id="env.export", show=False),
         # Both also happen by themselves when a saved file reloads; listed under `?`.
         Binding("r", "reload", "Reload", id="env.reload", show=False),
         Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
@@ -78,6 +80,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         self.launches = Launches(self)
         self.editor = Editor(self)
         self.handoffs = Handoffs(self)
+        self.packages = Packages(self)
 
     @property
     def envs(self) -> dict[str, EnvState]:
@@ -156,6 +159,7 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         self.show_detail()
         self.show_status()
         self.editor.open_created()
+        self.packages.select_imported()
 
     @on(Catalog.Loaded)
     def _loaded(self, event: Catalog.Loaded) -> None:
@@ -199,6 +203,10 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
     @on(Launches.Finished)
     def _launch_finished(self, event: Launches.Finished) -> None:
         self.launches.finished(event)
+
+    @on(Packages.Imported)
+    def _imported(self, event: Packages.Imported) -> None:
+        self.packages.imported(event)
 
     # -- the keys -------------------------------------------------------------------------------
     def action_reload(self) -> None:
@@ -248,6 +256,14 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         st = self._selected_loaded()
         if st is not None:
             self.handoffs.probe(st)
+
+    def action_export_package(self) -> None:
+        st = self._selected_loaded()
+        if st is not None:
+            self.packages.export(st)
+
+    def action_import_eval(self) -> None:
+        self.packages.import_eval()
 
     def action_hub(self) -> None:
         self.handoffs.hub()
