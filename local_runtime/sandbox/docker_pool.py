@@ -126,6 +126,8 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             if p.network_name != "bridge":  # an allow list: names were pinned, no DNS unless listed
                 kw["extra_hosts"] = p.extra_hosts
                 kw["dns"] = ["127.0.0.1"]
+        if p.storage_mb is not None:  # the container's writable layer (check_storage_limit: the driver takes it)
+            kw["storage_opt"] = {"size": f"{p.storage_mb}M"}
         if p.use_agent:  # the agent (root) may become the sandbox user; nothing else may change identity
             kw["cap_add"] = ["SETUID", "SETGID"]
         volumes = {str(self.work.path): {"bind": WORKDIR, "mode": "rw"},
@@ -199,13 +201,14 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         return str(r["Id"])
 
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
-                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None,
+                   user: str | None = None) -> ExecResult:
         if self.closed:
             raise RuntimeError(f"sandbox {self.name} is closed")
         argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
         self.used = True
-        if self.agent is not None:
+        if self.agent is not None and user is None:  # the agent forks as the sandbox user only
             if not self.agent.alive:
                 self.dead = True
                 raise AgentDied(f"sandbox {self.name}: {self.agent.dead}")
@@ -220,7 +223,7 @@ class DockerSandbox(WorkdirFiles, Sandbox):
         # Record the process group (the exec'd process leads its own session), then become the command.
         wrapped = ["/bin/sh", "-c", f'echo $$ > /.wb/{token}.pid; exec "$@"', "sh", *argv]
         t0 = time.perf_counter()
-        exec_id = await self._exec_create(wrapped, env, cwd, stdin is not None)
+        exec_id = await self._exec_create(wrapped, env, cwd, stdin is not None, user=user)
         status, payload, reader, writer = await self.pool.api.request("POST", f"/exec/{exec_id}/start",
                                                                       {"Detach": False, "Tty": False}, upgrade=True)
         if reader is None or writer is None:
@@ -234,11 +237,11 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             done, _ = await asyncio.wait([pump], timeout=timeout)
             if not done:
                 timed_out = True
-                await self._kill(token)
+                await self._kill(token, user)
                 await asyncio.wait([pump], timeout=3.0)
         except BaseException:
             # Cancelled (rollout timeout, Ctrl-C): kill the command without waiting for it.
-            t = asyncio.ensure_future(self._kill(token))
+            t = asyncio.ensure_future(self._kill(token, user))
             self.pool.background.add(t)
             t.add_done_callback(self.pool.background.discard)
             raise
@@ -264,18 +267,19 @@ class DockerSandbox(WorkdirFiles, Sandbox):
             await asyncio.sleep(0.002 * (i + 1))
         return -1
 
-    async def _kill(self, token: str) -> None:
-        """Kill the process group of one exec (or, before it recorded its pid, everything of the sandbox user)."""
+    async def _kill(self, token: str, user: str | None = None) -> None:
+        """Kill the process group of one exec (or, before it recorded its pid, everything of the sandbox user),
+        as the user it ran as (who may always signal its own processes)."""
         try:
             pid = (self.ctl / f"{token}.pid").read_text().strip()
         except OSError:
             pid = ""
         script = f"kill -9 -- -{pid} 2>/dev/null; kill -9 {pid} 2>/dev/null; true" if pid.isdigit() else "kill -9 -1"
-        await self._run_quiet(["/bin/sh", "-c", script])
+        await self._run_quiet(["/bin/sh", "-c", script], user)
 
-    async def _run_quiet(self, argv: list[str]) -> None:
+    async def _run_quiet(self, argv: list[str], user: str | None = None) -> None:
         with contextlib.suppress(Exception):
-            exec_id = await self._exec_create(argv, None, None, False)
+            exec_id = await self._exec_create(argv, None, None, False, user=user)
             _, _, reader, writer = await self.pool.api.request("POST", f"/exec/{exec_id}/start",
                                                                {"Detach": False, "Tty": False}, upgrade=True)
             if reader is not None and writer is not None:
@@ -337,6 +341,24 @@ async def _send_stdin(writer: asyncio.StreamWriter, data: str | bytes | None) ->
             writer.write_eof()
 
 
+#: The storage drivers that can limit a container's writable layer (``--storage-opt size``); overlay2 can
+#: only on an xfs backing filesystem mounted with project quotas (the engine says so when it cannot).
+_SIZED_DRIVERS = frozenset({"btrfs", "zfs", "devicemapper", "windowsfilter"})
+
+
+def check_storage_limit(client: Any, storage_mb: int) -> None:
+    """Refuse ``storage_mb`` in one line when the engine's storage driver cannot limit a container's disk."""
+    info = client.info()
+    driver = str(info.get("Driver") or "unknown")
+    status = dict(tuple(x) for x in info.get("DriverStatus") or [] if isinstance(x, list | tuple) and len(x) == 2)
+    backing = str(status.get("Backing Filesystem") or "")
+    if driver in _SIZED_DRIVERS or (driver == "overlay2" and backing == "xfs"):
+        return
+    on = f"{driver} on {backing}" if backing else driver
+    raise SandboxError(f"storage_mb={storage_mb}: this Docker engine's storage driver ({on}) cannot limit a "
+                       "container's disk; it needs overlay2 on xfs with project quotas, btrfs or zfs")
+
+
 # -- the pool --------------------------------------------------------------------------------------
 class DockerPool(SandboxPool):
     kind = "docker"
@@ -367,6 +389,7 @@ class DockerPool(SandboxPool):
         self._slots = 0
         self.closed = False
         self.as_image = bool(getattr(runtime, "as_image", False))
+        self.storage_mb: int | None = None  # the most a container may write to its root (Docker(storage_mb=))
         self.image_user = "0:0"  # as_image: who commands run as (the image's USER, read when the pool starts)
         self.image_workdir = "/"  # as_image: where they run (its WORKDIR)
         self.use_agent = runtime.exec_agent and not self.as_image
@@ -384,6 +407,9 @@ class DockerPool(SandboxPool):
                 raise SandboxError(f"Docker(binds=...): {src} does not exist")
         self.client = await asyncio.to_thread(connect)
         self.api = EngineAPI(self.client)
+        self.storage_mb = getattr(self.runtime, "storage_mb", None)
+        if self.storage_mb is not None:
+            await asyncio.to_thread(check_storage_limit, self.client, self.storage_mb)
         self.image = await asyncio.to_thread(self._resolve_image)
         if self.as_image:
             config = (await asyncio.to_thread(self.client.images.get, self.image)).attrs.get("Config") or {}
@@ -414,7 +440,7 @@ class DockerPool(SandboxPool):
             df = Path(rt.dockerfile)
             if not df.is_absolute() and self.env_dir is not None:
                 df = self.env_dir / df
-            return build_dockerfile(self.client, df)
+            return build_dockerfile(self.client, df, timeout_s=getattr(rt, "build_timeout", None))
         image = rt.image or DEFAULT_IMAGE
         if image == DEFAULT_IMAGE:
             if not image_exists(self.client, image):

@@ -9,6 +9,7 @@ files and loaded with ``docker import``: busybox (``/bin/sh`` and the usual appl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -280,8 +281,10 @@ def _context_hash(ctx: Path, dockerfile: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] = lambda s: None) -> str:
-    """Build an environment's Dockerfile offline (no pull), tagged by the content of its folder."""
+def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] = lambda s: None,
+                     timeout_s: float | None = None) -> str:
+    """Build an environment's Dockerfile offline (no pull), tagged by the content of its folder; a build
+    that takes longer than ``timeout_s`` is an error (see ``_build_within``)."""
     import docker.errors
 
     if not dockerfile.is_file():
@@ -300,10 +303,16 @@ def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] =
         if base != DEFAULT_IMAGE and base.lower() not in named | {"scratch"} and not image_exists(client, base):
             raise SandboxError(f"{dockerfile}: base image {base} is not on this machine and no registry is used; "
                                f"use FROM {DEFAULT_IMAGE} or load the image first")
-    try:
+    def build() -> None:
         # A build step may print nothing for minutes (a compile): the build's own read timeout is an hour.
         client.images.build(path=str(ctx), dockerfile=dockerfile.name, tag=tag, pull=False, rm=True, forcerm=True,
                             labels={IMAGE_LABEL: "env"}, timeout=BUILD_TIMEOUT_S)
+
+    try:
+        if timeout_s is None:
+            build()
+        else:
+            _build_within(client, build, tag, timeout_s, f"building {dockerfile}")
     except docker.errors.BuildError as e:
         lines = [str(x.get("stream") or x.get("error") or "").strip() for x in e.build_log if isinstance(x, dict)]
         tail = [x for x in lines if x][-1:] or [str(e)]
@@ -314,3 +323,32 @@ def build_dockerfile(client: Any, dockerfile: Path, log: Callable[[str], None] =
         raise SandboxError(f"building {dockerfile} failed: the Docker engine stopped answering ({e})") from None
     log(f"built {tag} from {dockerfile}")
     return tag
+
+
+def _build_within(client: Any, build: Callable[[], None], tag: str, timeout_s: float, what: str) -> None:
+    """Run ``build`` in a thread and wait at most ``timeout_s``. A build still going then is abandoned: the
+    error names the limit, and the image the engine may still finish is removed when it does, so a later run
+    builds it again rather than finding it."""
+    import threading
+
+    outcome: list[BaseException] = []
+    abandoned = threading.Event()
+
+    def run() -> None:
+        try:
+            build()
+        except BaseException as e:  # handed to the waiting thread
+            outcome.append(e)
+            return
+        if abandoned.is_set():
+            with contextlib.suppress(Exception):
+                client.images.remove(tag, force=True)
+
+    worker = threading.Thread(target=run, name="workbench-image-build", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        abandoned.set()
+        raise SandboxError(f"{what} took longer than its build timeout of {timeout_s:g} s")
+    if outcome:
+        raise outcome[0]

@@ -74,6 +74,7 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
         self.limits = pool.limits
         root = pool.dir / f"s{slot}"
         self.host_uid = pool.slot_uid(slot)
+        self._own_names: set[str] | None = None
         owner = (self.host_uid, self.host_uid) if self.host_uid is not None else None
         iso = pool.iso.mode != "none"
         self.isolated = iso
@@ -137,10 +138,23 @@ class ProcessSandbox(WorkdirFiles, Sandbox):
                            [*inner, *argv], as_pid_1=agent, bridge=self.pool.bridge_dir)
         return [*enter, *outer, *full], {"env": {"PATH": PATH}, "cwd": "/", "preexec_fn": preexec}
 
+    async def own_user_names(self) -> set[str]:
+        """Who commands here run as, as they see it (uid, ``uid:gid`` and name), asked once."""
+        if self._own_names is None:
+            r = await self._exec(["/bin/sh", "-c", "id -u; id -g; id -un 2>/dev/null"], self.limits.timeout,
+                                 None, None, None)
+            uid, gid, *name = (r.stdout.split() + ["", ""])[:3]
+            self._own_names = {x for x in (uid, f"{uid}:{gid}", *name) if x}
+        return self._own_names
+
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
-                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None,
+                   user: str | None = None) -> ExecResult:
         if self.closed:
             raise RuntimeError(f"sandbox {self.id} is closed")
+        if user is not None and user not in await self.own_user_names():
+            raise SandboxError(f"the local sandbox runs commands as this machine's user; it cannot run them as "
+                               f"{user!r} (use the Docker runtime)")
         argv = exec_argv(cmd)
         timeout = self.limits.timeout if timeout is None else float(timeout)
         kills = self.memory.oom_kills() if self.memory is not None else None

@@ -281,6 +281,7 @@ class Program(Harness):
         self.system_prompt = system_prompt
         self.binds = [str(b) for b in binds]
         self.timeout = float(timeout)
+        self.user: str | None = None  # who the program runs as in the sandbox (None: the sandbox's user)
 
     def describe(self) -> str:
         return f"Program({' '.join(self.argv)[:60]})"
@@ -319,7 +320,9 @@ class Program(Harness):
         bridge = [BRIDGE_PYTHON, f"{where}/bridge.py", f"{where}/proxy.sock", url_key(rollout.base_url), "--"]
         conversations = rollout.conversations = Conversations()
         try:
-            r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt)
+            as_user = {"user": self.user} if self.user is not None else {}
+            r = await sb.exec([*bridge, *argv], timeout=self.timeout, cwd=self.cwd, env=env, stdin=prompt,
+                              **as_user)
         finally:  # the conversation so far is kept when the rollout's own timeout ends the program too
             if len(conversations):
                 rollout.messages = conversations.messages()

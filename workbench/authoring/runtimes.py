@@ -187,6 +187,9 @@ class Docker(Runtime):
     ``WORKDIR`` with its environment, Docker's default capabilities less ``NET_RAW`` and ``MKNOD``
     (``no-new-privileges`` kept), one ``docker exec`` per command; a container serves one rollout and is
     removed after it (a writable root cannot be wiped), ``/work`` is still bound in for the file methods.
+    ``build_timeout``: seconds the ``dockerfile``'s build may take (None: no limit but the engine's silence of
+    an hour). ``storage_mb``: the most a container may write to its own root; only storage drivers that can
+    limit it take it (overlay2 on xfs with project quotas, btrfs, zfs), and the pool refuses it on others.
     """
 
     kind: ClassVar[str] = "docker"
@@ -197,9 +200,15 @@ class Docker(Runtime):
     exec_agent: bool = True
     warm_python: bool | Sequence[str] = False
     as_image: bool = False
+    build_timeout: float | None = None
+    storage_mb: int | None = None
 
     def __post_init__(self) -> None:
         _check_warm(self.warm_python)
+        for name in ("build_timeout", "storage_mb"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
+                raise ConfigError(f"wb.Docker({name}={v!r}) must be a positive number")
         if self.image is not None and self.dockerfile is not None:
             raise ConfigError("wb.Docker takes image=... or dockerfile=..., not both")
         Runtime.__post_init__(self)

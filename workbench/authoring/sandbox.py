@@ -142,11 +142,15 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str | None = None,
-                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+                   env: Mapping[str, str] | None = None, stdin: str | bytes | None = None,
+                   user: str | None = None) -> ExecResult:
         """Run ``cmd`` (a shell string for ``/bin/sh -c``, or an argv list) in the workdir (or ``cwd``) with a
         clean environment plus ``env``. On timeout the whole process tree is killed and the output so far is
         kept (``timed_out=True``, ``exit_code`` 124); a command killed by signal N exits 128+N. Each of stdout
-        and stderr keeps at most ``limits.output_bytes`` (the rest is dropped, ``truncated=True``)."""
+        and stderr keeps at most ``limits.output_bytes`` (the rest is dropped, ``truncated=True``).
+        ``user``: who runs it (a name or uid, optionally ``:group``, as ``docker exec --user`` takes it)
+        instead of the sandbox's own user; a runtime that cannot switch users refuses with a
+        :class:`SandboxError` of one line."""
 
     @abstractmethod
     async def read_file(self, path: str, *, binary: bool = False) -> str | bytes:

@@ -2,7 +2,7 @@
 
 ``TerminalAgent`` (the default) is a terminal agent in the manner of Harbor's Terminus: the model gets the
 task's instruction and one tool, ``bash``, that runs a command in the container (in the task's working
-directory, as the image's user) and returns its exit status and output; it works until it answers without
+directory, as the task's ``[agent] user`` or else the image's user) and returns its exit status and output; it works until it answers without
 a tool call or runs out of turns. Each command is its own shell, started where the last one ended (its
 working directory is carried over, as in a terminal); the container's files persist, the shell's variables
 do not.
@@ -11,7 +11,7 @@ do not.
 through the interception proxy (the image needs ``python3`` for the proxy's bridge).
 
 Both mark the rollout's state before the model acts (``verifier.AGENT_KEY``) and make Harbor's ``/logs``
-folders first. The task's ``[agent] timeout_sec`` bounds each: when it runs out, the agent stops and its
+folders first (as root, writable by every user). The task's ``[agent] timeout_sec`` bounds each: when it runs out, the agent stops and its
 tests still score what it did (``TIMED_OUT_KEY`` in the state), as in Harbor.
 """
 
@@ -79,8 +79,9 @@ async def bash(command: str, sandbox: Sandbox, info: dict[str, Any], state: dict
     limit = float(harbor.get("agent_timeout_s") or COMMAND_TIMEOUT_S)
     wait = min(max(1.0, float(timeout or COMMAND_TIMEOUT_S)), limit)
     last = str(state.get(CWD_KEY) or "")
+    user = harbor.get("agent_user")
     r = await sandbox.exec(["/bin/sh", "-c", _IN_LAST_DIR, "sh", last, command, _CWD_MARK], timeout=wait,
-                           cwd=harbor.get("workdir"),
+                           cwd=harbor.get("workdir"), user=user if isinstance(user, str) else None,
                            env={**_task_env(harbor), "DEBIAN_FRONTEND": "noninteractive", "TERM": "dumb"})
     at = r.stderr.rfind(_CWD_MARK)
     if at >= 0:  # where the command ended, taken out of what the model sees
@@ -129,6 +130,8 @@ class ProgramAgent(Program):
             await make_log_dirs(rollout.sandbox)
         # Read by Program.run before its first await: no other rollout's task can change them in between.
         self.cwd = _workdir(rollout)
+        user = ((rollout.task.info or {}).get("harbor") or {}).get("agent_user")
+        self.user = user if isinstance(user, str) else None
         self.env = {**_task_env((rollout.task.info or {}).get("harbor") or {}), **self.own_env}
         self.timeout = min(self.limit, _agent_limit(rollout))
         try:

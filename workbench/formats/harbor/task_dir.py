@@ -32,6 +32,9 @@ COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "c
 #: Harbor's defaults: the verifier's time limit, and the agent's when ``task.toml`` gives none.
 VERIFIER_TIMEOUT_S = 600.0
 AGENT_TIMEOUT_S = 1800.0
+#: Harbor's default limit on building a task's image.
+BUILD_TIMEOUT_S = 600.0
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -52,6 +55,10 @@ class HarborTask:
     memory_mb: int = 2048
     network: bool | tuple[str, ...] = True
     workdir: str | None = None
+    agent_user: str | None = None  # [agent] user: who the agent's commands run as (None: the image's USER)
+    verifier_user: str | None = None  # [verifier] user: who tests/test.sh runs as (None: the image's USER)
+    build_timeout_s: float = BUILD_TIMEOUT_S
+    storage_mb: int | None = None  # the container's writable layer, where the Docker engine can limit it
     verifier_env: dict[str, str] = field(default_factory=dict)
     solution_env: dict[str, str] = field(default_factory=dict)
     environment_env: dict[str, str] = field(default_factory=dict)
@@ -69,6 +76,7 @@ class HarborTask:
         return {"harbor": {"task": self.name, "dir": str(self.dir), "agent_timeout_s": self.agent_timeout_s,
                            "verifier_timeout_s": self.verifier_timeout_s, "cpus": self.cpus,
                            "memory_mb": self.memory_mb, "workdir": self.workdir, "env": self.environment_env,
+                           "agent_user": self.agent_user, "verifier_user": self.verifier_user,
                            "metadata": self.metadata}}
 
 
@@ -123,8 +131,13 @@ def read_task(folder: Path) -> HarborTask:
         verifier_timeout_s=_seconds(verifier_cfg.get("timeout_sec"), VERIFIER_TIMEOUT_S,
                                     f"{where}: [verifier] timeout_sec"),
         cpus=_seconds(env_cfg.get("cpus"), 1.0, f"{where}: [environment] cpus"),
-        memory_mb=_memory_mb(env_cfg, where), network=_network(env_cfg, where),
+        memory_mb=_size_mb(env_cfg, "memory", where) or 2048, network=_network(env_cfg, where),
         workdir=_workdir(env_cfg.get("workdir"), where),
+        agent_user=_user(agent_cfg.get("user"), f"{where}: [agent] user"),
+        verifier_user=_user(verifier_cfg.get("user"), f"{where}: [verifier] user"),
+        build_timeout_s=_seconds(env_cfg.get("build_timeout_sec"), BUILD_TIMEOUT_S,
+                                 f"{where}: [environment] build_timeout_sec"),
+        storage_mb=_size_mb(env_cfg, "storage", where),
         verifier_env=_env(verifier_cfg.get("env"), f"{where}: [verifier] env"),
         solution_env=_env(solution_cfg.get("env"), f"{where}: [solution] env"),
         environment_env=_env(env_cfg.get("env"), f"{where}: [environment] env"),
@@ -168,14 +181,28 @@ def _seconds(value: Any, default: float, what: str) -> float:
     return float(value)
 
 
-def _memory_mb(env_cfg: dict[str, Any], where: str) -> int:
-    value = env_cfg.get("memory_mb")
-    if value is None and isinstance(env_cfg.get("memory"), str):  # the older "2G" / "512M" form
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([GMK])\s*", env_cfg["memory"].upper())
+def _size_mb(env_cfg: dict[str, Any], name: str, where: str) -> int | None:
+    """``[environment] NAME_mb`` (or the older ``NAME = "2G"`` form) in megabytes; None when not given."""
+    value = env_cfg.get(f"{name}_mb")
+    if value is None and isinstance(env_cfg.get(name), str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([GMK])\s*", env_cfg[name].upper())
         if not m:
-            raise EnvLoadError(f"{where}: [environment] memory {env_cfg['memory']!r} is not a size like '2G'")
+            raise EnvLoadError(f"{where}: [environment] {name} {env_cfg[name]!r} is not a size like '2G'")
         value = float(m.group(1)) * {"G": 1024, "M": 1, "K": 1 / 1024}[m.group(2)]
-    return max(1, int(_seconds(value, 2048, f"{where}: [environment] memory_mb")))
+    if value is None:
+        return None
+    return max(1, int(_seconds(value, 1, f"{where}: [environment] {name}_mb")))
+
+
+def _user(value: Any, what: str) -> str | None:
+    """A user name or uid (``name``, ``1000``, ``name:group``) as ``docker exec --user`` takes it."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and _USER.fullmatch(value):
+        return value
+    raise EnvLoadError(f"{what} must be a user name or uid, not {value!r}")
 
 
 def _network(env_cfg: dict[str, Any], where: str) -> bool | tuple[str, ...]:

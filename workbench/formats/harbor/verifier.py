@@ -56,21 +56,24 @@ def tar_of(files: list[tuple[str, Path]]) -> bytes:
 
 
 async def copy_in(sandbox: Sandbox, files: list[tuple[str, Path]], dest: str, what: str, first: str = "") -> None:
-    """Put ``files`` at ``dest`` in the container (replacing it), after the shell command ``first``."""
+    """Put ``files`` at ``dest`` in the container (replacing it), after the shell command ``first``, as root:
+    the files are root's, their modes kept, as Harbor copies them."""
     q = shlex.quote(dest)
     r = await sandbox.exec(f"{first + ' && ' if first else ''}rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}",
-                           stdin=tar_of(files), timeout=_COPY_TIMEOUT_S)
+                           stdin=tar_of(files), timeout=_COPY_TIMEOUT_S, user=ROOT)
     if not r.ok:
         raise HarborScoreError(f"copying {what} to {dest} in the container failed: {_tail(r.stderr or r.stdout)}")
 
 
+#: Who makes /logs, /tests and /solution, as Harbor does, whoever the agent and the verifier run as.
+ROOT = "0:0"
 #: Makes the folders Harbor mounts into every task container (writable by every user, as mounts are).
 MAKE_LOG_DIRS = f"mkdir -p {' '.join(LOGS_DIRS)} && chmod 777 {' '.join(LOGS_DIRS)}"
 
 
 async def make_log_dirs(sandbox: Sandbox) -> None:
     """The folders Harbor mounts into every task container, there before the agent starts."""
-    r = await sandbox.exec(MAKE_LOG_DIRS)
+    r = await sandbox.exec(MAKE_LOG_DIRS, user=ROOT)
     if not r.ok:
         raise HarborScoreError(f"creating /logs in the container failed: {_tail(r.stderr or r.stdout)}")
 
@@ -81,7 +84,8 @@ async def run_solution(sandbox: Sandbox, task: HarborTask, state: dict[str, Any]
         raise HarborScoreError(f"Harbor task {task.name} has no solution/solve.sh to score as its gold answer")
     await copy_in(sandbox, task.files_under("solution"), SOLUTION_DIR, "solution/", first=MAKE_LOG_DIRS)
     script = f"{SOLUTION_DIR}/{task.solve_script}"
-    r = await sandbox.exec(f"chmod +x {script} && ({script}) > /logs/agent/oracle.txt 2>&1",
+    await sandbox.exec(f"chmod +x {script}", user=ROOT)
+    r = await sandbox.exec(f"({script}) > /logs/agent/oracle.txt 2>&1", user=task.agent_user,
                            timeout=task.agent_timeout_s, cwd=task.workdir,
                            env={"DEBIAN_FRONTEND": "noninteractive", **task.environment_env, **task.solution_env})
     state["harbor_solution_exit"] = r.exit_code
@@ -92,14 +96,15 @@ async def run_tests(sandbox: Sandbox, task: HarborTask, state: dict[str, Any]) -
     await copy_in(sandbox, task.files_under("tests"), TESTS_DIR, "tests/",
                   first=f"{MAKE_LOG_DIRS} && rm -f {REWARD_JSON} {REWARD_TXT}")
     script = f"{TESTS_DIR}/{task.test_script}"
-    r = await sandbox.exec(f"chmod +x {script} && ({script}) > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+    await sandbox.exec(f"chmod +x {script}", user=ROOT)
+    r = await sandbox.exec(f"({script}) > {VERIFIER_DIR}/test-stdout.txt 2>&1", user=task.verifier_user,
                            timeout=task.verifier_timeout_s, cwd=task.workdir,
                            env={**task.environment_env, **task.verifier_env})
     state["harbor_test_exit"] = r.exit_code
     # One command reads whichever reward file the tests wrote (reward.json first), else their output's end.
     found = await sandbox.exec(f"if [ -e {REWARD_JSON} ]; then echo json; cat {REWARD_JSON}; "
                                f"elif [ -e {REWARD_TXT} ]; then echo txt; cat {REWARD_TXT}; "
-                               f"else echo none; tail -c 4000 {VERIFIER_DIR}/test-stdout.txt; fi")
+                               f"else echo none; tail -c 4000 {VERIFIER_DIR}/test-stdout.txt; fi", user=ROOT)
     kind, _, text = found.stdout.partition("\n")
     if kind == "json":
         rewards = _json_rewards(text)
