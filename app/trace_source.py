@@ -162,3 +162,11 @@ def export_jsonl(store: StoreHandle, filters: Filters, sort: str, path: Path) ->
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return export_rollouts(store.get(), filters.query(sort), path, fmt="rollouts")
+
+
+def export_atif(store: StoreHandle, filters: Filters, sort: str, folder: Path) -> int:
+    """Write every rollout matching ``filters`` as a Harbor ATIF trajectory, one trial folder each, into the
+    new or empty ``folder`` (``workbench export --format atif``); an export that fails leaves nothing."""
+    from workbench.analysis.export_atif import export_atif as write_atif
+
+    return write_atif(store.get(), filters.query(sort), folder)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -25,12 +24,13 @@ from textual.timer import Timer
 from textual.validation import Number
 from textual.widgets import Header, Input, Static
 from workbench_app.format import fnum, ftime, safe_text
-from workbench_app.screens.export import ExportScreen, default_export_path
+from workbench_app.screens.export import ExportScreen, ExportTarget, default_export_path
 from workbench_app.trace_source import (
     SORTS,
     SOURCES,
     Filters,
     RolloutSource,
+    export_atif,
     export_jsonl,
     kind_label,
     load_rollout,
@@ -410,19 +410,22 @@ class TracesScreen(WorkbenchAppMixin, Screen[None]):
         what = ("" if total is None else f"{total:,} rollouts") + (f" · {d}" if (d := self.filters.describe()) else "")
         filters, sort = self.filters, SORTS[self.sort][1]
         dialog = ExportScreen(default_export_path(self.workbench_app.config), what.strip(" ·"))
-        self.app.push_screen(dialog, lambda path: self._export_to(filters, sort, path))
+        self.app.push_screen(dialog, lambda target: self._export_to(filters, sort, target))
 
-    def _export_to(self, filters: Filters, sort: str, path: Path | None) -> None:
-        if path is None:
+    def _export_to(self, filters: Filters, sort: str, target: ExportTarget | None) -> None:
+        if target is None:
             return  # cancelled: nothing written
-        self.notify(f"exporting to {path}…", timeout=2)
-        self._export(filters, sort, path)
+        self.notify(f"exporting to {target.path}…", timeout=2)
+        self._export(filters, sort, target)
 
     @work(thread=True, exit_on_error=False, group="traces-export")
-    def _export(self, filters: Filters, sort: str, path: Path) -> None:
+    def _export(self, filters: Filters, sort: str, target: ExportTarget) -> None:
+        path, atif = target.path, target.fmt == "atif"
         try:
-            n = export_jsonl(self.workbench_app.store, filters, sort, path)
+            write = export_atif if atif else export_jsonl
+            n = write(self.workbench_app.store, filters, sort, path)
         except Exception as e:
             notify_ui(self, f"export to {path} failed: {e}", title="export failed", severity="error", timeout=10)
             return
-        notify_ui(self, f"exported {n:,} rollouts to {path}", title="export done", timeout=10)
+        what = "rollouts as ATIF trajectories (one trial folder each)" if atif else "rollouts"
+        notify_ui(self, f"exported {n:,} {what} to {path}", title="export done", timeout=10)
