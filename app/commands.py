@@ -8,6 +8,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from workbench_app.screens.environments import EnvironmentsScreen
+from workbench_app.screens.trajectory_import import TrajectoryImport
 
 #: (mode, title, help) for every top-level screen.
 SCREENS: list[tuple[str, str, str]] = [
@@ -56,6 +57,9 @@ class WorkbenchCommands(Provider):
             await loaded.wait()
         await screen.run_action(action)
 
+    def _import_trajectories(self) -> None:
+        TrajectoryImport(self.app).ask()  # type: ignore[arg-type]  # the provider's app is the WorkbenchApp
+
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app
         cmds: list[tuple[str, Callable[[], object], str]] = [
@@ -63,6 +67,8 @@ class WorkbenchCommands(Provider):
         ]
         cmds += [(title, partial(self._on_environment, action), text) for action, title, text in ENV_ACTIONS]
         cmds += [(title, partial(app.switch_mode, "settings"), text) for title, text in SETTINGS_ACTIONS]
+        cmds.append(("Import Harbor ATIF trajectories as a run", self._import_trajectories,
+                     "A trajectory file, a trial or a job folder, imported as workbench import --format atif does"))
         cmds.append(("Toggle light/dark theme", partial(app.run_action, "toggle_theme"), "Switch between themes"))
         cmds.append(("Show keys (help)", partial(app.run_action, "help"), "List the key bindings of this screen"))
         return cmds

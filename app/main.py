@@ -22,6 +22,7 @@ from workbench_app.screens.rollout_diff import RolloutDiffScreen
 from workbench_app.screens.runs import RunsScreen
 from workbench_app.screens.settings import SettingsScreen
 from workbench_app.screens.traces import TracesScreen
+from workbench_app.screens.trajectory_import import TrajectoryImport
 from workbench_app.store_access import StoreHandle
 from workbench_app.typed import WorkbenchHost
 
@@ -161,8 +162,9 @@ class WorkbenchApp(App[None]):
 
     @on(EnvironmentsScreen.LaunchStarted)
     @on(EnvironmentsScreen.LaunchFinished)
+    @on(TrajectoryImport.Imported)
     def _runs_changed(self) -> None:
-        """A launch added or finished a run: the Runs or Costs screen, if shown, reads it now (the
+        """A launch or an import added or finished a run: the Runs or Costs screen, if shown, reads it now (the
         others refresh when shown). One that arrives while the app is closing finds no screen: nothing to do."""
         if not self.screen_stack:
             return

@@ -1,6 +1,7 @@
 """The dialogs of the format actions: where to write an environment exported as a verifiers package (``x`` on
-Environments), and the three files of an OpenAI eval with the folder its environment is written to (the
-palette's "Import an OpenAI eval").
+Environments), the three files of an OpenAI eval with the folder its environment is written to (the
+palette's "Import an OpenAI eval"), and the Harbor ATIF trajectories to import as a run (the palette's
+"Import Harbor ATIF trajectories").
 
 Enter (or the primary button) dismisses with what was typed, paths made absolute (a relative one is taken
 from the folder the dialog names); escape cancels. An empty field is one notification and the dialog stays
@@ -139,3 +140,19 @@ class ImportEvalDialog(_PathsDialog):
 
     def result(self, paths: dict[str, Path]) -> EvalFiles:
         return EvalFiles(paths["fd-eval"], paths["fd-run"], paths["fd-data"], paths["fd-out"])
+
+
+class ImportTrajectoriesDialog(_PathsDialog):
+    """The Harbor ATIF trajectories to import as a run: a trajectory file, a trial folder or a job folder."""
+
+    DEFAULT_CSS = _CSS.format(cls="ImportTrajectoriesDialog")
+    TITLE_TEXT = "Import Harbor ATIF trajectories as a run"
+    OK = "Import"
+    FIELDS: ClassVar[list[tuple[str, str]]] = [("fd-from", "From:")]
+
+    def __init__(self, cwd: Path) -> None:
+        super().__init__({}, "a trajectory .json, a trial folder or a Harbor job folder; a relative path starts "
+                         "in the working folder; enter imports, escape cancels", cwd)
+
+    def result(self, paths: dict[str, Path]) -> Path:
+        return paths["fd-from"]

@@ -13,7 +13,7 @@ from textual.widgets import Input
 from workbench_app.main import WorkbenchApp
 from workbench_app.screens.format_dialogs import ExportEnvDialog, ImportEvalDialog
 
-from tests.app.conftest import envs_ready, wait_until
+from tests.app.conftest import envs_ready, screen_text, wait_until
 from tests.formats.test_openai_evals_import import EVAL, RUN, write_definition
 from workbench.authoring import discovery
 from workbench.authoring.discovery import EnvRef
@@ -119,7 +119,10 @@ async def test_a_refused_export_is_one_notification_and_writes_nothing(
 async def _open_import(pilot: Any) -> ImportEvalDialog:
     app = pilot.app
     await wait_until(pilot, lambda: envs_ready(app), timeout=30, what="the environments")
-    await app.screen.run_action("import_eval")
+    await pilot.press("ctrl+p")
+    await pilot.press(*"import an openai")
+    await wait_until(pilot, lambda: "Import an OpenAI eval" in screen_text(app), what="the palette hit")
+    await pilot.press("enter")
     dialog = await wait_until(pilot, lambda: app.screen if isinstance(app.screen, ImportEvalDialog) else None,
                               what="the import dialog")
     await wait_until(pilot, lambda: dialog.query("#fd-out"), what="the import dialog's fields")
