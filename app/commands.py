@@ -58,7 +58,7 @@ class WorkbenchCommands(Provider):
         await screen.run_action(action)
 
     def _import_trajectories(self) -> None:
-        TrajectoryImport(self.app).ask()  # type: ignore[arg-type]  # the provider's app is the WorkbenchApp
+        TrajectoryImport(self.app).ask()
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app

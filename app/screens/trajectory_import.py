@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.message import Message
 from workbench_app.format import for_app
@@ -16,7 +16,8 @@ from workbench_app.workers import notify_ui, post_ui
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench_app.main import WorkbenchApp
+    from textual.app import App
+    from workbench_app.typed import WorkbenchHost
 
     from workbench.runs.import_traces import ImportResult
 
@@ -39,16 +40,18 @@ class TrajectoryImport:
             super().__init__()
             self.run_id = run_id
 
-    def __init__(self, app: WorkbenchApp) -> None:
+    def __init__(self, app: App[Any]) -> None:
+        """``app``: the Workbench app (its store, and whether it may be written)."""
         self.app = app
+        self.host = cast("WorkbenchHost", app)
 
     def ask(self) -> None:
-        if self.app.require_writable("an import"):
+        if self.host.require_writable("an import"):
             self.app.push_screen(ImportTrajectoriesDialog(Path(os.getcwd())), self._chosen)
 
-    def _chosen(self, path: Path | None) -> None:
-        if path is None:
-            return
+    def _chosen(self, path: object) -> None:
+        if not isinstance(path, Path):
+            return  # cancelled
         self.app.notify(f"importing {path}…", timeout=2)
         self.app.run_worker(lambda: self._import(path), thread=True, exit_on_error=False, group="import-atif")
 
@@ -57,7 +60,7 @@ class TrajectoryImport:
 
         app = self.app
         try:
-            res = import_file(app.store.get(), path, "atif")
+            res = import_file(self.host.store.get(), path, "atif")
         except Exception as e:
             line = for_app(e) if isinstance(e, WorkbenchError) else f"{type(e).__name__}: {e}"
             notify_ui(app, line, title="import refused", severity="error", timeout=10)

@@ -53,12 +53,11 @@ class Packages:
     def export(self, st: EnvState) -> None:
         """Ask the folder, then write ``st`` there as a verifiers package."""
         default = export_folder(self.screen.workbench_app.config) / f"{st.name}-verifiers"
-        self.screen.app.push_screen(ExportEnvDialog(st.name, default),
-                                    lambda out: self._export_to(st, out))  # type: ignore[arg-type]
+        self.screen.app.push_screen(ExportEnvDialog(st.name, default), lambda out: self._export_to(st, out))
 
-    def _export_to(self, st: EnvState, out: Path | None) -> None:
-        if out is None:
-            return
+    def _export_to(self, st: EnvState, out: object) -> None:
+        if not isinstance(out, Path):
+            return  # cancelled
         self.screen.notify(f"exporting {st.name} to {out}…", timeout=2)
         spec = env_spec(st.ref)
         self.screen.run_worker(lambda: self._export(st.name, spec, out), thread=True, exit_on_error=False,
@@ -78,12 +77,11 @@ class Packages:
     def import_eval(self) -> None:
         """Ask the eval's files and the folder, then write the environment there."""
         envs = paths.user_env_dirs()[0].expanduser().absolute()
-        self.screen.app.push_screen(ImportEvalDialog(envs, Path(os.getcwd())),
-                                    self._import_to)  # type: ignore[arg-type]
+        self.screen.app.push_screen(ImportEvalDialog(envs, Path(os.getcwd())), self._import_to)
 
-    def _import_to(self, files: EvalFiles | None) -> None:
-        if files is None:
-            return
+    def _import_to(self, files: object) -> None:
+        if not isinstance(files, EvalFiles):
+            return  # cancelled
         self.screen.notify(f"importing {files.eval_file.name}…", timeout=2)
         self.screen.run_worker(lambda: self._import(files), thread=True, exit_on_error=False, group="env-import")
 
