@@ -369,11 +369,13 @@ def load_ref(ref: EnvRef, env_args: dict[str, Any] | None = None, reload: bool =
 
 def _load_format(ref: EnvRef, env_args: dict[str, Any]) -> Environment:
     assert ref.format is not None and ref.where is not None
-    env = env_formats.find(ref.format).load(ref.where, env_args)
+    fmt = env_formats.find(ref.format)
+    env = fmt.load(ref.where, env_args)
     if env.dialect == "workbench":  # a format that names its own dialect (``verifiers v1``) keeps it
         env.dialect = ref.format
     env.source = str(ref.where)
-    env.version = env_version(ref, getattr(env.tasks, "data_files", ())) if ref.path else _hash_text(str(ref.where))
+    env.version = env_formats.version_of(fmt, ref.where, env) or (
+        env_version(ref, getattr(env.tasks, "data_files", ())) if ref.path else _hash_text(str(ref.where)))
     return env
 
 

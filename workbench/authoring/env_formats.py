@@ -38,6 +38,25 @@ class EnvFormat(Protocol):
         ...
 
 
+@runtime_checkable
+class VersionedEnvFormat(Protocol):
+    """A format that gives its environments' versions itself (optional: without ``version``, or where it gives
+    an empty text, an environment is versioned by its folder's files, or else by the text that names it)."""
+
+    def version(self, where: Path | str, env: Environment) -> str:
+        """The version of the environment ``load`` made from ``where``: it changes when what the environment
+        does may have changed (for a server, what it publishes), and only then."""
+        ...
+
+
+def version_of(fmt: EnvFormat, where: Path | str, env: Environment) -> str | None:
+    """The version ``fmt`` gives the environment, or None when the format gives none."""
+    if not isinstance(fmt, VersionedEnvFormat):
+        return None
+    version = fmt.version(where, env)
+    return version if isinstance(version, str) and version else None
+
+
 def is_env_format(found: object) -> TypeGuard[EnvFormat]:
     return isinstance(found, EnvFormat)
 

@@ -11,6 +11,7 @@ environment arguments (``-a``) are the reset's arguments, but three Workbench re
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,19 @@ class OpenEnvFormat:
         rubric.reward(episode_return, name="openenv_return")
         rubric.metric(episode_done, name="openenv_done")
         rubric.metric(episode_steps, name="openenv_steps")
-        return Environment(name=name, tasks=tasks(name, episodes),
-                           harness=OpenEnvHarness(servers, actions, reset_args, max_turns, system_prompt, label),
-                           rubric=rubric, description=info.description)
+        harness = OpenEnvHarness(servers, actions, reset_args, max_turns, system_prompt, label)
+        harness.published = info.digest
+        return Environment(name=name, tasks=tasks(name, episodes), harness=harness, rubric=rubric,
+                           description=info.description)
+
+    def version(self, where: Path | str, env: Environment) -> str:
+        """A URL, package or image is versioned by what names it and what its server publishes (``/schema``
+        and ``/metadata``): a server that changes its action schema behind the same URL is a new version. A
+        folder's server is made from its files, which version it as any folder (an empty text)."""
+        if isinstance(where, Path):
+            return ""
+        published = getattr(env.harness, "published", "")
+        return hashlib.sha256(f"{where}\n{published}".encode()).hexdigest()[:12]
 
 
 FORMAT = OpenEnvFormat()

@@ -27,6 +27,9 @@ STATE_KEY = "openenv"
 
 
 class OpenEnvHarness(Harness):
+    #: the hash of what the server published when the environment was read (``ServerInfo.digest``)
+    published: str = ""
+
     def __init__(self, servers: Servers, actions: ActionMap, reset_args: dict[str, Any], max_turns: int = 30,
                  system_prompt: str | None = None, label: str = "openenv") -> None:
         self.servers, self.actions, self.reset_args = servers, actions, dict(reset_args)

@@ -15,6 +15,7 @@ with a ``CAPACITY_REACHED`` error and closes it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import urllib.error
 import urllib.request
@@ -51,6 +52,8 @@ class ServerInfo:
     observation_schema: dict[str, Any]
     name: str = ""
     description: str = ""
+    #: a hash of everything the server publishes (its /schema and /metadata): a changed one is a new version
+    digest: str = ""
 
 
 @dataclass(slots=True)
@@ -85,13 +88,16 @@ def read_info(url: str, timeout: float = INFO_TIMEOUT_S) -> ServerInfo:
             and isinstance(schema.get("observation"), dict)):
         raise EnvLoadError(f"{base} is not an OpenEnv server: GET /schema answered no action and observation schemas")
     name = description = ""
+    meta: Any = None
     try:
         meta = _get_json(f"{base}/metadata", timeout)
         if isinstance(meta, dict):
             name, description = str(meta.get("name") or ""), str(meta.get("description") or "")
     except (urllib.error.URLError, OSError, ValueError):
         pass  # metadata is optional
-    return ServerInfo(base, schema["action"], schema["observation"], name, description)
+    published = json.dumps({"schema": schema, "metadata": meta}, sort_keys=True, separators=(",", ":"), default=str)
+    return ServerInfo(base, schema["action"], schema["observation"], name, description,
+                      hashlib.sha256(published.encode()).hexdigest())
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
