@@ -1,7 +1,7 @@
 """Harbor's users and build limits: the agent runs as ``[agent] user`` and the tests as ``[verifier] user``
 (each the image's ``USER`` when not given), while ``/logs``, ``/tests`` and ``/solution`` are made by root;
-``[environment] build_timeout_sec`` bounds the image's build and ``storage_mb`` is refused in one line
-where the Docker engine cannot limit a container's disk. The tiny tasks build ``FROM workbench-sandbox:2``."""
+``[environment] build_timeout_sec`` bounds the image's build; ``storage_mb`` is read, not applied (as under
+Harbor). The tiny tasks build ``FROM workbench-sandbox:2``."""
 
 from __future__ import annotations
 
@@ -107,8 +107,11 @@ def test_a_build_past_build_timeout_sec_is_one_error_naming_the_task(
 
 
 @pytest.mark.slow
-def test_storage_mb_runs_where_the_engine_limits_it_and_is_refused_by_name_elsewhere(
+def test_storage_mb_is_read_but_not_applied_as_under_harbor(
         docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:  # noqa: F811
+    """Harbor's own Docker environment does not apply ``storage_mb``: the task scores here as under `harbor run`,
+    whatever the engine's storage driver. ``wb.Docker(storage_mb=)`` asks for the limit, and is refused by name
+    where the driver cannot apply it."""
     from workbench_local.sandbox.docker_pool import check_storage_limit
 
     from workbench.authoring.sandbox import SandboxError
@@ -117,13 +120,9 @@ def test_storage_mb_runs_where_the_engine_limits_it_and_is_refused_by_name_elsew
     toml = (task / "task.toml").read_text()
     (task / "task.toml").write_text(toml.replace("[environment]\n", "[environment]\nstorage_mb = 1024\n"))
     res = cli("validate", task, "--no-probe", "--json")
-    try:
-        check_storage_limit(docker, 1024)
-    except SandboxError:
-        assert res.rc == 1
-        problems = last_json(res.stdout)["problems"]
-        assert any("Harbor task disk" in p and "storage_mb=1024: " in p and "cannot limit" in p
-                   for p in problems), problems
-        return
     assert res.rc == 0, res.stdout + res.stderr
     assert last_json(res.stdout)["gold"]["total"] == 1.0
+    try:
+        check_storage_limit(docker, 1024)
+    except SandboxError as e:
+        assert "storage_mb=1024: " in str(e) and "cannot limit" in str(e) and "\n" not in str(e)
