@@ -56,11 +56,11 @@ class EnvironmentsScreen(WorkbenchAppMixin, Screen[None]):
         Binding("L", "launch", "Launch", id="env.launch"),
         Binding("H", "hub", "Hub", id="env.hub"),
         Binding("P", "probe", "Probe", id="env.probe", show=False),
-        Binding("x", "export_package", "Export (verifiers)", id="env.export", show=False),
         # Both also happen by themselves when a saved file reloads; listed under `?`.
         Binding("r", "reload", "Reload", id="env.reload", show=False),
         Binding("R", "rescore", "Re-score", id="env.rescore", show=False),
         Binding("escape", "stop_eval", "Stop eval", id="env.stop", show=False),
+        Binding("x", "export_package", "Export", id="env.export", show=False),  # as a verifiers package
         # Pinned by the footer: its second page shows the keys above that the first one has no room for.
         Binding("m", "footer_more", "More", id="env.more"),
     ]
