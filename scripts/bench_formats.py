@@ -7,6 +7,13 @@ its tests run and its reward read. Prints Harbor tasks per minute of `workbench 
 rollouts/s, and the whole command's wall time with the process start) and of `workbench validate` (each task
 scored twice: the reference solution and doing nothing, one container each). Needs the Docker engine. Run:
 python scripts/bench_formats.py harbor [--tasks 16] [-c 4] [--repeat 2] [--json]
+
+``verifiers``: a verifiers 0.4 (v1) single-turn taskset (tests/frameworks/v1_envs/v1_single, N tasks), evaluated
+by `workbench eval` (the env in verifiers' own isolated environment, reached through Workbench's bridge) and by
+verifiers' own eval CLI in that same environment, against the same instant mock server, in the same rounds.
+Prints rollouts per second of each (the whole command, process start included, for both; and Workbench's run
+rate) and their ratio. Run:
+python scripts/bench_formats.py verifiers [--tasks 200] [-c 32] [--repeat 2] [--json]
 """
 
 from __future__ import annotations
@@ -89,14 +96,88 @@ def bench_harbor(n: int, concurrency: int, repeat: int) -> dict:
             "validate_tasks_per_min": round(statistics.median(validates), 1)}
 
 
+V1_ENVS = ROOT / "tests" / "frameworks" / "v1_envs"
+VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
+
+
+def start_instant_mock() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", "instant", "--reply",
+                             "The answer is 3.", "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"mock server failed to start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
+
+
+def verifiers_eval(python: Path, base_url: str, n: int, concurrency: int, out: Path) -> float:
+    """verifiers' own eval CLI over v1_single: the whole command's wall time."""
+    argv = [str(python), "-c", VF_EVAL, "v1_single", "-m", "mock-model", "-n", str(n), "-r", "1", "-c",
+            str(concurrency), "--no-push", "--no-rich", "-o", str(out), "--client.base-url", base_url,
+            "--client.api-key-var", "BENCH_KEY", "--env.taskset.num-tasks", str(n),
+            "--env.agent.runtime.type", "subprocess"]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(V1_ENVS), BENCH_KEY="bench")
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=out.parent)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"verifiers' eval failed ({p.returncode}): {p.stderr[-2000:]}")
+    (traces,) = out.glob("*/traces.jsonl")
+    if len(traces.read_text().splitlines()) != n:
+        raise SystemExit(f"verifiers' eval wrote {len(traces.read_text().splitlines())} episodes, not {n}")
+    return wall
+
+
+def bench_verifiers(n: int, concurrency: int, repeat: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from workbench.frameworks.verifiers_v1 import FRAMEWORK
+
+    python = FRAMEWORK.ensure()
+    mock, base_url = start_instant_mock()
+    ours, ours_run, theirs = [], [], []
+    try:
+        with tempfile.TemporaryDirectory(prefix="wb-bench-vf-") as tmp:
+            for i in range(repeat):
+                home = Path(tmp) / f"round{i}"
+                home.mkdir()
+                out, wall = workbench(["eval", str(V1_ENVS / "v1_single"), "-a", json.dumps({"num_tasks": n}),
+                                       "-n", str(n), "-c", str(concurrency), "--base-url", base_url,
+                                       "-m", "mock-model", "--json"], home)
+                if out["errors"] or out["rollouts"] != n:
+                    raise SystemExit(f"workbench eval round {i}: {out['errors']} errors, {out['rollouts']} rollouts")
+                ours.append(n / wall)
+                ours_run.append(out["rollouts_per_s"])
+                theirs.append(n / verifiers_eval(python, base_url, n, concurrency, home / "vf-out"))
+    finally:
+        mock.terminate()
+        mock.wait(15)
+    med = statistics.median
+    return {"format": "verifiers v1", "tasks": n, "concurrency": concurrency, "repeat": repeat,
+            "workbench_rollouts_per_s": round(med(ours), 1), "workbench_run_rollouts_per_s": round(med(ours_run), 1),
+            "verifiers_rollouts_per_s": round(med(theirs), 1),
+            "ratio": round(med(a / b for a, b in zip(ours, theirs, strict=True)), 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("format", choices=["harbor"])
+    ap.add_argument("format", choices=["harbor", "verifiers"])
     ap.add_argument("--tasks", type=int, default=16)
     ap.add_argument("-c", "--concurrency", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.format == "verifiers":
+        result = bench_verifiers(a.tasks, a.concurrency, a.repeat)
+        if a.json:
+            print(json.dumps(result))
+        else:
+            print(f"verifiers v1 single-turn, {a.tasks} rollouts at -c {a.concurrency} (median of {a.repeat}): "
+                  f"workbench eval {result['workbench_rollouts_per_s']} rollouts/s (run "
+                  f"{result['workbench_run_rollouts_per_s']}), verifiers' eval {result['verifiers_rollouts_per_s']} "
+                  f"rollouts/s: {result['ratio']}x (whole commands, process start included)")
+        return
     result = bench_harbor(a.tasks, a.concurrency, a.repeat)
     if a.json:
         print(json.dumps(result))
