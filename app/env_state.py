@@ -64,6 +64,8 @@ def env_spec(ref: EnvRef) -> str:
         return str(ref.path)
     if ref.origin == "installed" and ref.module:
         return ref.module
+    if ref.format is not None and ref.spec:  # what a format read: the text that names it again (a URL)
+        return ref.spec
     return ref.name
 
 

@@ -410,3 +410,22 @@ def test_validate_prints_the_environments_names_as_text(write_env: Callable[...,
     res = cli("validate", write_env(source), "-a", '{"group_bonus": false}', "--no-probe")
     assert res.rc == 0, res.stderr
     assert "add[red]er[/red] (" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("spec", ["openenv+http://127.0.0.1:9", "openenv+docker:echo-env:latest"])
+def test_what_a_format_reads_is_named_again_by_its_spec(spec: str) -> None:
+    ref = discovery.resolve(spec)
+    assert ref.format == "openenv" and ref.spec == spec
+    assert discovery.resolve(ref.spec) == ref
+
+
+def test_a_user_env_folder_lists_a_harbor_task_by_its_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    shutil.copytree(Path(__file__).parents[1] / "formats" / "harbor_tasks" / "hello", tmp_path / "envs" / "hello")
+    write_file(tmp_path / "envs" / "mine.py", ADDER_ENV)
+    monkeypatch.setenv("WORKBENCH_ENV_PATH", str(tmp_path / "envs"))
+    refs = {r.name: r for r in discovery.discover() if r.origin == "user"}
+    assert refs["hello"].format == "harbor" and refs["hello"].spec == str(tmp_path / "envs" / "hello")
+    assert refs["mine"].format is None
+    assert discovery.resolve("hello") == refs["hello"]

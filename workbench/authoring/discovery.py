@@ -57,6 +57,8 @@ class EnvRef:
     format: str | None = None
     #: what that format claimed: a resolved path or a URL
     where: Path | str | None = None
+    #: for an environment a format reads, the text that names it again (what the user typed, or its folder)
+    spec: str | None = None
 
     def version(self) -> str:
         return env_version(self)
@@ -95,7 +97,7 @@ def _scan_dir(d: Path, origin: str) -> list[EnvRef]:
         if claimed is not None:
             fmt, where = claimed
             refs.append(EnvRef(fmt.env_name(where), origin, where if isinstance(where, Path) else None,
-                               format=fmt.name, where=where))
+                               format=fmt.name, where=where, spec=str(child)))
         elif _is_env_dir(child):
             refs.append(EnvRef(child.name, origin, child))
         elif child.suffix == ".py" and child.is_file():
@@ -161,7 +163,8 @@ def resolve(spec: str) -> EnvRef:
     if claimed is not None:
         fmt, where = claimed
         return EnvRef(fmt.env_name(where), "path" if isinstance(where, Path) else "url",
-                      where if isinstance(where, Path) else None, format=fmt.name, where=where)
+                      where if isinstance(where, Path) else None, format=fmt.name, where=where,
+                      spec=str(where) if isinstance(where, Path) else spec)
     p = Path(spec).expanduser()
     looks_like_path = spec.endswith(".py") or "/" in spec or spec.startswith(".")
     if p.exists() and (p.is_file() or _is_env_dir(p)):
@@ -373,7 +376,7 @@ def _load_format(ref: EnvRef, env_args: dict[str, Any]) -> Environment:
     env = fmt.load(ref.where, env_args)
     if env.dialect == "workbench":  # a format that names its own dialect (``verifiers v1``) keeps it
         env.dialect = ref.format
-    env.source = str(ref.where)
+    env.source = ref.spec or str(ref.where)  # what names it again: `rescore` and the app load it from this
     env.version = env_formats.version_of(fmt, ref.where, env) or (
         env_version(ref, getattr(env.tasks, "data_files", ())) if ref.path else _hash_text(str(ref.where)))
     return env
