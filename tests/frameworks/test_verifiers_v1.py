@@ -267,3 +267,57 @@ def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, moc
     by_name = {f["name"]: f for f in changed["functions"]}
     assert (changed["changed"], by_name["quick"]["after"]["mean"], by_name["found"]["changed"]) == (3, 0.0, 0)
     assert changed["after"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0) / 3)
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command lines of every process under ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        try:
+            out.append((Path("/proc") / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+        todo += children.get(p, [])
+    return out
+
+
+def test_a_rollout_the_run_gives_up_stops_its_agent_and_the_worker_serves_on(
+        v1_python: Path, mock_server: Callable[..., Any]) -> None:
+    """A cancelled rollout (a timeout, Ctrl-C) is cancelled in the worker too: its agent program ends while the
+    model call it waits on is still open, and the worker goes on answering."""
+    import asyncio
+
+    from tests.helpers import wait_for
+    from workbench.authoring import discovery
+
+    held = mock_server("instant", "--hold")
+    env = discovery.load(str(ENVS / "v1_single"), {"num_tasks": 1})
+    bridge = env.harness.bridge
+    try:
+        async def give_up() -> None:
+            job = asyncio.ensure_future(bridge.acall("rollout", task=0, base_url=held.base_url, model="mock-model"))
+            await asyncio.to_thread(wait_for, lambda: held.requests() >= 1, 300, "the agent's model call")
+            assert any("runtimes/scripts" in c for c in _descendants(bridge.proc.pid))
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job
+
+        asyncio.run(give_up())
+        wait_for(lambda: not any("runtimes/scripts" in c for c in _descendants(bridge.proc.pid)), 120,
+                 "the agent program to end")
+        scored = bridge.call("score", task=0, messages=[{"role": "user", "content": "What is 0 + 1?"},
+                                                        {"role": "assistant", "content": "1"}])
+        assert scored["traces"][0]["rewards"]["correct"]["score"] == 1.0 and bridge.alive
+    finally:
+        held.release()
+        bridge.close()

@@ -61,6 +61,7 @@ class WorkerBridge:
         """Send one request; its future holds the result, or a :class:`WorkerError`."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         rid = next(self._ids)
+        future.request_id = rid  # type: ignore[attr-defined]  # what a cancel names
         line = orjson.dumps({"id": rid, "op": op, **fields}) + b"\n"
         with self._lock:
             if self.proc.poll() is not None or self.proc.stdin is None:
@@ -75,6 +76,16 @@ class WorkerBridge:
                 future.set_exception(WorkerError(self._died()))
         return future
 
+    def notify(self, op: str, **fields: Any) -> None:
+        """Send a request that has no answer (``cancel``)."""
+        with self._lock:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(orjson.dumps({"op": op, **fields}) + b"\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError, AssertionError):
+                pass
+
     def call(self, op: str, timeout: float | None = LOAD_TIMEOUT_S, **fields: Any) -> Any:
         """A request answered before this thread goes on."""
         future = self.submit(op, **fields)
@@ -84,8 +95,18 @@ class WorkerBridge:
             raise WorkerError(f"the {self.name} worker did not answer {op!r} in {timeout:.0f} s") from None
 
     async def acall(self, op: str, **fields: Any) -> Any:
-        """A request awaited in the running event loop (a cancelled wait leaves the worker's work to end)."""
-        return await asyncio.wrap_future(self.submit(op, **fields))
+        """A request awaited in the running event loop; a cancelled wait tells the worker to give it up."""
+        future = self.submit(op, **fields)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            rid = getattr(future, "request_id", None)
+            if rid is not None:
+                with self._lock:
+                    self._waiting.pop(rid, None)
+                if self.alive:
+                    self.notify("cancel", target=rid)
+            raise
 
     # -- the worker's output ----------------------------------------------------------------------
     def _read(self) -> None:

@@ -14,6 +14,7 @@ request's ``id``); rollouts run concurrently on one event loop. Requests (``op``
 - ``rollout``: ``{"task", "base_url", "model"}``: one episode of task ``task`` with verifiers' own machinery,
   its model calls sent to ``base_url``. Answers each trace's messages, rewards, metrics and errors.
 - ``score``: ``{"task", "messages"}``: the task's own scoring of a conversation (no runtime).
+- ``cancel``: ``{"target"}``: the request ``target`` is given up (its episode is cancelled; no answer).
 - ``close``: serving ends; the worker exits.
 
 Anything the environment prints goes to stderr: stdout carries the answers only.
@@ -253,7 +254,7 @@ async def main():
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    running = set()
+    running: dict = {}  # request id -> its job
     try:
         while True:
             line = await reader.readline()
@@ -266,16 +267,23 @@ async def main():
                 continue
             if request.get("op") == "close":
                 break
+            if request.get("op") == "cancel":  # the run gave up on it (a timeout, Ctrl-C): its agents stop
+                target = running.get(request.get("target"))
+                if target is not None:
+                    target.cancel()
+                continue
             if request.get("op") == "load":  # the rest waits for the environment
                 await worker.handle(request)
                 continue
+            rid = request.get("id")
             job = asyncio.ensure_future(worker.handle(request))
-            running.add(job)
-            job.add_done_callback(running.discard)
+            running[rid] = job
+            job.add_done_callback(lambda _, rid=rid: running.pop(rid, None))
     finally:
-        for job in list(running):
+        jobs = list(running.values())
+        for job in jobs:
             job.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(*jobs, return_exceptions=True)
         await worker.close()
 
 
