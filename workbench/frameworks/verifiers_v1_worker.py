@@ -21,6 +21,7 @@ Anything the environment prints goes to stderr: stdout carries the answers only.
 """
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -245,6 +246,10 @@ def _one_line(e):
     return text[:600]
 
 
+def _forget(running, rid, _job):
+    running.pop(rid, None)
+
+
 async def main():
     # The answers' channel is the real stdout; whatever the environment prints goes to stderr.
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -278,7 +283,7 @@ async def main():
             rid = request.get("id")
             job = asyncio.ensure_future(worker.handle(request))
             running[rid] = job
-            job.add_done_callback(lambda _, rid=rid: running.pop(rid, None))
+            job.add_done_callback(functools.partial(_forget, running, rid))
     finally:
         jobs = list(running.values())
         for job in jobs:
