@@ -20,6 +20,7 @@ AREAS = {
     "cloud": "the cloud runtime (workbench_cloud)",
     "envs": "the bundled environments (workbench_envs)",
     "formats": "other tools' formats read and written (workbench.formats)",
+    "frameworks": "other frameworks' environments, run in their own Python environments (workbench.frameworks)",
     "hub": "the hub (workbench.hub)",
     "local_runtime": "the local runtime (workbench_local): the embedded server, generation, the trainer's loop",
     "sandbox": "the sandboxes (workbench.authoring.sandbox, workbench_local.sandbox)",
