@@ -54,6 +54,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "the completion mark, inside the framework environment's build folder renamed whole",
     ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "Path.rename"): "the build folder renamed into place",
     ("workbench/frameworks/venvs.py", "FrameworkEnv.ensure", "open('w')"): "the build's lock file, never read",
+    ("workbench/frameworks/verifiers_v1_worker.py", "main", "open('w')"):
+        "the worker's answers on its own stdout (a pipe), not a file",
     ("local_runtime/models/tiny_model.py", "build_tiny_model", "write_text"): "inside the build folder renamed whole",
     ("local_runtime/models/tiny_model.py", "_build_into", "os.replace"): "the build folder renamed into place",
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
