@@ -63,7 +63,8 @@ _MODEL_ERRORS = ("ProviderError", "InterceptionError")
 #: How verifiers words a failure of a task's scoring (``task PickyTask scoring: ValueError: ...``).
 _SCORING = re.compile(r"^(?:task \w+ )?scoring\b")
 #: Variables that are Workbench's own, never passed to the worker.
-_NOT_PASSED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
+_NOT_PASSED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "WORKBENCH_INDEX_USERNAME",
+               "WORKBENCH_INDEX_PASSWORD")
 
 
 class VerifiersV1Format:
