@@ -35,9 +35,11 @@ SCRIPT = [{"tool_calls": [{"id": "c1", "type": "function", "function": {
     "name": "bash", "arguments": json.dumps({"command": "echo hello > /app/greeting.txt"})}}]}, "Done."]
 
 
-def start_mock() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", "script", "--by-turn",
-                             "--script", json.dumps(SCRIPT), "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+def start_mock(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The mock OpenAI server with ``flags`` (the scripted terminal agent by default), and its base URL."""
+    flags = flags or ("--mode", "script", "--by-turn", "--script", json.dumps(SCRIPT))
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", *flags, "--port", "0"],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("READY"):
@@ -100,17 +102,6 @@ V1_ENVS = ROOT / "tests" / "frameworks" / "v1_envs"
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
 
 
-def start_instant_mock() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--mode", "instant", "--reply",
-                             "The answer is 3.", "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"mock server failed to start: {line!r}")
-    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
-
-
 def verifiers_eval(python: Path, base_url: str, n: int, concurrency: int, out: Path) -> float:
     """verifiers' own eval CLI over v1_single: the whole command's wall time."""
     argv = [str(python), "-c", VF_EVAL, "v1_single", "-m", "mock-model", "-n", str(n), "-r", "1", "-c",
@@ -135,7 +126,7 @@ def bench_verifiers(n: int, concurrency: int, repeat: int) -> dict:
     from workbench.frameworks.verifiers_v1 import FRAMEWORK
 
     python = FRAMEWORK.ensure()
-    mock, base_url = start_instant_mock()
+    mock, base_url = start_mock("--mode", "instant", "--reply", "The answer is 3.")
     ours, ours_run, theirs = [], [], []
     try:
         with tempfile.TemporaryDirectory(prefix="wb-bench-vf-") as tmp:
