@@ -30,22 +30,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_eval import start_mock  # noqa: E402
+
 HELLO = ROOT / "tests" / "formats" / "harbor_tasks" / "hello"
 SCRIPT = [{"tool_calls": [{"id": "c1", "type": "function", "function": {
     "name": "bash", "arguments": json.dumps({"command": "echo hello > /app/greeting.txt"})}}]}, "Done."]
-
-
-def start_mock(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    """The mock OpenAI server with ``flags`` (the scripted terminal agent by default), and its base URL."""
-    flags = flags or ("--mode", "script", "--by-turn", "--script", json.dumps(SCRIPT))
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", *flags, "--port", "0"],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"mock server failed to start: {line!r}")
-    return proc, f"http://127.0.0.1:{line.split()[1]}/v1"
 
 
 def dataset(where: Path, n: int) -> Path:
@@ -69,7 +61,7 @@ def workbench(args: list[str], home: Path) -> tuple[dict, float]:
 
 
 def bench_harbor(n: int, concurrency: int, repeat: int) -> dict:
-    mock, base_url = start_mock()
+    mock, base_url = start_mock("script", "--by-turn", "--script", json.dumps(SCRIPT))
     try:
         with tempfile.TemporaryDirectory(prefix="wb-bench-harbor-") as tmp:
             root = dataset(Path(tmp), n)
@@ -122,11 +114,10 @@ def verifiers_eval(python: Path, base_url: str, n: int, concurrency: int, out: P
 
 
 def bench_verifiers(n: int, concurrency: int, repeat: int) -> dict:
-    sys.path.insert(0, str(ROOT))
     from workbench.frameworks.verifiers_v1 import FRAMEWORK
 
     python = FRAMEWORK.ensure()
-    mock, base_url = start_mock("--mode", "instant", "--reply", "The answer is 3.")
+    mock, base_url = start_mock("instant", "--reply", "The answer is 3.")
     ours, ours_run, theirs = [], [], []
     try:
         with tempfile.TemporaryDirectory(prefix="wb-bench-vf-") as tmp:
