@@ -150,24 +150,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    if a.format == "verifiers":
-        result = bench_verifiers(a.tasks, a.concurrency, a.repeat)
-        if a.json:
-            print(json.dumps(result))
-        else:
-            print(f"verifiers v1 single-turn, {a.tasks} rollouts at -c {a.concurrency} (median of {a.repeat}): "
-                  f"workbench eval {result['workbench_rollouts_per_s']} rollouts/s (run "
-                  f"{result['workbench_run_rollouts_per_s']}), verifiers' eval {result['verifiers_rollouts_per_s']} "
-                  f"rollouts/s: {result['ratio']}x (whole commands, process start included)")
-        return
-    result = bench_harbor(a.tasks, a.concurrency, a.repeat)
+    bench = bench_verifiers if a.format == "verifiers" else bench_harbor
+    result = bench(a.tasks, a.concurrency, a.repeat)
     if a.json:
         print(json.dumps(result))
+    elif a.format == "verifiers":
+        print(f"verifiers v1 single-turn, {a.tasks} rollouts at -c {a.concurrency} (median of {a.repeat}): "
+              f"workbench eval {result['workbench_rollouts_per_s']} rollouts/s (run "
+              f"{result['workbench_run_rollouts_per_s']}), verifiers' eval {result['verifiers_rollouts_per_s']} "
+              f"rollouts/s: {result['ratio']}x (whole commands, process start included)")
     else:
         print(f"Harbor, {a.tasks} tasks at -c {a.concurrency} (median of {a.repeat}): eval "
               f"{result['eval_tasks_per_min']} tasks/min ({result['eval_tasks_per_min_with_start']} with the "
               f"process start), validate {result['validate_tasks_per_min']} tasks/min (two containers a task)")
-
 
 if __name__ == "__main__":
     main()
