@@ -10,6 +10,7 @@ of its own package), as verifiers' loader finds it; or a package whose ``pyproje
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import tomllib
@@ -70,9 +71,20 @@ def _locate(spec: str) -> V1Source | None:
 
 
 def _parse(path: Path) -> ast.Module | None:
+    """``path``'s syntax tree, or None; parsed once per version of the file (discovery's ``claims``, then
+    ``env_name`` and ``load`` each look at the same source)."""
     try:
-        if path.stat().st_size > _MAX_SOURCE:
-            return None
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_size > _MAX_SOURCE:
+        return None
+    return _parse_version(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_version(path: Path, mtime_ns: int, size: int) -> ast.Module | None:
+    try:
         return ast.parse(path.read_bytes(), filename=str(path))
     except (OSError, SyntaxError, ValueError):
         return None
