@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import torch
@@ -90,8 +91,32 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, backend: str, por
     dist.init_process_group(backend, rank=rank, world_size=world_size)
     result = fn(rank, world_size, *args)  # a failing rank leaves without the collective teardown
     torch.save(result, Path(out) / f"rank{rank}.pt")
-    dist.barrier()  # every rank leaves together (``launcher.rank_main`` says why)
-    dist.destroy_process_group()
+    leave_group()
+    exit_now(0)
+
+
+def leave_group() -> None:
+    """Leave the process group together with every other rank: a rank that tears its connections down
+    while a peer is still working makes gloo's transport abort on the other side."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a rank without the interpreter's finalization. ``destroy_process_group`` drops the group from
+    ``torch.distributed``'s tables, but FSDP's device mesh still holds it, so its gloo worker threads would
+    be destroyed during finalization, after the interpreter stopped taking the GIL they need, and the rank
+    would abort (SIGABRT) after finishing its work. Everything a rank leaves behind is on disk by then; its
+    log handlers and standard streams are flushed here."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
@@ -111,7 +136,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
-__all__ = ["all_reduce_", "broadcast_object", "default_backend", "free_port", "init_from_env", "launch", "rank_world"]
+__all__ = ["all_reduce_", "broadcast_object", "default_backend", "exit_now", "free_port", "init_from_env", "launch",
+           "leave_group", "rank_world"]
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:

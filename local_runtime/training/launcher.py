@@ -187,8 +187,7 @@ def rank_main(argv_json: str) -> int:
     module of ``argv_json`` (``["MODULE", ARGS...]``) as ``__main__``, leave the group with the other ranks
     once it finished; its exit code."""
     import torch
-    import torch.distributed as dist
-    from workbench_local.training.distributed import init_from_env
+    from workbench_local.training.distributed import init_from_env, leave_group
 
     module, *rest = json.loads(argv_json)
     env = os.environ
@@ -207,12 +206,8 @@ def rank_main(argv_json: str) -> int:
         code = e.code
         finished = code in (0, None)
     finally:
-        if finished and dist.is_available() and dist.is_initialized():
-            # Every rank leaves together: one that tears its connections down while a peer is still
-            # working makes gloo's transport abort on the other side. A failing rank leaves without
-            # the collective teardown, and torchrun stops its peers.
-            dist.barrier()
-            dist.destroy_process_group()
+        if finished:  # a failing rank leaves without the collective teardown, and torchrun stops its peers
+            leave_group()
     if isinstance(code, str):
         print(code, file=sys.stderr)
         return 1
@@ -228,4 +223,6 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print(f"usage: python -m {RANK_ENTRY} '[\"MODULE\", ARGS...]' (each rank, under torchrun)", file=sys.stderr)
         sys.exit(2)
-    sys.exit(rank_main(sys.argv[1]))
+    from workbench_local.training.distributed import exit_now
+
+    exit_now(rank_main(sys.argv[1]))
