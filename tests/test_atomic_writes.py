@@ -33,23 +33,19 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # the helper itself: its own temporary file and the rename that publishes it
     ("workbench/fsutil.py", "atomic_open", "open('wb')"): "the helper's own temporary file",
     ("workbench/fsutil.py", "atomic_open", "os.replace"): "the helper's own rename",
+    ("workbench/fsutil.py", "staged_folder", "Path.rename"): "the helper's own folder, renamed whole into place",
     # files inside a fresh staging folder that is renamed whole into place (the folder rename is atomic)
     ("workbench/authoring/templates.py", "_fill", "write_text"): "inside the staging folder of a new env",
-    ("workbench/authoring/templates.py", "create_env", "Path.rename"): "the staging folder renamed into place",
     ("workbench/hub/pull.py", "_write_files", "write_bytes"): "inside a fresh staging folder renamed whole",
     ("workbench/hub/pull.py", "_write_tree", "os.replace"): "the staging folder renamed into place",
     ("workbench/formats/openai_evals/writer.py", "import_eval", "write_text"): "inside the staging folder of a new env",
-    ("workbench/formats/openai_evals/writer.py", "import_eval", "Path.rename"): "the staging folder renamed into place",
     ("workbench/analysis/export_atif.py", "_write_trial", "write_bytes"): "inside the ATIF export's staging folder",
-    ("workbench/analysis/export_atif.py", "export_atif", "Path.rename"): "the staging folder renamed into place",
     ("workbench/formats/verifiers_export/package.py", "_copy_source", "write_text"):
         "inside the verifiers export's staging folder",
     ("workbench/formats/verifiers_export/package.py", "write_package", "write_bytes"):
         "inside the verifiers export's staging folder",
     ("workbench/formats/verifiers_export/package.py", "write_package", "write_text"):
         "inside the verifiers export's staging folder",
-    ("workbench/formats/verifiers_export/package.py", "write_package", "Path.rename"):
-        "the staging folder renamed into place",
     ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "write_text"):
         "the completion mark, inside the framework environment's build folder renamed whole",
     ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "Path.rename"): "the build folder renamed into place",
@@ -322,3 +318,58 @@ def test_a_writer_killed_at_any_moment_leaves_one_whole_version(tmp_path: Path) 
     assert len(data) == 8 << 20 and data == data[:1] * len(data)
     atomic_write(target, b"next")
     assert leftover_temps(folder) == []
+
+
+def _as_is(target: Path) -> None:
+    """Nothing at the target."""
+
+
+def _empty_folder(target: Path) -> None:
+    target.mkdir()
+
+
+def _full_folder(target: Path) -> None:
+    target.mkdir()
+    (target / "kept.txt").write_text("mine")
+
+
+def _a_file(target: Path) -> None:
+    target.write_text("mine")
+
+
+#: (what is at the target, over_empty, the block raises, the error expected or None, the target's files after)
+STAGED = {
+    "new folder": (_as_is, True, False, None, ["made.txt"]),
+    "over an empty folder": (_empty_folder, True, False, None, ["made.txt"]),
+    "over a full folder": (_full_folder, True, False, OSError, ["kept.txt"]),
+    "over a file": (_a_file, True, False, OSError, None),
+    "an empty folder, not to be replaced": (_empty_folder, False, False, FileExistsError, []),
+    "a failing block": (_as_is, True, True, RuntimeError, "absent"),
+    "a failing block over an empty folder": (_empty_folder, True, True, RuntimeError, []),
+}
+
+
+@pytest.mark.parametrize("case", list(STAGED))
+def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path: Path, case: str) -> None:
+    setup, over_empty, fails, error, after = STAGED[case]
+    target = tmp_path / "out"
+    setup(target)
+    try:
+        with fsutil.staged_folder(target, over_empty=over_empty) as staging:
+            assert staging.parent == tmp_path and staging != target
+            (staging / "made.txt").write_text("new")
+            if fails:
+                raise RuntimeError("the block failed")
+    except Exception as e:  # noqa: BLE001 - the table names the expected type
+        assert error is not None and isinstance(e, error), e
+    else:
+        assert error is None
+    if after == "absent":
+        assert not target.exists()
+    elif after is None:
+        assert target.read_text() == "mine"
+    else:
+        assert sorted(p.name for p in target.iterdir()) == after
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] or after == "absent" and not list(tmp_path.iterdir())
+    if error is None:
+        assert target.stat().st_mode & 0o777 == 0o777 & ~fsutil._umask()  # an ordinary folder, not a private one

@@ -12,7 +12,9 @@ product's code that is not on its commented allow-list.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,9 +114,31 @@ def _umask() -> int:
     return mask
 
 
+@contextlib.contextmanager
+def staged_folder(path: str | os.PathLike[str], *, over_empty: bool = True) -> Iterator[Path]:
+    """A fresh folder beside ``path`` to fill, which becomes ``path`` in one rename when the block ends without
+    an error: a reader sees no folder, or the whole one. ``path`` must not exist, or, with ``over_empty``, be an
+    empty folder, which the new one replaces. An error in the block or in the rename (``FileExistsError`` where
+    ``path`` exists, ``OSError`` where it is not empty) removes the staged folder and leaves ``path`` as it was.
+    The folder gets the usual permissions of a new folder (``0o777 & ~umask``), not a temporary one's."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target.name), suffix=TMP_SUFFIX, dir=target.parent))
+    try:
+        yield staging
+        os.chmod(staging, 0o777 & ~_umask())
+        if not over_empty and (target.exists() or target.is_symlink()):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+        staging.rename(target)  # onto an empty folder it replaces it; onto a non-empty one the OS refuses
+        _fsync_dir(target.parent)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def leftover_temps(folder: str | os.PathLike[str]) -> list[Path]:
     """Temporary files :func:`atomic_write` left in ``folder`` (none, unless a process died mid-write)."""
     return sorted(p for p in Path(folder).iterdir() if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX))
 
 
-__all__ = ["atomic_open", "atomic_write", "leftover_temps"]
+__all__ = ["atomic_open", "atomic_write", "leftover_temps", "staged_folder"]

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ import orjson
 import workbench
 from workbench.analysis.export import OUTPUT, rollout_tools
 from workbench.errors import ConfigError, OptionError
+from workbench.fsutil import staged_folder
 from workbench.records.atif import EXTRA, TRAJECTORY, WRITTEN_VERSION, trajectory_steps
 from workbench.store.queries import RolloutFilter, get_rollout, page_rollouts
 
@@ -124,34 +123,26 @@ def export_atif(store: Any, query: RolloutFilter, folder: Path, page: int = 200)
     are written into a fresh folder beside it, renamed into place when all are written: an export that
     fails part way leaves nothing."""
     out = check_folder(folder)
-    try:
-        staging = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        staging.mkdir()
-    except OSError as e:
-        raise ConfigError(f"cannot write into {out.parent} ({e.strerror or e}); nothing was exported") from None
     conn, n, after = store.conn, 0, None
     runs: dict[str, dict[str, Any]] = {}
     taken: set[str] = set()
     try:
-        while True:
-            rows = page_rollouts(conn, query, limit=page, after=after)
-            for summary in rows:
-                r = get_rollout(conn, summary.pk)
-                if r["run_id"] not in runs:
-                    runs[r["run_id"]] = store.get_run(r["run_id"])
-                doc = rollout_trajectory(r, runs[r["run_id"]], rollout_tools(conn, r))
-                _write_trial(staging / _trial_name(r["id"], taken), doc, reward_file(r))
-                n += 1
-            if len(rows) < page:
-                break
-            after = rows[-1].cursor(query.sort)
-        staging.rename(out)  # over a new or empty folder: whole, or not at all
-    except BaseException as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(e, OSError):
-            raise ConfigError(f"cannot write {folder} ({e.strerror or e}); nothing was exported (a new or empty "
-                              "folder is needed)") from None
-        raise
+        with staged_folder(out) as staging:  # over a new or empty folder: whole, or not at all
+            while True:
+                rows = page_rollouts(conn, query, limit=page, after=after)
+                for summary in rows:
+                    r = get_rollout(conn, summary.pk)
+                    if r["run_id"] not in runs:
+                        runs[r["run_id"]] = store.get_run(r["run_id"])
+                    doc = rollout_trajectory(r, runs[r["run_id"]], rollout_tools(conn, r))
+                    _write_trial(staging / _trial_name(r["id"], taken), doc, reward_file(r))
+                    n += 1
+                if len(rows) < page:
+                    break
+                after = rows[-1].cursor(query.sort)
+    except OSError as e:
+        raise ConfigError(f"cannot write {folder} ({e.strerror or e}); nothing was exported (a new or empty "
+                          "folder is needed)") from None
     return n
 
 

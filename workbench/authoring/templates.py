@@ -10,15 +10,14 @@ and renamed into place, so a failure leaves nothing behind and nothing existing 
 from __future__ import annotations
 
 import keyword
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.config import paths
 from workbench.errors import ConfigError, OptionError
+from workbench.fsutil import staged_folder
 
 DIRECTORY = "create_env.directory"  # the field of the folder a new environment goes in (``--dir``)
 PLACEHOLDER = "__env_name__"  # replaced by the new environment's name in every copied text file
@@ -119,23 +118,15 @@ def create_env(name: str, template: str, directory: str | Path | None = None) ->
     _check_free(name, target, directory is None)
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=parent))
     except OSError as e:
         raise OptionError(DIRECTORY, parent, "writable", "cannot create {value} ({why}); {field} must be {allowed}",
                           why=e.strerror) from None
     try:
-        shutil.copytree(tpl.source, staging, ignore=_SKIP, dirs_exist_ok=True)
-        _fill(staging, name)
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; an env folder is an ordinary folder
-        try:
-            # rename() onto an existing empty directory would succeed on POSIX: check again, then
-            # let the OS refuse a race (os.rename onto a non-empty directory fails).
-            if target.exists():
-                raise ConfigError(f"{target} already exists; nothing was written")
-            staging.rename(target)
-        except OSError as e:
-            raise ConfigError(f"cannot create {target} ({e.strerror}); nothing was written") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        with staged_folder(target, over_empty=False) as staging:
+            shutil.copytree(tpl.source, staging, ignore=_SKIP, dirs_exist_ok=True)
+            _fill(staging, name)
+    except FileExistsError:
+        raise ConfigError(f"{target} already exists; nothing was written") from None
+    except OSError as e:
+        raise ConfigError(f"cannot create {target} ({e.strerror or e}); nothing was written") from None
     return target

@@ -4,9 +4,7 @@ a refused definition leaves nothing behind."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from workbench.formats.openai_evals.environment import (
 )
 from workbench.formats.openai_evals.errors import EvalDefinitionError
 from workbench.formats.openai_evals.graders import judge_models
+from workbench.fsutil import staged_folder
 
 _INIT = '''"""An OpenAI eval imported by `workbench import-eval openai`; docs/formats/openai-evals.md says what maps to what.
 
@@ -80,25 +79,13 @@ def import_eval(eval_path: str | Path, run_path: str | Path, data_path: str | Pa
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise EvalDefinitionError(f"{out} exists and is not an empty folder; nothing was written")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        with staged_folder(target) as staging:
+            for src, name in zip(paths, (EVAL_FILE, RUN_FILE, DATA_FILE), strict=True):
+                shutil.copyfile(src, staging / name)
+            (staging / "__init__.py").write_text(_INIT.format(dialect=DIALECT, eval_name=defn.name,
+                                                              run_model=defn.model, judge=judge), encoding="utf-8")
     except OSError as e:
-        raise EvalDefinitionError(f"cannot write {out} ({e.strerror}); nothing was written") from None
-    try:
-        for src, name in zip(paths, (EVAL_FILE, RUN_FILE, DATA_FILE), strict=True):
-            shutil.copyfile(src, staging / name)
-        (staging / "__init__.py").write_text(_INIT.format(dialect=DIALECT, eval_name=defn.name, run_model=defn.model,
-                                                          judge=judge), encoding="utf-8")
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; an environment folder is an ordinary folder
-        try:
-            if target.exists():
-                target.rmdir()  # empty, checked above; rename() then puts the folder in its place
-            staging.rename(target)
-        except OSError as e:
-            raise EvalDefinitionError(f"cannot write {out} ({e.strerror}); nothing was written") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        raise EvalDefinitionError(f"cannot write {out} ({e.strerror or e}); nothing was written") from None
     return ImportResult(str(target), defn.name, DIALECT, len(tasks),
                         [{"name": g["name"], "type": g["type"]} for g in defn.graders],
                         judge_models(defn.graders), judge, defn.model, defn.reported)

@@ -19,10 +19,8 @@ so a refused or failed export leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -34,6 +32,7 @@ from workbench.authoring.env_files import env_file_paths
 from workbench.authoring.environment import Environment
 from workbench.authoring.harness import MultiTurn, SingleTurn, ToolLoop
 from workbench.formats.verifiers_export.refusals import ExportRefused, refusal, task_refusal
+from workbench.fsutil import staged_folder
 
 VERIFIERS_REQUIREMENT = "verifiers>=0.4.0,<0.5"
 #: The modules of the stand-in for Workbench's authoring API (``vendored/compat/``).
@@ -184,9 +183,7 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         raise ExportRefused(f"{env.name}'s arguments or settings are not JSON ({e})") from None
     manifest_bytes = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
     _check_secrets(env, Path(env.source), rows, manifest_bytes)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
-    try:
+    with staged_folder(out) as tmp:
         pkg = tmp / module
         pkg.mkdir()
         _copy_source(Path(env.source), pkg / "_env")
@@ -199,10 +196,4 @@ def write_package(env: Environment, out: Path, env_args: dict[str, Any], package
         (pkg / "__init__.py").write_text(_init_text(env, package), encoding="utf-8")
         (tmp / "pyproject.toml").write_text(_pyproject(package, module, env, requires), encoding="utf-8")
         (tmp / "README.md").write_text(_readme(env, package, module), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return Exported(env.name, out, package, module, len(rows), type(env.harness).__name__, tuple(requires))
