@@ -48,9 +48,13 @@ def dataset(where: Path, n: int) -> Path:
 
 
 def workbench(args: list[str], home: Path) -> tuple[dict, float]:
+    from workbench.frameworks.venvs import frameworks_dir
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKBENCH_", "OPENAI_"))}
+    # a fresh home per round, but the frameworks' environments built once, as verifiers' own is
     env.update(XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
-               XDG_CACHE_HOME=str(home / "cache"), WORKBENCH_DB=str(home / "wb.db"), NO_COLOR="1")
+               XDG_CACHE_HOME=str(home / "cache"), WORKBENCH_DB=str(home / "wb.db"), NO_COLOR="1",
+               WORKBENCH_FRAMEWORKS_DIR=str(frameworks_dir()))
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, env=env,
                          cwd=home)

@@ -25,8 +25,10 @@ from workbench.config import paths
 from workbench.errors import EnvLoadError
 
 BUILD_TIMEOUT_S = 900.0
-#: How the environments are laid out (relocatable, built beside and renamed): a new layout is a new folder.
-LAYOUT = "2"
+#: How the environments are laid out (relocatable, built beside and renamed, their modules compiled to bytecode
+#: when installed, so that no start compiles them, where ``PYTHONDONTWRITEBYTECODE`` keeps it from caching them):
+#: a new layout is a new folder.
+LAYOUT = "3"
 _DONE = ".workbench-complete"
 
 
@@ -75,7 +77,8 @@ class FrameworkEnv:
         env.pop("VIRTUAL_ENV", None)
         steps = [
             ["venv", "--quiet", "--relocatable", "--python", self.base_python, str(tmp)],
-            ["pip", "install", "--quiet", "--python", str(tmp / "bin" / "python"), *self.requirements],
+            ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(tmp / "bin" / "python"),
+             *self.requirements],
         ]
         try:
             for args in steps:

@@ -122,7 +122,8 @@ def _importable(src: v1_source.V1Source) -> tuple[str, Path]:
 def start_worker() -> WorkerBridge:
     python = FRAMEWORK.ensure()
     env = {k: v for k, v in os.environ.items() if k not in _NOT_PASSED}
-    env.update({"PYTHONUNBUFFERED": "1", "WORKBENCH_PROXY_KEY": PROXY_KEY, "NO_COLOR": "1"})
+    # UV_COMPILE_BYTECODE: the agent programs' environments that verifiers has uv build start without compiling
+    env.update({"PYTHONUNBUFFERED": "1", "WORKBENCH_PROXY_KEY": PROXY_KEY, "NO_COLOR": "1", "UV_COMPILE_BYTECODE": "1"})
     return WorkerBridge([str(python), str(WORKER)], name="verifiers v1", env=env)
 
 
