@@ -214,7 +214,7 @@ async def pooled(rollouts: int, concurrency: int, warm: int, model_s: float) -> 
                 r.mcp = await run.for_rollout(r)
                 waits.append(time.perf_counter() - t0)
                 # a fresh server; the SDK's own call, so this times the pool, not Workbench's call path (part 1)
-                assert (await r.mcp["counter"].call_tool("increment", {"by": 1})).structuredContent == {"result": 1}
+                assert (await r.mcp["counter"].call_tool("increment", {"by": 1})).structured_content == {"result": 1}
                 await asyncio.sleep(model_s)
                 await r.mcp.close()
 

@@ -44,7 +44,11 @@ def start_mock() -> tuple[subprocess.Popen[str], str]:
 
 def run_verifiers(base_url: str, n: int, r: int, c: int) -> tuple[float, float]:
     """verifiers' own evaluate: (rollouts/s, mean reward)."""
-    cmd = [sys.executable, str(REFERENCE), str(ENV), base_url, str(n), str(r), str(c), orjson.dumps({"n": n}).decode()]
+    from workbench.frameworks.legacy_source import DEFAULT
+    from workbench.frameworks.verifiers_legacy import framework
+
+    python = framework(DEFAULT).ensure()  # verifiers 0.3 lives in its own environment, as Workbench runs it
+    cmd = [str(python), str(REFERENCE), str(ENV), base_url, str(n), str(r), str(c), orjson.dumps({"n": n}).decode()]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"verifiers evaluate failed ({out.returncode}): {out.stderr[-2000:]}")

@@ -23,7 +23,7 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0" ${WORKBENCH_TORCH_INDEX:+--index-url "$WORKBENCH_TORCH_INDEX"}
 fi
-# cloud: the Modal SDK, for launch and its offline tests; verifiers and inspect: importing their
-# environments and logs, tested against the real packages; openai-evals: imported evals' similarity metrics
-"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud,verifiers,inspect,openai-evals]"
+# cloud: the Modal SDK, for launch and its offline tests; hf: TaskSet.from_hf; inspect: importing its
+# logs, tested against the real package; openai-evals: imported evals' similarity metrics
+"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud,hf,inspect,openai-evals]"
 echo "$want" > "$STAMP"

@@ -50,8 +50,12 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "the completion mark, inside the framework environment's build folder renamed whole",
     ("workbench/frameworks/venvs.py", "FrameworkEnv._build", "Path.rename"): "the build folder renamed into place",
     ("workbench/frameworks/venvs.py", "FrameworkEnv.ensure", "open('w')"): "the build's lock file, never read",
-    ("workbench/frameworks/verifiers_v1_worker.py", "main", "open('w')"):
-        "the worker's answers on its own stdout (a pipe), not a file",
+    ("workbench/frameworks/worker_loop.py", "_serve", "open('w')"):
+        "a worker's answers on its own stdout (a pipe), not a file",
+    ("workbench/frameworks/program_zygote.py", "_child", "open('w')"):
+        "a run's report of the modules it imported, read once the run ended; a torn one is ignored",
+    ("workbench/frameworks/program_zygote.py", "_child", "json.dump"):
+        "a run's report of the modules it imported, read once the run ended; a torn one is ignored",
     ("local_runtime/models/tiny_model.py", "build_tiny_model", "write_text"): "inside the build folder renamed whole",
     ("local_runtime/models/tiny_model.py", "_build_into", "os.replace"): "the build folder renamed into place",
     ("local_runtime/training/trainer.py", "Trainer.save_checkpoint.write", "write_text"):
@@ -70,7 +74,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("local_runtime/sandbox/image.py", "_Tar.__init__", "tarfile.open('w')"): "a rootfs tar in a NamedTemporaryFile",
     ("workbench/formats/harbor/verifier.py", "tar_of", "tarfile.open('w')"): "a tar in memory, sent into a container",
     # streams and logs: appended to or written as they go, never replaced
-    ("workbench/cli/mcp_cmd.py", "_protocol_stdout", "open('w')"): "the MCP server's protocol stream (stdout)",
     ("workbench/rollouts/mcp_transport.py", "forked_connector", "open('w+')"): "an MCP server's stderr log",
     ("workbench/formats/openenv/servers.py", "LocalLauncher.start", "open('wb')"): "an OpenEnv server's stderr log",
     ("workbench/store/imports.py", "serve", "open('wb')"): "the import child's acks on its stdout pipe",

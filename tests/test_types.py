@@ -58,7 +58,6 @@ def test_the_strict_modules_get_every_strict_flag() -> None:
 
 def test_the_registry_returns_each_groups_type_and_refuses_another() -> None:
     from workbench import plugins
-    from workbench.authoring.env_adapters import is_env_adapter
     from workbench.authoring.runtimes import is_pool_class
     from workbench.rollouts.render import is_tokenizers
     from workbench.runs.endpoint import is_model_server
@@ -67,8 +66,7 @@ def test_the_registry_returns_each_groups_type_and_refuses_another() -> None:
 
     for kind, name, conforms in [("backends", "local", is_launch_backend), ("backends", "modal", is_launch_backend),
                                  ("endpoints", "embedded", is_model_server), ("trainers", "local", is_trainer),
-                                 ("tokenizers", "transformers", is_tokenizers), ("sandbox_pools", "local", is_pool_class),
-                                 ("env_adapters", "verifiers", is_env_adapter)]:
+                                 ("tokenizers", "transformers", is_tokenizers), ("sandbox_pools", "local", is_pool_class)]:
         assert conforms(plugins.load(kind, name, conforms)), (kind, name)
     assert backend("local").takes == "run" and backend("modal").takes == "launch"
     with pytest.raises(plugins.PluginError) as e:

@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, Tool
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,8 @@ def _words(text: str) -> set[str]:
 
 
 class CRM:
-    """The database behind the tools: one SQLite file in a temporary folder of this process."""
+    """The database behind the tools: one SQLite file in a temporary folder of this process. A request it
+    refuses raises ``ToolError``, whose message the model reads."""
 
     def __init__(self, seed: Path, policies: Path) -> None:
         data = json.loads(seed.read_text())
@@ -86,7 +88,7 @@ class CRM:
     def customer(self, email: str) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM customers WHERE lower(email) = lower(?)", (email.strip(),)).fetchone()
         if row is None:
-            raise ValueError(f"no customer with email {email!r}")
+            raise ToolError(f"no customer with email {email!r}")
         return {"id": row["id"], "name": row["name"], "tier": row["tier"], "store_credit": self.credit(row["id"])}
 
     def credit(self, customer_id: str) -> float:
@@ -105,13 +107,13 @@ class CRM:
     def orders(self, customer_id: str) -> list[dict[str, Any]]:
         cid = customer_id.strip().upper()
         if self.db.execute("SELECT 1 FROM customers WHERE id = ?", (cid,)).fetchone() is None:
-            raise ValueError(f"no customer with id {customer_id!r}; find_customer gives the id")
+            raise ToolError(f"no customer with id {customer_id!r}; find_customer gives the id")
         return [self._order(r) for r in self.db.execute("SELECT * FROM orders WHERE customer_id = ? ORDER BY id", (cid,))]
 
     def order(self, order_id: str) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM orders WHERE id = ?", (order_id.strip().upper(),)).fetchone()
         if row is None:
-            raise ValueError(f"no order {order_id!r}")
+            raise ToolError(f"no order {order_id!r}")
         o = {**self._order(row), "customer_id": row["customer_id"]}
         refund = self.db.execute("SELECT amount, reason FROM refunds WHERE order_id = ?", (row["id"],)).fetchone()
         o["refund"] = dict(refund) if refund else None
@@ -120,7 +122,7 @@ class CRM:
     def refund(self, order_id: str, reason: str) -> dict[str, Any]:
         o = self.order(order_id)
         if o["refund"] is not None or o["status"] == "refunded":
-            raise ValueError(f"order {o['id']} is already refunded")
+            raise ToolError(f"order {o['id']} is already refunded")
         with self.db:
             self.db.execute("INSERT INTO refunds VALUES (?, ?, ?)", (o["id"], o["amount"], reason.strip() or "-"))
             self.db.execute("UPDATE orders SET status = 'refunded' WHERE id = ?", (o["id"],))
@@ -129,9 +131,9 @@ class CRM:
     def store_credit(self, customer_id: str, amount: float, reason: str) -> dict[str, Any]:
         cid = customer_id.strip().upper()
         if self.db.execute("SELECT 1 FROM customers WHERE id = ?", (cid,)).fetchone() is None:
-            raise ValueError(f"no customer with id {customer_id!r}")
+            raise ToolError(f"no customer with id {customer_id!r}")
         if not 0 < amount <= 10_000:
-            raise ValueError("amount must be positive")
+            raise ToolError("amount must be positive")
         with self.db:
             self.db.execute("INSERT INTO credits (customer_id, amount, reason) VALUES (?, ?, ?)",
                             (cid, round(amount, 2), reason.strip() or "-"))
@@ -157,7 +159,7 @@ def _order_line(o: dict[str, Any]) -> str:
 
 def _result(data: dict[str, Any], text: str) -> CallToolResult:
     """Short text for the model; the same facts as structured content for programs (the rubric)."""
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def _strip_titles(schema: Any) -> Any:
@@ -169,51 +171,53 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
-class CompactMCP(FastMCP):
+class CompactMCP(MCPServer):
     async def list_tools(self) -> list[Tool]:
         tools = await super().list_tools()
         for t in tools:
-            t.inputSchema = _strip_titles(t.inputSchema)
+            t.input_schema = _strip_titles(t.input_schema)
         return tools
 
 
-def build_server(seed: Path = HERE / "crm_seed.json", policies: Path = HERE / "policies") -> FastMCP:
+def build_server(seed: Path = HERE / "crm_seed.json", policies: Path = HERE / "policies") -> MCPServer:
     crm = CRM(seed, policies)
     server = CompactMCP("crm", log_level="WARNING")
+    # The tools are coroutines: they run one at a time in the server's thread, which owns the database
+    # connection (the SDK runs plain functions in worker threads).
 
     @server.tool()
-    def find_customer(email: str) -> CallToolResult:
+    async def find_customer(email: str) -> CallToolResult:
         """Look up a customer by email."""
         c = crm.customer(email)
         return _result(c, f"{c['id']} {c['name']}, {c['tier']} tier, store credit {_money(c['store_credit'])}")
 
     @server.tool()
-    def list_orders(customer_id: str) -> CallToolResult:
+    async def list_orders(customer_id: str) -> CallToolResult:
         """List a customer's orders."""
         orders = crm.orders(customer_id)
         return _result({"orders": orders}, "\n".join(_order_line(o) for o in orders) or "No orders.")
 
     @server.tool()
-    def get_order(order_id: str) -> CallToolResult:
+    async def get_order(order_id: str) -> CallToolResult:
         """Show one order and its refund."""
         o = crm.order(order_id)
         r = o["refund"]
         return _result(o, _order_line(o) + (f"; refunded {_money(r['amount'])} ({r['reason']})" if r else ""))
 
     @server.tool()
-    def search_policy(query: str) -> CallToolResult:
+    async def search_policy(query: str) -> CallToolResult:
         """Search the store policy."""
         hits = crm.search(query)
         return _result({"results": hits}, "\n".join(hits) or "No match; try refund, gold, damaged, shipping.")
 
     @server.tool()
-    def issue_refund(order_id: str, reason: str) -> CallToolResult:
+    async def issue_refund(order_id: str, reason: str) -> CallToolResult:
         """Refund an order in full."""
         r = crm.refund(order_id, reason)
         return _result(r, f"Refunded {_money(r['refunded'])} for order {r['order_id']}.")
 
     @server.tool()
-    def issue_store_credit(customer_id: str, amount: float, reason: str) -> CallToolResult:
+    async def issue_store_credit(customer_id: str, amount: float, reason: str) -> CallToolResult:
         """Give a customer store credit."""
         r = crm.store_credit(customer_id, amount, reason)
         return _result(r, f"Gave {_money(r['credited'])} store credit to {r['customer_id']}.")

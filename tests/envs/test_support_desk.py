@@ -45,9 +45,9 @@ class Sessions:
 
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         res = await self.session.call_tool(tool, arguments or {})
-        if res.isError:
+        if res.is_error:
             raise wb.MCPToolError(res.content[0].text)
-        return res.structuredContent
+        return res.structured_content
 
 
 def call(i: int, fn: str, **args: Any) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def call(i: int, fn: str, **args: Any) -> dict[str, Any]:
 
 async def text(session: ClientSession, tool: str, **args: Any) -> tuple[bool, str, Any]:
     res = await session.call_tool(tool, args)
-    return bool(res.isError), res.content[0].text, res.structuredContent
+    return bool(res.is_error), res.content[0].text, res.structured_content
 
 
 # -- the MCP server alone -----------------------------------------------------------------------------
@@ -67,9 +67,9 @@ async def test_server_lists_short_tools() -> None:
     assert set(tools) == {*sd.MODEL_TOOLS, "get_order"}
     for t in tools.values():
         assert t.description and len(t.description) <= 40, t.description
-        assert "title" not in json.dumps(t.inputSchema)  # pydantic's generated titles are stripped
-        assert t.inputSchema["type"] == "object" and t.inputSchema["required"]
-    assert tools["issue_store_credit"].inputSchema["properties"] == {
+        assert "title" not in json.dumps(t.input_schema)  # pydantic's generated titles are stripped
+        assert t.input_schema["type"] == "object" and t.input_schema["required"]
+    assert tools["issue_store_credit"].input_schema["properties"] == {
         "customer_id": {"type": "string"}, "amount": {"type": "number"}, "reason": {"type": "string"}}
 
 
@@ -203,7 +203,7 @@ async def run_calls(session: ClientSession, script: list[tuple[str, dict[str, An
         res = await session.call_tool(fn, args)
         content = res.content[0].text
         messages.append({"role": "tool", "tool_call_id": c["id"], "name": fn,
-                         "content": f"Error: {content}" if res.isError and not content.startswith("Error") else content})
+                         "content": f"Error: {content}" if res.is_error and not content.startswith("Error") else content})
     messages.append({"role": "assistant", "content": reply})
     return messages
 
@@ -343,7 +343,7 @@ async def test_first_prompt_fits_the_embedded_model(tiny_dir: Path) -> None:
     tok = AutoTokenizer.from_pretrained(str(tiny_dir))
     async with crm_session() as s:
         tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                   "parameters": t.inputSchema}}
+                                                   "parameters": t.input_schema}}
                  for t in (await s.list_tools()).tools if t.name in sd.MODEL_TOOLS]
     sizes = []
     for task in load("support_desk").tasks:

@@ -269,8 +269,9 @@ def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, moc
     assert changed["after"]["mean"] == pytest.approx((1.0 + 1.0 + 0.0) / 3)
 
 
-def _descendants(pid: int) -> list[str]:
-    """The command lines of every process under ``pid``."""
+def _agent_programs(pid: int) -> list[str]:
+    """The command lines of the agent programs under the worker ``pid``: the processes running a script verifiers
+    prepared, less the fork servers that start them (the worker's own children, which serve on)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -280,14 +281,16 @@ def _descendants(pid: int) -> list[str]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], list(children.get(pid, []))
+    out, todo = [], [(pid, p) for p in children.get(pid, [])]
     while todo:
-        p = todo.pop()
+        parent, p = todo.pop()
         try:
-            out.append((Path("/proc") / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            cmd = (Path("/proc") / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        todo += children.get(p, [])
+        if "runtimes/scripts" in cmd and not (parent == pid and "program_zygote.py" in cmd):
+            out.append(cmd)
+        todo += [(p, c) for c in children.get(p, [])]
     return out
 
 
@@ -307,14 +310,13 @@ def test_a_rollout_the_run_gives_up_stops_its_agent_and_the_worker_serves_on(
         async def give_up() -> None:
             job = asyncio.ensure_future(bridge.acall("rollout", task=0, base_url=held.base_url, model="mock-model"))
             await asyncio.to_thread(wait_for, lambda: held.requests() >= 1, 300, "the agent's model call")
-            assert any("runtimes/scripts" in c for c in _descendants(bridge.proc.pid))
+            assert _agent_programs(bridge.proc.pid)
             job.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await job
 
         asyncio.run(give_up())
-        wait_for(lambda: not any("runtimes/scripts" in c for c in _descendants(bridge.proc.pid)), 120,
-                 "the agent program to end")
+        wait_for(lambda: not _agent_programs(bridge.proc.pid), 120, "the agent program to end")
         scored = bridge.call("score", task=0, messages=[{"role": "user", "content": "What is 0 + 1?"},
                                                         {"role": "assistant", "content": "1"}])
         assert scored["traces"][0]["rewards"]["correct"]["score"] == 1.0 and bridge.alive

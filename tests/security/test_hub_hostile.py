@@ -133,7 +133,7 @@ def test_pull_and_listing_run_no_code_and_a_run_sees_no_index_credentials(
 def test_links_out_of_an_environment_are_refused_by_name(tmp_path: Path, adder: Path,
                                                          package_index: Callable[..., Any],
                                                          cli_env: dict[str, str]) -> None:
-    from mcp.shared.exceptions import McpError
+    from mcp.shared.exceptions import MCPError
 
     from tests.workbench.test_mcp_server import serve
 
@@ -165,7 +165,7 @@ def test_links_out_of_an_environment_are_refused_by_name(tmp_path: Path, adder: 
         async with serve(env, tmp_path) as s:
             for uri in ("env://leaky_file/files/notes.txt", "env://leaky_readme/README.md",
                         "env://leaky_dir/files/data/secret.txt", "env://leaky_file/files"):
-                with pytest.raises(McpError, match="links outside"):
+                with pytest.raises(MCPError, match="links outside"):
                     await s.read_resource(uri)  # type: ignore[arg-type]
             listed = [str(r.uri) for r in (await s.list_resources()).resources]
             assert not [u for u in listed if u.startswith("env://leaky") and "/files/" in u], listed

@@ -350,14 +350,24 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 ADD_CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
 
 
+def _legacy_verifiers_python() -> Path:
+    """verifiers 0.3's interpreter (the legacy format's own environment, built by uv on first use): verifiers'
+    own evaluate writes the results folder."""
+    from workbench.frameworks.legacy_source import DEFAULT
+    from workbench.frameworks.verifiers_legacy import framework
+
+    return framework(DEFAULT).ensure()
+
+
 @pytest.fixture
 def vf_tool_results(mock_server: Callable[..., Any], tmp_path: Path) -> Path:
     """A real ``vf-eval -s`` results folder of a verifiers ToolEnv: the model calls ``add``, then answers."""
-    pytest.importorskip("verifiers")
+    python = _legacy_verifiers_python()
     server = mock_server("script", "--by-turn", script=[{"tool_calls": [ADD_CALL]}, "The answer is 5"])
     out = tmp_path / "vf-tool"
     script = write_file(tmp_path / "vf_tool.py", _VF_TOOL_EVAL)
-    proc = subprocess.run([sys.executable, script, server.base_url, out], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([str(python), script, server.base_url, out], capture_output=True, text=True, timeout=180,
+                          env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(isinstance(tc, str) for r in saved for m in r["completion"] for tc in m.get("tool_calls") or ())
@@ -425,24 +435,23 @@ def load_environment():
     return CountingTaskset(vf1.TasksetConfig())
 '''
 #: A package exporting its Taskset is run by the verifiers v1 format (in verifiers 0.4's own environment, built
-#: on first use: slow), which refuses an empty taskset; a load_environment returning a v1 object is named.
+#: on first use: slow), which refuses an empty taskset; a load_environment returning a v1 object is named by the
+#: legacy format (in verifiers 0.3's own environment, built on first use: slow).
 V1 = [pytest.param("package", "v1pkg/__init__.py", _V1_PACKAGE, ("yields no tasks",), id="package",
                    marks=pytest.mark.slow),
-      pytest.param("returned", "v1ret.py", _V1_RETURNED, ("verifiers v1 taskset", "not support"), id="returned")]
+      pytest.param("returned", "v1ret.py", _V1_RETURNED, ("verifiers v1 taskset", "not support"), id="returned",
+                   marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize(("case", "name", "source", "fragments"), V1)
 def test_a_verifiers_v1_environment_is_named_for_what_it_is(cli: Callable[..., Any], tmp_path: Path, store_path: Path,
                                                             case: str, name: str, source: str,
                                                             fragments: tuple[str, ...]) -> None:
-    pytest.importorskip("verifiers.v1")
+    from workbench.frameworks.venvs import frameworks_dir
+
     path = write_file(tmp_path / "envs" / name, source)
     target = path.parent if name.endswith("__init__.py") else path
-    env = {}
-    if case == "package":
-        from workbench.frameworks.venvs import frameworks_dir
-
-        env = {"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}
+    env = {"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}
     line = assert_user_error(cli("eval", target, "-n", "1", env=env, timeout=300), "CountingTaskset", *fragments)
     assert "defines no load_environment" not in line
     assert not store_path.exists() or query(store_path, "SELECT COUNT(*) FROM run") == [(0,)]

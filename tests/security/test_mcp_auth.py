@@ -8,15 +8,16 @@ import contextlib
 import json
 import socket
 import subprocess
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.helpers import _readline, stop_process, wait_for, workbench_argv, write_file
 
@@ -58,20 +59,25 @@ def http_server(env: dict[str, str], cwd: Path, port: int) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def session(port: int, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        async with streamablehttp_client(f"http://127.0.0.1:{port}/mcp", headers=headers) as (read, write, _), \
-                ClientSession(read, write) as s:
-            await s.initialize()
-            yield s
+async def session(port: int, headers: dict[str, str], statuses: list[int] | None = None) -> AsyncIterator[ClientSession]:
+    """A session of the SDK's client; ``statuses`` collects the HTTP status of every response it gets."""
+
+    async def record(response: httpx2.Response) -> None:
+        if statuses is not None:
+            statuses.append(response.status_code)
+
+    async with httpx2.AsyncClient(headers=headers, event_hooks={"response": [record]}) as http, \
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write), \
+            ClientSession(read, write) as s:
+        await s.initialize()
+        yield s
 
 
-def status_codes(exc: BaseException) -> set[int]:
-    """The HTTP status codes of every ``httpx.HTTPStatusError`` inside ``exc`` (an exception group or not)."""
+def mcp_errors(exc: BaseException) -> list[MCPError]:
+    """Every ``MCPError`` inside ``exc`` (an exception group or not)."""
     if isinstance(exc, BaseExceptionGroup):
-        return {code for e in exc.exceptions for code in status_codes(e)}
-    return {exc.response.status_code} if isinstance(exc, httpx.HTTPStatusError) else set()
+        return [found for e in exc.exceptions for found in mcp_errors(e)]
+    return [exc] if isinstance(exc, MCPError) else []
 
 
 def token_of(line: str) -> str:
@@ -127,15 +133,17 @@ async def test_http_needs_the_bearer_token(cli_env: dict[str, str], tmp_path: Pa
             ("the token without a scheme", {"Authorization": token}),
         ]
         for what, headers in refused:
-            with pytest.raises(BaseException) as caught:  # noqa: PT011 - the SDK raises an exception group
-                async with session(closed_port, headers):
+            statuses: list[int] = []
+            with pytest.raises(BaseException) as caught:  # noqa: PT011 - the SDK may raise an exception group
+                async with session(closed_port, headers, statuses):
                     pass
-            assert status_codes(caught.value) == {401}, f"{what}: {caught.value!r}"
+            assert mcp_errors(caught.value), f"{what}: {caught.value!r}"
+            assert statuses and set(statuses) == {401}, f"{what}: {statuses}"
         raw = httpx.post(f"http://127.0.0.1:{closed_port}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert raw.status_code == 401 and raw.headers["www-authenticate"].startswith("Bearer")
         async with session(closed_port, {"Authorization": f"Bearer {token}"}) as s:
             res = await s.call_tool("list_environments", {})
-            assert not res.isError and "arithmetic" in {e["name"] for e in res.structuredContent["envs"]}
+            assert not res.is_error and "arithmetic" in {e["name"] for e in res.structured_content["envs"]}
 
 
 def test_a_short_token_is_refused(cli_env: dict[str, str], tmp_path: Path, closed_port: int) -> None:
@@ -181,9 +189,9 @@ async def test_http_tools_take_only_discovered_names(cli_env: dict[str, str], tm
             for what, tool, args in PATHS:
                 res = await s.call_tool(tool, filled(args))
                 text = res.content[0].text  # type: ignore[union-attr]
-                assert res.isError, f"{what}: served {text[:300]}"
+                assert res.is_error, f"{what}: served {text[:300]}"
                 assert "over HTTP" in text and "\n" not in text, f"{what}: {text}"
             for marker in (tmp_path / "ran", pkg / "ran"):
                 assert not marker.exists(), "a file a client named was executed"
             ok = await s.call_tool("validate_environment", {"env": "wordle", "sample": 2})
-            assert not ok.isError, ok.content
+            assert not ok.is_error, ok.content

@@ -121,14 +121,24 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 '''
 
 
+def _legacy_verifiers_python() -> Path:
+    """verifiers 0.3's interpreter (the legacy format's own environment, built by uv on first use): verifiers'
+    own evaluate writes the results folder."""
+    from workbench.frameworks.legacy_source import DEFAULT
+    from workbench.frameworks.verifiers_legacy import framework
+
+    return framework(DEFAULT).ensure()
+
+
 @pytest.fixture
 def vf_results(mock_server: Callable[..., MockServer], tmp_path: Path) -> Path:
     """A real ``vf-eval -s`` results directory: verifiers' evaluate and save code against the mock model."""
-    pytest.importorskip("verifiers")
+    python = _legacy_verifiers_python()
     server = mock_server("arithmetic", accuracy=0.5)
     out = tmp_path / "vf-results"
     script = write_file(tmp_path / "vf_eval.py", _VERIFIERS_EVAL)
-    proc = subprocess.run([sys.executable, script, server.base_url, out], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([str(python), script, server.base_url, out], capture_output=True, text=True, timeout=180,
+                          env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "results.jsonl").is_file() and (out / "metadata.json").is_file()
     return out

@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import time
-import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 
 from tests.helpers import ADDER_ENV, REPO, MockServer, stop_process, workbench_argv, write_file
 
@@ -48,9 +47,9 @@ async def serve(cli_env: dict[str, str], tmp_path: Path, *extra: str) -> AsyncIt
 
 async def call(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
     res = await session.call_tool(tool, args)
-    assert not res.isError, f"{tool} failed: {res.content}"
-    assert isinstance(res.structuredContent, dict)
-    return res.structuredContent
+    assert not res.is_error, f"{tool} failed: {res.content}"
+    assert isinstance(res.structured_content, dict)
+    return res.structured_content
 
 
 def eval_args(server: MockServer, n: int = 3, r: int = 2) -> dict[str, Any]:
@@ -78,8 +77,8 @@ async def test_eval_then_browse_diff_and_rescore(cli_env: dict[str, str], tmp_pa
 
     async with serve(cli_env, tmp_path) as s:
         res = await s.call_tool("run_eval", eval_args(arith_server), progress_callback=on_progress)
-        assert not res.isError, res.content
-        summary = res.structuredContent
+        assert not res.is_error, res.content
+        summary = res.structured_content
         assert summary is not None
         run_id = summary["run_id"]
         assert summary["env"] == "arithmetic" and summary["model"] == "mock-model"
@@ -144,7 +143,7 @@ async def test_run_eval_opens_no_modal_sandbox(cli_env: dict[str, str], tmp_path
     before = arith_server.requests()
     async with serve(cli_env, tmp_path) as s:
         res = await s.call_tool("run_eval", {**eval_args(arith_server, n=1, r=1), "env": str(env_file)})
-        assert res.isError and "Modal (a paid cloud)" in res.content[0].text  # type: ignore[union-attr]
+        assert res.is_error and "Modal (a paid cloud)" in res.content[0].text  # type: ignore[union-attr]
         assert (await call(s, "list_runs"))["runs"] == []
     assert arith_server.requests() == before
 
@@ -170,7 +169,7 @@ async def test_environment_resources(cli_env: dict[str, str], tmp_path: Path) ->
     async with serve(cli_env, tmp_path) as s:
         uris = {str(r.uri) for r in (await s.list_resources()).resources}
         assert {"env://arithmetic/README.md", "env://arithmetic/files", "env://arithmetic/files/__init__.py"} <= uris
-        templates = {t.uriTemplate for t in (await s.list_resource_templates()).resourceTemplates}
+        templates = {t.uri_template for t in (await s.list_resource_templates()).resource_templates}
         assert templates == {"env://{name}/README.md", "env://{name}/files/{path}"}
         readme = (await s.read_resource("env://arithmetic/README.md")).contents[0]
         assert readme.text == (REPO / "envs" / "arithmetic" / "README.md").read_text()
@@ -180,7 +179,7 @@ async def test_environment_resources(cli_env: dict[str, str], tmp_path: Path) ->
         assert "def load_environment" in code.text
         for bad in ("env://nope/README.md", "env://arithmetic/files/../../pyproject.toml",
                     "env://arithmetic/files/missing.txt"):
-            with pytest.raises(McpError):
+            with pytest.raises(MCPError):
                 await s.read_resource(bad)
         assert (await call(s, "list_environments"))["envs"], "the server still serves after a bad read"
 
@@ -212,7 +211,7 @@ async def test_bad_input_is_a_one_line_tool_error(cli_env: dict[str, str], tmp_p
     async with serve(cli_env, tmp_path) as s:
         for what, tool, args, fragment in BAD_CALLS:
             res = await s.call_tool(tool, args)
-            assert res.isError, f"{what}: {tool}({args}) did not fail: {res.content}"
+            assert res.is_error, f"{what}: {tool}({args}) did not fail: {res.content}"
             assert len(res.content) == 1, what
             text = res.content[0].text  # type: ignore[union-attr]
             assert "\n" not in text and "Traceback" not in text and text.strip() == text, f"{what}: {text!r}"
@@ -222,7 +221,8 @@ async def test_bad_input_is_a_one_line_tool_error(cli_env: dict[str, str], tmp_p
 
 
 async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_port: int) -> None:
-    from mcp.client.streamable_http import streamablehttp_client
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
 
     log = open(tmp_path / "mcp-http.log", "w")  # noqa: SIM115 - closed below
     token = "the-token-this-test-chose-0123456789"
@@ -240,18 +240,16 @@ async def test_streamable_http(cli_env: dict[str, str], tmp_path: Path, closed_p
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "mcp-http.log").read_text()
                 await asyncio.sleep(0.2)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            async with streamablehttp_client(url, headers={"Authorization": f"Bearer {token}"}) as (read, write, _), \
-                    ClientSession(read, write) as s:
-                await s.initialize()
-                assert {t.name for t in (await s.list_tools()).tools} == TOOLS
-                envs = (await call(s, "list_environments"))["envs"]
-                assert "arithmetic" in {e["name"] for e in envs}
-                res = await s.call_tool("show_rollout", {"rollout": "0000-nope.0.0"})
-                assert res.isError and "no rollout" in res.content[0].text  # type: ignore[union-attr]
-                readme = (await s.read_resource("env://arithmetic/README.md")).contents[0]
-                assert readme.text.startswith("# arithmetic")  # type: ignore[union-attr]
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http, \
+                streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            assert {t.name for t in (await s.list_tools()).tools} == TOOLS
+            envs = (await call(s, "list_environments"))["envs"]
+            assert "arithmetic" in {e["name"] for e in envs}
+            res = await s.call_tool("show_rollout", {"rollout": "0000-nope.0.0"})
+            assert res.is_error and "no rollout" in res.content[0].text  # type: ignore[union-attr]
+            readme = (await s.read_resource("env://arithmetic/README.md")).contents[0]
+            assert readme.text.startswith("# arithmetic")  # type: ignore[union-attr]
     finally:
         stop_process(proc)
         log.close()
@@ -281,8 +279,8 @@ async def test_run_eval_of_one_task_of_a_huge_task_set_answers_in_bounded_memory
                     if "mcp" in p.cmdline() and "--max-rollouts" in p.cmdline()]
         res = await s.call_tool("run_eval", {**eval_args(arith_server, n=1, r=1),
                                              **({"args": env_args} if env_args else {})})
-        assert not res.isError, f"{case}: {res.content}"
-        summary = res.structuredContent
+        assert not res.is_error, f"{case}: {res.content}"
+        summary = res.structured_content
         assert summary is not None and summary["rollouts"] == 1 and summary["status"] == "completed", summary
         assert [r["rollouts"] for r in (await call(s, "list_runs"))["runs"]] == [1]
         assert _peak_rss(server.pid) < PEAK_RSS_LIMIT, f"{case}: peak RSS {_peak_rss(server.pid)} bytes"

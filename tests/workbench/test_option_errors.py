@@ -113,12 +113,12 @@ async def test_the_mcp_tool_names_its_argument(cli_env: dict[str, str], tmp_path
     async with serve(cli_env, tmp_path) as s:
         for argument, given, said in rows:
             res = await s.call_tool("run_eval", {**eval_args(arith_server, n=1, r=1), **given})
-            assert res.isError, f"run_eval with {given} did not fail"
+            assert res.is_error, f"run_eval with {given} did not fail"
             text = res.content[0].text  # type: ignore[union-attr]
             assert text.startswith(said), f"{argument}: {text!r}"
             assert "--" not in text.split(";")[0], f"a flag in the tool's error: {text!r}"
         res = await s.call_tool("validate_environment", {"env": "arithmetic", "args": {"bogus": 1}})
-        assert res.isError and "does not accept these args arguments" in res.content[0].text  # type: ignore[union-attr]
+        assert res.is_error and "does not accept these args arguments" in res.content[0].text  # type: ignore[union-attr]
     assert arith_server.requests() == before, "a refused run_eval called the model"
 
 

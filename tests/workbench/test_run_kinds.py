@@ -274,7 +274,7 @@ async def test_mcp_list_runs_and_search_rollouts_take_kinds(session: Session, tm
             opened = await call(s, "list_runs", run=pipeline["id"])
             assert [m["id"] for m in opened["pipeline"]["runs"]] == pipeline["members"]
         bad = await s.call_tool("list_runs", {"kinds": ["nope"]})
-        assert bad.isError and "nope" in str(bad.content) and "validate" in str(bad.content)
+        assert bad.is_error and "nope" in str(bad.content) and "validate" in str(bad.content)
 
 
 @pytest.mark.parametrize("kinds", [USER_KINDS, ("probe",), ("validate", "eval"), None])

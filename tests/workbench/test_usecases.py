@@ -63,7 +63,7 @@ def in_process(cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict
 async def mcp_call(session: Any, tool: str, **args: Any) -> tuple[bool, Any]:
     """(isError, the structured result or the error line)."""
     res = await session.call_tool(tool, args)
-    return res.isError, (res.content[0].text if res.isError else res.structuredContent)
+    return res.is_error, (res.content[0].text if res.is_error else res.structured_content)
 
 
 async def test_listing_environments_is_one_answer_from_the_cli_mcp_and_the_use_case(

@@ -3,14 +3,18 @@
 Each environment under tests/fixtures/verifiers_envs is a module with ``load_environment``, as Hub
 environments are written. It is evaluated twice against the same scripted mock model (two fresh mock
 processes with the same script, one rollout at a time, so both see the same replies in the same order):
-by verifiers' own ``env.evaluate`` (tests/fixtures/verifiers_envs/vf_reference.py, in its own process),
-and by ``workbench eval``; the reward and every function's score must be equal per rollout. Everything is
-real: the verifiers package, processes, HTTP on 127.0.0.1, the SQLite store.
+by verifiers' own ``env.evaluate`` (tests/fixtures/verifiers_envs/vf_reference.py, in its own process of
+verifiers 0.3's environment), and by ``workbench eval``, which runs it in a worker of that same environment
+(``workbench.frameworks.verifiers_legacy``); the reward and every function's score must be equal per
+rollout. Everything is real: the verifiers package in the environment uv builds for it (once per machine),
+processes, HTTP on 127.0.0.1 through Workbench's interception proxy, the SQLite store.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -20,14 +24,58 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO, last_json
+from tests.helpers import REPO, CliResult, last_json, run_workbench
 
-pytest.importorskip("verifiers", reason="needs the verifiers extra (pip install 'rl-workbench[verifiers]')")
-
-# slow: each case imports verifiers and datasets in fresh processes and runs two evals
+# slow: builds verifiers 0.3's environment on a fresh machine; each case imports verifiers and datasets in
+# fresh processes and runs two evals
 pytestmark = pytest.mark.slow
 
 FIXTURES = REPO / "tests" / "fixtures" / "verifiers_envs"
+
+
+@pytest.fixture(scope="session")
+def legacy_python() -> Path:
+    """verifiers 0.3's interpreter (the legacy format's default), built by uv on first use, then cached."""
+    from workbench.frameworks.legacy_source import DEFAULT
+    from workbench.frameworks.verifiers_legacy import framework
+
+    return framework(DEFAULT).ensure()
+
+
+@pytest.fixture(scope="session")
+def legacy_version(legacy_python: Path) -> str:
+    p = subprocess.run([str(legacy_python), "-c", "import verifiers; print(verifiers.__version__)"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return f"verifiers {p.stdout.strip()}"
+
+
+def frameworks_env() -> dict[str, str]:
+    """The machine's framework environments and uv cache for a CLI run (tests give each run private XDG
+    folders, where they would be built again)."""
+    from workbench.frameworks.venvs import frameworks_dir
+
+    env = {"WORKBENCH_FRAMEWORKS_DIR": str(frameworks_dir())}
+    uv = shutil.which("uv")
+    p = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=60) if uv else None
+    if p is not None and p.returncode == 0 and p.stdout.strip():
+        env["UV_CACHE_DIR"] = p.stdout.strip()
+    return env
+
+
+@pytest.fixture
+def cli(cli_env: dict[str, str], tmp_path: Path, legacy_python: Path) -> Callable[..., CliResult]:
+    """``workbench`` with the machine's framework environments (verifiers 0.3's is built by then)."""
+
+    def run(*args: Any, env: dict[str, str] | None = None, timeout: float = 300.0,
+            cwd: Path | None = None) -> CliResult:
+        return run_workbench(args, {**cli_env, **frameworks_env(), **(env or {})}, timeout=timeout, cwd=cwd or tmp_path)
+
+    return run
+
+
+def reference_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
 
 
 def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -54,10 +102,12 @@ PARITY = {
 }
 
 
-def verifiers_reference(env_file: Path, base_url: str, n: int, r: int) -> list[dict[str, Any]]:
-    """verifiers' own evaluation of ``env_file`` (``r`` rollouts per task, one task at a time), per rollout."""
-    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file), base_url, str(n), str(r), "1"],
-                       capture_output=True, text=True, timeout=300, cwd=REPO)
+def verifiers_reference(python: Path, env_file: Path, base_url: str, n: int, r: int,
+                        *env_args: str) -> list[dict[str, Any]]:
+    """verifiers' own evaluation of ``env_file`` in verifiers' interpreter ``python`` (``r`` rollouts per
+    task, one task at a time), per rollout."""
+    p = subprocess.run([str(python), str(FIXTURES / "vf_reference.py"), str(env_file), base_url, str(n), str(r), "1",
+                        *env_args], capture_output=True, text=True, timeout=300, cwd=REPO, env=reference_env())
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])["outputs"]
 
@@ -103,10 +153,10 @@ def stored(store_path: Path, run_id: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("case", list(PARITY))
 def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], cli: Callable[..., Any],
-                                    store_path: Path) -> None:
+                                    store_path: Path, legacy_python: Path) -> None:
     name, n, per_task, script = PARITY[case]
     env_file = FIXTURES / name
-    ref = verifiers_reference(env_file, mock_server("script", script=script).base_url, n, per_task)
+    ref = verifiers_reference(legacy_python, env_file, mock_server("script", script=script).base_url, n, per_task)
     assert len(ref) == n * per_task
 
     mock = mock_server("script", script=script)
@@ -127,7 +177,7 @@ def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], 
                 assert value == 0.0 and any(fn in e for e in ours["errors"]), (case, fn, theirs, ours)
                 continue
             assert ours["scores"][fn] == pytest.approx(value, abs=1e-9), (case, fn, theirs, ours)
-        # Every model call went through Workbench's client and is stored with the rollout.
+        # Every model call went through Workbench's interception proxy and is stored with the rollout.
         after_prompt = ours["messages"][len(ours["prompt"]):]
         assert ours["calls"] == sum(1 for m in after_prompt if m["role"] == "assistant") >= 1
     mean = sum(o["reward"] for o in ref) / len(ref)
@@ -135,18 +185,14 @@ def test_scores_equal_verifiers_own(case: str, mock_server: Callable[..., Any], 
 
 
 def test_a_judge_rubric_scores_as_verifiers_does(mock_server: Callable[..., Any], cli: Callable[..., Any],
-                                                 store_path: Path) -> None:
+                                                 store_path: Path, legacy_python: Path) -> None:
     """A JudgeRubric calls its judge model through its own client (here a second scripted mock); its verdicts,
     and so the rewards, are the same as under verifiers' own evaluate."""
     env_file = FIXTURES / "vf_judge.py"
     policy, verdicts = ["red", "purple", "blue"], ["yes", "no", "no"]
     judge = mock_server("script", script=verdicts)
     args = json.dumps({"judge_url": judge.base_url})
-    p = subprocess.run([sys.executable, str(FIXTURES / "vf_reference.py"), str(env_file),
-                        mock_server("script", script=policy).base_url, "3", "1", "1", args],
-                       capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert p.returncode == 0, p.stderr[-3000:]
-    ref = json.loads(p.stdout.strip().splitlines()[-1])["outputs"]
+    ref = verifiers_reference(legacy_python, env_file, mock_server("script", script=policy).base_url, 3, 1, args)
 
     judge2 = mock_server("script", script=verdicts)
     r = cli("eval", env_file, "-a", json.dumps({"judge_url": judge2.base_url}), "--base-url",
@@ -224,7 +270,7 @@ def test_train_runs_a_verifiers_env(request: pytest.FixtureRequest, cli: Callabl
     assert out["reward_first"] is not None and out["eval_first"] is not None
 
 
-def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Path) -> None:
+def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Path, legacy_version: str) -> None:
     import shutil
 
     folder = tmp_path / "userenvs"
@@ -233,12 +279,10 @@ def test_envs_lists_it_as_a_verifiers_env(cli: Callable[..., Any], tmp_path: Pat
     r = cli("envs", "--json", env={"WORKBENCH_ENV_PATH": str(folder)})
     assert r.rc == 0, r.stderr[-2000:]
     rows = {row["name"]: row for row in last_json(r.stdout)["envs"]}
-    import verifiers
-
-    assert rows["vf_single"]["framework"] == f"verifiers {verifiers.__version__}"
+    assert rows["vf_single"]["framework"] == legacy_version
     assert "framework" not in rows["arithmetic"]
     table = cli("envs", env={"WORKBENCH_ENV_PATH": str(folder)})
-    assert f"verifiers {verifiers.__version__}" in table.stdout
+    assert legacy_version in table.stdout
 
 
 APP_LOAD = """
@@ -247,7 +291,7 @@ from workbench_app.env_state import load_env
 from workbench.authoring.discovery import load, resolve
 
 before = signal.getsignal(signal.SIGINT)
-env = load(sys.argv[1])  # on the main thread: verifiers' own SIGINT/SIGTERM handlers are undone
+env = load(sys.argv[1])  # on the main thread: verifiers' own SIGINT/SIGTERM handlers stay in its worker
 assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)
 out = {}
 t = threading.Thread(target=lambda: out.update(r=load_env(resolve(sys.argv[1]), reload=False)))
@@ -256,31 +300,34 @@ print(env.adapter, out["r"].status, out["r"].framework, out["r"].tasks)
 """
 
 
-def test_the_app_loads_it_in_a_worker_thread() -> None:
-    """The Environments screen loads environments in worker threads, where verifiers' signal handlers cannot
-    be installed; the loader leaves Workbench's own handlers in place on the main thread."""
-    import verifiers
-
+def test_the_app_loads_it_in_a_worker_thread(legacy_version: str, tmp_path: Path) -> None:
+    """The Environments screen loads environments in worker threads; verifiers' signal handlers are its
+    worker's own, and Workbench's stay in place on the main thread."""
     p = subprocess.run([sys.executable, "-c", APP_LOAD, str(FIXTURES / "vf_game.py")], capture_output=True,
-                       text=True, timeout=120, cwd=REPO)
+                       text=True, timeout=300, cwd=tmp_path, env={**os.environ, **frameworks_env()})
     assert p.returncode == 0, p.stderr[-3000:]
-    v = f"verifiers {verifiers.__version__}"
+    v = legacy_version
     assert p.stdout.strip().splitlines()[-1] == f"{v} ok {v} 3"
 
 
 # -- bad input: one clear line, no traceback -------------------------------------------------------------
-#: Hides the verifiers package from the interpreter, as where the extra is not installed.
-HIDE_VERIFIERS = """
-import sys
-class _Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name == "verifiers" or name.startswith("verifiers."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, _Hide())
-from workbench.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+#: A legacy environment whose package declares a verifiers without the legacy API (a pyproject beside it).
+DECLARES_V04 = '''
+import verifiers as vf
+from datasets import Dataset
+
+def load_environment():
+    return vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]),
+                            rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+'''
+DECLARES_V04_PYPROJECT = '[project]\nname = "declares-v04"\nversion = "0.1.0"\ndependencies = ["verifiers>=0.4"]\n'
+
+RETURNS_A_NUMBER = '''
+import verifiers as vf
+
+def load_environment():
+    return 42
+'''
 
 OFFLINE_EAGER = '''
 import verifiers as vf
@@ -338,7 +385,8 @@ def load_environment():
 '''
 
 BAD = {
-    "missing extra": (None, "vf_single.py", ["needs the verifiers package", "pip install 'rl-workbench[verifiers]'"]),
+    "declares verifiers 0.4": (DECLARES_V04, None, ["declares verifiers>=0.4", "verifiers>=0.3,<0.4"]),
+    "returns no verifiers Environment": (RETURNS_A_NUMBER, None, ["returned int, not a verifiers Environment"]),
     "offline dataset, in load_environment": (OFFLINE_EAGER, None, ["'openai/gsm8k'", "a download"]),
     "offline dataset, built lazily": (OFFLINE_LAZY, None, ["'openai/gsm8k'", "a download"]),
     "vf.Environment subclass": (CUSTOM_ENVIRONMENT, None, ["verifiers Mine is not covered"]),
@@ -348,21 +396,17 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_input_is_one_clear_line(case: str, cli: Callable[..., Any], cli_env: dict[str, str],
+def test_bad_input_is_one_clear_line(case: str, cli: Callable[..., Any],
                                      write_env: Callable[..., Path], mock_server: Callable[..., Any],
                                      tmp_path: Path) -> None:
     source, fixture, expected = BAD[case]
     env_file = FIXTURES / fixture if fixture else write_env(source, f"bad_{abs(hash(case)) % 10_000}.py")
+    if case == "declares verifiers 0.4":
+        (env_file.parent / "pyproject.toml").write_text(DECLARES_V04_PYPROJECT)
     mock = mock_server("instant")
-    args = ["eval", str(env_file), "--base-url", mock.base_url, "-m", "mock-model", "-n", "1"]
-    if case == "missing extra":
-        p = subprocess.run([sys.executable, "-c", HIDE_VERIFIERS, *args], capture_output=True, text=True,
-                           timeout=120, env=cli_env, cwd=tmp_path)
-        rc, stderr = p.returncode, p.stderr
-    else:
-        offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-        res = cli(*args, env=offline)
-        rc, stderr = res.rc, res.stderr
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    res = cli("eval", str(env_file), "--base-url", mock.base_url, "-m", "mock-model", "-n", "1", env=offline)
+    rc, stderr = res.rc, res.stderr
     assert rc != 0
     assert "Traceback" not in stderr, stderr[-3000:]
     last = [line for line in stderr.strip().splitlines() if line.strip()][-1]

@@ -143,7 +143,10 @@ def discover() -> list[EnvRef]:
     for name, rec in hub_records().items():
         path = Path(rec["path"])
         if name not in seen and (path.is_file() or _is_env_dir(path)):
-            refs.append(EnvRef(name, "hub", path))
+            # a pulled environment of another framework (verifiers) is run by its format, in its own interpreter
+            claimed = env_formats.claim(str(path))
+            fmt_name, where = (claimed[0].name, claimed[1]) if claimed is not None else (None, None)
+            refs.append(EnvRef(name, "hub", path, format=fmt_name, where=where, spec=str(path) if claimed else None))
             seen.add(name)
     eps: Iterable[metadata.EntryPoint]
     try:

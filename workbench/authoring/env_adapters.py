@@ -2,8 +2,9 @@
 
 An adapter is a ``workbench.env_adapters`` plugin (``workbench/plugins.py``): discovery asks each one
 registered whether it adopts what a ``load_environment`` returned, and what a failure to import or build
-an environment means for it (a missing extra, a download that failed, an API it does not support). The
-bundled one is ``verifiers`` (``workbench/adapters/verifiers_env.py``).
+an environment means for it (a missing extra, a download that failed, an API it does not support). None is
+bundled: verifiers environments, which cannot share Workbench's interpreter, are ``workbench.env_formats``
+plugins run in workers of their own (``workbench/frameworks``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from workbench.cli.common import console_err, db_option
@@ -12,18 +10,6 @@ from workbench.errors import ConfigError
 TOKEN_ENV = "WORKBENCH_MCP_TOKEN"
 KEYRING_NAME = "mcp"  # the keyring entry (service "workbench") that may hold the HTTP token
 MIN_TOKEN = 16
-
-
-def _protocol_stdout() -> Any:
-    """The stdio transport's own handle on stdout. File descriptor 1 then points at stderr, so anything
-    else that prints (an environment's code, a subprocess, a progress bar) cannot corrupt the protocol."""
-    import os
-    import sys
-
-    sys.stdout.flush()
-    fd = os.dup(1)
-    os.dup2(2, 1)
-    return open(fd, "w", encoding="utf-8", newline="\n", closefd=True)  # noqa: SIM115 - the server's lifetime
 
 
 def _check_port(port: int) -> None:
@@ -79,6 +65,8 @@ def mcp_command(ctx: click.Context, http_port: int | None, max_rollouts: int, db
     else the keyring's entry `workbench`/`mcp`, else a new one printed once to stderr. Over HTTP the tools
     that load code take only a discovered environment's name, never a path.
     """
+    import sys
+
     import anyio
 
     from workbench.cli.common import open_store
@@ -90,7 +78,7 @@ def mcp_command(ctx: click.Context, http_port: int | None, max_rollouts: int, db
     path = str(db or (ctx.find_root().obj or {}).get("db") or default_db())
     open_store(ctx, path, read_only_ok=True).close()  # a store that cannot be opened fails now, not at the first call
     server = build_server(lambda read_only_ok: open_store(ctx, path, read_only_ok=read_only_ok),
-                          max_rollouts=max_rollouts, port=http_port or 8000, remote=http_port is not None)
+                          max_rollouts=max_rollouts, remote=http_port is not None)
     if http_port is not None:
         from workbench.cli.mcp_server import serve_http
 
@@ -100,18 +88,13 @@ def mcp_command(ctx: click.Context, http_port: int | None, max_rollouts: int, db
             "to choose it)"
         console_err.print(f"workbench mcp: streamable HTTP on http://127.0.0.1:{http_port}/mcp (store {path}); "
                           f"clients send the header Authorization: Bearer TOKEN, {said}", markup=False, highlight=False)
-        anyio.run(serve_http, server, token)
+        anyio.run(serve_http, server, token, http_port)
         return
-    out = _protocol_stdout()
-
-    async def serve() -> None:
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server(stdout=anyio.wrap_file(out)) as (read, write):
-            # What FastMCP.run_stdio_async does, on the saved stdout.
-            await server._mcp_server.run(read, write, server._mcp_server.create_initialization_options())
-
-    anyio.run(serve)
+    # The SDK's stdio transport serves the protocol on private copies of stdin and stdout, and points file
+    # descriptors 0 and 1 at the null device and stderr meanwhile: anything else that prints (an
+    # environment's code, a subprocess, a progress bar) cannot corrupt the protocol, nor read from it.
+    sys.stdout.flush()
+    anyio.run(server.run_stdio_async)
 
 
 COMMANDS = [mcp_command]

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from pydantic import AnyUrl
-
 from workbench.errors import EnvLoadError, FieldError, NotFoundError, WorkbenchError, field_name
 
 SCHEME = "env://"
@@ -113,16 +111,16 @@ def list_env_resources() -> list[Any]:
             continue
         readme = readme_uri(ref)
         if readme:
-            out.append(types.Resource(uri=AnyUrl(readme), name=f"{ref.name} README", mimeType="text/markdown",
+            out.append(types.Resource(uri=readme, name=f"{ref.name} README", mime_type="text/markdown",
                                       description=f"The README of the {ref.origin} environment {ref.name}"))
-        out.append(types.Resource(uri=AnyUrl(_uri(ref.name)), name=f"{ref.name} files", mimeType="application/json",
+        out.append(types.Resource(uri=_uri(ref.name), name=f"{ref.name} files", mime_type="application/json",
                                   description=f"The files of environment {ref.name} (path, uri, size)"))
         try:
             files = env_files(ref)
         except (OSError, WorkbenchError):  # unreadable, or a link out of its folder: none of its files
             continue
         for rel, _ in files[:MAX_LISTED]:
-            out.append(types.Resource(uri=AnyUrl(_uri(ref.name, rel)), name=f"{ref.name}/{rel}", mimeType=_mime(rel)))
+            out.append(types.Resource(uri=_uri(ref.name, rel), name=f"{ref.name}/{rel}", mime_type=_mime(rel)))
     return out
 
 
@@ -143,7 +141,7 @@ def error_line(e: BaseException, tool: str | None = None) -> str:
     """What a failed tool call answers: one line, the user-facing message where the error carries one; the
     fields an option error names are said as ``tool``'s arguments."""
     import pydantic
-    from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError
 
     from workbench.config.redact import redact
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 import orjson
-from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
 
 from workbench.cli.mcp_resources import error_line, list_env_resources, read_env_uri, readme_uri
@@ -102,12 +102,13 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def serve_http(server: FastMCP, token: str) -> None:
-    """Streamable HTTP on the server's host and port, behind :class:`BearerAuth`."""
+async def serve_http(server: MCPServer, token: str, port: int, host: str = "127.0.0.1") -> None:
+    """Streamable HTTP on ``host:port`` (path /mcp), behind :class:`BearerAuth`. A session lasts until its
+    client ends it or the server stops, however long it idles."""
     import uvicorn
 
-    app = BearerAuth(server.streamable_http_app(), token)
-    config = uvicorn.Config(app, host=server.settings.host, port=server.settings.port, log_level="warning")
+    app = BearerAuth(server.streamable_http_app(host=host, session_idle_timeout=None), token)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
 
 
@@ -123,31 +124,31 @@ def discovered_only(env: str) -> str:
     return env
 
 
-class WorkbenchMCP(FastMCP):
-    """FastMCP whose failed tool calls answer one clear line, and whose ``env://`` resources are the
-    environments' files (a nested PATH matches too, which FastMCP's templates do not allow)."""
+class WorkbenchMCP(MCPServer):
+    """MCPServer whose failed tool calls answer one clear line, and whose ``env://`` resources are the
+    environments' files (a nested PATH matches too, which MCPServer's templates do not allow)."""
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
-            return await super().call_tool(name, arguments)
+            return await super().call_tool(name, arguments, context)
         except (Exception, SystemExit) as e:  # an environment's code may call sys.exit
-            return CallToolResult(content=[TextContent(type="text", text=error_line(e, tool=name))], isError=True)
+            return CallToolResult(content=[TextContent(type="text", text=error_line(e, tool=name))], is_error=True)
 
     async def list_resources(self) -> list[Any]:
         return [*await super().list_resources(), *await anyio.to_thread.run_sync(list_env_resources)]
 
-    async def read_resource(self, uri: Any) -> Any:
+    async def read_resource(self, uri: Any, context: Any = None) -> Any:
         if str(uri).startswith("env://"):
             content, mime = await anyio.to_thread.run_sync(read_env_uri, str(uri))
             return [ReadResourceContents(content=content, mime_type=mime)]
-        return await super().read_resource(uri)
+        return await super().read_resource(uri, context)
 
 
 def build_server(open_store: StoreOpener, *, max_rollouts: int = DEFAULT_MAX_ROLLOUTS,
-                 host: str = "127.0.0.1", port: int = 8000, remote: bool = False) -> WorkbenchMCP:
+                 remote: bool = False) -> WorkbenchMCP:
     """The server; ``open_store(read_only_ok)`` opens the store each call uses (and closes after it).
     ``remote`` (HTTP): tools that load code take only discovered environments' names, and no file paths."""
-    mcp = WorkbenchMCP("workbench", instructions=INSTRUCTIONS, host=host, port=port, log_level="WARNING")
+    mcp = WorkbenchMCP("workbench", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def in_thread(fn: Callable[[], Any]) -> dict[str, Any]:
         return _jsonable(await anyio.to_thread.run_sync(fn))

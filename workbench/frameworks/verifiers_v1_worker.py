@@ -20,14 +20,12 @@ request's ``id``); rollouts run concurrently on one event loop. Requests (``op``
 Anything the environment prints goes to stderr: stdout carries the answers only.
 """
 
-import asyncio
-import functools
 import itertools
-import json
 import os
 import sys
-import traceback
 from typing import Any
+
+from worker_loop import JsonWorker, Refused, serve  # type: ignore[import-not-found,unused-ignore]  # beside this file
 
 #: Runtimes that run elsewhere than this machine, and what they are.
 REMOTE_RUNTIMES = {"prime": "Prime Intellect's cloud sandboxes", "modal": "Modal's cloud sandboxes",
@@ -42,21 +40,13 @@ ENV_ID = "env_id"
 MAX_TASKS = 100_000
 
 
-class Refused(Exception):
-    """What Workbench does not run, said in one line."""
-
-
-class Worker:
+class Worker(JsonWorker):
     def __init__(self, out):
-        self.out = out
+        super().__init__(out)
         self.env: Any = None
         self.tasks: list = []
         self.serving: Any = None
         self.vf: Any = None
-
-    def send(self, message):
-        self.out.write(json.dumps(message, default=str) + "\n")
-        self.out.flush()
 
     # -- load ----------------------------------------------------------------------------------------
     async def load(self, module, path, env_args):
@@ -65,6 +55,9 @@ class Worker:
             # the environment's tool servers run as processes of their own (`python -m MODULE`)
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
         import verifiers.v1 as vf
+        from program_runs import install  # type: ignore[import-not-found,unused-ignore]  # beside this file
+
+        install()  # agent programs start from warm interpreters (program_runs.py)
         from verifiers.v1.utils.loaders import env_config_type, load_environment, resolve_env_config
 
         self.vf = vf
@@ -197,30 +190,22 @@ class Worker:
             trace.record_error(e)
         return {"ok": True, "errors": [], "traces": [_trace(trace)]}
 
-    async def handle(self, request):
-        rid = request.get("id")
-        try:
-            op = request.get("op")
-            if op == "load":
-                result = await self.load(request["module"], request.get("path"), request.get("env_args"))
-            elif op == "score":
-                result = await self.score(int(request["task"]), list(request["messages"]))
-            elif op == "rollout":
-                result = await self.rollout(int(request["task"]), request["base_url"], request["model"])
-            else:
-                raise Refused(f"unknown request {op!r}")
-            self.send({"id": rid, "ok": True, "result": result})
-        except Refused as e:
-            self.send({"id": rid, "ok": False, "error": str(e)})
-        except Exception as e:  # noqa: BLE001 - the environment's own failure, answered in one line
-            traceback.print_exc(file=sys.stderr)
-            self.send({"id": rid, "ok": False, "error": _one_line(e)})
+    async def dispatch(self, op, request):
+        if op == "load":
+            return await self.load(request["module"], request.get("path"), request.get("env_args"))
+        if op == "score":
+            return await self.score(int(request["task"]), list(request["messages"]))
+        if op == "rollout":
+            return await self.rollout(int(request["task"]), request["base_url"], request["model"])
+        raise Refused(f"unknown request {op!r}")
 
     async def close(self):
         if self.serving is not None:
             try:
                 await self.serving.__aexit__(None, None, None)
             except Exception:  # noqa: BLE001 - ending anyway
+                import traceback
+
                 traceback.print_exc(file=sys.stderr)
 
 
@@ -241,56 +226,5 @@ def _trace(t):
     }
 
 
-def _one_line(e):
-    text = " ".join(f"{type(e).__name__}: {e}".split())
-    return text[:600]
-
-
-def _forget(running, rid, _job):
-    running.pop(rid, None)
-
-
-async def main():
-    # The answers' channel is the real stdout; whatever the environment prints goes to stderr.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    worker = Worker(out)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    running: dict = {}  # request id -> its job
-    try:
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
-            try:
-                request = json.loads(line)
-            except ValueError:
-                worker.send({"id": None, "ok": False, "error": "malformed request: not JSON"})
-                continue
-            if request.get("op") == "close":
-                break
-            if request.get("op") == "cancel":  # the run gave up on it (a timeout, Ctrl-C): its agents stop
-                target = running.get(request.get("target"))
-                if target is not None:
-                    target.cancel()
-                continue
-            if request.get("op") == "load":  # the rest waits for the environment
-                await worker.handle(request)
-                continue
-            rid = request.get("id")
-            job = asyncio.ensure_future(worker.handle(request))
-            running[rid] = job
-            job.add_done_callback(functools.partial(_forget, running, rid))
-    finally:
-        jobs = list(running.values())
-        for job in jobs:
-            job.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
-        await worker.close()
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    serve(Worker)

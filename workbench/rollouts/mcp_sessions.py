@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pydantic
 
 from workbench.authoring.mcp_tools import MCPToolError, MCPTools
 from workbench.errors import EnvLoadError
@@ -30,6 +30,7 @@ from workbench.rollouts.mcp_transport import (
     host_connector,
     http_connector,
     install_relay,
+    off_spec,
     sandbox_connector,
 )
 
@@ -125,7 +126,7 @@ class RunToolsets:
                 self.owner[t.name] = i
                 self.schemas.append({"type": "function", "function": {
                     "name": t.name, "description": t.description or t.title or t.name,
-                    "parameters": t.inputSchema or {"type": "object", "properties": {}}}})
+                    "parameters": t.input_schema or {"type": "object", "properties": {}}}})
         for i, spec in enumerate(self.specs):
             missing = sorted(set(spec.include or ()) - {t.name for t in self.listed[i]})
             if missing:
@@ -211,10 +212,10 @@ class MCPSessions:
             res, text = await self._call(tool, args, by="reward")
         except (_Gone, _CallTimedOut) as e:
             raise MCPToolError(str(e)) from None
-        if res.isError:
+        if res.is_error:
             raise MCPToolError(f"MCP tool {tool!r} failed: {text[:500]}")
-        if res.structuredContent is not None:
-            sc = res.structuredContent
+        if res.structured_content is not None:
+            sc = res.structured_content
             return sc["result"] if isinstance(sc, dict) and set(sc) == {"result"} else sc
         try:
             return orjson.loads(text)
@@ -231,13 +232,14 @@ class MCPSessions:
             return f"Error: {e}"
         except _Gone as e:
             raise RolloutFailed("tool", f"mcp:{e.label}", str(e)) from None
-        if res.isError:
+        if res.is_error:
             self.rollout.errors.append(RolloutError("tool", tool, f"the MCP tool returned an error: {text[:300]}"))
             return f"Error: {text}" if not text.startswith("Error") else text
         return text
 
     async def _call(self, tool: str, args: dict[str, Any], by: str) -> tuple[Any, str]:
-        from mcp.shared.exceptions import McpError
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
 
         i = self.run.owner.get(tool) if by == "model" else self.run.owner.get(tool, self.run.any_owner.get(tool))
         if i is None:
@@ -250,29 +252,29 @@ class MCPSessions:
         try:
             if not h.alive:
                 raise _Gone(h, h.gone())
-            res = await _watched(h, h.session.call_tool(tool, args,
-                                                        read_timeout_seconds=timedelta(seconds=spec.call_timeout)))
-        except McpError as e:
+            res = await _watched(h, h.session.call_tool(tool, args, read_timeout_seconds=spec.call_timeout))
+        except MCPError as e:
             entry.update(error=True, ms=_ms(t0), result=str(e))
-            code = getattr(e.error, "code", None)
-            if code == 408 and h.alive:
+            if e.code == types.REQUEST_TIMEOUT and h.alive:
                 raise _CallTimedOut(f"the MCP tool {tool!r} did not answer within {spec.call_timeout:g}s") from None
-            if not h.alive or code == -32000:
+            if not h.alive or e.code == types.CONNECTION_CLOSED:
                 raise _Gone(h, h.gone(_text_of_error(e))) from None
-            from mcp import types
-
-            res = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+            res = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], is_error=True)
             return res, str(e)
         except _Gone as e:
             entry.update(error=True, ms=_ms(t0), result=str(e))
             raise
+        except pydantic.ValidationError as e:  # an answer outside the specification: a tool error, as the server's own
+            text = f"the MCP server {h.label!r} {off_spec(e)}"
+            entry.update(error=True, ms=_ms(t0), result=text)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True), text
         except Exception as e:
             if isinstance(e, OSError | EOFError) or type(e).__module__.startswith(("anyio", "httpx", "httpcore")):
                 entry.update(error=True, ms=_ms(t0), result=str(e))  # a transport that broke under the call
                 raise _Gone(h, h.gone(f"{type(e).__name__}: {e}")) from None
             raise
         text = result_text(res)
-        entry.update(error=bool(res.isError), ms=_ms(t0), result=text[:TRACE_RESULT_CHARS])
+        entry.update(error=bool(res.is_error), ms=_ms(t0), result=text[:TRACE_RESULT_CHARS])
         return res, text
 
     async def close(self) -> None:
@@ -334,14 +336,14 @@ def result_text(res: Any) -> str:
         if kind == "text":
             parts.append(c.text)
         elif kind == "image":
-            parts.append(f"[image {c.mimeType}, {len(c.data) * 3 // 4:,} bytes]")
+            parts.append(f"[image {c.mime_type}, {len(c.data) * 3 // 4:,} bytes]")
         elif kind == "audio":
-            parts.append(f"[audio {c.mimeType}]")
+            parts.append(f"[audio {c.mime_type}]")
         elif kind == "resource":
             r = c.resource
             parts.append(getattr(r, "text", None) or f"[resource {r.uri}]")
         elif kind == "resource_link":
             parts.append(f"[resource {c.uri}]")
-    if not parts and res.structuredContent is not None:
-        return orjson.dumps(res.structuredContent, default=str).decode()
+    if not parts and res.structured_content is not None:
+        return orjson.dumps(res.structured_content, default=str).decode()
     return "\n".join(parts)

@@ -1,7 +1,7 @@
 """Running MCP servers: one :class:`ServerHandle` per server, connected with the official ``mcp`` SDK.
 
 Three ways to reach a server: a stdio process on the host (the SDK's ``stdio_client``), a streamable
-HTTP URL (the SDK's ``streamablehttp_client``), and a stdio server inside a rollout's sandbox, whose
+HTTP URL (the SDK's ``streamable_http_client``), and a stdio server inside a rollout's sandbox, whose
 stdin and stdout are a unix socket in the sandbox pool's bridge folder (``mcp_relay.py`` runs there).
 
 The SDK's transports are anyio task groups that must be closed by the task that opened them, so each
@@ -20,6 +20,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import pydantic
 
 from workbench.authoring.mcp_tools import MCPTools
 from workbench.errors import EnvLoadError
@@ -84,6 +86,7 @@ class ServerHandle:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await connect(stack)
+                read = await stack.enter_async_context(_typed_input_schemas(read))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 self.tools = await _list_tools(session)
@@ -113,6 +116,8 @@ class ServerHandle:
         if isinstance(first, PermissionError) and self.spec.command:
             return ServerStartError(f"MCP server {self.label!r}: the command {self.spec.command[0]!r} is not "
                                     "executable")
+        if isinstance(first, pydantic.ValidationError):
+            return ServerStartError(f"MCP server {self.label!r} {off_spec(first)}")
         reason = _describe(first)
         if self.spec.url:
             return ServerStartError(f"MCP server {self.label!r} at {self.spec.url} did not start a session "
@@ -179,13 +184,46 @@ class ServerHandle:
         return f"the MCP server {self.label!r}{where} went away during the rollout" + (f" ({why})" if why else "") + tail
 
 
+@contextlib.asynccontextmanager
+async def _typed_input_schemas(read: Any) -> AsyncIterator[Any]:
+    """The server's messages, each listed tool's input schema given the ``"type": "object"`` that the MCP
+    specification requires where the server leaves it out. The SDK refuses such a listing whole; servers in wide
+    use send one (``@modelcontextprotocol/server-filesystem`` 2025.8.21 lists schemas of ``{"$schema": ...}``
+    alone for its tools without arguments), and an object is what they mean."""
+    import anyio
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    send, recv = anyio.create_memory_object_stream[Any](0)
+
+    async def pump() -> None:
+        async with send:
+            async for item in read:
+                if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCResponse):
+                    listed = item.message.result.get("tools") if isinstance(item.message.result, dict) else None
+                    for tool in listed if isinstance(listed, list) else ():
+                        schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+                        if isinstance(schema, dict) and "type" not in schema:
+                            schema["type"] = "object"
+                await send.send(item)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump)
+        try:
+            yield recv
+        finally:
+            tg.cancel_scope.cancel()
+
+
 async def _list_tools(session: Any) -> list[Any]:
+    from mcp import types
+
     tools: list[Any] = []
     cursor = None
     while True:
-        page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+        page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         tools += page.tools
-        cursor = page.nextCursor
+        cursor = page.next_cursor
         if not cursor:
             return tools
 
@@ -196,9 +234,19 @@ def _first_leaf(e: BaseException) -> BaseException:
     return e
 
 
+def off_spec(e: pydantic.ValidationError) -> str:
+    """What a server did when the SDK refuses its answer as outside the MCP specification (the SDK checks
+    every result against the protocol version the session agreed on), as the end of a sentence."""
+    problems = e.errors()
+    first = problems[0] if problems else {"loc": (), "msg": str(e)}
+    where = ".".join(str(x) for x in first["loc"])
+    more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
+    return f"answered with a {e.title} the MCP specification does not allow ({where}: {first['msg']}{more})"
+
+
 def _describe(e: BaseException) -> str:
     text = str(e).strip()
-    if type(e).__name__ == "McpError" and "Connection closed" in text:
+    if type(e).__name__ == "MCPError" and "Connection closed" in text:
         return "the connection closed"
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
@@ -256,15 +304,18 @@ def forked_connector(spec: MCPTools, handle: ServerHandle, zygote: Any, env_dir:
 
 
 def http_connector(spec: MCPTools) -> Connector:
-    from mcp.client.streamable_http import streamablehttp_client
+    """A streamable HTTP server: the toolset's headers on every request; connecting, writing and waiting
+    for a connection within ``startup_timeout``, reading (a call's answer) within ``call_timeout``."""
+    import httpx2  # the MCP SDK's HTTP client
+    from mcp.client.streamable_http import streamable_http_client
 
     assert spec.url is not None
     url = spec.url
 
     async def connect(stack: contextlib.AsyncExitStack) -> Streams:
-        read, write, _ = await stack.enter_async_context(
-            streamablehttp_client(url, headers=dict(spec.headers or {}), timeout=spec.startup_timeout,
-                                  sse_read_timeout=max(spec.call_timeout, 60.0)))
+        timeout = httpx2.Timeout(spec.startup_timeout, read=max(spec.call_timeout, 60.0))
+        client = await stack.enter_async_context(httpx2.AsyncClient(headers=dict(spec.headers or {}), timeout=timeout))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return read, write
 
     return connect
@@ -371,7 +422,7 @@ async def _stream_transport(reader: asyncio.StreamReader, writer: asyncio.Stream
         async with read_send:
             while line := await reader.readline():
                 try:
-                    msg = types.JSONRPCMessage.model_validate_json(line)
+                    msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 except Exception as e:
                     await read_send.send(e)
                     continue
@@ -380,7 +431,7 @@ async def _stream_transport(reader: asyncio.StreamReader, writer: asyncio.Stream
     async def pump_out() -> None:
         async with write_recv:
             async for sm in write_recv:
-                writer.write(sm.message.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
+                writer.write(sm.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
                 await writer.drain()
 
     async with anyio.create_task_group() as tg:

@@ -3,7 +3,7 @@
 A Python MCP server spends most of its start importing the SDK (pydantic, starlette, anyio: about half
 a second of CPU). A per-rollout host server (``MCPTools(per_rollout=True, sandboxed=False)``) whose
 command is ``[<this interpreter>, script.py, ...]`` is instead forked from a zygote: one process per
-toolset that imports ``mcp.server.fastmcp`` once and then, per server, forks a child that connects to
+toolset that imports ``mcp.server.mcpserver`` once and then, per server, forks a child that connects to
 a fresh unix socket (its stdin and stdout), takes the server's environment and working directory, and
 runs the script as ``__main__``. The host speaks to it as to any stdio server.
 
@@ -72,7 +72,7 @@ for line in iter(ctl.readline, b""):
 """
 
 #: What the zygote imports up front.
-PRELOAD = ("mcp.server.fastmcp",)
+PRELOAD = ("mcp.server.mcpserver",)
 
 
 def forkable(argv: list[str]) -> bool:
