@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the sandbox tests and runtimes need from the system: bubblewrap (wb.Local's isolation),
 # busybox-static (the offline sandbox image), a running Docker engine (wb.Docker) and Node with npm
-# (the real agent programs and MCP servers the sandbox tests run). As root with
+# (the real agent programs and MCP servers the sandbox tests run), and podman (Harbor's own runs). As root with
 # apt it installs and starts them; otherwise it says in one line what is missing and how to add it.
 # Idempotent and quick when everything is there. Set WORKBENCH_SKIP_SYSTEM=1 to skip it.
 set -euo pipefail
@@ -23,6 +23,19 @@ if ((${#need[@]})); then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   else
     echo "setup: not installed: ${need[*]} (wb.Local and wb.Docker sandboxes need them; their tests skip); install with: sudo apt-get install ${need[*]}" >&2
+  fi
+fi
+
+# podman, with what it recommends (its runtime helpers): `harbor run`, the oracle of the Harbor tests, runs its
+# tasks with podman here, as Debian has no `docker compose` plugin for its Docker environment.
+if ! command -v podman >/dev/null; then
+  if ((root)) && command -v apt-get >/dev/null; then
+    echo "setup: installing podman" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq podman >/dev/null
+  else
+    echo "setup: not installed: podman (the Harbor oracle tests skip); install with: sudo apt-get install podman" >&2
   fi
 fi
 

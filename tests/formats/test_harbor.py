@@ -105,14 +105,14 @@ def test_a_dataset_is_one_environment_with_a_task_per_folder_and_its_limits() ->
     env = discovery.load_ref(ref)
     assert env.dialect == "harbor" and isinstance(env.runtime, HarborRuntime)
     tasks = list(env.tasks)
-    assert [t.id for t in tasks] == ["hello", "json-reward"]
+    assert [t.id for t in tasks] == ["hello", "workbench/json-reward"]
     hello = tasks[0]
     assert hello.prompt == (HELLO / "instruction.md").read_text()
     assert hello.answer is not None  # the reference solution is the gold answer
     info = hello.info["harbor"]
     assert (info["agent_timeout_s"], info["verifier_timeout_s"], info["memory_mb"]) == (120.0, 60.0, 256)
     assert env.runtime.tasks["hello"].network is False  # allow_internet = false
-    assert env.runtime.tasks["json-reward"].memory_mb == 512  # the older memory = "512M"
+    assert env.runtime.tasks["workbench/json-reward"].memory_mb == 512  # the older memory = "512M"
     assert env.version == discovery.load(str(TASKS)).version
 
 
