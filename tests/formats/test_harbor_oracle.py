@@ -110,8 +110,9 @@ def docker() -> None:
 def harbor_venv() -> Path:
     python = harbor_oracle.find_python312()
     if python is None:
-        missing_component("Harbor needs Python >= 3.12, which this machine lacks (none on PATH, under pyenv or "
-                          "known to uv)")
+        # not the setup's to provide: Debian 12's packages have no Python 3.12, and uv cannot download one offline
+        pytest.skip("Harbor needs Python >= 3.12, which this machine lacks (none on PATH, under pyenv or known to "
+                    "uv) and which the setup cannot install (Debian 12 has none; downloads are offline)")
     assert python is not None
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench-tests"
     return harbor_oracle.harbor_venv(python, cache)
