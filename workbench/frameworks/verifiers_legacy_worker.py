@@ -31,6 +31,7 @@ import sys
 import traceback
 from typing import Any
 
+import shared_tls  # type: ignore[import-not-found,unused-ignore]  # beside this file
 from verifiers_legacy_checks import (  # type: ignore[import-not-found,unused-ignore]  # beside this file
     check_supported,
     download_error,
@@ -171,6 +172,7 @@ class Worker(JsonWorker):
         self.functions: list = []  # (name, owner, function, weight, is_group)
         self.live: collections.OrderedDict = collections.OrderedDict()
         self.clients: dict = {}
+        self.http: Any = None  # the HTTP client of every rollout's model client (made on first use)
 
     async def dispatch(self, op, request):
         if op == "load":
@@ -264,16 +266,19 @@ class Worker(JsonWorker):
 
     # -- rollouts ------------------------------------------------------------------------------------
     def client(self, base_url):
-        from openai import AsyncOpenAI
-
+        """verifiers' client for one rollout's URL; every rollout's shares one HTTP client (its connections, and
+        the TLS context that is most of what starting one costs)."""
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         found = self.clients.get(base_url)
         if found is None:
             if len(self.clients) > 64:
                 self.clients.clear()
+            if self.http is None:
+                self.http = DefaultAsyncHttpxClient(timeout=3600.0)
             # no retries here: Workbench's proxy answers for the model, and a failure is the rollout's
             openai = AsyncOpenAI(base_url=base_url, api_key=os.environ.get(KEY_VAR, "unused"), max_retries=0,
-                                 timeout=3600.0)
+                                 timeout=3600.0, http_client=self.http)
             found = self.clients[base_url] = legacy("clients").OpenAIChatCompletionsClient(openai)
         return found
 
@@ -368,4 +373,5 @@ def named_args(fn, merged):
 
 
 if __name__ == "__main__":
+    shared_tls.share()  # an env's own clients (a judge's) start without loading the CA bundle each time
     serve(Worker)
