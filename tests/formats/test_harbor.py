@@ -54,23 +54,6 @@ def cli(tmp_path: Path) -> Callable[..., CliResult]:
     return run
 
 
-@pytest.fixture(scope="module")
-def docker() -> Any:
-    if not shutil.which("dockerd") and not Path("/var/run/docker.sock").exists():
-        pytest.skip("Docker cannot run on this machine: no dockerd binary and no engine socket")
-    from workbench_local.sandbox.docker_api import connect
-    from workbench_local.sandbox.image import build_default_image
-
-    from workbench.authoring.sandbox import SandboxError
-
-    try:
-        client = connect()
-    except SandboxError as e:
-        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
-    build_default_image(client)
-    return client
-
-
 def runs(db: Path) -> int:
     """The runs recorded in the store (0 while it or its tables do not exist)."""
     if not db.exists():

@@ -91,22 +91,6 @@ class Oracle:
 
 
 @pytest.fixture(scope="module")
-def docker() -> None:
-    if not shutil.which("dockerd") and not Path("/var/run/docker.sock").exists():
-        pytest.skip("Docker cannot run on this machine: no dockerd binary and no engine socket")
-    from workbench_local.sandbox.docker_api import connect
-    from workbench_local.sandbox.image import build_default_image
-
-    from workbench.authoring.sandbox import SandboxError
-
-    try:
-        client = connect()
-    except SandboxError as e:
-        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
-    build_default_image(client)
-
-
-@pytest.fixture(scope="module")
 def harbor_venv() -> Path:
     python = harbor_oracle.find_python312()
     if python is None:
