@@ -5,8 +5,12 @@ image, built once before the timed rounds), played by the terminal agent against
 (one bash tool call that solves the task, then a final answer), every task in a fresh container of its own,
 its tests run and its reward read. Prints Harbor tasks per minute of `workbench eval` (the run's own
 rollouts/s, and the whole command's wall time with the process start) and of `workbench validate` (each task
-scored twice: the reference solution and doing nothing, one container each). Needs the Docker engine. Run:
-python scripts/bench_formats.py harbor [--tasks 16] [-c 4] [--repeat 2] [--json]
+scored twice: the reference solution and doing nothing, one container each), and, in the same run, of
+`harbor run` with Harbor's no-op agent on the same tasks (Harbor 0.26 on podman, in a Python 3.12 environment,
+as the oracle tests run it: a container and the tests a task, no model), and the ratio of eval's whole command to
+Harbor's. The tasks are copied as Harbor can run them offline (its default network, an `org/name` task name).
+Needs the Docker engine (and, for Harbor, Python >= 3.12 and podman). Run:
+python scripts/bench_formats.py harbor [--tasks 16] [-c 4] [--repeat 2] [--no-harbor] [--json]
 
 ``verifiers``: a verifiers 0.4 (v1) single-turn taskset (tests/frameworks/v1_envs/v1_single, N tasks), evaluated
 by `workbench eval` (the env in verifiers' own isolated environment, reached through Workbench's bridge) and by
@@ -41,10 +45,37 @@ SCRIPT = [{"tool_calls": [{"id": "c1", "type": "function", "function": {
 
 
 def dataset(where: Path, n: int) -> Path:
+    """N copies of ``hello``, each as Harbor can run it offline too (``harbor_oracle.harbor_copy``)."""
+    from tests.formats.harbor_oracle import harbor_copy
+
     root = where / "harbor-bench"
     for i in range(n):
-        shutil.copytree(HELLO, root / f"hello-{i:03d}")
+        harbor_copy(HELLO, root / f"hello-{i:03d}")
     return root
+
+
+def harbor_baseline(root: Path, where: Path, concurrency: int, repeat: int) -> dict:
+    """`harbor run` of its no-op agent on the same tasks (Harbor 0.26 on podman, as its oracle tests run it):
+    a container and the tests per task, no model. Tasks per minute of the whole command, one value a round."""
+    from tests.formats import harbor_oracle
+
+    python = harbor_oracle.find_python312()
+    if python is None or not shutil.which("podman"):
+        return {"harbor": "not measured: Harbor needs Python >= 3.12 and podman, which this machine lacks"}
+    venv = harbor_oracle.harbor_venv(python, Path.home() / ".cache" / "workbench-tests")
+    podman = harbor_oracle.start_podman(where / "podman")
+    try:
+        harbor_oracle.load_base_image(podman, "workbench-sandbox:2", where / "base-image")
+        per_min, lost = [], 0
+        for i in range(repeat):
+            t0 = time.perf_counter()
+            trials = harbor_oracle.harbor_run(venv, podman, root, "nop", where / "jobs", f"round{i}", concurrency)
+            wall = time.perf_counter() - t0
+            lost += sum(t.exception is not None for t in trials)
+            per_min.append(sum(t.exception is None for t in trials) / wall * 60)
+        return {"harbor_nop_tasks_per_min": round(statistics.median(per_min), 1), "harbor_lost_trials": lost}
+    finally:
+        podman.run("system", "reset", "--force", timeout=300)
 
 
 def workbench(args: list[str], home: Path) -> tuple[dict, float]:
@@ -64,7 +95,7 @@ def workbench(args: list[str], home: Path) -> tuple[dict, float]:
     return json.loads(out.stdout.strip().splitlines()[-1]), wall
 
 
-def bench_harbor(n: int, concurrency: int, repeat: int) -> dict:
+def bench_harbor(n: int, concurrency: int, repeat: int, with_harbor: bool = True) -> dict:
     mock, base_url = start_mock("script", "--by-turn", "--script", json.dumps(SCRIPT))
     try:
         with tempfile.TemporaryDirectory(prefix="wb-bench-harbor-") as tmp:
@@ -85,13 +116,17 @@ def bench_harbor(n: int, concurrency: int, repeat: int) -> dict:
                 if res["gold"].get("total") != 1.0 or res["empty"].get("total") != 0.0:
                     raise SystemExit(f"validate round {i}: gold {res['gold']}, empty {res['empty']}")
                 validates.append(n / wall * 60)
+            theirs = harbor_baseline(root, Path(tmp) / "harbor", concurrency, repeat) if with_harbor else {}
     finally:
         mock.terminate()
         mock.wait(15)
-    return {"format": "harbor", "tasks": n, "concurrency": concurrency, "repeat": repeat,
-            "eval_tasks_per_min": round(statistics.median(evals), 1),
-            "eval_tasks_per_min_with_start": round(statistics.median(evals_wall), 1),
-            "validate_tasks_per_min": round(statistics.median(validates), 1)}
+    result = {"format": "harbor", "tasks": n, "concurrency": concurrency, "repeat": repeat,
+              "eval_tasks_per_min": round(statistics.median(evals), 1),
+              "eval_tasks_per_min_with_start": round(statistics.median(evals_wall), 1),
+              "validate_tasks_per_min": round(statistics.median(validates), 1), **theirs}
+    if "harbor_nop_tasks_per_min" in theirs:
+        result["ratio_with_start"] = round(result["eval_tasks_per_min_with_start"] / theirs["harbor_nop_tasks_per_min"], 2)
+    return result
 
 
 V1_ENVS = ROOT / "tests" / "frameworks" / "v1_envs"
@@ -153,9 +188,12 @@ def main() -> None:
     ap.add_argument("-c", "--concurrency", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-harbor", action="store_true", help="harbor: leave out Harbor's own run of the same tasks")
     a = ap.parse_args()
-    bench = bench_verifiers if a.format == "verifiers" else bench_harbor
-    result = bench(a.tasks, a.concurrency, a.repeat)
+    if a.format == "verifiers":
+        result = bench_verifiers(a.tasks, a.concurrency, a.repeat)
+    else:
+        result = bench_harbor(a.tasks, a.concurrency, a.repeat, with_harbor=not a.no_harbor)
     if a.json:
         print(json.dumps(result))
     elif a.format == "verifiers":
@@ -166,7 +204,10 @@ def main() -> None:
     else:
         print(f"Harbor, {a.tasks} tasks at -c {a.concurrency} (median of {a.repeat}): eval "
               f"{result['eval_tasks_per_min']} tasks/min ({result['eval_tasks_per_min_with_start']} with the "
-              f"process start), validate {result['validate_tasks_per_min']} tasks/min (two containers a task)")
+              f"process start), validate {result['validate_tasks_per_min']} tasks/min (two containers a task); "
+              + (f"harbor run (nop agent, podman) {result['harbor_nop_tasks_per_min']} tasks/min, "
+                 f"{result['harbor_lost_trials']} trials lost: eval {result['ratio_with_start']}x with its start"
+                 if "ratio_with_start" in result else str(result.get("harbor", "harbor run not measured"))))
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -86,6 +87,16 @@ def harbor_venv(python: str, cache: Path) -> Path:
             raise RuntimeError(f"building Harbor's virtual environment failed: {' '.join(step)}: "
                                f"{(done.stderr or done.stdout).strip()[-2000:]}")
     return venv
+
+
+def harbor_copy(task: Path, dest: Path) -> Path:
+    """``task`` copied for Harbor on an offline machine: its default network, and a name in ``org/name`` form."""
+    shutil.copytree(task, dest, symlinks=True)
+    toml = dest / "task.toml"
+    text = re.sub(r'(?m)^\s*(allow_internet\s*=\s*false|network_mode\s*=\s*"no-network")\s*\n', "", toml.read_text())
+    text = re.sub(r'(?m)^(name\s*=\s*")([^"/]+")', r"\1workbench/\2", text)
+    toml.write_text(text)
+    return dest
 
 
 def podman_settings(root: Path, driver: str) -> dict[str, str]:

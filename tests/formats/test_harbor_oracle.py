@@ -17,7 +17,6 @@ first run builds Harbor's Python 3.12 environment (cached under the user's cache
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.formats import harbor_oracle
-from tests.formats.harbor_oracle import Trial
+from tests.formats.harbor_oracle import Trial, harbor_copy
 from tests.helpers import MockServer, cli_environment, last_json, mock_args, run_workbench
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -53,16 +52,6 @@ def missing_component(reason: str) -> None:
     if os.environ.get("WORKBENCH_TEST_STRICT_SYSTEM") == "1":
         pytest.fail(reason)
     pytest.skip(reason)
-
-
-def harbor_copy(task: Path, dest: Path) -> Path:
-    """``task`` copied for Harbor on an offline machine: its default network, and a name in ``org/name`` form."""
-    shutil.copytree(task, dest, symlinks=True)
-    toml = dest / "task.toml"
-    text = re.sub(r'(?m)^\s*(allow_internet\s*=\s*false|network_mode\s*=\s*"no-network")\s*\n', "", toml.read_text())
-    text = re.sub(r'(?m)^(name\s*=\s*")([^"/]+")', r"\1workbench/\2", text)
-    toml.write_text(text)
-    return dest
 
 
 def make_dataset(root: Path) -> Path:
