@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.formats.test_harbor import bash_call, cli, docker, mock  # noqa: F401  (fixtures)
+from tests.formats.test_harbor import bash_call, cli, mock  # noqa: F401  (fixtures; docker: conftest)
 from tests.helpers import CliResult, MockServer, last_json
 from workbench.authoring import discovery
 from workbench.errors import EnvLoadError
