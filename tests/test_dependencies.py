@@ -18,6 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
+from workbench import frameworks
 
 FIRST_PARTY = {"workbench", "workbench_app", "workbench_local", "workbench_cloud", "workbench_envs"}
 FEATURES = {"hf", "verifiers", "inspect", "openai-evals"}  # optional features of the domain, imported inside functions
@@ -44,12 +45,17 @@ def _declared() -> tuple[set[str], dict[str, set[str]]]:
     return names(project["dependencies"]), {k: names(v) for k, v in project["optional-dependencies"].items()}
 
 
+#: The files that run in a framework's own interpreter (its workers), whose imports are that framework's.
+WORKER_SIDE = {Path("workbench/frameworks") / f"{name}.py" for name in frameworks.WORKER_SIDE}
+
+
 def _modules(folder: str, skip: tuple[str, ...]) -> Iterator[Path]:
-    """The files setuptools installs from a folder: those reached through ``__init__.py`` files (an
-    environment's task repositories are data, not modules of the product)."""
+    """The files setuptools installs from a folder that run in Workbench's interpreter: those reached through
+    ``__init__.py`` files (an environment's task repositories are data, not modules of the product), less the
+    frameworks' worker side."""
     for path in sorted((REPO / folder).rglob("*.py")):
         rel = path.relative_to(REPO)
-        if any(rel.is_relative_to(s) for s in skip) or "__pycache__" in rel.parts:
+        if any(rel.is_relative_to(s) for s in skip) or "__pycache__" in rel.parts or rel in WORKER_SIDE:
             continue
         if all((REPO / Path(*rel.parts[:i]) / "__init__.py").is_file() for i in range(1, len(rel.parts))):
             yield path
@@ -99,3 +105,11 @@ def test_imports_inside_functions_are_told_apart() -> None:
                      "\nclass C:\n    async def m(self):\n        import i\n    import j\nfrom . import k\n")
     assert sorted(_imports(tree)) == [("a", 1, False), ("c", 2, False), ("e", 5, True), ("g", 8, True),
                                       ("i", 12, True), ("j", 13, False)]
+
+
+def test_the_worker_side_names_files_that_exist_and_import_no_workbench() -> None:
+    """The frameworks' worker side is left out above; each file exists, and none imports Workbench, whose
+    interpreter it never runs in."""
+    for rel in sorted(WORKER_SIDE):
+        imported = {name for name, _, _ in _imports(ast.parse((REPO / rel).read_text()))}
+        assert (REPO / rel).is_file() and not imported & FIRST_PARTY, (rel, imported & FIRST_PARTY)
