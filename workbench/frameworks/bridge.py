@@ -45,7 +45,8 @@ class WorkerBridge:
         self.name = name
         self._ids = itertools.count(1)
         self._waiting: dict[int, concurrent.futures.Future[Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the requests waiting for an answer
+        self._writing = threading.Lock()  # one request at a time on the worker's stdin
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         try:
             self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -68,17 +69,21 @@ class WorkerBridge:
                 future.set_exception(WorkerError(self._died()))
                 return future
             self._waiting[rid] = future
+        # Written outside ``_lock``: a write waits while the worker's stdin is full, and the worker reads it
+        # only once its answers are taken, which the reader thread does under ``_lock``.
+        with self._writing:
             try:
                 self.proc.stdin.write(line)
                 self.proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
-                self._waiting.pop(rid, None)
+                with self._lock:
+                    self._waiting.pop(rid, None)
                 future.set_exception(WorkerError(self._died()))
         return future
 
     def notify(self, op: str, **fields: Any) -> None:
         """Send a request that has no answer (``cancel``)."""
-        with self._lock:
+        with self._writing:
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write(orjson.dumps({"op": op, **fields}) + b"\n")
