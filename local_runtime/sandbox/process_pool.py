@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from workbench_local.sandbox.bwrap import (
 from workbench_local.sandbox.cgroup import Hierarchy, MemoryGroup
 from workbench_local.sandbox.cgroup import detect as detect_cgroup
 from workbench_local.sandbox.channel import agent_code, warm_config
+from workbench_local.sandbox.confine import confinement
 from workbench_local.sandbox.fs import (
     parse_bind,
     pool_dir,
@@ -91,6 +93,12 @@ class ProcessPool(SandboxPool):
         self.agent_program: bytes | None = None
         self.agent_ok = False  # an agent has started in this pool (later failures are that sandbox's own)
         self.cgroups: Hierarchy | None = None
+
+    @staticmethod
+    def confinement(runtime: Local, *, read_only: Sequence[str | Path], writable: Sequence[str | Path],
+                    tmp: str | Path | None = None) -> list[str]:
+        """One command another program starts, confined as this runtime's sandboxes are (``confine.py``)."""
+        return confinement(runtime, read_only=read_only, writable=writable, tmp=tmp)
 
     def per_sandbox_nproc(self, uid: int | None) -> bool:
         """Whether RLIMIT_NPROC counts one sandbox's processes only: inside its own user namespace, or

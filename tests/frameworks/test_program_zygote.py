@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -133,8 +134,24 @@ def test_modules_a_run_imported_are_loaded_for_the_runs_after_it(runs: ModuleTyp
     assert not _seen(_fresh(script, ["ok"], env, cwd)[1])["csv_loaded"]
 
 
-def test_a_cancelled_run_is_killed_with_its_process_group(runs: ModuleType, script: Path, tmp_path: Path) -> None:
-    env, cwd, started = _env(tmp_path), tmp_path / "work", tmp_path / "started"
+@pytest.fixture(params=["here", "confined"])
+def where(request: pytest.FixtureRequest, runs: ModuleType, tmp_path: Path) -> Iterator[str]:
+    """Where the fork server runs: as a process of this machine, or confined as ``wb.Local()`` confines (its
+    own PID namespace, where the pid it reports means another process than here: it kills the run itself)."""
+    if request.param == "confined":
+        import workbench as wb
+
+        venv = Path(sys.executable).parent.parent
+        prefix = wb.Local().confinement(read_only=[venv, Path(sys.base_prefix), FRAMEWORKS, tmp_path / "scripts"],
+                                        writable=[tmp_path / "work"], tmp=tmp_path)
+        runs.confined_runs._PREFIX[:] = prefix
+    yield request.param
+    runs.confined_runs._PREFIX.clear()
+
+
+def test_a_cancelled_run_is_killed_with_its_process_group(runs: ModuleType, script: Path, tmp_path: Path,
+                                                          where: str) -> None:
+    env, cwd, started = _env(tmp_path), tmp_path / "work", tmp_path / "work" / "started"
 
     async def cancel_when_started() -> int:
         zygote = await runs._Zygote.start(sys.executable, str(script))
@@ -142,6 +159,7 @@ def test_a_cancelled_run_is_killed_with_its_process_group(runs: ModuleType, scri
         while not started.exists():
             await asyncio.sleep(0.01)
         (pid,) = [int(p) for p in os.listdir("/proc") if p.isdigit() and _runs_script(int(p), script)]
+        assert runs.confined_runs.confined() == (where == "confined")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -213,6 +213,38 @@ def test_the_tool_servers_calls_are_in_the_trace(v1_python: Path, mock_server: C
     assert row["state"]["verifiers"]["stop_condition"] == "agent_completed"
 
 
+#: What the model's bash command tries: read a file of the host's /tmp, write into the project, count the
+#: processes it can see, write its own home and /tmp.
+_ESCAPE = ("cat {secret} || echo no-secret; echo pwn > {project}/PWNED || echo no-write; "
+           "echo procs=$(ls -d /proc/[0-9]* | wc -l); touch $HOME/ok && echo home-ok; touch /tmp/{mark} && echo tmp-ok")
+
+
+def test_the_agents_commands_run_confined_by_workbench_local_runtime(
+        v1_python: Path, mock_server: Callable[..., Any], cli: Callable[..., Any], cli_env: dict[str, str],
+        store_path: Path, tmp_path: Path) -> None:
+    """verifiers' ``bash`` harness runs the model's command on its local runtime; in Workbench that runtime's
+    processes are confined as ``wb.Local()`` confines a sandbox: the host's files and processes out of sight,
+    the project read-only, a home and a ``/tmp`` of the agents' own."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the host's secret\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    mark = f"wb-confined-{tmp_path.name}-{os.getpid()}"
+    command = _ESCAPE.format(secret=secret, project=project, mark=mark)
+    mock = _mock(mock_server, {"mode": "script", "by_turn": "", "script": [_call("bash", {"command": command}), "1"]})
+    r = cli("eval", ENVS / "v1_single", "-a", json.dumps({"num_tasks": 1}), "--base-url", mock.base_url,
+            "-m", "mock-model", "-n", 1, "--json", env=workbench_env(cli_env), timeout=600)
+    assert r.rc == 0, r.stderr[-3000:]
+    (row,) = stored(store_path, last_json(r.stdout)["run_id"])
+    (seen,) = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+    assert "the host's secret" not in seen and "no-secret" in seen, seen
+    assert "no-write" in seen and not (project / "PWNED").exists(), seen
+    assert "home-ok" in seen and "tmp-ok" in seen and not (Path("/tmp") / mark).exists(), seen
+    procs = int(seen.split("procs=")[1].split()[0])
+    assert procs < 20, seen  # the sandbox's own few (bwrap's init, the agent, its shell), not the machine's
+    assert row["status"] == "ok" and row["calls"] == 2
+
+
 def test_loaded_in_process_it_is_a_workbench_environment_of_the_v1_dialect(v1_python: Path) -> None:
     from workbench.authoring import discovery
     from workbench.frameworks.verifiers_v1 import V1Harness

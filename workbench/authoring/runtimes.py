@@ -82,6 +82,20 @@ class Runtime:
         pool_cls = plugins.load("sandbox_pools", self.kind, is_pool_class)
         return pool_cls(self, run_id=run_id, size=self.warm_size(size), env_dir=env_dir)
 
+    def confinement(self, *, read_only: Sequence[str | Path], writable: Sequence[str | Path],
+                    tmp: str | Path | None = None) -> list[str]:
+        """The command-line prefix that runs one command, which another program starts, confined as this
+        runtime confines its own (its pool class's ``confinement``; the caller adds ``--chdir DIR -- ARGV``),
+        or [] where the runtime asks for no isolation. ``tmp`` names the host folder that is its ``/tmp``
+        (else an empty one). A runtime that cannot confine such a command is refused in one line."""
+        found = plugins.load("sandbox_pools", self.kind, is_pool_class) \
+            if plugins.available("sandbox_pools", self.kind) else None
+        confine = getattr(found, "confinement", None)
+        if confine is None:
+            raise SandboxError(f"the {self.kind!r} runtime cannot confine a program another framework starts; "
+                               "use wb.Local()")
+        return list(confine(self, read_only=read_only, writable=writable, tmp=tmp))
+
     def warm_size(self, concurrency: int) -> int:
         """How many sandboxes to keep warm for ``concurrency`` rollouts at once: a quarter more (at least one),
         so a rollout that starts while another's sandbox is still being reset finds one ready instead of

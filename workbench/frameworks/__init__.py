@@ -4,4 +4,4 @@
 #: and that framework only, each finding the others beside its own file. Workbench's checks of its own imports
 #: and dependencies leave them out.
 WORKER_SIDE = ("worker_loop", "verifiers_v1_worker", "verifiers_legacy_worker", "verifiers_legacy_checks",
-               "program_runs", "program_zygote", "shared_tls")
+               "program_runs", "program_zygote", "shared_tls", "confined_runs")

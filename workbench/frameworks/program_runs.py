@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import confined_runs  # type: ignore[import-not-found,unused-ignore]  # beside this file
 import shared_tls  # type: ignore[import-not-found,unused-ignore]  # beside this file
 
 ZYGOTE = Path(__file__).with_name("program_zygote.py")
@@ -42,9 +43,10 @@ class _Zygote:
     async def start(cls, interpreter, script):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
+            argv = confined_runs.wrap([interpreter, str(ZYGOTE), script, str(theirs.fileno())], os.path.dirname(script))
             proc = await asyncio.create_subprocess_exec(
-                interpreter, str(ZYGOTE), script, str(theirs.fileno()), pass_fds=[theirs.fileno()],
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, start_new_session=True)
+                *argv, pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, start_new_session=True)
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -100,11 +102,21 @@ class _Zygote:
             finally:
                 del self.waiting[rid]
                 if pid is not None:  # cancelled (a timeout) while it runs: its whole group goes, as the runtime does
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pid, signal.SIGKILL)
+                    self.kill(rid, pid)
             out.seek(0)
             err.seek(0)
             return ended["exit"], out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+    def kill(self, rid, pid):
+        """End run ``rid``'s process group: here, or by the server where it runs confined (its own PID
+        namespace, where ``pid`` means another process)."""
+        if not confined_runs.confined():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            return
+        with contextlib.suppress(OSError):  # a full buffer or an ended server: its namespace ends with it
+            self.sock.send(json.dumps({"kill": rid}).encode())
 
 
 async def _send_fds(sock, data, fds):

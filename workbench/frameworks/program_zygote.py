@@ -9,7 +9,8 @@ file descriptors: a file holding ``{"argv", "env", "cwd"}`` and the run's stdin,
 starts its own session (its process group is its pid), takes the three streams, the folder, exactly that
 environment and ``sys.argv = argv``, and runs the script. Answers are packets too: ``{"id", "pid"}`` once it
 runs, ``{"id", "exit": CODE}`` when it ended (a negative code is the signal that ended it), ``{"id", "error"}``
-when it could not start. ``{"ready": true}`` is the first packet, after the dependencies are imported; the server
+when it could not start. ``{"kill": N}`` (no descriptors) ends run ``N``'s process group, for a caller that
+cannot (the server runs in a PID namespace of its own). ``{"ready": true}`` is the first packet, after the dependencies are imported; the server
 ends when the socket closes.
 
 What a run sees is what a fresh ``INTERPRETER SCRIPT ARGS`` sees, except that the script is compiled once, its
@@ -138,7 +139,16 @@ def serve(sock, script, code_obj, report):
         data, fds, _, _ = socket.recv_fds(sock, _PACKET, 4)
         if not data:
             return
-        rid = json.loads(data)["id"]
+        message = json.loads(data)
+        if "kill" in message and not fds:  # a run given up: its whole group goes (its pid is this namespace's)
+            for rid, pid in list(runs.values()):
+                if rid == message["kill"]:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            continue
+        rid = message["id"]
         if len(fds) != 4:
             for fd in fds:
                 os.close(fd)

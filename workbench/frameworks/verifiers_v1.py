@@ -34,7 +34,9 @@ import concurrent.futures
 import hashlib
 import os
 import re
+import shutil
 import sys
+import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ import orjson
 from workbench.authoring.environment import Environment, Sampling
 from workbench.authoring.harness import PROXY_KEY, Harness
 from workbench.authoring.rubric import Rubric
+from workbench.authoring.sandbox import SandboxError
 from workbench.authoring.tasks import TaskSet
 from workbench.errors import EnvLoadError
 from workbench.frameworks import v1_source
@@ -119,26 +122,119 @@ def _importable(src: v1_source.V1Source) -> tuple[str, Path]:
     return module, shim
 
 
-def start_worker() -> WorkerBridge:
+def start_worker(confine: bool = False) -> WorkerBridge:
+    """The worker, in verifiers' environment. ``confine``: the processes it starts see a clean environment
+    whose home is :func:`agents_home` (verifiers' cache, uv's), not the user's."""
     python = FRAMEWORK.ensure()
-    env = {k: v for k, v in os.environ.items() if k not in _NOT_PASSED}
+    if confine:
+        home = agents_home()
+        env = {k: v for k, v in os.environ.items() if k in _PASSED_CONFINED or k.startswith(_PASSED_PREFIXES)}
+        env.update({"HOME": str(home), "UV_CACHE_DIR": str(home / ".cache" / "uv"),
+                    "UV_PYTHON_INSTALL_DIR": str(home / ".local" / "share" / "uv" / "python"),
+                    "PATH": os.pathsep.join([*_tool_dirs(python), _SYSTEM_PATH])})
+    else:
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_PASSED}
     # UV_COMPILE_BYTECODE: the agent programs' environments that verifiers has uv build start without compiling
     env.update({"PYTHONUNBUFFERED": "1", "WORKBENCH_PROXY_KEY": PROXY_KEY, "NO_COLOR": "1", "UV_COMPILE_BYTECODE": "1"})
     return WorkerBridge([str(python), str(WORKER)], name="verifiers v1", env=env)
 
 
+#: What the confined agents' environment keeps of Workbench's: the locale, time zone, and how to reach the
+#: package index (uv installs the agent programs' dependencies); never a key or token.
+_PASSED_CONFINED = frozenset({"LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY",
+                              "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+                              "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_NATIVE_TLS",
+                              "UV_OFFLINE", "UV_PYTHON_DOWNLOADS"})
+_PASSED_PREFIXES = ("LC_",)
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def agents_home() -> Path:
+    """The home folder of a confined worker's processes: verifiers' cache (its runtimes' folders, the agent
+    programs' scripts) and uv's (their environments), the only folder they may write besides their ``/tmp``."""
+    home = frameworks_dir() / "agents"
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return home
+
+
+def _uv() -> Path | None:
+    from workbench.errors import ConfigError
+    from workbench.packaging.uv import uv_command
+
+    try:
+        return Path(uv_command()[0])
+    except ConfigError:
+        return None  # verifiers installs uv itself into the agents' home
+
+
+def _tool_dirs(python: Path) -> list[str]:
+    """The folders of the programs a confined worker's processes run: uv, the verifiers environment's own
+    interpreter and the Python it is made from."""
+    venv = python.parent.parent
+    dirs = [str(venv / "bin")]
+    base = _base_prefix(venv)
+    if base is not None:
+        dirs.append(str(base / "bin"))
+    uv = _uv()
+    if uv is not None:
+        dirs.insert(0, str(uv.parent))
+    return dirs
+
+
+def _base_prefix(venv: Path) -> Path | None:
+    """The installation of the Python a virtual environment is made from (``home`` in its ``pyvenv.cfg``)."""
+    try:
+        cfg = (venv / "pyvenv.cfg").read_text()
+    except OSError:
+        return None
+    for line in cfg.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            return Path(value.strip()).resolve().parent
+    return None
+
+
+def _end(bridge: WorkerBridge, tmp: Path) -> None:
+    bridge.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def confinement(home: Path, src: v1_source.V1Source, tmp: Path) -> list[str]:
+    """The command-line prefix the worker starts every agent process through: ``wb.Local()``'s confinement with
+    verifiers' environment, its Python, uv, Workbench's worker files and the environment's own code read-only,
+    and :func:`agents_home` writable, ``tmp`` their ``/tmp`` (``[]`` where isolation is turned off)."""
+    from workbench.authoring.runtimes import Local
+
+    venv = FRAMEWORK.ensure().parent.parent
+    read_only = [venv, WORKER.parent, home, src.path.resolve()]
+    base = _base_prefix(venv)
+    if base is not None and not str(base).startswith("/usr/"):
+        read_only.append(base)
+    uv = _uv()
+    if uv is not None:
+        read_only.append(uv)
+    return Local().confinement(read_only=read_only, writable=[agents_home()], tmp=tmp)
+
+
 def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
     module, home = _importable(src)
-    bridge = start_worker()
+    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=agents_home()))
     try:
-        info = bridge.call("load", module=module, path=str(home), env_args=env_args)
+        confine = confinement(home, src, tmp)
+    except SandboxError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EnvLoadError(f"verifiers v1 environment {src.module!r}: its agents cannot run confined: {e}") from None
+    bridge = start_worker(confine=bool(confine))
+    try:
+        info = bridge.call("load", module=module, path=str(home), env_args=env_args, confine=confine,
+                           confine_tmp=str(tmp))
     except WorkerError as e:
-        bridge.close()
+        _end(bridge, tmp)
         raise EnvLoadError(f"verifiers v1 environment {src.module!r}: {e}") from None
     except BaseException:
-        bridge.close()
+        _end(bridge, tmp)
         raise
-    harness = V1Harness(bridge, info)
+    harness = V1Harness(bridge, info, tmp)
     tasks = [_task(row) for row in info["tasks"]]
     harness.index = {t.id: row["idx"] for t, row in zip(tasks, info["tasks"], strict=True)}
     env = Environment(name=src.module, tasks=TaskSet(lambda: list(tasks), name=src.module), harness=harness,
@@ -162,15 +258,16 @@ class V1Harness(Harness):
 
     needs_proxy = True
 
-    def __init__(self, bridge: WorkerBridge, info: dict[str, Any]) -> None:
+    def __init__(self, bridge: WorkerBridge, info: dict[str, Any], tmp: Path) -> None:
         self.bridge = bridge
         self.info = info
         self.index: dict[str, int] = {}
         self.max_turns = 1_000_000
         #: the environment this harness runs (set once it is built)
         self.environment: Environment | None = None
-        # the worker ends with the environment that uses it (a reloaded environment starts its own)
-        weakref.finalize(self, bridge.shutdown)
+        # the worker (and its agents' /tmp) ends with the environment that uses it (a reloaded environment
+        # starts its own)
+        weakref.finalize(self, _end, bridge, tmp)
 
     @property
     def env_version(self) -> str:

@@ -7,10 +7,11 @@ never imports Workbench, which lives in another interpreter.
 It reads one JSON request a line on stdin and writes one JSON answer a line on stdout (the answer carries the
 request's ``id``); rollouts run concurrently on one event loop. Requests (``op``):
 
-- ``load``: ``{"module", "path", "env_args"}``: the environment whose taskset is the package ``module``
+- ``load``: ``{"module", "path", "env_args", "confine", "confine_tmp"}``: the environment whose taskset is the package ``module``
   (found on ``path``), its configuration built from ``env_args`` as ``vf-eval --env.taskset.KEY`` (or
   ``--env.KEY`` for a knob of the env itself, ``--env.id`` for ``env_id``) would; every agent's runtime is the local process unless the
-  environment pins a local container engine. Answers the tasks, the reward and metric functions, the harness.
+  environment pins a local container engine, and every local process starts through the command-line prefix
+  ``confine``, whose ``/tmp`` is the host folder ``confine_tmp`` (``confined_runs.py``). Answers the tasks, the reward and metric functions, the harness.
 - ``rollout``: ``{"task", "base_url", "model"}``: one episode of task ``task`` with verifiers' own machinery,
   its model calls sent to ``base_url``. Answers each trace's messages, rewards, metrics and errors.
 - ``score``: ``{"task", "messages"}``: the task's own scoring of a conversation (no runtime).
@@ -49,7 +50,10 @@ class Worker(JsonWorker):
         self.vf: Any = None
 
     # -- load ----------------------------------------------------------------------------------------
-    async def load(self, module, path, env_args):
+    async def load(self, module, path, env_args, confine=(), confine_tmp=None):
+        import confined_runs  # type: ignore[import-not-found,unused-ignore]  # beside this file
+
+        confined_runs.install(list(confine or ()), confine_tmp)  # before any process starts
         if path and path not in sys.path:
             sys.path.insert(0, path)
             # the environment's tool servers run as processes of their own (`python -m MODULE`)
@@ -192,7 +196,8 @@ class Worker(JsonWorker):
 
     async def dispatch(self, op, request):
         if op == "load":
-            return await self.load(request["module"], request.get("path"), request.get("env_args"))
+            return await self.load(request["module"], request.get("path"), request.get("env_args"),
+                                   request.get("confine"), request.get("confine_tmp"))
         if op == "score":
             return await self.score(int(request["task"]), list(request["messages"]))
         if op == "rollout":
