@@ -11,14 +11,13 @@ one above), else :data:`DEFAULT`.
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from workbench.errors import EnvLoadError
-from workbench.frameworks import v1_source
+from workbench.frameworks import package_deps, v1_source
 from workbench.frameworks.v1_source import V1Source as LegacySource
 
 #: The verifiers an environment that declares none runs with.
@@ -86,28 +85,7 @@ def is_legacy(src: LegacySource) -> bool:
 
 def declared(src: LegacySource) -> Requirement | None:
     """The verifiers requirement the environment's package declares, if it declares one."""
-    folders = [src.path, src.path.parent] if src.path.is_dir() else [src.path.parent]
-    for folder in folders:
-        lines: list[str] = []
-        try:
-            data = tomllib.loads((folder / "pyproject.toml").read_text())
-            deps = (data.get("project") or {}).get("dependencies") or []
-            lines = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-            pass
-        if not lines:
-            try:
-                lines = [ln.split("#")[0].strip() for ln in (folder / "requirements.txt").read_text().splitlines()]
-            except (OSError, UnicodeDecodeError):
-                lines = []
-        for line in lines:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if req.name.lower().replace("_", "-") == "verifiers":
-                return req
-    return None
+    return package_deps.declared(src.path, "verifiers")
 
 
 def requirement(src: LegacySource) -> str:

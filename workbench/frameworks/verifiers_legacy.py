@@ -5,7 +5,7 @@ returning a ``vf.SingleTurnEnv``, ``vf.MultiTurnEnv``, ``vf.ToolEnv``, ``vf.Stat
 verifiers 0.3 needs ``mcp<2``, which Workbench's interpreter does not have, so a legacy environment runs in a
 worker process of the verifiers version it declares (``venvs.FrameworkEnv``, built by uv on first use; a
 ``verifiers`` requirement in its package's ``pyproject.toml`` or ``requirements.txt`` picks it, else
-``verifiers==0.3.1``), reached through a :class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is
+``verifiers==0.3.1``; the package's other requirements are installed beside it), reached through a :class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is
 ``verifiers_legacy_worker.py``. It is recognised from its source, never imported here (``legacy_source``).
 
 What maps to what:
@@ -44,7 +44,7 @@ from workbench.authoring.harness import PROXY_KEY, Harness
 from workbench.authoring.rubric import Rubric
 from workbench.authoring.tasks import TaskSet
 from workbench.errors import EnvLoadError
-from workbench.frameworks import legacy_source, model_relay
+from workbench.frameworks import legacy_source, model_relay, package_deps
 from workbench.frameworks.bridge import WorkerBridge, WorkerError
 from workbench.frameworks.legacy_source import LegacySource
 from workbench.frameworks.venvs import FrameworkEnv
@@ -58,9 +58,10 @@ _NOT_PASSED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "WORK
                "WORKBENCH_INDEX_PASSWORD")
 
 
-def framework(requirement: str) -> FrameworkEnv:
-    """The isolated environment of one verifiers requirement (``verifiers==0.3.1``)."""
-    return FrameworkEnv("verifiers", (requirement,))
+def framework(requirement: str, others: tuple[str, ...] = ()) -> FrameworkEnv:
+    """The isolated environment of one verifiers requirement (``verifiers==0.3.1``) and the other requirements
+    an environment declares (``package_deps``)."""
+    return FrameworkEnv("verifiers", (requirement, *others))
 
 
 class VerifiersLegacyFormat:
@@ -87,8 +88,8 @@ def _source(where: Path | str) -> LegacySource:
     return src
 
 
-def start_worker(requirement: str) -> WorkerBridge:
-    python = framework(requirement).ensure()
+def start_worker(requirement: str, others: tuple[str, ...] = ()) -> WorkerBridge:
+    python = framework(requirement, others).ensure()
     env = {k: v for k, v in os.environ.items() if k not in _NOT_PASSED}
     env.update({"PYTHONUNBUFFERED": "1", "WORKBENCH_PROXY_KEY": PROXY_KEY, "NO_COLOR": "1"})
     return WorkerBridge([str(python), str(WORKER)], name="verifiers legacy", env=env)
@@ -107,10 +108,12 @@ def _hub_deps(path: Path) -> list[str]:
 
 def load(src: LegacySource, env_args: dict[str, Any]) -> Environment:
     requirement = legacy_source.requirement(src)
-    bridge = start_worker(requirement)
+    hub_deps = _hub_deps(src.path)
+    # a pulled environment's dependencies are installed already (`hub pull`); a local one's are installed here
+    bridge = start_worker(requirement, () if hub_deps else package_deps.others(src.path, "verifiers"))
     try:
         info = bridge.call("load", path=str(src.path), name=src.module, env_args=env_args,
-                           extra_paths=_hub_deps(src.path))
+                           extra_paths=hub_deps)
     except WorkerError as e:
         bridge.close()
         raise EnvLoadError(f"verifiers environment {src.module!r}: {e}") from None

@@ -1,7 +1,8 @@
 """verifiers 0.4 environments (its v1 API, ``import verifiers.v1 as vf``) as ``wb.Environment`` objects.
 
 verifiers 0.4 cannot live in Workbench's interpreter (it pins ``mcp==2.0.0``), so a v1 environment runs in a
-worker process of verifiers' own environment (``venvs.FrameworkEnv``, built by uv on first use), reached through
+worker process of verifiers' own environment (``venvs.FrameworkEnv``, built by uv on first use, with the other
+requirements the environment's package declares), reached through
 a :class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is ``verifiers_v1_worker.py``. One worker serves
 one loaded environment and runs its rollouts concurrently.
 
@@ -49,7 +50,7 @@ from workbench.authoring.rubric import Rubric
 from workbench.authoring.sandbox import SandboxError
 from workbench.authoring.tasks import TaskSet
 from workbench.errors import EnvLoadError
-from workbench.frameworks import v1_source
+from workbench.frameworks import package_deps, v1_source
 from workbench.frameworks.bridge import WorkerBridge, WorkerError
 from workbench.frameworks.venvs import FrameworkEnv, frameworks_dir
 from workbench.records.conversations import Conversations
@@ -122,10 +123,16 @@ def _importable(src: v1_source.V1Source) -> tuple[str, Path]:
     return module, shim
 
 
-def start_worker(confine: bool = False) -> WorkerBridge:
-    """The worker, in verifiers' environment. ``confine``: the processes it starts see a clean environment
-    whose home is :func:`agents_home` (verifiers' cache, uv's), not the user's."""
-    python = FRAMEWORK.ensure()
+def framework(src: v1_source.V1Source) -> FrameworkEnv:
+    """The environment an environment runs in: verifiers 0.4 and the other requirements its package declares
+    (``package_deps``; none for most, which share :data:`FRAMEWORK`)."""
+    others = package_deps.others(src.path, "verifiers")
+    return FrameworkEnv(FRAMEWORK.name, (*FRAMEWORK.requirements, *others)) if others else FRAMEWORK
+
+
+def start_worker(python: Path, confine: bool = False) -> WorkerBridge:
+    """The worker, on verifiers' interpreter ``python``. ``confine``: the processes it starts see a clean
+    environment whose home is :func:`agents_home` (verifiers' cache, uv's), not the user's."""
     if confine:
         home = agents_home()
         env = {k: v for k, v in os.environ.items() if k in _PASSED_CONFINED or k.startswith(_PASSED_PREFIXES)}
@@ -199,13 +206,13 @@ def _end(bridge: WorkerBridge, tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def confinement(home: Path, src: v1_source.V1Source, tmp: Path) -> list[str]:
+def confinement(python: Path, home: Path, src: v1_source.V1Source, tmp: Path) -> list[str]:
     """The command-line prefix the worker starts every agent process through: ``wb.Local()``'s confinement with
     verifiers' environment, its Python, uv, Workbench's worker files and the environment's own code read-only,
     and :func:`agents_home` writable, ``tmp`` their ``/tmp`` (``[]`` where isolation is turned off)."""
     from workbench.authoring.runtimes import Local
 
-    venv = FRAMEWORK.ensure().parent.parent
+    venv = python.parent.parent
     read_only = [venv, WORKER.parent, home, src.path.resolve()]
     base = _base_prefix(venv)
     if base is not None and not str(base).startswith("/usr/"):
@@ -218,13 +225,14 @@ def confinement(home: Path, src: v1_source.V1Source, tmp: Path) -> list[str]:
 
 def load(src: v1_source.V1Source, env_args: dict[str, Any]) -> Environment:
     module, home = _importable(src)
+    python = framework(src).ensure()
     tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=agents_home()))
     try:
-        confine = confinement(home, src, tmp)
+        confine = confinement(python, home, src, tmp)
     except SandboxError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise EnvLoadError(f"verifiers v1 environment {src.module!r}: its agents cannot run confined: {e}") from None
-    bridge = start_worker(confine=bool(confine))
+    bridge = start_worker(python, confine=bool(confine))
     try:
         info = bridge.call("load", module=module, path=str(home), env_args=env_args, confine=confine,
                            confine_tmp=str(tmp))
