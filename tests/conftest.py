@@ -7,7 +7,9 @@ SQLite files under ``tmp_path``, and the CLI runs as the installed console scrip
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -188,3 +190,31 @@ def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
     yield start
     for index in started:
         index.stop()
+
+
+# -- the Docker engine ---------------------------------------------------------------------------
+def docker_skip_reason() -> str | None:
+    if not sys.platform.startswith("linux") and not os.environ.get("DOCKER_HOST"):
+        return f"Docker sandboxes are tested on Linux hosts (this is {sys.platform})"
+    if not shutil.which("dockerd") and not os.path.exists("/var/run/docker.sock") and not os.environ.get("DOCKER_HOST"):
+        return "Docker cannot run on this machine: no dockerd binary, no engine socket, no DOCKER_HOST"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    reason = docker_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from workbench_local.sandbox.docker_pool import connect
+
+    from workbench.authoring.sandbox import SandboxError
+
+    try:
+        client = connect()
+    except SandboxError as e:
+        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
+    from workbench_local.sandbox.image import build_default_image
+
+    build_default_image(client)
+    return client

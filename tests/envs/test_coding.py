@@ -13,7 +13,6 @@ import workbench_envs.coding as coding
 
 import workbench as wb
 from tests.helpers import last_json, query
-from tests.sandbox.conftest import docker_client  # noqa: F401 - the shared Docker fixture
 from workbench.authoring.discovery import load
 
 # slow: the coding env scored end to end in real sandboxes, on both runtimes

@@ -171,7 +171,7 @@ def test_a_dataset_skips_the_tasks_it_cannot_run_and_says_so(tmp_path: Path,
 # -- running (containers) -------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("where", [HELLO, TASKS], ids=["task", "dataset"])
-def test_validate_scores_the_reference_solution_1_and_doing_nothing_0(docker: Any, cli: Callable[..., CliResult],
+def test_validate_scores_the_reference_solution_1_and_doing_nothing_0(docker_client: Any, cli: Callable[..., CliResult],
                                                                       where: Path) -> None:
     res = cli("validate", where, "--no-probe", "--json")
     assert res.rc == 0, res.stderr
@@ -196,7 +196,7 @@ def mock(tmp_path: Path) -> Iterator[Callable[..., MockServer]]:
 
 
 @pytest.mark.slow
-def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any, cli: Callable[..., CliResult],
+def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker_client: Any, cli: Callable[..., CliResult],
                                                                      mock: Callable[..., MockServer]) -> None:
     server = mock([bash_call('pwd && echo hello > "$GREETING_FILE" && cat /app/seed.txt'), "Done."])
     res = cli("eval", HELLO, "-n", "1", "--base-url", server.base_url, "-m", "mock-model", "--json")
@@ -211,7 +211,7 @@ def test_eval_plays_the_task_in_its_container_and_its_tests_score_it(docker: Any
 
 
 @pytest.mark.slow
-def test_each_command_starts_where_the_last_one_ended(docker: Any, cli: Callable[..., CliResult],
+def test_each_command_starts_where_the_last_one_ended(docker_client: Any, cli: Callable[..., CliResult],
                                                       mock: Callable[..., MockServer]) -> None:
     server = mock([bash_call("mkdir -p sub && cd sub && echo moved >&2", "c1"),
                    bash_call("pwd && echo hello > ../greeting.txt; exit 3", "c2"), "Done."])
@@ -227,7 +227,7 @@ def test_each_command_starts_where_the_last_one_ended(docker: Any, cli: Callable
 
 @pytest.mark.slow
 def test_an_agent_that_does_nothing_scores_0_with_no_error_and_named_rewards_are_metrics(
-        docker: Any, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+        docker_client: Any, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
     server = mock(["I will not do anything."])
     res = cli("eval", TASKS, "-n", "2", "--base-url", server.base_url, "-m", "mock-model", "--json")
     assert res.rc == 0, res.stderr
@@ -238,7 +238,7 @@ def test_an_agent_that_does_nothing_scores_0_with_no_error_and_named_rewards_are
 
 @pytest.mark.slow
 def test_a_dockerfile_that_does_not_build_is_one_error_naming_the_task(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
     server = mock(["Done."])
     task = copy_task(tmp_path, "broken-build")
     with (task / "environment" / "Dockerfile").open("a") as fh:
@@ -266,7 +266,7 @@ def test_a_dockerfile_that_does_not_build_is_one_error_naming_the_task(
     (": > /logs/verifier/reward.json", ("reward.json is not JSON: it is empty",)),
     ("echo '{\"reward\": \"1\"}' > /logs/verifier/reward.json", ("reward.json must hold finite numbers",)),
 ], ids=["no reward", "text", "empty json", "json string"])
-def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker: Any, tmp_path: Path, cli: Callable[..., CliResult],
+def test_tests_that_write_no_reward_are_an_error_not_a_zero(docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult],
                                                             script: str, fragments: tuple[str, ...]) -> None:
     task = copy_task(tmp_path, "silent")
     (task / "tests" / "test.sh").write_text(f"#!/bin/sh\n{script}\n")
@@ -295,7 +295,7 @@ print(chat(messages)["content"])
 
 
 @pytest.mark.slow
-def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, tmp_path: Path, cli: Callable[..., CliResult],
+def test_an_agent_program_plays_the_task_through_the_proxy(docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult],
                                                             mock: Callable[..., MockServer]) -> None:
     """The program is a host file, bound read-only into the task's container (``binds``)."""
     agent = agent_script(tmp_path, "agent.py", PROGRAM_AGENT)
@@ -311,7 +311,7 @@ def test_an_agent_program_plays_the_task_through_the_proxy(docker: Any, tmp_path
 
 
 @pytest.mark.slow
-def test_a_task_on_a_prebuilt_image_runs_in_it(docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+def test_a_task_on_a_prebuilt_image_runs_in_it(docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     """``[environment] docker_image`` instead of a Dockerfile: an image already on the machine, as its image says
     (root, a writable root filesystem)."""
     task = tmp_path / "prebuilt"
@@ -330,7 +330,7 @@ def test_a_task_on_a_prebuilt_image_runs_in_it(docker: Any, tmp_path: Path, cli:
 
 @pytest.mark.slow
 def test_when_the_agent_runs_out_of_the_tasks_time_its_tests_still_score_what_it_did(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult], mock: Callable[..., MockServer]) -> None:
     task = copy_task(tmp_path, "hurry")
     toml = (task / "task.toml").read_text()
     (task / "task.toml").write_text(toml.replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 10.0"))
@@ -345,7 +345,7 @@ def test_when_the_agent_runs_out_of_the_tasks_time_its_tests_still_score_what_it
 
 
 @pytest.mark.slow
-def test_a_multi_stage_dockerfile_builds(docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+def test_a_multi_stage_dockerfile_builds(docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     """A stage named with ``AS`` is no base image to find on the machine."""
     task = copy_task(tmp_path, "staged")
     (task / "environment" / "Dockerfile").write_text(

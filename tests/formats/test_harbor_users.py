@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.formats.test_harbor import bash_call, cli, mock  # noqa: F401  (fixtures; docker: conftest)
+from tests.formats.test_harbor import bash_call, cli, mock  # noqa: F401  (fixtures; docker_client: tests/conftest.py)
 from tests.helpers import CliResult, MockServer, last_json
 from workbench.authoring import discovery
 from workbench.errors import EnvLoadError
@@ -71,7 +71,7 @@ def test_a_bad_user_is_one_line_naming_it(tmp_path: Path, value: str, fragment: 
 @pytest.mark.parametrize(("image_user", "agent_user"), [("player", None), ("root", '"player"'), ("root", "1234")],
                          ids=["image-user", "agent-user-by-name", "agent-user-by-uid"])
 def test_the_agent_and_the_tests_run_as_their_users_and_root_makes_the_folders(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult],  # noqa: F811
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult],  # noqa: F811
         image_user: str, agent_user: str | None) -> None:
     res = cli("validate", user_task(tmp_path, image_user, agent_user), "--no-probe", "--json")
     assert res.rc == 0, res.stdout + res.stderr
@@ -81,7 +81,7 @@ def test_the_agent_and_the_tests_run_as_their_users_and_root_makes_the_folders(
 
 @pytest.mark.slow
 def test_the_terminal_agent_runs_its_commands_as_the_agent_user(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult],  # noqa: F811
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult],  # noqa: F811
         mock: Callable[..., MockServer]) -> None:  # noqa: F811
     server = mock([bash_call("id -u > /logs/agent/agent-uid && touch /app/mine"), "Done."])
     task = user_task(tmp_path, "root", '"player"')
@@ -93,7 +93,7 @@ def test_the_terminal_agent_runs_its_commands_as_the_agent_user(
 
 @pytest.mark.slow
 def test_a_build_past_build_timeout_sec_is_one_error_naming_the_task(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:  # noqa: F811
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:  # noqa: F811
     task = user_task(tmp_path, "player", None, name="slow-build")
     with (task / "environment" / "Dockerfile").open("a") as fh:
         fh.write(f"RUN sleep 30 # {secrets.token_hex(4)}\n")  # new to the engine: built, never found
@@ -108,7 +108,7 @@ def test_a_build_past_build_timeout_sec_is_one_error_naming_the_task(
 
 @pytest.mark.slow
 def test_storage_mb_is_read_but_not_applied_as_under_harbor(
-        docker: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:  # noqa: F811
+        docker_client: Any, tmp_path: Path, cli: Callable[..., CliResult]) -> None:  # noqa: F811
     """Harbor's own Docker environment does not apply ``storage_mb``: the task scores here as under `harbor run`,
     whatever the engine's storage driver. ``wb.Docker(storage_mb=)`` asks for the limit, and is refused by name
     where the driver cannot apply it."""
@@ -123,6 +123,6 @@ def test_storage_mb_is_read_but_not_applied_as_under_harbor(
     assert res.rc == 0, res.stdout + res.stderr
     assert last_json(res.stdout)["gold"]["total"] == 1.0
     try:
-        check_storage_limit(docker, 1024)
+        check_storage_limit(docker_client, 1024)
     except SandboxError as e:
         assert "storage_mb=1024: " in str(e) and "cannot limit" in str(e) and "\n" not in str(e)

@@ -8,43 +8,12 @@ lacks one they skip, saying so (``tests/conftest.py``); where the README's setup
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import workbench as wb
-
-
-def docker_skip_reason() -> str | None:
-    if not sys.platform.startswith("linux") and not os.environ.get("DOCKER_HOST"):
-        return f"Docker sandboxes are tested on Linux hosts (this is {sys.platform})"
-    if not shutil.which("dockerd") and not os.path.exists("/var/run/docker.sock") and not os.environ.get("DOCKER_HOST"):
-        return "Docker cannot run on this machine: no dockerd binary, no engine socket, no DOCKER_HOST"
-    return None
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Any:
-    reason = docker_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    from workbench_local.sandbox.docker_pool import connect
-
-    from workbench.authoring.sandbox import SandboxError
-
-    try:
-        client = connect()
-    except SandboxError as e:
-        pytest.fail(f"Docker is installed but unusable: {e}. Start it (`./scripts/setup.sh` as root does).")
-    from workbench_local.sandbox.image import build_default_image
-
-    build_default_image(client)
-    return client
-
 
 #: Both runtimes; the Docker one is slow (an engine and its image): the fast lane runs ``wb.Local()`` only.
 RUNTIMES = ["local", pytest.param("docker", marks=pytest.mark.slow)]
