@@ -20,6 +20,7 @@ AREAS = {
     "cloud": "the cloud runtime (workbench_cloud)",
     "envs": "the bundled environments (workbench_envs)",
     "formats": "other tools' formats read and written (workbench.formats)",
+    "gateway": "the gateway: a product's traffic through Workbench (workbench.gateway)",
     "frameworks": "other frameworks' environments, run in their own Python environments (workbench.frameworks)",
     "hub": "the hub (workbench.hub)",
     "local_runtime": "the local runtime (workbench_local): the embedded server, generation, the trainer's loop",

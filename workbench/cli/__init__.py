@@ -40,6 +40,7 @@ def _register() -> None:
         envs_cmd,
         eval_cmd,
         export_env_cmd,
+        gateway_cmd,
         hub_cmd,
         import_cmd,
         import_eval_cmd,
@@ -62,7 +63,7 @@ def _register() -> None:
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd, import_eval_cmd,
                 play_cmd, mcp_cmd, models_cmd, compare_cmd, optimize_cmd, distill_cmd, hub_cmd, probe_cmd,
-                export_env_cmd):
+                export_env_cmd, gateway_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 
