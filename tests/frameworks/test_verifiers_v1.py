@@ -303,7 +303,8 @@ def test_validate_and_rescore_score_with_the_tasks_own_code(v1_python: Path, moc
 
 def _agent_programs(pid: int) -> list[str]:
     """The command lines of the agent programs under the worker ``pid``: the processes running a script verifiers
-    prepared, less the fork servers that start them (the worker's own children, which serve on)."""
+    prepared, less the fork servers that start them (which serve on; a forked run is a fork server's child) and
+    the sandboxes they start in."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -313,16 +314,19 @@ def _agent_programs(pid: int) -> list[str]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [(pid, p) for p in children.get(pid, [])]
+    out, todo = [], [("", p) for p in children.get(pid, [])]
     while todo:
-        parent, p = todo.pop()
+        parent_cmd, p = todo.pop()
         try:
             cmd = (Path("/proc") / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "runtimes/scripts" in cmd and not (parent == pid and "program_zygote.py" in cmd):
+        if "bwrap" in cmd.split(" ", 1)[0]:  # the sandbox a process starts in, not a program
+            todo += [(parent_cmd, c) for c in children.get(p, [])]
+            continue
+        if "runtimes/scripts" in cmd and not ("program_zygote.py" in cmd and "program_zygote.py" not in parent_cmd):
             out.append(cmd)
-        todo += [(p, c) for c in children.get(p, [])]
+        todo += [(cmd, c) for c in children.get(p, [])]
     return out
 
 
