@@ -4,18 +4,70 @@ sends it (``workbench/gateway/keys.py``)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
-from workbench.cli.common import console, emit_json, json_option
+from workbench.cli.common import (
+    console,
+    console_err,
+    db_option,
+    emit_json,
+    json_option,
+    open_store,
+    run_async,
+)
 from workbench.cli.tables import Col, print_table
 
 KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=True), Col("status", keep=True))
 
 
-@click.group("gateway")
-def gateway_group() -> None:
-    """A gateway a product points its SDK at: `gateway keys add APP` makes the key it sends."""
+@click.group("gateway", invoke_without_command=True)
+@click.option("--port", type=int, default=8400, show_default=True, help="The port to listen on (0: any free one).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on (loopback unless told otherwise).")
+@click.option("--route", "routes", multiple=True, metavar="NAME=MODEL[:W,...]",
+              help="A model name the product asks for, served by a registered model, or split among several "
+                   "(support=prod:0.9,cand:0.1). Repeatable.")
+@click.option("--default", "default", default=None, metavar="NAME",
+              help="The route (or registered model) that serves any other model name.")
+@click.option("--record-rate", type=float, default=1.0, show_default=True,
+              help="The fraction of exchanges recorded in the store.")
+@click.option("--redact", "redact", multiple=True, metavar="REGEX",
+              help="Also remove text matching REGEX before recording (keys, emails, phone and card numbers always "
+                   "are). Repeatable.")
+@click.option("--seed", type=int, default=None, hidden=True, help="Seed of the arm draws (tests).")
+@db_option
+@json_option("Print one JSON object (host, port, routes) once serving.")
+@click.pass_context
+def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, ...], default: str | None,
+                  record_rate: float, redact: tuple[str, ...], seed: int | None, db: str | None,
+                  as_json: bool) -> None:
+    """A gateway a product points its OpenAI or Anthropic SDK at: `gateway --route NAME=MODEL` serves;
+    `gateway keys add APP` makes the key the product sends."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from workbench.gateway.serve import build_gateway, serve
+
+    store = open_store(ctx, db)
+    gateway = build_gateway(routes, default=default, store=store, record_rate=record_rate, redact=redact, seed=seed)
+
+    def ready(gw: Any) -> None:
+        info = {"host": host, "port": gw.port, "base_url": f"http://{host}:{gw.port}/v1",
+                "routes": {name: r.spec for name, r in gw.routes.items()}, "store": str(store.path)}
+        if as_json:
+            emit_json(info)
+        else:
+            console.print(f"gateway on {info['base_url']}: " + ", ".join(info["routes"].values()), highlight=False)
+
+    try:
+        run_async(serve(gateway, host=host, port=port, on_ready=ready))
+    finally:
+        if gateway.recorder is not None and gateway.port:
+            stats = gateway.recorder.stats()
+            console_err.print(f"gateway stopped: {gateway.served} served, {stats['recorded']} recorded, "
+                              f"{stats['dropped']} dropped, {gateway.refused} refused", highlight=False)
+        store.close()
 
 
 @gateway_group.group("keys")

@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import os
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,8 @@ from workbench.fsutil import atomic_write
 from workbench.records.model_reply import ModelError
 from workbench.records.rollout import Rollout
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
-from workbench.rollouts.proxy_relay import relay_completions, relay_stream
+from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI
+from workbench.rollouts.proxy_relay import relay_completions, serve_call
 from workbench.wire import WireError, anthropic
 from workbench.wire.responses import ResponseStore
 
@@ -228,32 +227,7 @@ class InterceptionProxy:
         got = await self._body(request, api)
         if isinstance(got, web.Response):
             return got
-        rollout, body = got[0].rollout, got[1]
-        try:
-            chat = api.to_chat(body)
-        except WireError as e:
-            return api.error(400, e.message, param=e.param)
-        messages, tools = chat["messages"], chat.get("tools")
-        payload = self.prepare(chat, rollout)
-        route = "/chat/completions"
-        ids = await rollout.continued_prompt(messages, tools)
-        if ids is not None:
-            payload["tokens"] = ids
-            route += "/tokens"
-        if payload.get("stream"):
-            return await relay_stream(self, request, rollout, api, payload, messages, tools, route)
-        t0 = time.perf_counter()
-        try:
-            raw = await self.client.post_json(self.upstream + route, payload, self.model)
-            data = orjson.loads(raw)
-            if not isinstance(data, dict):
-                raise orjson.JSONDecodeError("not an object", "", 0)
-            api.recorded(record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name))
-        except ModelError as e:
-            return api.error(e.status or 502, e.message, upstream=True)
-        except orjson.JSONDecodeError:
-            return api.error(502, f"the upstream answered with something that is not JSON: {raw[:120]!r}", upstream=True)
-        return web.Response(body=api.from_chat(data, raw), content_type="application/json")
+        return await serve_call(self, request, api, got[0].rollout, got[1])
 
     async def _completions(self, request: web.Request) -> web.Response:
         api = ChatAPI()

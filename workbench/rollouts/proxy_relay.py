@@ -1,4 +1,5 @@
-"""The interception proxy's relays of one call upstream: streamed chat (in any API) and ``/v1/completions``.
+"""The interception proxy's relays of one call upstream: a call in any API (``serve_call``; streamed chat
+relayed event by event) and ``/v1/completions``. The gateway serves its calls through them too.
 
 A streamed call is relayed event by event and recorded once the stream ends. An upstream that answers a
 streamed request with one JSON body (some providers ignore ``stream``) is read as the answer it is, by
@@ -20,6 +21,7 @@ from workbench.records.rollout import Rollout
 from workbench.records.trace import RAW_PROMPT
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy_calls import ChatAPI, WireAPI, record_choices
+from workbench.wire import WireError
 from workbench.wire.chat_stream import ChatStreamAccumulator, completion_chunks
 
 
@@ -58,6 +60,37 @@ def _as_stream(raw: bytes) -> list[bytes] | str:
     for chunk in completion_chunks(data):
         lines += [b"data: " + orjson.dumps(chunk), b""]
     return [*lines, b"data: [DONE]", b""]
+
+
+async def serve_call(proxy: Upstream, request: web.Request, api: WireAPI, rollout: Rollout,
+                     body: dict[str, Any]) -> web.StreamResponse:
+    """One call in any API for ``rollout``: translated to a chat request, sent upstream, recorded in the
+    rollout, answered in kind (streamed or whole)."""
+    try:
+        chat = api.to_chat(body)
+    except WireError as e:
+        return api.error(400, e.message, param=e.param)
+    messages, tools = chat["messages"], chat.get("tools")
+    payload = proxy.prepare(chat, rollout)
+    route = "/chat/completions"
+    ids = await rollout.continued_prompt(messages, tools)
+    if ids is not None:
+        payload["tokens"] = ids
+        route += "/tokens"
+    if payload.get("stream"):
+        return await relay_stream(proxy, request, rollout, api, payload, messages, tools, route)
+    t0 = time.perf_counter()
+    try:
+        raw = await proxy.client.post_json(proxy.upstream + route, payload, proxy.model)
+        data = orjson.loads(raw)
+        if not isinstance(data, dict):
+            raise orjson.JSONDecodeError("not an object", "", 0)
+        api.recorded(record_choices(rollout, messages, tools, data, time.perf_counter() - t0, api=api.name))
+    except ModelError as e:
+        return api.error(e.status or 502, e.message, upstream=True)
+    except orjson.JSONDecodeError:
+        return api.error(502, f"the upstream answered with something that is not JSON: {raw[:120]!r}", upstream=True)
+    return web.Response(body=api.from_chat(data, raw), content_type="application/json")
 
 
 async def relay_stream(proxy: Upstream, request: web.Request, rollout: Rollout, api: WireAPI,

@@ -1,0 +1,216 @@
+"""``workbench gateway``: a real OpenAI and a real Anthropic SDK client, with a gateway key, through the gateway
+to two registered models (scripted mock servers that insist on the provider's key), every exchange recorded in
+the store without the provider's key or the personal data in it. Real processes, HTTP on 127.0.0.1, SQLite."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    MockServer,
+    _readline,
+    assert_user_error,
+    last_json,
+    mock_args,
+    stop_process,
+    workbench_argv,
+)
+
+PROVIDER_KEY = "sk-provider-" + "Q7x9" * 8  # what the upstream insists on; never in the store
+PROVIDER_VAR = "WB_TEST_PROVIDER_KEY"
+
+
+@pytest.fixture
+def upstreams(tmp_path: Path) -> Iterator[dict[str, MockServer]]:
+    servers = {name: MockServer(mock_args("echo", require_key=PROVIDER_KEY), tmp_path / f"{name}.log")
+               for name in ("good", "cand")}
+    yield servers
+    for s in servers.values():
+        s.stop()
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str]) -> dict[str, str]:
+    return {**cli_env, PROVIDER_VAR: PROVIDER_KEY}
+
+
+@pytest.fixture
+def registered(cli: Callable[..., Any], env: dict[str, str], upstreams: dict[str, MockServer]) -> str:
+    """Both models registered; a gateway key for the app ``shop``."""
+    for name, server in upstreams.items():
+        r = cli("models", "add", name, "--base-url", server.base_url, "--model-id", "mock-model",
+                "--api-key-env", PROVIDER_VAR, env=env)
+        assert r.rc == 0, r.stderr
+    made = cli("gateway", "keys", "add", "shop", "--json", env=env)
+    assert made.rc == 0, made.stderr
+    return str(last_json(made.stdout)["key"])
+
+
+class Running:
+    def __init__(self, proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
+        self.proc, self.info = proc, info
+        self.base_url = info["base_url"]
+        self.root = self.base_url.removesuffix("/v1")
+
+    def stop(self) -> str:
+        stop_process(self.proc)
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+
+@pytest.fixture
+def gateway(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(*args: str) -> Running:
+        proc = subprocess.Popen([*workbench_argv(), "gateway", "--port", "0", "--json", *args], env=env,
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = _readline(proc.stdout, 120)
+        if not line.strip():
+            stop_process(proc)
+            raise AssertionError(f"the gateway did not start: {proc.stderr.read() if proc.stderr else ''}")
+        running = Running(proc, json.loads(line))
+        started.append(running)
+        return running
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+def _rows(store: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(store)
+    try:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute(
+            "SELECT r.*, run.kind AS run_kind, run.model AS route FROM rollout r JOIN run ON run.id = r.run_id "
+            "ORDER BY r.created_at")]
+    finally:
+        conn.close()
+
+
+def _store_bytes(store: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in store.parent.glob(store.name + "*"))
+
+
+def test_both_sdks_hold_conversations_through_the_gateway_and_each_exchange_is_recorded(
+        registered: str, gateway: Callable[..., Running], store_path: Path) -> None:
+    import anthropic
+    import openai
+
+    gw = gateway("--route", "support=good:0.8,cand:0.2")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    history = [{"role": "user", "content": "hello, mail me at jane.doe@example.com"}]
+    raw = oa.chat.completions.with_raw_response.create(model="support", messages=history)  # type: ignore[arg-type]
+    first = raw.parse()
+    assert raw.headers["X-Workbench-Arm"] in ("good", "cand") and raw.headers["X-Workbench-Response-Id"]
+    history += [{"role": "assistant", "content": first.choices[0].message.content},
+                {"role": "user", "content": "and the second turn"}]
+    second = oa.chat.completions.create(model="support", messages=history)  # type: ignore[arg-type]
+    assert "second turn" in (second.choices[0].message.content or "")  # the echo mock answers the last turn
+
+    chunks = list(oa.chat.completions.create(model="support", stream=True,  # type: ignore[call-overload]
+                                             messages=[{"role": "user", "content": "stream this"}]))
+    assert "stream this" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    resp = oa.responses.create(model="support", input="through the responses api")
+    assert "through the responses api" in resp.output_text
+
+    an = anthropic.Anthropic(base_url=gw.root, api_key=registered, max_retries=0)
+    turns = [{"role": "user", "content": "bonjour"}]
+    raw_msg = an.messages.with_raw_response.create(model="support", max_tokens=64, messages=turns)  # type: ignore[arg-type]
+    msg = raw_msg.parse()
+    assert raw_msg.headers["X-Workbench-Arm"] in ("good", "cand")
+    turns += [{"role": "assistant", "content": msg.content[0].text},  # type: ignore[union-attr]
+              {"role": "user", "content": "encore"}]
+    assert "encore" in an.messages.create(model="support", max_tokens=64, messages=turns).content[0].text  # type: ignore[arg-type, union-attr]
+
+    err = gw.stop()
+    assert "6 served, 6 recorded, 0 dropped" in err, err
+    rows = _rows(store_path)
+    assert len(rows) == 6 and {r["source"] for r in rows} == {"traffic"} and {r["run_kind"] for r in rows} == {"gateway"}
+    # each two-turn conversation is one session (prefix continuity): the same task index, calls 0 and 1
+    by_session: dict[str, list[int]] = {}
+    for r in rows:
+        by_session.setdefault(json.loads(r["state"])["session"], []).append(r["sample_index"])
+    assert sorted(len(v) for v in by_session.values()) == [1, 1, 2, 2]
+    assert all(sorted(v) == list(range(len(v))) for v in by_session.values())
+    data = _store_bytes(store_path)
+    assert PROVIDER_KEY.encode() not in data and registered.encode() not in data
+    assert b"jane.doe@example.com" not in data and b"[redacted:email]" in data
+    assert {json.loads(r["state"])["arm"] for r in rows} <= {"good", "cand"}
+
+
+def test_a_split_route_serves_each_arm_its_share(registered: str, gateway: Callable[..., Running]) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good:0.8,cand:0.2", "--record-rate", "0")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    n = 300
+    arms = [oa.chat.completions.with_raw_response.create(
+        model="support", messages=[{"role": "user", "content": f"call {i}"}]).headers["X-Workbench-Arm"]
+        for i in range(n)]
+    cand = arms.count("cand")
+    sd = math.sqrt(n * 0.2 * 0.8)
+    assert abs(cand - n * 0.2) < 4.5 * sd, cand  # within binomial bounds (4.5 sd: about 1 in 150,000 fails)
+    assert arms.count("good") + cand == n
+
+
+def test_a_wrong_or_revoked_key_is_a_401_in_each_apis_own_shape(
+        registered: str, gateway: Callable[..., Running], cli: Callable[..., Any], env: dict[str, str]) -> None:
+    import anthropic
+    import openai
+
+    gw = gateway("--route", "support=good")
+    for key in ("wbg_00000000_" + "x" * 43, PROVIDER_KEY, registered[:-1] + "Z"):
+        with pytest.raises(openai.AuthenticationError) as oe:
+            openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0).chat.completions.create(
+                model="support", messages=[{"role": "user", "content": "hi"}])
+        assert oe.value.status_code == 401 and "gateway key" in str(oe.value)
+        with pytest.raises(anthropic.AuthenticationError) as ae:
+            anthropic.Anthropic(base_url=gw.root, api_key=key, max_retries=0).messages.create(
+                model="support", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        assert ae.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    ok = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    assert ok.chat.completions.create(model="support", messages=[{"role": "user", "content": "hi"}]).choices
+    assert cli("gateway", "keys", "revoke", "shop", env=env).rc == 0
+    with pytest.raises(openai.AuthenticationError):  # refused from the next request on, without a restart
+        ok.chat.completions.create(model="support", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError):
+        openai.OpenAI(base_url=gw.base_url, api_key=cli("gateway", "keys", "add", "shop", "--json", env=env)
+                      .stdout.split('"key":"')[1].split('"')[0], max_retries=0).chat.completions.create(
+            model="no-such-route", messages=[{"role": "user", "content": "hi"}])
+
+
+#: (the gateway's arguments, what its one line says)
+BAD = [
+    (("--route", "support=nobody"), "no model named 'nobody' is registered"),
+    (("--route", "support=good:0.5,cand:0.4"), "the weights add up to 0.9, not 1"),
+    (("--route", "support=good:0.5,good:0.5"), "good is named twice"),
+    (("--route", "support=good:1.5"), "must be a number in (0, 1]"),
+    (("--route", "support=good:x"), "no model named 'good:x' is registered; did you mean 'good'?"),
+    (("--route", "support"), "write NAME=MODEL"),
+    ((), "the gateway needs a route"),
+    (("--route", "support=good", "--record-rate", "2"), "--record-rate 2"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD, ids=[" ".join(a) or "no route" for a, _ in BAD])
+def test_a_bad_route_is_one_line_before_anything_serves(registered: str, cli: Callable[..., Any],
+                                                        env: dict[str, str], args: tuple[str, ...],
+                                                        fragment: str) -> None:
+    assert_user_error(cli("gateway", "--port", "0", *args, env=env, timeout=60), fragment)
+
+
+def test_a_port_in_use_is_one_line(registered: str, gateway: Callable[..., Running], cli: Callable[..., Any],
+                                   env: dict[str, str]) -> None:
+    gw = gateway("--route", "support=good")
+    port = str(gw.info["port"])
+    assert_user_error(cli("gateway", "--port", port, "--route", "support=good", env=env, timeout=60),
+                      f"cannot listen on 127.0.0.1:{port}")

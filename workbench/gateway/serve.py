@@ -1,0 +1,75 @@
+"""``workbench gateway``'s use case: the routes checked against the registered models, one upstream per model
+named, the recorder on the store, the server started; then it serves until cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workbench.config.models import load_models
+from workbench.errors import ConfigError
+from workbench.rollouts.client import ChatClient
+from workbench.runs.endpoint import resolve_endpoint
+from workbench.store import Store
+
+from .keys import KeyRing
+from .recorder import TrafficRecorder
+from .redaction import Redactor
+from .routes import Route, parse_route
+from .server import Gateway, Upstream
+
+
+def build_gateway(route_specs: Sequence[str], *, default: str | None = None, store: Store | None = None,
+                  record_rate: float = 1.0, redact: Sequence[str] = (), seed: int | None = None) -> Gateway:
+    """A gateway for ``route_specs`` (``NAME=MODEL[:W],...``; ``default`` is a route name or a registered model
+    served for any other name); each bad route is one :class:`ConfigError`, before anything starts."""
+    if not 0.0 <= record_rate <= 1.0:
+        raise ConfigError(f"--record-rate {record_rate:g}: a fraction between 0 and 1")
+    models = load_models()
+    routes: dict[str, Route] = {}
+    for spec in route_specs:
+        route = parse_route(spec, models)
+        if route.name in routes:
+            raise ConfigError(f"--route {route.name}: named twice")
+        routes[route.name] = route
+    if default is not None and default not in routes:
+        routes[default] = parse_route(f"{default}={default}", models)
+    if not routes:
+        raise ConfigError("the gateway needs a route: --route NAME=MODEL (a registered model; `workbench models`)")
+    upstreams: dict[str, Upstream] = {}
+    for route in routes.values():
+        for arm in route.arms:
+            if arm.model in upstreams:
+                continue
+            endpoint = resolve_endpoint(model=arm.model)
+            if endpoint.provider != "openai":
+                raise ConfigError(f"--route {route.name}: {arm.model} speaks the {endpoint.provider} API; the gateway "
+                                  "forwards to OpenAI-compatible endpoints (any provider's, the embedded server, vLLM)")
+            upstreams[arm.model] = Upstream(arm.model, ChatClient(endpoint.api_key, max_connections=256),
+                                            endpoint.base_url.rstrip("/"), endpoint.model)
+    rng = random.Random(seed)
+    recorder = TrafficRecorder(store, redactor=Redactor(extra=redact), rate=record_rate, rng=random.Random(rng.random())) \
+        if store is not None else None
+    return Gateway(routes=routes, upstreams=upstreams, keys=KeyRing(), recorder=recorder, default=default, rng=rng)
+
+
+async def serve(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0,
+                on_ready: Callable[[Gateway], Any] | None = None) -> None:
+    """Serve until cancelled (Ctrl-C, SIGTERM); the recorder is flushed and closed at the end."""
+    try:
+        await gateway.start(host, port)
+    except OSError as e:
+        raise ConfigError(f"the gateway cannot listen on {host}:{port} ({e.strerror or e})") from None
+    try:
+        if on_ready is not None:
+            on_ready(gateway)
+        await asyncio.Event().wait()
+    finally:
+        await gateway.close()
+        if gateway.recorder is not None:
+            await asyncio.to_thread(gateway.recorder.close)
+
+
+__all__ = ["build_gateway", "serve"]

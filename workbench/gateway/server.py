@@ -1,0 +1,151 @@
+"""The gateway server: a product's SDK calls it as it would call OpenAI or Anthropic, with a gateway key.
+
+``POST /v1/chat/completions``, ``/v1/responses`` (OpenAI; ``Authorization: Bearer KEY``) and ``/v1/messages``
+(Anthropic; ``x-api-key: KEY``, or a bearer token), streamed or not, and ``GET /v1/models``. The request's
+``model`` names a route (``routes.py``; ``default`` serves any other name when set); the route's arm for the
+call is drawn by weight, and the call goes to that registered model through the interception proxy's relays
+(``workbench.rollouts.proxy_relay``, the wire translations of ``workbench.wire``), answered in the API it came
+in. Each answer carries ``X-Workbench-Arm`` (the model that served it) and ``X-Workbench-Response-Id`` (the
+exchange's id). A missing, unknown or revoked key is a 401 in the API's own error shape; the provider's key
+never leaves Workbench. Every served exchange is handed to the recorder (``recorder.py``) after the answer.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from workbench.records.rollout import Rollout
+from workbench.records.task import Task
+from workbench.rollouts.client import ChatClient
+from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI
+from workbench.rollouts.proxy_relay import serve_call
+from workbench.wire.responses import ResponseStore
+
+from .keys import KeyRing
+from .recorder import TrafficRecorder
+from .routes import Route
+
+SESSION_HEADER = "X-Workbench-Session"
+ARM_HEADER = "X-Workbench-Arm"
+RESPONSE_HEADER = "X-Workbench-Response-Id"
+_HEADERS = "workbench.headers"
+
+
+@dataclass(slots=True)
+class Upstream:
+    """One registered model the gateway forwards to (what the relays need of it)."""
+
+    name: str
+    client: ChatClient
+    upstream: str
+    model: str
+
+    def prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
+        """The product's request as it goes upstream: its own settings, the model's id."""
+        return {**body, "model": self.model}
+
+
+@dataclass(slots=True)
+class Gateway:
+    routes: dict[str, Route]
+    upstreams: dict[str, Upstream]
+    keys: KeyRing
+    recorder: TrafficRecorder | None = None
+    default: str | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    responses: dict[str, ResponseStore] = field(default_factory=dict)  # app -> its Responses API conversations
+    served: int = 0
+    refused: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handler(ChatAPI))
+        app.router.add_post("/v1/responses", self._handler(ResponsesAPI))
+        app.router.add_post("/v1/messages", self._handler(MessagesAPI))
+        app.router.add_get("/v1/models", self._models)
+        app.on_response_prepare.append(_add_headers)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=1024)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for up in self.upstreams.values():
+            await up.client.close()
+
+    # -- requests ------------------------------------------------------------------------------
+    def _app_of(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
+        return self.keys.app_of(key)
+
+    def _handler(self, make: Callable[..., WireAPI]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._serve(request, make)
+
+        return handle
+
+    async def _serve(self, request: web.Request, make: Callable[..., WireAPI]) -> web.StreamResponse:
+        probe = make() if make is ChatAPI else make("")
+        app = self._app_of(request)
+        if app is None:
+            self.refused += 1
+            return probe.error(401, "a valid gateway key is required (`workbench gateway keys add APP` makes one); "
+                                    "send it as the API key")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as e:
+            return probe.error(400, f"malformed request: the body is not JSON ({e})")
+        if not isinstance(body, dict):
+            return probe.error(400, "malformed request: the body must be a JSON object")
+        asked = str(body.get("model") or "")
+        route = self.routes.get(asked) or (self.routes.get(self.default) if self.default else None)
+        if route is None:
+            return probe.error(404, f"the gateway has no route {asked!r}; its routes: "
+                                    f"{', '.join(sorted(self.routes)) or 'none'}", param="model")
+        arm = route.pick(self.rng)
+        up = self.upstreams[arm.model]
+        api = make() if make is ChatAPI else make(asked)
+        api.bind(self.responses.setdefault(app, ResponseStore(capacity=4096)), {})
+        rid = f"gwr-{uuid.uuid4().hex}"
+        request[_HEADERS] = {ARM_HEADER: arm.model, RESPONSE_HEADER: rid}
+        rollout = Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=up.client, base_url=up.upstream,
+                          model=up.model, params={})
+        response = await serve_call(up, request, api, rollout, body)
+        self.served += 1
+        if self.recorder is not None and rollout.calls and rollout.last_request is not None:
+            session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
+            self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
+                                 session=session, messages=rollout.last_request, rollout=rollout, response_id=rid)
+        return response
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if self._app_of(request) is None:
+            return ChatAPI().error(401, "a valid gateway key is required")
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "workbench-gateway"} for name in self.routes]})
+
+
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for k, v in (request.get(_HEADERS) or {}).items():
+        response.headers[k] = v
+
+
+__all__ = ["ARM_HEADER", "Gateway", "RESPONSE_HEADER", "SESSION_HEADER", "Upstream"]
