@@ -214,3 +214,62 @@ def test_a_port_in_use_is_one_line(registered: str, gateway: Callable[..., Runni
     port = str(gw.info["port"])
     assert_user_error(cli("gateway", "--port", port, "--route", "support=good", env=env, timeout=60),
                       f"cannot listen on 127.0.0.1:{port}")
+
+
+def _post(url: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+#: (a feedback body, the field its 400 names)
+BAD_FEEDBACK = [
+    ({"score": 1.0}, "response_id"),
+    ({"response_id": "gwr-x", "session": "s", "score": 1.0}, "response_id"),
+    ({"response_id": "gwr-x"}, "score"),
+    ({"response_id": "gwr-x", "score": "good"}, "score"),
+    ({"response_id": "gwr-x", "score": True}, "score"),
+    ({"response_id": 7, "score": 1.0}, "response_id"),
+    ({"response_id": "gwr-x", "score": 1.0, "stars": 5}, "stars"),
+    ({"response_id": "gwr-x", "comment": "x" * 10_001}, "comment"),
+    ([1, 2], None),
+]
+
+
+def test_feedback_is_kept_for_an_answer_or_a_session_this_app_was_served(
+        registered: str, gateway: Callable[..., Running], cli: Callable[..., Any], env: dict[str, str],
+        store_path: Path) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0,
+                       default_headers={"X-Workbench-Session": "ticket-17"})
+    raw = oa.chat.completions.with_raw_response.create(model="support", messages=[{"role": "user", "content": "hi"}])
+    rid = raw.headers["X-Workbench-Response-Id"]
+    feedback = f"{gw.root}/v1/feedback"
+    assert _post(feedback, registered, {"response_id": rid, "score": 1.0, "label": "thumbs_up"}) == (200, {"ok": True, "id": 1})
+    status, out = _post(feedback, registered, {"session": "ticket-17", "score": 0.5, "comment": "resolved"})
+    assert status == 200 and out["ok"], out
+    for body, field in BAD_FEEDBACK:
+        status, out = _post(feedback, registered, body)
+        assert status == 400 and out["error"]["param"] == field and "\n" not in out["error"]["message"], (body, out)
+    assert _post(feedback, registered, {"response_id": "gwr-unknown", "score": 1.0})[0] == 404
+    assert _post(feedback, registered, {"session": "never-named", "score": 1.0})[0] == 404
+    other = last_json(cli("gateway", "keys", "add", "other-app", "--json", env=env).stdout)["key"]
+    assert _post(feedback, other, {"response_id": rid, "score": 0.0})[0] == 404  # not this app's answer
+    assert _post(feedback, "wbg_00000000_" + "x" * 43, {"response_id": rid, "score": 0.0})[0] == 401
+    gw.stop()
+    conn = sqlite3.connect(store_path)
+    try:
+        kept = conn.execute("SELECT response_id, session, app, score, label, comment FROM feedback ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    assert kept == [(rid, None, "shop", 1.0, "thumbs_up", ""), (None, "ticket-17", "shop", 0.5, "", "resolved")]

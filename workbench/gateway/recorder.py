@@ -80,6 +80,10 @@ class TrafficRecorder:
         found = self.ends.get(conversation_key(messages[:last + 1])) if last >= 0 else None
         return found if found is not None else f"s-{uuid.uuid4().hex[:16]}"
 
+    def knows_session(self, app: str, session: str) -> bool:
+        """Whether a call of ``app`` was recorded in ``session`` while this gateway serves."""
+        return any(a == app and session in run.sessions for (a, _), run in self.runs.items())
+
     def _remember(self, messages: list[dict[str, Any]], answer: dict[str, Any], session: str) -> None:
         key = conversation_key([*messages, answer])
         self.ends[key] = session

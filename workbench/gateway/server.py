@@ -6,13 +6,16 @@
 call is drawn by weight, and the call goes to that registered model through the interception proxy's relays
 (``workbench.rollouts.proxy_relay``, the wire translations of ``workbench.wire``), answered in the API it came
 in. Each answer carries ``X-Workbench-Arm`` (the model that served it) and ``X-Workbench-Response-Id`` (the
-exchange's id). A missing, unknown or revoked key is a 401 in the API's own error shape; the provider's key
+exchange's id, which ``POST /v1/feedback`` takes). A missing, unknown or revoked key is a 401 in the API's own error shape; the provider's key
 never leaves Workbench. Every served exchange is handed to the recorder (``recorder.py``) after the answer.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import random
+import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI
 from workbench.rollouts.proxy_relay import serve_call
+from workbench.store.feedback import add_feedback, traffic_rollout_app
 from workbench.wire.responses import ResponseStore
 
 from .keys import KeyRing
@@ -36,6 +40,8 @@ SESSION_HEADER = "X-Workbench-Session"
 ARM_HEADER = "X-Workbench-Arm"
 RESPONSE_HEADER = "X-Workbench-Response-Id"
 _HEADERS = "workbench.headers"
+#: How many served exchanges' ids are remembered for feedback (older ones are looked up in the store).
+_REMEMBERED = 100_000
 
 
 @dataclass(slots=True)
@@ -61,6 +67,7 @@ class Gateway:
     default: str | None = None
     rng: random.Random = field(default_factory=random.Random)
     responses: dict[str, ResponseStore] = field(default_factory=dict)  # app -> its Responses API conversations
+    _served_to: collections.OrderedDict[str, str] = field(default_factory=collections.OrderedDict)  # id -> app
     served: int = 0
     refused: int = 0
     port: int = 0
@@ -72,6 +79,7 @@ class Gateway:
         app.router.add_post("/v1/responses", self._handler(ResponsesAPI))
         app.router.add_post("/v1/messages", self._handler(MessagesAPI))
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/feedback", self._feedback)
         app.on_response_prepare.append(_add_headers)
         return app
 
@@ -130,17 +138,76 @@ class Gateway:
                           model=up.model, params={})
         response = await serve_call(up, request, api, rollout, body)
         self.served += 1
+        self._served_to[rid] = app
+        while len(self._served_to) > _REMEMBERED:
+            self._served_to.popitem(last=False)
         if self.recorder is not None and rollout.calls and rollout.last_request is not None:
             session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
             self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
                                  session=session, messages=rollout.last_request, rollout=rollout, response_id=rid)
         return response
 
+    async def _feedback(self, request: web.Request) -> web.Response:
+        """``POST /v1/feedback``: a judgement of an answer this app was served (``response_id``: the
+        ``X-Workbench-Response-Id`` it got) or of a session it named (``session``): ``score``, ``label``,
+        ``comment``."""
+        api = ChatAPI()
+        app = self._app_of(request)
+        if app is None:
+            self.refused += 1
+            return api.error(401, "a valid gateway key is required")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as e:
+            return api.error(400, f"malformed request: the body is not JSON ({e})")
+        got = check_feedback(body)
+        if isinstance(got, tuple):
+            return api.error(400, got[0], param=got[1])
+        recorder = self.recorder
+        if recorder is None:
+            return api.error(503, "this gateway records nothing (it has no store), so it keeps no feedback")
+        rid, session = got.get("response_id"), got.get("session")
+        known = (self._served_to.get(rid) == app or traffic_rollout_app(recorder.store.conn, rid) == app) \
+            if rid is not None else recorder.knows_session(app, str(session))
+        if not known:
+            what = f"response {rid!r}" if rid is not None else f"session {session!r}"
+            return api.error(404, f"no {what} was served to this app", param="response_id" if rid else "session")
+        try:
+            fid = add_feedback(recorder.store.conn, app=app, **got)
+        except sqlite3.Error as e:
+            return api.error(503, f"the feedback could not be kept: the store cannot be written ({e})")
+        return web.json_response({"ok": True, "id": fid})
+
     async def _models(self, request: web.Request) -> web.Response:
         if self._app_of(request) is None:
             return ChatAPI().error(401, "a valid gateway key is required")
         return web.json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "workbench-gateway"} for name in self.routes]})
+
+
+#: Of the fields of a feedback body: the longest text each may be.
+_LIMITS = {"response_id": 200, "session": 200, "label": 200, "comment": 10_000}
+
+
+def check_feedback(body: Any) -> dict[str, Any] | tuple[str, str | None]:
+    """The feedback a body gives, or (what is wrong with it, the field)."""
+    if not isinstance(body, dict):
+        return "malformed request: the body must be a JSON object", None
+    unknown = sorted(set(body) - {*_LIMITS, "score"})
+    if unknown:
+        return f"unknown field {unknown[0]!r}: feedback takes response_id or session, score, label, comment", unknown[0]
+    for name, limit in _LIMITS.items():
+        value = body.get(name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > limit):
+            return f"{name} must be a non-empty string of at most {limit} characters", name
+    if ("response_id" in body) == ("session" in body):
+        return "give exactly one of response_id (an X-Workbench-Response-Id) and session", "response_id"
+    score = body.get("score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score)):
+        return "score must be a finite number", "score"
+    if score is None and not body.get("label") and not body.get("comment"):
+        return "feedback needs a score, a label or a comment", "score"
+    return {k: (float(v) if k == "score" else v) for k, v in body.items() if v is not None}
 
 
 async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:

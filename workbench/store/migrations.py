@@ -69,7 +69,12 @@ def _v8(conn: sqlite3.Connection) -> None:
     _run_sql_file(conn, "v8.sql")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(conn: sqlite3.Connection) -> None:
+    """Feedback from a product on the answers the gateway served (``POST /v1/feedback``)."""
+    _run_sql_file(conn, "v9.sql")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -219,6 +219,22 @@ class RescoreRolloutRow(SQLModel, table=True):
     errors: str | None = None  # JSON [[function, message], ...]
 
 
+class FeedbackRow(SQLModel, table=True):
+    """A product's judgement of an answer the gateway served (schema v9): by the exchange's id
+    (``response_id``, a rollout's ``id``, which may be committed after it) or by a whole session."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (Index("ix_feedback_response", "response_id"), Index("ix_feedback_session", "session"))
+    id: int | None = Field(default=None, primary_key=True)
+    response_id: str | None = None
+    session: str | None = None
+    app: str
+    score: float | None = None
+    label: str = ""
+    comment: str = ""
+    created_at: float
+
+
 def create_statements() -> list[str]:
     """The DDL that creates the declared schema in an empty SQLite database, one statement each: every
     table (in dependency order) with its indexes, then :data:`EXTRA_DDL`."""

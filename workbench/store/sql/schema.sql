@@ -21,6 +21,19 @@ CREATE TABLE environment (
 	PRIMARY KEY (id)
 );
 CREATE UNIQUE INDEX ix_environment_name ON environment (name);
+CREATE TABLE feedback (
+	id INTEGER NOT NULL, 
+	response_id VARCHAR, 
+	session VARCHAR, 
+	app VARCHAR NOT NULL, 
+	score FLOAT, 
+	label VARCHAR NOT NULL, 
+	comment VARCHAR NOT NULL, 
+	created_at FLOAT NOT NULL, 
+	PRIMARY KEY (id)
+);
+CREATE INDEX ix_feedback_response ON feedback (response_id);
+CREATE INDEX ix_feedback_session ON feedback (session);
 CREATE TABLE meta (
 	"key" VARCHAR NOT NULL, 
 	value VARCHAR NOT NULL, 
