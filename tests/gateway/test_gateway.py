@@ -273,3 +273,9 @@ def test_feedback_is_kept_for_an_answer_or_a_session_this_app_was_served(
     finally:
         conn.close()
     assert kept == [(rid, None, "shop", 1.0, "thumbs_up", ""), (None, "ticket-17", "shop", 0.5, "", "resolved")]
+    shown = cli("show", rid, env=env)  # the trace shows it beside the answer
+    assert shown.rc == 0, shown.stderr
+    assert "feedback on this answer score 1 thumbs_up" in shown.stdout
+    assert "feedback on session ticket-17 score 0.5: resolved" in shown.stdout
+    as_json = last_json(cli("show", rid, "--json", env=env).stdout)
+    assert [f["label"] or f["comment"] for f in as_json["feedback"]] == ["thumbs_up", "resolved"]

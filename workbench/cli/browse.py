@@ -159,6 +159,12 @@ def print_transcript(r: dict[str, Any], full: bool = False) -> None:
     for e in r.get("errors") or []:
         console.print(Text.assemble("  ", safe_text(e["kind"], "red"), " in ", safe_text(redact(str(e["source"]))),
                                     ": ", safe_text(clip(redact(str(e["message"]))))))
+    for f in r.get("feedback") or []:
+        whom = "this answer" if f["response_id"] else f"session {f['session']}"
+        score = "" if f["score"] is None else f" score {f['score']:g}"
+        console.print(Text.assemble("  feedback on ", safe_text(whom), score,
+                                    *((" ", safe_text(f["label"], "bold")) if f["label"] else ()),
+                                    *((": ", safe_text(clip(f["comment"]))) if f["comment"] else ())))
     from workbench.analysis.mcp_calls import mcp_calls_table
 
     mcp = mcp_calls_table(r.get("state"))

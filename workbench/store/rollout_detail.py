@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import NotFoundError
+from workbench.store.feedback import feedback_for
 
 
 def _cur(conn: sqlite3.Connection) -> sqlite3.Cursor:
@@ -22,7 +23,8 @@ def _loads(s: str | None, default: Any) -> Any:
 
 def get_rollout(conn: sqlite3.Connection, key: int | str) -> dict[str, Any]:
     """One rollout with parsed JSON fields, its scores (``rewards``, ``metrics``), model ``calls``
-    and ``errors``; ``key`` is a pk, an id or a unique prefix of an id."""
+    and ``errors`` (and, for a gateway's exchange, its ``feedback``); ``key`` is a pk, an id or a unique prefix
+    of an id."""
     cur = _cur(conn)
     cols = [r[1] for r in cur.execute("PRAGMA table_info(rollout)")]
     sel = f"SELECT {', '.join(cols)} FROM rollout WHERE"
@@ -53,6 +55,9 @@ def get_rollout(conn: sqlite3.Connection, key: int | str) -> dict[str, Any]:
         "WHERE rollout_pk = ? ORDER BY idx, id", (d["pk"],))]
     d["errors"] = [{"kind": k, "source": s, "message": m} for k, s, m in cur.execute(
         "SELECT kind, source, message FROM rollout_error WHERE rollout_pk = ? ORDER BY id", (d["pk"],))]
+    if d.get("source") == "traffic":  # what the product said of this answer (the gateway's POST /v1/feedback)
+        session = d["state"].get("session") if isinstance(d["state"], dict) else None
+        d["feedback"] = feedback_for(conn, d["id"], session if isinstance(session, str) else None)
     return d
 
 
