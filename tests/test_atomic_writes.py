@@ -39,6 +39,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workbench/hub/pull.py", "_write_files", "write_bytes"): "inside a fresh staging folder renamed whole",
     ("workbench/hub/pull.py", "_write_tree", "os.replace"): "the staging folder renamed into place",
     ("workbench/formats/openai_evals/writer.py", "import_eval", "write_text"): "inside the staging folder of a new env",
+    ("workbench/gateway/from_traffic.py", "from_traffic", "write_bytes"): "inside the staging folder of a new env",
+    ("workbench/gateway/from_traffic.py", "from_traffic", "write_text"): "inside the staging folder of a new env",
     ("workbench/analysis/export_atif.py", "_write_trial", "write_bytes"): "inside the ATIF export's staging folder",
     ("workbench/formats/verifiers_export/package.py", "_copy_source", "write_text"):
         "inside the verifiers export's staging folder",

@@ -69,7 +69,7 @@ MCP_TOOLS = {"list_environments", "validate_environment", "run_eval", "list_runs
              "diff_rollouts", "rescore", "plan_launch"}
 
 #: Named in the page as reserved for open work, not built yet; listed so that one being built is noticed.
-RESERVED = ["tasks"]
+RESERVED: list[str] = []
 
 
 def command_at(path: str) -> click.Command:

@@ -279,3 +279,66 @@ def test_feedback_is_kept_for_an_answer_or_a_session_this_app_was_served(
     assert "feedback on session ticket-17 score 0.5: resolved" in shown.stdout
     as_json = last_json(cli("show", rid, "--json", env=env).stdout)
     assert [f["label"] or f["comment"] for f in as_json["feedback"]] == ["thumbs_up", "resolved"]
+
+
+def test_traffic_with_feedback_becomes_an_environment_that_eval_runs(
+        registered: str, gateway: Callable[..., Running], cli: Callable[..., Any], env: dict[str, str],
+        tmp_path: Path) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good")
+    feedback = f"{gw.root}/v1/feedback"
+
+    def ask(session: str, messages: list[dict[str, str]]) -> str:
+        oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0,
+                           default_headers={"X-Workbench-Session": session})
+        raw = oa.chat.completions.with_raw_response.create(model="support", messages=messages)  # type: ignore[arg-type]
+        return str(raw.headers["X-Workbench-Response-Id"])
+
+    first = [{"role": "user", "content": "my order 1042 never arrived"}]
+    ask("a", first)  # no feedback of its own or its session's: below any minimum
+    a2 = ask("a", [*first, {"role": "assistant", "content": "sorry"}, {"role": "user", "content": "refund it please"}])
+    b = ask("b", [{"role": "user", "content": "How do I reset my password on the mobile app?"}])
+    c = ask("c", [{"role": "user", "content": "cancel my subscription"}])
+    d = ask("d", [{"role": "user", "content": "how do i reset my password on the mobile app"}])  # b, near enough
+    for rid, score in ((a2, 1.0), (b, 0.9), (c, 0.0), (d, 0.8)):
+        assert _post(feedback, registered, {"response_id": rid, "score": score})[0] == 200
+    gw.stop()
+
+    out = tmp_path / "support_tasks"
+    made = cli("tasks", "from-traffic", out, "--app", "shop", "--min-feedback", "0.5", "--held-out", "0.5",
+               "--judge", "good", "--json", env=env)
+    assert made.rc == 0, made.stderr
+    got = last_json(made.stdout)
+    assert got["path"] == str(out) and (got["exchanges"], got["below_feedback"], got["duplicates"]) == (5, 2, 1)
+    assert (got["tasks"], got["sessions"], got["held_out_sessions"], got["train"], got["held_out"]) == (2, 2, 1, 1, 1)
+    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert {r["info"]["response_id"] for r in rows} == {a2, b}  # d was b's near-duplicate with worse feedback
+    assert [r["info"]["split"] for r in rows] == ["train", "held_out"]  # held out last
+    a_row = next(r for r in rows if r["info"]["response_id"] == a2)
+    assert a_row["prompt"][-1] == {"role": "user", "content": "refund it please"} and a_row["answer"]
+    assert "held-out tasks from" in (out / "README.md").read_text()
+    ran = cli("eval", out, "-m", "good", "-n", 2, "--json", env=env, timeout=300)
+    assert ran.rc == 0, ran.stderr
+    result = last_json(ran.stdout)
+    assert result["rollouts"] == 2 and result["failed"] == 0 and result["errors"] == 0, result
+
+
+#: (arguments of tasks from-traffic, what its one line says)
+BAD_TRAFFIC = [
+    (("--held-out", "1"), "--held-out 1"),
+    (("--since", "last tuesday"), "--since 'last tuesday'"),
+    (("--app", "nobody"), "no gateway traffic of app 'nobody'"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_TRAFFIC, ids=[a[0] for a, _ in BAD_TRAFFIC])
+def test_tasks_from_traffic_refuses_in_one_line_and_writes_nothing(cli: Callable[..., Any], tmp_path: Path,
+                                                                    store_path: Path, args: tuple[str, ...],
+                                                                    fragment: str) -> None:
+    from workbench.store import Store
+
+    Store(store_path).close()  # a store with no traffic in it
+    out = tmp_path / "new_env"
+    assert_user_error(cli("tasks", "from-traffic", out, *args), fragment)
+    assert not out.exists()

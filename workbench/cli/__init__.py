@@ -57,13 +57,14 @@ def _register() -> None:
         rescore_cmd,
         sandbox_cmd,
         serve_cmd,
+        tasks_cmd,
         train_cmd,
     )
 
     for mod in (eval_cmd, envs_cmd, browse, diff_cmd, prices_cmd, sandbox_cmd, serve_cmd, train_cmd, launch_cmd,
                 package_cmd, login_cmd, costs_cmd, new_cmd, debug_cmd, rescore_cmd, import_cmd, import_eval_cmd,
                 play_cmd, mcp_cmd, models_cmd, compare_cmd, optimize_cmd, distill_cmd, hub_cmd, probe_cmd,
-                export_env_cmd, gateway_cmd):
+                export_env_cmd, gateway_cmd, tasks_cmd):
         for command in mod.COMMANDS:
             cli.add_command(command)
 

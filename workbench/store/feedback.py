@@ -31,4 +31,30 @@ def feedback_for(conn: sqlite3.Connection, response_id: str, session: str | None
     return [dict(zip(keys, tuple(r), strict=True)) for r in rows]
 
 
-__all__ = ["add_feedback", "feedback_for", "traffic_rollout_app"]
+
+def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since: float | None = None
+                      ) -> list[dict[str, Any]]:
+    """Every recorded exchange of the gateway (of ``app``, from ``since`` on), oldest first, each with its best
+    feedback score (its own, else its session's; None without any): ``id``, ``app``, ``created_at``, ``prompt``
+    (the conversation sent, JSON), ``completion``, ``state`` (JSON), ``feedback``."""
+    where: list[str] = ["r.source = 'traffic'"]
+    args: list[Any] = []
+    if app is not None:
+        where.append("r.env_name = ?")
+        args.append(f"traffic/{app}")
+    if since is not None:
+        where.append("r.created_at >= ?")
+        args.append(since)
+    rows = conn.execute(
+        "SELECT r.id, r.env_name, r.created_at, r.prompt, r.completion, r.state, "
+        "(SELECT MAX(f.score) FROM feedback f WHERE f.response_id = r.id), "
+        "(SELECT MAX(f.score) FROM feedback f WHERE f.session IS NOT NULL "
+        " AND f.session = json_extract(r.state, '$.session') AND f.app = substr(r.env_name, 9)) "
+        f"FROM rollout r WHERE {' AND '.join(where)} "
+        "ORDER BY r.created_at, r.pk", args).fetchall()
+    return [{"id": rid, "app": str(env).removeprefix("traffic/"), "created_at": created, "prompt": prompt,
+             "completion": completion, "state": state, "feedback": own if own is not None else session_score}
+            for rid, env, created, prompt, completion, state, own, session_score in rows]
+
+
+__all__ = ["add_feedback", "feedback_for", "traffic_exchanges", "traffic_rollout_app"]

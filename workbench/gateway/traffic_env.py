@@ -1,0 +1,82 @@
+"""The environment ``tasks from-traffic`` writes, built from its folder: the tasks of ``tasks.jsonl`` (all, the
+training split or the held-out one), one reply each, and a judge rubric.
+
+``similar_to_reference`` asks the judge model (a registered one, or ``local``, the embedded model) whether a
+reply says what the reference answer says, on a scale of 0 to 10, and is that over 10 (0 when the judge
+answers with no number). The judge's calls go through their own client and are not part of the rollout's
+trace."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from workbench.authoring.environment import Environment, Sampling
+from workbench.authoring.harness import SingleTurn
+from workbench.authoring.rubric import Rubric
+from workbench.authoring.tasks import TaskSet
+from workbench.errors import EnvLoadError
+
+TASKS_FILE = "tasks.jsonl"
+DEFAULT_JUDGE = "local"
+SPLITS = ("all", "train", "held_out")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+JUDGE_PROMPT = """You compare a reply with a reference answer to the same conversation.
+
+Reference answer:
+{answer}
+
+Reply:
+{completion}
+
+Does the reply say what the reference answer says (the same facts, decision and next step; wording may
+differ)? Answer with one number from 0 (not at all) to 10 (entirely), and nothing else."""
+
+
+def judge_score(text: str) -> float:
+    """The judge's answer as a score in [0, 1]: its first number over 10 (0 when it gives none)."""
+    found = _NUMBER.search(text or "")
+    return min(10.0, float(found.group(0))) / 10.0 if found else 0.0
+
+
+def build_environment(folder: Path, *, name: str, split: str = "all", judge: str = DEFAULT_JUDGE) -> Environment:
+    from workbench.formats.openai_evals.judge import EndpointJudge
+
+    if split not in SPLITS:
+        raise EnvLoadError(f"{name}: split {split!r} is none of {', '.join(SPLITS)}")
+    tasks = TaskSet.from_jsonl(folder / TASKS_FILE, name=name)
+    if split != "all":
+        tasks = tasks.filter(lambda t: t.info.get("split") == split)
+    asker = EndpointJudge(judge)
+    rubric = Rubric()
+
+    @rubric.reward(weight=1.0)
+    async def similar_to_reference(completion: str, answer: str) -> float:
+        """The judge's 0-10 verdict of the reply against the reference answer, over 10."""
+        reply = await asker.ask([{"role": "user", "content": JUDGE_PROMPT.format(answer=answer, completion=completion)}],
+                                {"temperature": 0.0, "max_tokens": 8})
+        return judge_score(reply)
+
+    @rubric.metric
+    def reply_chars(completion: str) -> float:
+        return float(len(completion))
+
+    return Environment(name=name, tasks=tasks, harness=SingleTurn(), rubric=rubric,
+                       sampling=Sampling(max_tokens=512, temperature=1.0),
+                       description=f"tasks from a product's traffic ({split}); a judge ({judge}) scores each reply "
+                                   "against the answer it got")
+
+
+def tasks_info(folder: Path) -> dict[str, Any]:
+    """How many tasks of each split the folder holds."""
+    counts = {"train": 0, "held_out": 0}
+    for task in TaskSet.from_jsonl(folder / TASKS_FILE):
+        split = task.info.get("split")
+        if split in counts:
+            counts[split] += 1
+    return counts
+
+
+__all__ = ["DEFAULT_JUDGE", "SPLITS", "TASKS_FILE", "build_environment", "judge_score"]
