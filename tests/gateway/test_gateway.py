@@ -342,3 +342,58 @@ def test_tasks_from_traffic_refuses_in_one_line_and_writes_nothing(cli: Callable
     out = tmp_path / "new_env"
     assert_user_error(cli("tasks", "from-traffic", out, *args), fragment)
     assert not out.exists()
+
+
+def test_a_shadow_answers_every_call_recorded_never_returned(registered: str, gateway: Callable[..., Running],
+                                                            store_path: Path) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good", "--shadow", "support=cand")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    served = []
+    for i in range(5):
+        raw = oa.chat.completions.with_raw_response.create(model="support",
+                                                           messages=[{"role": "user", "content": f"q{i}"}])
+        assert raw.headers["X-Workbench-Arm"] == "good"  # the shadow's answer is never the one returned
+        served.append(raw.headers["X-Workbench-Response-Id"])
+    chunks = list(oa.chat.completions.create(model="support", stream=True,  # type: ignore[call-overload]
+                                             messages=[{"role": "user", "content": "streamed"}]))
+    assert chunks
+    gw.stop()
+    rows = _rows(store_path)
+    primary = [r for r in rows if "shadow_of" not in json.loads(r["state"])]
+    shadow = [r for r in rows if "shadow_of" in json.loads(r["state"])]
+    assert len(primary) == 6 and len(shadow) == 6
+    assert {json.loads(r["state"])["arm"] for r in shadow} == {"cand"} and {r["route"] for r in shadow} == {
+        "support~shadow"}
+    by_primary = {json.loads(r["state"])["shadow_of"]: r for r in shadow}
+    assert set(served) <= set(by_primary)  # each answer returned has its shadow's, paired by id
+    for r in primary:  # the same conversation, the same session
+        twin = by_primary[r["id"]]
+        assert json.loads(twin["prompt"]) == json.loads(r["prompt"])
+        assert json.loads(twin["state"])["session"] == json.loads(r["state"])["session"]
+
+
+def test_promote_moves_the_split_without_a_restart(registered: str, gateway: Callable[..., Running],
+                                                   cli: Callable[..., Any], env: dict[str, str]) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good:0.5,cand:0.5")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+
+    def arms(n: int) -> list[str]:
+        return [oa.chat.completions.with_raw_response.create(
+            model="support", messages=[{"role": "user", "content": "hi"}]).headers["X-Workbench-Arm"] for _ in range(n)]
+
+    assert set(arms(40)) == {"good", "cand"}
+    listed = last_json(cli("gateway", "routes", "--json", env=env).stdout)
+    assert listed["routes"]["support"]["arms"] == [["good", 0.5], ["cand", 0.5]]
+    moved = cli("gateway", "promote", "support", "cand", "--json", env=env)
+    assert moved.rc == 0, moved.stderr
+    assert last_json(moved.stdout)["spec"] == "support=cand:1"
+    assert set(arms(30)) == {"cand"}  # the running gateway serves the new split at once
+    back = cli("gateway", "promote", "support", "good:0.25", "--json", env=env)
+    assert last_json(back.stdout)["spec"] == "support=good:0.25,cand:0.75"
+    assert_user_error(cli("gateway", "promote", "support", "nobody", env=env), "nobody is none of its arms")
+    assert_user_error(cli("gateway", "promote", "elsewhere", "cand", env=env), "the gateway has no route 'elsewhere'")
+    assert set(arms(60)) == {"good", "cand"}

@@ -31,6 +31,9 @@ KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=Tru
                    "(support=prod:0.9,cand:0.1). Repeatable.")
 @click.option("--default", "default", default=None, metavar="NAME",
               help="The route (or registered model) that serves any other model name.")
+@click.option("--shadow", "shadows", multiple=True, metavar="ROUTE=MODEL",
+              help="MODEL also answers each call of ROUTE, after the arm that serves it: recorded, never returned. "
+                   "Repeatable.")
 @click.option("--record-rate", type=float, default=1.0, show_default=True,
               help="The fraction of exchanges recorded in the store.")
 @click.option("--redact", "redact", multiple=True, metavar="REGEX",
@@ -41,7 +44,7 @@ KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=Tru
 @json_option("Print one JSON object (host, port, routes) once serving.")
 @click.pass_context
 def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, ...], default: str | None,
-                  record_rate: float, redact: tuple[str, ...], seed: int | None, db: str | None,
+                  shadows: tuple[str, ...], record_rate: float, redact: tuple[str, ...], seed: int | None, db: str | None,
                   as_json: bool) -> None:
     """A gateway a product points its OpenAI or Anthropic SDK at: `gateway --route NAME=MODEL` serves;
     `gateway keys add APP` makes the key the product sends."""
@@ -50,11 +53,13 @@ def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, .
     from workbench.gateway.serve import build_gateway, serve
 
     store = open_store(ctx, db)
-    gateway = build_gateway(routes, default=default, store=store, record_rate=record_rate, redact=redact, seed=seed)
+    gateway = build_gateway(routes, default=default, store=store, record_rate=record_rate, redact=redact, seed=seed,
+                            shadows=shadows)
 
     def ready(gw: Any) -> None:
         info = {"host": host, "port": gw.port, "base_url": f"http://{host}:{gw.port}/v1",
-                "routes": {name: r.spec for name, r in gw.routes.items()}, "store": str(store.path)}
+                "routes": {name: r.spec for name, r in gw.routes.items()},
+                "shadows": {name: r.shadow for name, r in gw.routes.items() if r.shadow}, "store": str(store.path)}
         if as_json:
             emit_json(info)
         else:
@@ -68,6 +73,45 @@ def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, .
             console_err.print(f"gateway stopped: {gateway.served} served, {stats['recorded']} recorded, "
                               f"{stats['dropped']} dropped, {gateway.refused} refused", highlight=False)
         store.close()
+
+
+@gateway_group.command("promote")
+@click.argument("route")
+@click.argument("model", metavar="MODEL[:WEIGHT]")
+@json_option()
+def gateway_promote(route: str, model: str, as_json: bool) -> None:
+    """Give MODEL (an arm or the shadow of ROUTE) all of ROUTE's traffic, or WEIGHT of it (the other arms share
+    the rest as before); the running gateway serves the new split from its next request, without a restart."""
+    from workbench.errors import ConfigError
+    from workbench.gateway.live_routes import promote
+
+    name, _, weight_text = model.rpartition(":") if ":" in model else (model, "", "")
+    try:
+        weight = float(weight_text) if weight_text else 1.0
+    except ValueError:
+        name, weight = model, 1.0
+    if not name:
+        raise ConfigError(f"{model!r}: name one of the route's models, e.g. cand or cand:0.5")
+    new = promote(route, name, weight)
+    if as_json:
+        emit_json({"route": route, "spec": new.spec, "shadow": new.shadow})
+        return
+    console.print(f"{new.spec}" + (f" (shadow {new.shadow})" if new.shadow else ""), highlight=False)
+
+
+@gateway_group.command("routes")
+@json_option()
+def gateway_routes(as_json: bool) -> None:
+    """The routes the gateway serves (as it published them), with their splits and shadows."""
+    from workbench.gateway.live_routes import load, routes_path
+
+    routes = load()
+    if as_json:
+        emit_json({"routes": {n: {"spec": r.spec, **r.as_dict()} for n, r in routes.items()},
+                   "path": str(routes_path())})
+        return
+    for r in routes.values():
+        console.print(r.spec + (f"  shadow {r.shadow}" if r.shadow else ""), highlight=False, markup=False)
 
 
 @gateway_group.group("keys")

@@ -1,7 +1,8 @@
 """Every exchange the gateway serves, recorded without ever getting in the product's way.
 
 Each exchange (one call and its answer) is one rollout (``source = 'traffic'``) of a run of kind ``gateway``,
-one run per app and route for as long as the gateway serves: its task is the conversation as the product sent
+one run per app and route for as long as the gateway serves (a shadow's answers in a run of their own,
+``ROUTE~shadow``, each naming the answer it shadowed in ``shadow_of``): its task is the conversation as the product sent
 it, its messages that conversation and the answer, its state the session, app, route, arm, API and response
 id. A session is named by the product (``X-Workbench-Session``) or, without one, found by prefix continuity:
 a call whose messages are an earlier call's messages and answer continues that call's session. The session is
@@ -101,17 +102,19 @@ class TrafficRecorder:
         return run
 
     def record(self, *, app: str, route: str, spec: str, arm: str, api: str, session: str,
-               messages: list[dict[str, Any]], rollout: Rollout, response_id: str) -> None:
+               messages: list[dict[str, Any]], rollout: Rollout, response_id: str, shadow_of: str | None = None
+               ) -> None:
         """Record one served exchange (never raises: a failure is a dropped exchange)."""
         answer = rollout.calls[-1].message if rollout.calls else None
         if answer is None:
             return
-        self._remember(messages, answer, session)
+        if shadow_of is None:  # a shadow's answer never reached the product: no conversation continues it
+            self._remember(messages, answer, session)
         if self.rate < 1.0 and self.rng.random() >= self.rate:
             self.sampled_out += 1
             return
         try:
-            run = self._run(app, route, spec)
+            run = self._run(app, route if shadow_of is None else f"{route}~shadow", spec)
             index = run.sessions.setdefault(session, len(run.sessions))
             sample = run.calls[session]
             run.calls[session] += 1
@@ -120,7 +123,7 @@ class TrafficRecorder:
             prompt = clean[:-1]
             text = clean[-1].get("content")
             state = {"session": session, "app": app, "route": route, "arm": arm, "api": api,
-                     "response_id": response_id, "redactions": n}
+                     "response_id": response_id, "redactions": n, **({"shadow_of": shadow_of} if shadow_of else {})}
             record = RolloutRecord(
                 id=response_id, run_id=run.id, env_name=f"traffic/{app}", model=arm,
                 task=Task(prompt=prompt, info={"session": session}), task_index=index, sample_index=sample,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config.models import ModelEndpoint, unknown_model_message
@@ -27,8 +28,11 @@ class Arm:
 
 @dataclass(frozen=True, slots=True)
 class Route:
+    """A route: its arms, and the model that answers every call in parallel without being returned (``shadow``)."""
+
     name: str
     arms: tuple[Arm, ...]
+    shadow: str | None = None
 
     def pick(self, rng: random.Random) -> Arm:
         """The arm of one call, drawn by weight."""
@@ -44,6 +48,40 @@ class Route:
     @property
     def spec(self) -> str:
         return f"{self.name}=" + ",".join(f"{a.model}:{a.weight:g}" for a in self.arms)
+
+    @property
+    def models(self) -> list[str]:
+        """Every model the route may call: its arms', then its shadow's."""
+        return [a.model for a in self.arms] + ([self.shadow] if self.shadow else [])
+
+    def promoted(self, model: str, weight: float = 1.0, served: Sequence[str] = ()) -> Route:
+        """The route with ``model`` (one of its models, or of the ``served`` ones) given ``weight`` of the traffic
+        and the other arms the rest, in the shares they had among themselves (all of it: the others leave the
+        route). A shadow promoted stops being the shadow."""
+        if model not in self.models and model not in served:
+            raise ConfigError(f"route {self.name}: {model} is none of its arms or its shadow "
+                              f"({', '.join(self.models)}), nor another model the gateway serves")
+        if not (0 < weight <= 1):
+            raise ConfigError(f"route {self.name}: the weight of {model} ({weight:g}) must be a number in (0, 1]")
+        others = [a for a in self.arms if a.model != model]
+        rest = sum(a.weight for a in others)
+        arms = [Arm(model, weight)]
+        if weight < 1:
+            if not others:
+                raise ConfigError(f"route {self.name}: {model} is its only arm, so it takes all of the traffic")
+            arms += [Arm(a.model, (1 - weight) * (a.weight / rest if rest else 1 / len(others))) for a in others]
+        return Route(self.name, tuple(arms), None if self.shadow == model else self.shadow)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"arms": [[a.model, a.weight] for a in self.arms], "shadow": self.shadow}
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, object]) -> Route:
+        arms = data.get("arms")
+        if not isinstance(arms, list) or not arms:
+            raise ConfigError(f"route {name}: no arms")
+        shadow = data.get("shadow")
+        return cls(name, tuple(Arm(str(m), float(w)) for m, w in arms), str(shadow) if shadow else None)
 
 
 def parse_route(spec: str, models: dict[str, ModelEndpoint]) -> Route:
@@ -86,4 +124,15 @@ def _weighted(part: str) -> bool:
     return bool(colon and head) and re.fullmatch(r"[0-9.eE+-]+", tail.strip()) is not None
 
 
-__all__ = ["Arm", "Route", "parse_route"]
+def with_shadow(route: Route, spec: str, models: dict[str, ModelEndpoint]) -> Route:
+    """``--shadow NAME=MODEL``: ``route`` with MODEL answering every call in parallel (recorded, never returned)."""
+    _, _, model = spec.partition("=")
+    model = model.strip()
+    if model not in models:
+        raise ConfigError(f"--shadow {route.name}: {unknown_model_message(model, models)}")
+    if any(a.model == model for a in route.arms):
+        raise ConfigError(f"--shadow {route.name}: {model} is already one of its arms")
+    return Route(route.name, route.arms, model)
+
+
+__all__ = ["Arm", "Route", "parse_route", "with_shadow"]

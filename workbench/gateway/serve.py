@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from workbench.config.models import load_models
@@ -15,14 +16,16 @@ from workbench.runs.endpoint import resolve_endpoint
 from workbench.store import Store
 
 from .keys import KeyRing
+from .live_routes import RouteBook
 from .recorder import TrafficRecorder
 from .redaction import Redactor
-from .routes import Route, parse_route
+from .routes import Route, parse_route, with_shadow
 from .server import Gateway, Upstream
 
 
 def build_gateway(route_specs: Sequence[str], *, default: str | None = None, store: Store | None = None,
-                  record_rate: float = 1.0, redact: Sequence[str] = (), seed: int | None = None) -> Gateway:
+                  record_rate: float = 1.0, redact: Sequence[str] = (), seed: int | None = None,
+                  shadows: Sequence[str] = (), routes_file: Path | None = None) -> Gateway:
     """A gateway for ``route_specs`` (``NAME=MODEL[:W],...``; ``default`` is a route name or a registered model
     served for any other name); each bad route is one :class:`ConfigError`, before anything starts."""
     if not 0.0 <= record_rate <= 1.0:
@@ -38,21 +41,27 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
         routes[default] = parse_route(f"{default}={default}", models)
     if not routes:
         raise ConfigError("the gateway needs a route: --route NAME=MODEL (a registered model; `workbench models`)")
+    for spec in shadows:
+        name = spec.partition("=")[0].strip()
+        if name not in routes or "=" not in spec:
+            raise ConfigError(f"--shadow {spec!r}: write ROUTE=MODEL for one of the routes "
+                              f"({', '.join(sorted(routes))})")
+        routes[name] = with_shadow(routes[name], spec, models)
     upstreams: dict[str, Upstream] = {}
     for route in routes.values():
-        for arm in route.arms:
-            if arm.model in upstreams:
+        for model in route.models:
+            if model in upstreams:
                 continue
-            endpoint = resolve_endpoint(model=arm.model)
+            endpoint = resolve_endpoint(model=model)
             if endpoint.provider != "openai":
-                raise ConfigError(f"--route {route.name}: {arm.model} speaks the {endpoint.provider} API; the gateway "
+                raise ConfigError(f"--route {route.name}: {model} speaks the {endpoint.provider} API; the gateway "
                                   "forwards to OpenAI-compatible endpoints (any provider's, the embedded server, vLLM)")
-            upstreams[arm.model] = Upstream(arm.model, ChatClient(endpoint.api_key, max_connections=256),
-                                            endpoint.base_url.rstrip("/"), endpoint.model)
+            upstreams[model] = Upstream(model, ChatClient(endpoint.api_key, max_connections=256),
+                                        endpoint.base_url.rstrip("/"), endpoint.model)
     rng = random.Random(seed)
     recorder = TrafficRecorder(store, redactor=Redactor(extra=redact), rate=record_rate, rng=random.Random(rng.random())) \
         if store is not None else None
-    return Gateway(routes=routes, upstreams=upstreams, keys=KeyRing(), recorder=recorder, default=default, rng=rng)
+    return Gateway(book=RouteBook(routes, routes_file), upstreams=upstreams, keys=KeyRing(), recorder=recorder, default=default, rng=rng)
 
 
 async def serve(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0,
@@ -62,6 +71,7 @@ async def serve(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0,
         await gateway.start(host, port)
     except OSError as e:
         raise ConfigError(f"the gateway cannot listen on {host}:{port} ({e.strerror or e})") from None
+    gateway.book.start()  # its routes published, for `gateway promote` and the app
     try:
         if on_ready is not None:
             on_ready(gateway)

@@ -5,17 +5,21 @@
 ``model`` names a route (``routes.py``; ``default`` serves any other name when set); the route's arm for the
 call is drawn by weight, and the call goes to that registered model through the interception proxy's relays
 (``workbench.rollouts.proxy_relay``, the wire translations of ``workbench.wire``), answered in the API it came
-in. Each answer carries ``X-Workbench-Arm`` (the model that served it) and ``X-Workbench-Response-Id`` (the
+in; a route's shadow answers the same call afterwards, recorded beside it and never returned. The routes
+are a :class:`~workbench.gateway.live_routes.RouteBook`: ``gateway promote`` changes a split while it serves.
+Each answer carries ``X-Workbench-Arm`` (the model that served it) and ``X-Workbench-Response-Id`` (the
 exchange's id, which ``POST /v1/feedback`` takes). A missing, unknown or revoked key is a 401 in the API's own error shape; the provider's key
 never leaves Workbench. Every served exchange is handed to the recorder (``recorder.py``) after the answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import math
 import random
 import sqlite3
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,12 +31,13 @@ from aiohttp import web
 from workbench.records.rollout import Rollout
 from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
-from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI
+from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import serve_call
 from workbench.store.feedback import add_feedback, traffic_rollout_app
 from workbench.wire.responses import ResponseStore
 
 from .keys import KeyRing
+from .live_routes import RouteBook
 from .recorder import TrafficRecorder
 from .routes import Route
 
@@ -60,7 +65,7 @@ class Upstream:
 
 @dataclass(slots=True)
 class Gateway:
-    routes: dict[str, Route]
+    book: RouteBook
     upstreams: dict[str, Upstream]
     keys: KeyRing
     recorder: TrafficRecorder | None = None
@@ -70,6 +75,8 @@ class Gateway:
     _served_to: collections.OrderedDict[str, str] = field(default_factory=collections.OrderedDict)  # id -> app
     served: int = 0
     refused: int = 0
+    shadow_failed: int = 0
+    _shadows: set[asyncio.Future[None]] = field(default_factory=set)
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -83,6 +90,10 @@ class Gateway:
         app.on_response_prepare.append(_add_headers)
         return app
 
+    @property
+    def routes(self) -> dict[str, Route]:
+        return self.book.current()
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -95,6 +106,8 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._shadows:
+            await asyncio.gather(*self._shadows, return_exceptions=True)
         for up in self.upstreams.values():
             await up.client.close()
 
@@ -124,10 +137,11 @@ class Gateway:
         if not isinstance(body, dict):
             return probe.error(400, "malformed request: the body must be a JSON object")
         asked = str(body.get("model") or "")
-        route = self.routes.get(asked) or (self.routes.get(self.default) if self.default else None)
+        routes = self.routes
+        route = routes.get(asked) or (routes.get(self.default) if self.default else None)
         if route is None:
             return probe.error(404, f"the gateway has no route {asked!r}; its routes: "
-                                    f"{', '.join(sorted(self.routes)) or 'none'}", param="model")
+                                    f"{', '.join(sorted(routes)) or 'none'}", param="model")
         arm = route.pick(self.rng)
         up = self.upstreams[arm.model]
         api = make() if make is ChatAPI else make(asked)
@@ -145,7 +159,36 @@ class Gateway:
             session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
             self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
                                  session=session, messages=rollout.last_request, rollout=rollout, response_id=rid)
+            if route.shadow is not None:
+                shadow = asyncio.ensure_future(self._shadow(app, route, make, asked, body, session, rid))
+                self._shadows.add(shadow)
+                shadow.add_done_callback(self._shadows.discard)
         return response
+
+    async def _shadow(self, app: str, route: Route, make: Callable[..., WireAPI], asked: str, body: dict[str, Any],
+                      session: str, primary: str) -> None:
+        """The shadow's answer to the same call, after the product got the arm's: recorded beside it (the same
+        session, ``shadow_of`` the answer returned), never returned. A failure is counted, nothing more."""
+        assert route.shadow is not None and self.recorder is not None
+        up = self.upstreams[route.shadow]
+        api = make() if make is ChatAPI else make(asked)
+        api.bind(ResponseStore(capacity=16), {})
+        rid = f"gwr-{uuid.uuid4().hex}"
+        rollout = Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=up.client, base_url=up.upstream,
+                          model=up.model, params={})
+        try:
+            chat = api.to_chat(body)
+            payload = {**up.prepare(chat, rollout), "stream": False}
+            payload.pop("stream_options", None)
+            t0 = time.perf_counter()
+            data = orjson.loads(await up.client.post_json(up.upstream + "/chat/completions", payload, up.model))
+            record_choices(rollout, chat["messages"], chat.get("tools"), data, time.perf_counter() - t0, api=api.name)
+        except Exception:  # noqa: BLE001 - the shadow never troubles the product
+            self.shadow_failed += 1
+            return
+        self.recorder.record(app=app, route=route.name, spec=route.spec, arm=route.shadow, api=api.name,
+                             session=session, messages=chat["messages"], rollout=rollout, response_id=rid,
+                             shadow_of=primary)
 
     async def _feedback(self, request: web.Request) -> web.Response:
         """``POST /v1/feedback``: a judgement of an answer this app was served (``response_id``: the
