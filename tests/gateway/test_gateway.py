@@ -397,3 +397,44 @@ def test_promote_moves_the_split_without_a_restart(registered: str, gateway: Cal
     assert_user_error(cli("gateway", "promote", "support", "nobody", env=env), "nobody is none of its arms")
     assert_user_error(cli("gateway", "promote", "elsewhere", "cand", env=env), "the gateway has no route 'elsewhere'")
     assert set(arms(60)) == {"good", "cand"}
+
+
+def _writer_of(pid: int) -> int:
+    """The store writer process of the gateway ``pid``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"store.writer" in cmd:
+            return int(entry.name)
+    raise AssertionError(f"the gateway {pid} has no store writer process")
+
+
+def test_a_store_that_cannot_be_written_mid_traffic_costs_the_product_nothing(
+        registered: str, gateway: Callable[..., Running], store_path: Path) -> None:
+    """The store's writer process dies mid-traffic (as when its disk fails): every call is still answered, the
+    exchanges not committed are counted as dropped, and the gateway says so once."""
+    import os
+    import signal
+
+    import openai
+
+    from tests.helpers import count_rollouts, wait_for
+
+    gw = gateway("--route", "support=good")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+
+    def call(i: int) -> str:
+        reply = oa.chat.completions.create(model="support", messages=[{"role": "user", "content": f"call {i}"}])
+        return reply.choices[0].message.content or ""
+
+    assert all(f"call {i}" in call(i) for i in range(3))
+    wait_for(lambda: count_rollouts(store_path) == 3, 60, "the first exchanges in the store")
+    os.kill(_writer_of(gw.proc.pid), signal.SIGKILL)
+    assert all(f"call {i}" in call(i) for i in range(3, 13))  # answered, every one, while nothing is written
+    err = gw.stop()
+    assert "gateway stopped: 13 served, 3 recorded, 10 dropped" in err, err
+    assert err.count("exchanges are not being recorded") == 1, err
+    assert count_rollouts(store_path) == 3

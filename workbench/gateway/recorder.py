@@ -9,8 +9,9 @@ a call whose messages are an earlier call's messages and answer continues that c
 the rollout's task index in its run, the call's place in the session its sample index.
 
 Text is scrubbed first (``redaction.py``). Records go to the store's batch writer (its own process), off the
-request path; when the store cannot be written, the exchange is dropped and counted (``dropped``), and the
-gateway says so once on stderr and keeps serving.
+request path; when the store cannot be written (a commit fails, the writer process is gone), exchanges are
+dropped and counted (``dropped``: every one not committed), the gateway says so once on stderr and keeps
+serving, and a fresh writer is tried ``RETRY_S`` later.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from .redaction import Redactor
 
 SOURCE = "traffic"
 KIND = "gateway"
+#: How long after its writer failed the recorder tries a fresh one.
+RETRY_S = 30.0
 #: How many conversations' ends are remembered for prefix continuity.
 _REMEMBERED = 100_000
 
@@ -66,10 +69,11 @@ class TrafficRecorder:
         self.rng = rng or random.Random()
         self.runs: dict[tuple[str, str], _Run] = {}
         self.ends: collections.OrderedDict[str, str] = collections.OrderedDict()  # conversation end -> session
-        self.recorded = 0
-        self.dropped = 0
+        self.attempted = 0  # exchanges handed to a writer, or refused on the way
         self.sampled_out = 0
         self.redactions = 0
+        self._committed_before = 0  # by the writers replaced after they failed
+        self._failed_at: float | None = None
         self._said = False
 
     def session_of(self, given: str | None, messages: list[dict[str, Any]]) -> str:
@@ -113,7 +117,9 @@ class TrafficRecorder:
         if self.rate < 1.0 and self.rng.random() >= self.rate:
             self.sampled_out += 1
             return
+        self.attempted += 1
         try:
+            self._check_writer()
             run = self._run(app, route if shadow_of is None else f"{route}~shadow", spec)
             index = run.sessions.setdefault(session, len(run.sessions))
             sample = run.calls[session]
@@ -131,25 +137,57 @@ class TrafficRecorder:
                 turns=1, completion=text if isinstance(text, str) else "", messages=clean, state=state,
                 scores=Scores(), calls=[], errors=[], source=SOURCE)
             self.writer.submit([record])
-            self.recorded += 1
         except Exception as e:  # noqa: BLE001 - the product is never answered with the store's trouble
-            self.dropped += 1
-            if not self._said:
-                self._said = True
-                print(f"gateway: exchanges are not being recorded ({type(e).__name__}: {e}); serving goes on, "
-                      "dropped exchanges are counted", file=sys.stderr)
+            self._failed(e)
+
+    def _check_writer(self) -> None:
+        """Raise the writer's failure (a failed commit, its process gone); a writer that failed
+        ``RETRY_S`` ago or more is replaced by a fresh one first, so a store that can be written again is."""
+        if self.writer.error is None:
+            return
+        now = time.monotonic()
+        if self._failed_at is None:
+            self._failed_at = now
+        if now - self._failed_at >= RETRY_S:
+            self._failed_at = now
+            old, self.writer = self.writer, self.store.writer()
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - its failure is why it is replaced
+                pass
+            self._committed_before += old.committed
+        error = self.writer.error
+        if error is not None:
+            raise error
+
+    def _failed(self, e: BaseException) -> None:
+        if not self._said:
+            self._said = True
+            print(f"gateway: exchanges are not being recorded ({type(e).__name__}: {e}); serving goes on, "
+                  "dropped exchanges are counted", file=sys.stderr)
+
+    @property
+    def recorded(self) -> int:
+        """Exchanges committed to the store."""
+        return self._committed_before + self.writer.committed
 
     def close(self) -> None:
+        """Commit what is in flight; every exchange not committed by then is counted as dropped."""
         try:
             self.writer.close()
-        except Exception:  # noqa: BLE001 - counted already
-            pass
+        except Exception as e:  # noqa: BLE001 - what it did not commit is counted below
+            self._failed(e)
         for run in self.runs.values():
             try:
                 self.store.update_run(run.id, status="completed", finished_at=time.time(),
                                       summary={"recorded": self.recorded, "dropped": self.dropped})
             except Exception:  # noqa: BLE001 - a store that cannot be written was said already
                 pass
+
+    @property
+    def dropped(self) -> int:
+        """Exchanges not committed (refused, or lost with a writer that failed); exact once closed."""
+        return max(0, self.attempted - self.recorded)
 
     def stats(self) -> dict[str, int]:
         return {"recorded": self.recorded, "dropped": self.dropped, "sampled_out": self.sampled_out,
