@@ -27,7 +27,7 @@ import orjson
 
 from workbench.errors import ConfigError
 from workbench.fsutil import staged_folder
-from workbench.store.feedback import traffic_exchanges
+from workbench.store.traffic import traffic_exchanges
 
 from .traffic_env import DEFAULT_JUDGE, TASKS_FILE
 

@@ -33,7 +33,7 @@ from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import serve_call
-from workbench.store.feedback import add_feedback, traffic_rollout_app
+from workbench.store.traffic import add_feedback, traffic_rollout_app
 from workbench.wire.responses import ResponseStore
 
 from .keys import KeyRing

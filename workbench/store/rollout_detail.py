@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import NotFoundError
-from workbench.store.feedback import feedback_for
+from workbench.store.traffic import feedback_for
 
 
 def _cur(conn: sqlite3.Connection) -> sqlite3.Cursor:
