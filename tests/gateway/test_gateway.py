@@ -438,3 +438,40 @@ def test_a_store_that_cannot_be_written_mid_traffic_costs_the_product_nothing(
     assert "gateway stopped: 13 served, 3 recorded, 10 dropped" in err, err
     assert err.count("exchanges are not being recorded") == 1, err
     assert count_rollouts(store_path) == 3
+
+
+def test_compare_traffic_sets_a_routes_arms_side_by_side_on_feedback(
+        registered: str, gateway: Callable[..., Running], cli: Callable[..., Any], env: dict[str, str]) -> None:
+    import openai
+
+    gw = gateway("--route", "support=good:0.5,cand:0.5")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    feedback = f"{gw.root}/v1/feedback"
+    served = {"good": 0, "cand": 0}
+    scores: dict[str, list[float]] = {"good": [], "cand": []}
+    for i in range(40):
+        raw = oa.chat.completions.with_raw_response.create(model="support",
+                                                           messages=[{"role": "user", "content": f"ticket {i}"}])
+        arm = raw.headers["X-Workbench-Arm"]
+        served[arm] += 1
+        if i % 4:  # three in four rated: the good arm well, the candidate badly
+            score = (1.0 if arm == "good" else 0.25) - 0.25 * (i % 2)
+            scores[arm].append(score)
+            assert _post(feedback, registered, {"response_id": raw.headers["X-Workbench-Response-Id"],
+                                                "score": score})[0] == 200
+    gw.stop()
+    res = cli("compare", "--traffic", "support", "--baseline", "good", "--json", env=env)
+    assert res.rc == 0, res.stderr
+    out = last_json(res.stdout)
+    good, cand = out["arms"]
+    assert (good["arm"], cand["arm"]) == ("good", "cand") and good["baseline"] and not cand["baseline"]
+    assert (good["exchanges"], cand["exchanges"]) == (served["good"], served["cand"])
+    assert (good["rated"], cand["rated"]) == (len(scores["good"]), len(scores["cand"]))
+    assert good["mean_feedback"] == pytest.approx(sum(scores["good"]) / len(scores["good"]))
+    delta = sum(scores["cand"]) / len(scores["cand"]) - sum(scores["good"]) / len(scores["good"])
+    assert cand["delta"] == pytest.approx(delta) and cand["significant"] is True
+    assert cand["ci95"][0] <= delta <= cand["ci95"][1] < 0 and cand["ci_method"] == "unpaired bootstrap"
+    table = cli("compare", "--traffic", "support", env=env)
+    assert table.rc == 0 and "good" in table.stdout and "cand" in table.stdout
+    assert_user_error(cli("compare", "--traffic", "elsewhere", env=env), "no traffic of the route 'elsewhere'")
+    assert_user_error(cli("compare", "run-1", "--traffic", "support", env=env), "not both")

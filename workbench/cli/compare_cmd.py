@@ -22,7 +22,11 @@ BOARD = (Col("model", fold_to=10), Col("run", keep=True), Col("reward", keep=Tru
 
 
 @click.command("compare")
-@click.argument("runs", nargs=-1, required=True)
+@click.argument("runs", nargs=-1)
+@click.option("--traffic", "traffic", default=None, metavar="ROUTE",
+              help="Compare a gateway route's arms on the product's feedback instead of runs.")
+@click.option("--app", default=None, help="With --traffic: only this app's traffic.")
+@click.option("--since", default=None, help="With --traffic: only traffic from this date on.")
 @click.option("--baseline", default=None, metavar="RUN", help="The run the others are compared with (default: "
               "the first).")
 @click.option("--pass-threshold", type=float, default=1.0, show_default=True,
@@ -31,20 +35,54 @@ BOARD = (Col("model", fold_to=10), Col("run", keep=True), Col("reward", keep=Tru
 @db_option
 @json_option()
 @click.pass_context
-def compare_command(ctx: click.Context, runs: tuple[str, ...], baseline: str | None, pass_threshold: float,
-                    allow_mismatch: bool, db: str | None, as_json: bool) -> None:
+def compare_command(ctx: click.Context, runs: tuple[str, ...], traffic: str | None, app: str | None,
+                    since: str | None, baseline: str | None, pass_threshold: float, allow_mismatch: bool,
+                    db: str | None, as_json: bool) -> None:
     """Compare RUNS (run ids, or a comparison id from `eval -m A -m B`): per model the mean reward with a 95%
     CI, pass@k, errors, tokens, cost (total, per rollout, per solved task) and latency; against the baseline
     the paired per-task difference with a bootstrap 95% CI, and the tasks that regressed, worst first, each
-    named by its index and the start of its prompt."""
+    named by its index and the start of its prompt. With --traffic ROUTE: a gateway route's arms on the
+    product's feedback, each against the baseline arm with an unpaired bootstrap 95% CI."""
+    from workbench.errors import ConfigError
     from workbench.usecases.comparison import compare
 
+    if traffic is not None:
+        if runs:
+            raise ConfigError("compare takes RUNS or --traffic ROUTE, not both")
+        _compare_traffic(ctx, traffic, app, since, baseline, db, as_json)
+        return
+    if not runs:
+        raise ConfigError("name the RUNS to compare (`workbench runs` lists them), or --traffic ROUTE")
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         result = compare(store.conn, list(runs), baseline, pass_threshold, allow_mismatch)
     if as_json:
         emit_json(result)
         return
     print_comparison(result)
+
+
+def _compare_traffic(ctx: click.Context, route: str, app: str | None, since: str | None, baseline: str | None,
+                     db: str | None, as_json: bool) -> None:
+    from workbench.gateway.from_traffic import parse_since
+    from workbench.gateway.traffic_compare import compare_traffic
+
+    parse_since(since)
+    with open_store(ctx, db, read_only_ok=True, existing=True) as store:
+        result = compare_traffic(store.conn, route, app=app, since=since, baseline=baseline)
+    if as_json:
+        emit_json(result)
+        return
+    console.print(Text.assemble(("route ", "bold"), (visible(route), "bold"), f"; baseline arm {visible(result['baseline'])}"))
+    cols = (Col("arm", keep=True), Col("exchanges", keep=True, justify="right"), Col("rated", keep=True, justify="right"),
+            Col("feedback", keep=True, justify="right"), Col("95% CI", keep=True), Col("vs baseline", keep=True,
+            justify="right"), Col("95% CI of the difference", keep=True))
+    rows = [(a["arm"], str(a["exchanges"]), str(a["rated"]), fnum(a["mean_feedback"]), interval(a["mean_ci95"]),
+             "-" if a["baseline"] or a.get("delta") is None else f"{a['delta']:+.3f}" + (" *" if a["significant"] else ""),
+             "-" if a["baseline"] else interval(a.get("ci95"))) for a in result["arms"]]
+    print_table(cols, rows, console)
+    for s in result["shadows"]:
+        console.print(f"  shadow {s['arm']}: {s['exchanges']} answers recorded (never shown, so never rated)",
+                      highlight=False, markup=False)
 
 
 def interval(ci: list[float] | None) -> str:
