@@ -475,3 +475,30 @@ def test_compare_traffic_sets_a_routes_arms_side_by_side_on_feedback(
     assert table.rc == 0 and "good" in table.stdout and "cand" in table.stdout
     assert_user_error(cli("compare", "--traffic", "elsewhere", env=env), "no traffic of the route 'elsewhere'")
     assert_user_error(cli("compare", "run-1", "--traffic", "support", env=env), "not both")
+
+
+def test_feedback_takes_the_answers_own_id_in_each_api(registered: str, gateway: Callable[..., Running],
+                                                       cli: Callable[..., Any], env: dict[str, str]) -> None:
+    """What an SDK hands the product is the answer's own id (chatcmpl-…, msg_…, resp_…): feedback by it reaches
+    the same exchange as the gateway's X-Workbench-Response-Id."""
+    import anthropic
+    import openai
+
+    gw = gateway("--route", "support=good")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    an = anthropic.Anthropic(base_url=gw.root, api_key=registered, max_retries=0)
+    said = [{"role": "user", "content": "hi"}]
+    chat = oa.chat.completions.with_raw_response.create(model="support", messages=said)  # type: ignore[arg-type]
+    stream = oa.chat.completions.with_raw_response.create(model="support", messages=said, stream=True)  # type: ignore[arg-type, call-overload]
+    chunks = list(stream.parse())
+    resp = oa.responses.with_raw_response.create(model="support", input="hi")
+    msg = an.messages.with_raw_response.create(model="support", max_tokens=16, messages=said)  # type: ignore[arg-type]
+    answers = [(chat.parse().id, chat), (chunks[0].id, stream), (resp.parse().id, resp), (msg.parse().id, msg)]
+    feedback = f"{gw.root}/v1/feedback"
+    for answer_id, _ in answers:
+        assert answer_id and not answer_id.startswith("gwr-")
+        assert _post(feedback, registered, {"response_id": answer_id, "score": 1.0})[0] == 200, answer_id
+    gw.stop()
+    for _, raw in answers:  # each is the exchange's own feedback
+        shown = last_json(cli("show", raw.headers["X-Workbench-Response-Id"], "--json", env=env).stdout)
+        assert [f["score"] for f in shown["feedback"]] == [1.0]

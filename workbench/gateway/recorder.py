@@ -106,8 +106,8 @@ class TrafficRecorder:
         return run
 
     def record(self, *, app: str, route: str, spec: str, arm: str, api: str, session: str,
-               messages: list[dict[str, Any]], rollout: Rollout, response_id: str, shadow_of: str | None = None
-               ) -> None:
+               messages: list[dict[str, Any]], rollout: Rollout, response_id: str, shadow_of: str | None = None,
+               answer_id: str | None = None) -> None:
         """Record one served exchange (never raises: a failure is a dropped exchange)."""
         answer = rollout.calls[-1].message if rollout.calls else None
         if answer is None:
@@ -129,7 +129,8 @@ class TrafficRecorder:
             prompt = clean[:-1]
             text = clean[-1].get("content")
             state = {"session": session, "app": app, "route": route, "arm": arm, "api": api,
-                     "response_id": response_id, "redactions": n, **({"shadow_of": shadow_of} if shadow_of else {})}
+                     "response_id": response_id, "redactions": n, **({"shadow_of": shadow_of} if shadow_of else {}),
+                     **({"answer_id": answer_id} if answer_id else {})}
             record = RolloutRecord(
                 id=response_id, run_id=run.id, env_name=f"traffic/{app}", model=arm,
                 task=Task(prompt=prompt, info={"session": session}), task_index=index, sample_index=sample,

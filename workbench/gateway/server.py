@@ -33,7 +33,7 @@ from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import serve_call
-from workbench.store.traffic import add_feedback, traffic_rollout_app
+from workbench.store.traffic import add_feedback, traffic_answer, traffic_rollout_app
 from workbench.wire.responses import ResponseStore
 
 from .keys import KeyRing
@@ -73,6 +73,7 @@ class Gateway:
     rng: random.Random = field(default_factory=random.Random)
     responses: dict[str, ResponseStore] = field(default_factory=dict)  # app -> its Responses API conversations
     _served_to: collections.OrderedDict[str, str] = field(default_factory=collections.OrderedDict)  # id -> app
+    _aliases: collections.OrderedDict[str, str] = field(default_factory=collections.OrderedDict)  # answer id -> id
     served: int = 0
     refused: int = 0
     shadow_failed: int = 0
@@ -82,7 +83,7 @@ class Gateway:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._handler(ChatAPI))
+        app.router.add_post("/v1/chat/completions", self._handler(_ChatAPI))
         app.router.add_post("/v1/responses", self._handler(ResponsesAPI))
         app.router.add_post("/v1/messages", self._handler(MessagesAPI))
         app.router.add_get("/v1/models", self._models)
@@ -124,7 +125,7 @@ class Gateway:
         return handle
 
     async def _serve(self, request: web.Request, make: Callable[..., WireAPI]) -> web.StreamResponse:
-        probe = make() if make is ChatAPI else make("")
+        probe = make() if make is _ChatAPI else make("")
         app = self._app_of(request)
         if app is None:
             self.refused += 1
@@ -144,7 +145,7 @@ class Gateway:
                                     f"{', '.join(sorted(routes)) or 'none'}", param="model")
         arm = route.pick(self.rng)
         up = self.upstreams[arm.model]
-        api = make() if make is ChatAPI else make(asked)
+        api = make() if make is _ChatAPI else make(asked)
         api.bind(self.responses.setdefault(app, ResponseStore(capacity=4096)), {})
         rid = f"gwr-{uuid.uuid4().hex}"
         request[_HEADERS] = {ARM_HEADER: arm.model, RESPONSE_HEADER: rid}
@@ -153,12 +154,18 @@ class Gateway:
         response = await serve_call(up, request, api, rollout, body)
         self.served += 1
         self._served_to[rid] = app
+        answer_id = _answer_id(api, response)
+        if answer_id:
+            self._aliases[answer_id] = rid
         while len(self._served_to) > _REMEMBERED:
             self._served_to.popitem(last=False)
+        while len(self._aliases) > _REMEMBERED:
+            self._aliases.popitem(last=False)
         if self.recorder is not None and rollout.calls and rollout.last_request is not None:
             session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
             self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
-                                 session=session, messages=rollout.last_request, rollout=rollout, response_id=rid)
+                                 session=session, messages=rollout.last_request, rollout=rollout, response_id=rid,
+                                 answer_id=answer_id)
             if route.shadow is not None:
                 shadow = asyncio.ensure_future(self._shadow(app, route, make, asked, body, session, rid))
                 self._shadows.add(shadow)
@@ -171,7 +178,7 @@ class Gateway:
         session, ``shadow_of`` the answer returned), never returned. A failure is counted, nothing more."""
         assert route.shadow is not None and self.recorder is not None
         up = self.upstreams[route.shadow]
-        api = make() if make is ChatAPI else make(asked)
+        api = make() if make is _ChatAPI else make(asked)
         api.bind(ResponseStore(capacity=16), {})
         rid = f"gwr-{uuid.uuid4().hex}"
         rollout = Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=up.client, base_url=up.upstream,
@@ -192,7 +199,7 @@ class Gateway:
 
     async def _feedback(self, request: web.Request) -> web.Response:
         """``POST /v1/feedback``: a judgement of an answer this app was served (``response_id``: the
-        ``X-Workbench-Response-Id`` it got) or of a session it named (``session``): ``score``, ``label``,
+        ``X-Workbench-Response-Id`` it got, or the answer's own id) or of a session it named (``session``): ``score``, ``label``,
         ``comment``."""
         api = ChatAPI()
         app = self._app_of(request)
@@ -210,6 +217,8 @@ class Gateway:
         if recorder is None:
             return api.error(503, "this gateway records nothing (it has no store), so it keeps no feedback")
         rid, session = got.get("response_id"), got.get("session")
+        if rid is not None:  # the answer's own id (chatcmpl-…, msg_…, resp_…) names its exchange too
+            rid = got["response_id"] = self._aliases.get(rid) or traffic_answer(recorder.store.conn, rid) or rid
         known = (self._served_to.get(rid) == app or traffic_rollout_app(recorder.store.conn, rid) == app) \
             if rid is not None else recorder.knows_session(app, str(session))
         if not known:
@@ -223,9 +232,36 @@ class Gateway:
 
     async def _models(self, request: web.Request) -> web.Response:
         if self._app_of(request) is None:
-            return ChatAPI().error(401, "a valid gateway key is required")
+            return _ChatAPI().error(401, "a valid gateway key is required")
         return web.json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "workbench-gateway"} for name in self.routes]})
+
+
+class _ChatAPI(ChatAPI):
+    """Chat completions as the proxy serves them, keeping the id of a streamed answer (its chunks')."""
+
+    seen_id: str | None = None
+
+    def lines(self, lines: list[bytes], accs: dict[int, Any]) -> bytes:
+        out = super().lines(lines, accs)
+        if self.seen_id is None and 0 in accs:
+            self.seen_id = accs[0].id
+        return out
+
+
+def _answer_id(api: WireAPI, response: web.StreamResponse) -> str | None:
+    """The id the answer carries in its own API (``chatcmpl-…``, ``msg_…``, ``resp_…``)."""
+    if isinstance(response, web.Response):
+        if response.status != 200 or not isinstance(response.body, bytes):
+            return None
+        try:
+            found = orjson.loads(response.body).get("id")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return found if isinstance(found, str) and found else None
+    stream = getattr(api, "stream", None)
+    found = getattr(stream, "id", None) if stream is not None else getattr(api, "seen_id", None)
+    return found if isinstance(found, str) and found else None
 
 
 #: Of the fields of a feedback body: the longest text each may be.

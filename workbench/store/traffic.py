@@ -22,6 +22,13 @@ def traffic_rollout_app(conn: sqlite3.Connection, response_id: str) -> str | Non
     return str(row[0]).removeprefix("traffic/") if row is not None else None
 
 
+def traffic_answer(conn: sqlite3.Connection, answer_id: str) -> str | None:
+    """The recorded exchange whose answer carried ``answer_id`` in its own API (None: none did)."""
+    row = conn.execute("SELECT id FROM rollout WHERE source = 'traffic' AND json_extract(state, '$.answer_id') = ? "
+                       "LIMIT 1", (answer_id,)).fetchone()
+    return str(row[0]) if row is not None else None
+
+
 def feedback_for(conn: sqlite3.Connection, response_id: str, session: str | None = None) -> list[dict[str, Any]]:
     """The judgements of an exchange: its own and its session's, oldest first."""
     rows = conn.execute("SELECT response_id, session, app, score, label, comment, created_at FROM feedback "
@@ -57,4 +64,4 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
             for rid, env, created, prompt, completion, state, own, session_score in rows]
 
 
-__all__ = ["add_feedback", "feedback_for", "traffic_exchanges", "traffic_rollout_app"]
+__all__ = ["add_feedback", "feedback_for", "traffic_answer", "traffic_exchanges", "traffic_rollout_app"]
