@@ -22,6 +22,7 @@ from workbench_app.screens.rollout_diff import RolloutDiffScreen
 from workbench_app.screens.runs import RunsScreen
 from workbench_app.screens.settings import SettingsScreen
 from workbench_app.screens.traces import TracesScreen
+from workbench_app.screens.traffic import TrafficScreen
 from workbench_app.screens.trajectory_import import TrajectoryImport
 from workbench_app.store_access import StoreHandle
 from workbench_app.typed import WorkbenchHost
@@ -48,6 +49,7 @@ class WorkbenchApp(App[None]):
         "costs": CostsScreen,
         "debugger": DebuggerScreen,
         "settings": SettingsScreen,
+        "traffic": TrafficScreen,
     }
     DEFAULT_MODE = "environments"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -57,6 +59,7 @@ class WorkbenchApp(App[None]):
         Binding("4", "switch_mode('costs')", "Costs", id="screen.costs"),
         Binding("5", "switch_mode('debugger')", "Debugger", id="screen.debugger", show=False),
         Binding("6", "switch_mode('settings')", "Settings", id="screen.settings", show=False),
+        Binding("7", "switch_mode('traffic')", "Traffic", id="screen.traffic", show=False),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("ctrl+t", "toggle_theme", "Light/dark theme", id="app.theme", show=False),
         Binding("q", "quit", "Quit", id="app.quit"),

@@ -39,6 +39,31 @@ def feedback_for(conn: sqlite3.Connection, response_id: str, session: str | None
 
 
 
+def recent_traffic(conn: sqlite3.Connection, *, limit: int = 200, text: str | None = None) -> list[dict[str, Any]]:
+    """The latest recorded exchanges, newest first (``text``: only those whose app, route, arm, session or
+    answer holds it, case-insensitively): ``id``, ``app``, ``route``, ``arm``, ``session``, ``shadow_of``,
+    ``created_at``, ``completion``, ``feedback`` (as in :func:`traffic_exchanges`)."""
+    where, args = "r.source = 'traffic'", []
+    if text:
+        like = f"%{text.lower()}%"
+        where += (" AND (lower(r.env_name) LIKE ? OR lower(r.completion) LIKE ? OR lower(json_extract(r.state, "
+                  "'$.route')) LIKE ? OR lower(json_extract(r.state, '$.arm')) LIKE ? OR "
+                  "lower(json_extract(r.state, '$.session')) LIKE ?)")
+        args = [like] * 5
+    rows = conn.execute(
+        "SELECT r.id, r.env_name, json_extract(r.state, '$.route'), json_extract(r.state, '$.arm'), "
+        "json_extract(r.state, '$.session'), json_extract(r.state, '$.shadow_of'), r.created_at, r.completion, "
+        "COALESCE((SELECT MAX(f.score) FROM feedback f WHERE f.response_id = r.id), "
+        "(SELECT MAX(f.score) FROM feedback f WHERE f.session IS NOT NULL "
+        " AND f.session = json_extract(r.state, '$.session') AND f.app = substr(r.env_name, 9))) "
+        f"FROM rollout r WHERE {where} ORDER BY r.created_at DESC, r.pk DESC LIMIT ?", (*args, limit)).fetchall()
+    keys = ("id", "app", "route", "arm", "session", "shadow_of", "created_at", "completion", "feedback")
+    out = [dict(zip(keys, tuple(r), strict=True)) for r in rows]
+    for r in out:
+        r["app"] = str(r["app"]).removeprefix("traffic/")
+    return out
+
+
 def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since: float | None = None
                       ) -> list[dict[str, Any]]:
     """Every recorded exchange of the gateway (of ``app``, from ``since`` on), oldest first, each with its best
@@ -64,4 +89,5 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
             for rid, env, created, prompt, completion, state, own, session_score in rows]
 
 
-__all__ = ["add_feedback", "feedback_for", "traffic_answer", "traffic_exchanges", "traffic_rollout_app"]
+__all__ = ["add_feedback", "feedback_for", "recent_traffic", "traffic_answer", "traffic_exchanges",
+           "traffic_rollout_app"]
