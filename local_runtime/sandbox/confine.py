@@ -4,7 +4,8 @@ runtime). The caller adds ``--chdir DIR -- ARGV`` and starts it with the environ
 
 What such a command sees: the read-only system folders of every local sandbox (``/usr``, the library links, a
 few files of ``/etc``), the folders it is given read-only and read-write (each at its own path), its own
-``/proc``, ``/dev`` and ``/tmp`` (empty, or a host folder the caller names), its own PID, IPC and UTS namespaces, no capabilities; never
+``/proc``, ``/dev`` and ``/tmp`` (empty, or a host folder the caller names), its own PID, IPC and UTS
+namespaces, no capabilities; never
 ``$HOME``, the project, or another process of the machine. It shares the machine's network: the framework's
 agents reach the framework's own servers on loopback (its interception proxy and tool servers) and the package
 index (for the programs' dependencies). As root it runs as root of no user namespace with every capability
@@ -46,7 +47,8 @@ def confinement(runtime: Local, *, read_only: Sequence[str | Path], writable: Se
     a += _root_mounts()
     a += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf", "--ro-bind-try", "/etc/hosts", "/etc/hosts",
           "--ro-bind-try", "/etc/passwd", "/etc/passwd", "--ro-bind-try", "/etc/group", "/etc/group"]
-    a += ["--proc", "/proc", "--dev", "/dev", *(["--bind", str(tmp), "/tmp"] if tmp is not None else ["--tmpfs", "/tmp"])]
+    own_tmp = ["--bind", str(tmp), "/tmp"] if tmp is not None else ["--tmpfs", "/tmp"]
+    a += ["--proc", "/proc", "--dev", "/dev", *own_tmp]
     made: set[str] = set()
     for p in _outermost(read_only):
         a += _ro_bind(p, p)

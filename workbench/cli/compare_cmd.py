@@ -72,12 +72,15 @@ def _compare_traffic(ctx: click.Context, route: str, app: str | None, since: str
     if as_json:
         emit_json(result)
         return
-    console.print(Text.assemble(("route ", "bold"), (visible(route), "bold"), f"; baseline arm {visible(result['baseline'])}"))
-    cols = (Col("arm", keep=True), Col("exchanges", keep=True, justify="right"), Col("rated", keep=True, justify="right"),
-            Col("feedback", keep=True, justify="right"), Col("95% CI", keep=True), Col("vs baseline", keep=True,
-            justify="right"), Col("95% CI of the difference", keep=True))
+    console.print(Text.assemble(("route ", "bold"), (visible(route), "bold"),
+                                f"; baseline arm {visible(result['baseline'])}"))
+    cols = (Col("arm", keep=True), Col("exchanges", keep=True, justify="right"),
+            Col("rated", keep=True, justify="right"), Col("feedback", keep=True, justify="right"),
+            Col("95% CI", keep=True), Col("vs baseline", keep=True, justify="right"),
+            Col("95% CI of the difference", keep=True))
     rows = [(a["arm"], str(a["exchanges"]), str(a["rated"]), fnum(a["mean_feedback"]), interval(a["mean_ci95"]),
-             "-" if a["baseline"] or a.get("delta") is None else f"{a['delta']:+.3f}" + (" *" if a["significant"] else ""),
+             "-" if a["baseline"] or a.get("delta") is None
+             else f"{a['delta']:+.3f}" + (" *" if a["significant"] else ""),
              "-" if a["baseline"] else interval(a.get("ci95"))) for a in result["arms"]]
     print_table(cols, rows, console)
     for s in result["shadows"]:

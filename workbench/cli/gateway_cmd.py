@@ -44,8 +44,8 @@ KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=Tru
 @json_option("Print one JSON object (host, port, routes) once serving.")
 @click.pass_context
 def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, ...], default: str | None,
-                  shadows: tuple[str, ...], record_rate: float, redact: tuple[str, ...], seed: int | None, db: str | None,
-                  as_json: bool) -> None:
+                  shadows: tuple[str, ...], record_rate: float, redact: tuple[str, ...], seed: int | None,
+                  db: str | None, as_json: bool) -> None:
     """A gateway a product points its OpenAI or Anthropic SDK at: `gateway --route NAME=MODEL` serves;
     `gateway keys add APP` makes the key the product sends."""
     if ctx.invoked_subcommand is not None:

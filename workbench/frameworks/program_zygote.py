@@ -9,9 +9,9 @@ file descriptors: a file holding ``{"argv", "env", "cwd"}`` and the run's stdin,
 starts its own session (its process group is its pid), takes the three streams, the folder, exactly that
 environment and ``sys.argv = argv``, and runs the script. Answers are packets too: ``{"id", "pid"}`` once it
 runs, ``{"id", "exit": CODE}`` when it ended (a negative code is the signal that ended it), ``{"id", "error"}``
-when it could not start. ``{"kill": N}`` (no descriptors) ends run ``N``'s process group, for a caller that
-cannot (the server runs in a PID namespace of its own). ``{"ready": true}`` is the first packet, after the dependencies are imported; the server
-ends when the socket closes.
+when it could not start. ``{"kill": N}`` (no descriptors) ends run ``N``'s process group, for a caller
+that cannot (the server runs in a PID namespace of its own). ``{"ready": true}`` is the first packet, after
+the dependencies are imported; the server ends when the socket closes.
 
 What a run sees is what a fresh ``INTERPRETER SCRIPT ARGS`` sees, except that the script is compiled once, its
 httpx clients that verify with the defaults share one TLS context (``shared_tls.py``), and

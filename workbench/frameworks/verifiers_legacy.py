@@ -5,8 +5,8 @@ returning a ``vf.SingleTurnEnv``, ``vf.MultiTurnEnv``, ``vf.ToolEnv``, ``vf.Stat
 verifiers 0.3 needs ``mcp<2``, which Workbench's interpreter does not have, so a legacy environment runs in a
 worker process of the verifiers version it declares (``venvs.FrameworkEnv``, built by uv on first use; a
 ``verifiers`` requirement in its package's ``pyproject.toml`` or ``requirements.txt`` picks it, else
-``verifiers==0.3.1``; the package's other requirements are installed beside it), reached through a :class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is
-``verifiers_legacy_worker.py``. It is recognised from its source, never imported here (``legacy_source``).
+``verifiers==0.3.1``; the package's other requirements are installed beside it), reached through a
+:class:`~workbench.frameworks.bridge.WorkerBridge`; the worker is ``verifiers_legacy_worker.py``. It is recognised from its source, never imported here (``legacy_source``).
 
 What maps to what:
 

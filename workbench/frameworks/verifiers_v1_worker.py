@@ -7,11 +7,12 @@ never imports Workbench, which lives in another interpreter.
 It reads one JSON request a line on stdin and writes one JSON answer a line on stdout (the answer carries the
 request's ``id``); rollouts run concurrently on one event loop. Requests (``op``):
 
-- ``load``: ``{"module", "path", "env_args", "confine", "confine_tmp"}``: the environment whose taskset is the package ``module``
-  (found on ``path``), its configuration built from ``env_args`` as ``vf-eval --env.taskset.KEY`` (or
-  ``--env.KEY`` for a knob of the env itself, ``--env.id`` for ``env_id``) would; every agent's runtime is the local process unless the
-  environment pins a local container engine, and every local process starts through the command-line prefix
-  ``confine``, whose ``/tmp`` is the host folder ``confine_tmp`` (``confined_runs.py``). Answers the tasks, the reward and metric functions, the harness.
+- ``load``: ``{"module", "path", "env_args", "confine", "confine_tmp"}``: the environment whose taskset is the
+  package ``module`` (found on ``path``), its configuration built from ``env_args`` as
+  ``vf-eval --env.taskset.KEY`` (or ``--env.KEY`` for a knob of the env itself, ``--env.id`` for ``env_id``)
+  would; every agent's runtime is the local process unless the environment pins a local container engine, and
+  every local process starts through the command-line prefix ``confine``, whose ``/tmp`` is the host folder
+  ``confine_tmp`` (``confined_runs.py``). Answers the tasks, the reward and metric functions, the harness.
 - ``rollout``: ``{"task", "base_url", "model"}``: one episode of task ``task`` with verifiers' own machinery,
   its model calls sent to ``base_url``. Answers each trace's messages, rewards, metrics and errors.
 - ``score``: ``{"task", "messages"}``: the task's own scoring of a conversation (no runtime).

@@ -59,9 +59,12 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
             upstreams[model] = Upstream(model, ChatClient(endpoint.api_key, max_connections=256),
                                         endpoint.base_url.rstrip("/"), endpoint.model)
     rng = random.Random(seed)
-    recorder = TrafficRecorder(store, redactor=Redactor(extra=redact), rate=record_rate, rng=random.Random(rng.random())) \
-        if store is not None else None
-    return Gateway(book=RouteBook(routes, routes_file), upstreams=upstreams, keys=KeyRing(), recorder=recorder, default=default, rng=rng)
+    recorder = None
+    if store is not None:
+        recorder = TrafficRecorder(store, redactor=Redactor(extra=redact), rate=record_rate,
+                                   rng=random.Random(rng.random()))
+    return Gateway(book=RouteBook(routes, routes_file), upstreams=upstreams, keys=KeyRing(), recorder=recorder,
+                   default=default, rng=rng)
 
 
 async def serve(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0,

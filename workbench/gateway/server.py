@@ -8,8 +8,9 @@ call is drawn by weight, and the call goes to that registered model through the 
 in; a route's shadow answers the same call afterwards, recorded beside it and never returned. The routes
 are a :class:`~workbench.gateway.live_routes.RouteBook`: ``gateway promote`` changes a split while it serves.
 Each answer carries ``X-Workbench-Arm`` (the model that served it) and ``X-Workbench-Response-Id`` (the
-exchange's id, which ``POST /v1/feedback`` takes). A missing, unknown or revoked key is a 401 in the API's own error shape; the provider's key
-never leaves Workbench. Every served exchange is handed to the recorder (``recorder.py``) after the answer.
+exchange's id, which ``POST /v1/feedback`` takes). A missing, unknown or revoked key is a 401 in the API's own
+error shape; the provider's key never leaves Workbench. Every served exchange is handed to the recorder
+(``recorder.py``) after the answer.
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ class Gateway:
 
     async def _feedback(self, request: web.Request) -> web.Response:
         """``POST /v1/feedback``: a judgement of an answer this app was served (``response_id``: the
-        ``X-Workbench-Response-Id`` it got, or the answer's own id) or of a session it named (``session``): ``score``, ``label``,
-        ``comment``."""
+        ``X-Workbench-Response-Id`` it got, or the answer's own id) or of a session it named (``session``):
+        ``score``, ``label``, ``comment``."""
         api = ChatAPI()
         app = self._app_of(request)
         if app is None:
@@ -282,7 +283,8 @@ def check_feedback(body: Any) -> dict[str, Any] | tuple[str, str | None]:
     if ("response_id" in body) == ("session" in body):
         return "give exactly one of response_id (an X-Workbench-Response-Id) and session", "response_id"
     score = body.get("score")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score)):
+    number = isinstance(score, int | float) and not isinstance(score, bool)
+    if score is not None and (not number or not math.isfinite(score)):
         return "score must be a finite number", "score"
     if score is None and not body.get("label") and not body.get("comment"):
         return "feedback needs a score, a label or a comment", "score"

@@ -55,8 +55,8 @@ def build_environment(folder: Path, *, name: str, split: str = "all", judge: str
     @rubric.reward(weight=1.0)
     async def similar_to_reference(completion: str, answer: str) -> float:
         """The judge's 0-10 verdict of the reply against the reference answer, over 10."""
-        reply = await asker.ask([{"role": "user", "content": JUDGE_PROMPT.format(answer=answer, completion=completion)}],
-                                {"temperature": 0.0, "max_tokens": 8})
+        prompt = JUDGE_PROMPT.format(answer=answer, completion=completion)
+        reply = await asker.ask([{"role": "user", "content": prompt}], {"temperature": 0.0, "max_tokens": 8})
         return judge_score(reply)
 
     @rubric.metric
