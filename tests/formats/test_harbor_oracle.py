@@ -92,7 +92,7 @@ def harbor_venv() -> Path:
 
 
 @pytest.fixture(scope="module")
-def podman(docker: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harbor_oracle.Podman]:
+def podman(docker_client: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harbor_oracle.Podman]:
     if not shutil.which("podman"):
         missing_component("Harbor's Podman environment needs podman, which this machine lacks "
                           "(apt-get install podman)")
