@@ -225,11 +225,16 @@ def test_parse_kinds() -> None:
     assert parse_kinds("ALL") == tuple(RUN_KINDS)
 
 
+#: The schema version that added ``ix_run_kind_created``.
+KIND_INDEX_VERSION = 8
+
+
 def test_an_old_store_gains_the_kind_index(tmp_path: Path) -> None:
-    """A store one version back (no ix_run_kind_created) reaches it when opened, and the listing reads it."""
+    """A store of the version before the kind index (no ix_run_kind_created) reaches it when opened, and the
+    listing reads it."""
     path = tmp_path / "old.db"
     con = sqlite3.connect(path, isolation_level=None)
-    for i, migrate in enumerate(MIGRATIONS[:SCHEMA_VERSION - 1]):
+    for i, migrate in enumerate(MIGRATIONS[:KIND_INDEX_VERSION - 1]):
         migrate(con)
         con.execute(f"PRAGMA user_version={i + 1}")
     con.execute("PRAGMA application_id=0x57424E31")
