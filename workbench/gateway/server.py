@@ -59,6 +59,11 @@ class Upstream:
     upstream: str
     model: str
 
+    def exchange(self, rid: str) -> Rollout:
+        """The rollout one call to this model is recorded in (its task is the call's own, filled as it runs)."""
+        return Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=self.client,
+                       base_url=self.upstream, model=self.model, params={})
+
     def prepare(self, body: dict[str, Any], rollout: Rollout) -> dict[str, Any]:
         """The product's request as it goes upstream: its own settings, the model's id."""
         return {**body, "model": self.model}
@@ -126,7 +131,7 @@ class Gateway:
         return handle
 
     async def _serve(self, request: web.Request, make: Callable[..., WireAPI]) -> web.StreamResponse:
-        probe = make() if make is _ChatAPI else make("")
+        probe = _api(make, "")
         app = self._app_of(request)
         if app is None:
             self.refused += 1
@@ -146,12 +151,11 @@ class Gateway:
                                     f"{', '.join(sorted(routes)) or 'none'}", param="model")
         arm = route.pick(self.rng)
         up = self.upstreams[arm.model]
-        api = make() if make is _ChatAPI else make(asked)
+        api = _api(make, asked)
         api.bind(self.responses.setdefault(app, ResponseStore(capacity=4096)), {})
         rid = f"gwr-{uuid.uuid4().hex}"
         request[_HEADERS] = {ARM_HEADER: arm.model, RESPONSE_HEADER: rid}
-        rollout = Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=up.client, base_url=up.upstream,
-                          model=up.model, params={})
+        rollout = up.exchange(rid)
         response = await serve_call(up, request, api, rollout, body)
         self.served += 1
         self._served_to[rid] = app
@@ -179,11 +183,10 @@ class Gateway:
         session, ``shadow_of`` the answer returned), never returned. A failure is counted, nothing more."""
         assert route.shadow is not None and self.recorder is not None
         up = self.upstreams[route.shadow]
-        api = make() if make is _ChatAPI else make(asked)
+        api = _api(make, asked)
         api.bind(ResponseStore(capacity=16), {})
         rid = f"gwr-{uuid.uuid4().hex}"
-        rollout = Rollout(id=rid, task=Task(prompt="", id=rid), sample_index=0, client=up.client, base_url=up.upstream,
-                          model=up.model, params={})
+        rollout = up.exchange(rid)
         try:
             chat = api.to_chat(body)
             payload = {**up.prepare(chat, rollout), "stream": False}
@@ -236,6 +239,11 @@ class Gateway:
             return _ChatAPI().error(401, "a valid gateway key is required")
         return web.json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "workbench-gateway"} for name in self.routes]})
+
+
+def _api(make: Callable[..., WireAPI], model: str) -> WireAPI:
+    """One call's API object (the translated APIs echo the model the product asked for)."""
+    return make() if make is _ChatAPI else make(model)
 
 
 class _ChatAPI(ChatAPI):

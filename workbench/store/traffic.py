@@ -39,6 +39,12 @@ def feedback_for(conn: sqlite3.Connection, response_id: str, session: str | None
 
 
 
+#: An exchange's best feedback score: its own, else its session's (None without any).
+_FEEDBACK = ("COALESCE((SELECT MAX(f.score) FROM feedback f WHERE f.response_id = r.id), "
+             "(SELECT MAX(f.score) FROM feedback f WHERE f.session IS NOT NULL "
+             " AND f.session = json_extract(r.state, '$.session') AND f.app = substr(r.env_name, 9)))")
+
+
 def recent_traffic(conn: sqlite3.Connection, *, limit: int = 200, text: str | None = None) -> list[dict[str, Any]]:
     """The latest recorded exchanges, newest first (``text``: only those whose app, route, arm, session or
     answer holds it, case-insensitively): ``id``, ``app``, ``route``, ``arm``, ``session``, ``shadow_of``,
@@ -53,10 +59,7 @@ def recent_traffic(conn: sqlite3.Connection, *, limit: int = 200, text: str | No
     rows = conn.execute(
         "SELECT r.id, r.env_name, json_extract(r.state, '$.route'), json_extract(r.state, '$.arm'), "
         "json_extract(r.state, '$.session'), json_extract(r.state, '$.shadow_of'), r.created_at, r.completion, "
-        "COALESCE((SELECT MAX(f.score) FROM feedback f WHERE f.response_id = r.id), "
-        "(SELECT MAX(f.score) FROM feedback f WHERE f.session IS NOT NULL "
-        " AND f.session = json_extract(r.state, '$.session') AND f.app = substr(r.env_name, 9))) "
-        f"FROM rollout r WHERE {where} ORDER BY r.created_at DESC, r.pk DESC LIMIT ?", (*args, limit)).fetchall()
+        f"{_FEEDBACK} FROM rollout r WHERE {where} ORDER BY r.created_at DESC, r.pk DESC LIMIT ?", (*args, limit)).fetchall()
     keys = ("id", "app", "route", "arm", "session", "shadow_of", "created_at", "completion", "feedback")
     out = [dict(zip(keys, tuple(r), strict=True)) for r in rows]
     for r in out:
@@ -78,15 +81,12 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
         where.append("r.created_at >= ?")
         args.append(since)
     rows = conn.execute(
-        "SELECT r.id, r.env_name, r.created_at, r.prompt, r.completion, r.state, "
-        "(SELECT MAX(f.score) FROM feedback f WHERE f.response_id = r.id), "
-        "(SELECT MAX(f.score) FROM feedback f WHERE f.session IS NOT NULL "
-        " AND f.session = json_extract(r.state, '$.session') AND f.app = substr(r.env_name, 9)) "
+        f"SELECT r.id, r.env_name, r.created_at, r.prompt, r.completion, r.state, {_FEEDBACK} "
         f"FROM rollout r WHERE {' AND '.join(where)} "
         "ORDER BY r.created_at, r.pk", args).fetchall()
     return [{"id": rid, "app": str(env).removeprefix("traffic/"), "created_at": created, "prompt": prompt,
-             "completion": completion, "state": state, "feedback": own if own is not None else session_score}
-            for rid, env, created, prompt, completion, state, own, session_score in rows]
+             "completion": completion, "state": state, "feedback": feedback}
+            for rid, env, created, prompt, completion, state, feedback in rows]
 
 
 __all__ = ["add_feedback", "feedback_for", "recent_traffic", "traffic_answer", "traffic_exchanges",
