@@ -7,97 +7,14 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import (
-    MockServer,
-    _readline,
-    assert_user_error,
-    last_json,
-    mock_args,
-    stop_process,
-    workbench_argv,
-)
-
-PROVIDER_KEY = "sk-provider-" + "Q7x9" * 8  # what the upstream insists on; never in the store
-PROVIDER_VAR = "WB_TEST_PROVIDER_KEY"
-
-
-@pytest.fixture
-def upstreams(tmp_path: Path) -> Iterator[dict[str, MockServer]]:
-    servers = {name: MockServer(mock_args("echo", require_key=PROVIDER_KEY), tmp_path / f"{name}.log")
-               for name in ("good", "cand")}
-    yield servers
-    for s in servers.values():
-        s.stop()
-
-
-@pytest.fixture
-def env(cli_env: dict[str, str]) -> dict[str, str]:
-    return {**cli_env, PROVIDER_VAR: PROVIDER_KEY}
-
-
-@pytest.fixture
-def registered(cli: Callable[..., Any], env: dict[str, str], upstreams: dict[str, MockServer]) -> str:
-    """Both models registered; a gateway key for the app ``shop``."""
-    for name, server in upstreams.items():
-        r = cli("models", "add", name, "--base-url", server.base_url, "--model-id", "mock-model",
-                "--api-key-env", PROVIDER_VAR, env=env)
-        assert r.rc == 0, r.stderr
-    made = cli("gateway", "keys", "add", "shop", "--json", env=env)
-    assert made.rc == 0, made.stderr
-    return str(last_json(made.stdout)["key"])
-
-
-class Running:
-    def __init__(self, proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
-        self.proc, self.info = proc, info
-        self.base_url = info["base_url"]
-        self.root = self.base_url.removesuffix("/v1")
-
-    def stop(self) -> str:
-        stop_process(self.proc)
-        return self.proc.stderr.read() if self.proc.stderr else ""
-
-
-@pytest.fixture
-def gateway(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    started: list[Running] = []
-
-    def start(*args: str) -> Running:
-        proc = subprocess.Popen([*workbench_argv(), "gateway", "--port", "0", "--json", *args], env=env,
-                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = _readline(proc.stdout, 120)
-        if not line.strip():
-            stop_process(proc)
-            raise AssertionError(f"the gateway did not start: {proc.stderr.read() if proc.stderr else ''}")
-        running = Running(proc, json.loads(line))
-        started.append(running)
-        return running
-
-    yield start
-    for r in started:
-        r.stop()
-
-
-def _rows(store: Path) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(store)
-    try:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute(
-            "SELECT r.*, run.kind AS run_kind, run.model AS route FROM rollout r JOIN run ON run.id = r.run_id "
-            "ORDER BY r.created_at")]
-    finally:
-        conn.close()
-
-
-def _store_bytes(store: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in store.parent.glob(store.name + "*"))
+from tests.gateway.support import PROVIDER_KEY, Running, post, rows_of, store_bytes
+from tests.helpers import assert_user_error, last_json
 
 
 def test_both_sdks_hold_conversations_through_the_gateway_and_each_exchange_is_recorded(
@@ -133,7 +50,7 @@ def test_both_sdks_hold_conversations_through_the_gateway_and_each_exchange_is_r
 
     err = gw.stop()
     assert "6 served, 6 recorded, 0 dropped" in err, err
-    rows = _rows(store_path)
+    rows = rows_of(store_path)
     assert len(rows) == 6 and {r["source"] for r in rows} == {"traffic"} and {r["run_kind"] for r in rows} == {"gateway"}
     # each two-turn conversation is one session (prefix continuity): the same task index, calls 0 and 1
     by_session: dict[str, list[int]] = {}
@@ -141,7 +58,7 @@ def test_both_sdks_hold_conversations_through_the_gateway_and_each_exchange_is_r
         by_session.setdefault(json.loads(r["state"])["session"], []).append(r["sample_index"])
     assert sorted(len(v) for v in by_session.values()) == [1, 1, 2, 2]
     assert all(sorted(v) == list(range(len(v))) for v in by_session.values())
-    data = _store_bytes(store_path)
+    data = store_bytes(store_path)
     assert PROVIDER_KEY.encode() not in data and registered.encode() not in data
     assert b"jane.doe@example.com" not in data and b"[redacted:email]" in data
     assert {json.loads(r["state"])["arm"] for r in rows} <= {"good", "cand"}
@@ -216,20 +133,6 @@ def test_a_port_in_use_is_one_line(registered: str, gateway: Callable[..., Runni
                       f"cannot listen on 127.0.0.1:{port}")
 
 
-def _post(url: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
-    import urllib.error
-    import urllib.request
-
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 #: (a feedback body, the field its 400 names)
 BAD_FEEDBACK = [
     ({"score": 1.0}, "response_id"),
@@ -255,17 +158,17 @@ def test_feedback_is_kept_for_an_answer_or_a_session_this_app_was_served(
     raw = oa.chat.completions.with_raw_response.create(model="support", messages=[{"role": "user", "content": "hi"}])
     rid = raw.headers["X-Workbench-Response-Id"]
     feedback = f"{gw.root}/v1/feedback"
-    assert _post(feedback, registered, {"response_id": rid, "score": 1.0, "label": "thumbs_up"}) == (200, {"ok": True, "id": 1})
-    status, out = _post(feedback, registered, {"session": "ticket-17", "score": 0.5, "comment": "resolved"})
+    assert post(feedback, registered, {"response_id": rid, "score": 1.0, "label": "thumbs_up"}) == (200, {"ok": True, "id": 1})
+    status, out = post(feedback, registered, {"session": "ticket-17", "score": 0.5, "comment": "resolved"})
     assert status == 200 and out["ok"], out
     for body, field in BAD_FEEDBACK:
-        status, out = _post(feedback, registered, body)
+        status, out = post(feedback, registered, body)
         assert status == 400 and out["error"]["param"] == field and "\n" not in out["error"]["message"], (body, out)
-    assert _post(feedback, registered, {"response_id": "gwr-unknown", "score": 1.0})[0] == 404
-    assert _post(feedback, registered, {"session": "never-named", "score": 1.0})[0] == 404
+    assert post(feedback, registered, {"response_id": "gwr-unknown", "score": 1.0})[0] == 404
+    assert post(feedback, registered, {"session": "never-named", "score": 1.0})[0] == 404
     other = last_json(cli("gateway", "keys", "add", "other-app", "--json", env=env).stdout)["key"]
-    assert _post(feedback, other, {"response_id": rid, "score": 0.0})[0] == 404  # not this app's answer
-    assert _post(feedback, "wbg_00000000_" + "x" * 43, {"response_id": rid, "score": 0.0})[0] == 401
+    assert post(feedback, other, {"response_id": rid, "score": 0.0})[0] == 404  # not this app's answer
+    assert post(feedback, "wbg_00000000_" + "x" * 43, {"response_id": rid, "score": 0.0})[0] == 401
     gw.stop()
     conn = sqlite3.connect(store_path)
     try:
@@ -302,7 +205,7 @@ def test_traffic_with_feedback_becomes_an_environment_that_eval_runs(
     c = ask("c", [{"role": "user", "content": "cancel my subscription"}])
     d = ask("d", [{"role": "user", "content": "how do i reset my password on the mobile app"}])  # b, near enough
     for rid, score in ((a2, 1.0), (b, 0.9), (c, 0.0), (d, 0.8)):
-        assert _post(feedback, registered, {"response_id": rid, "score": score})[0] == 200
+        assert post(feedback, registered, {"response_id": rid, "score": score})[0] == 200
     gw.stop()
 
     out = tmp_path / "support_tasks"
@@ -360,7 +263,7 @@ def test_a_shadow_answers_every_call_recorded_never_returned(registered: str, ga
                                              messages=[{"role": "user", "content": "streamed"}]))
     assert chunks
     gw.stop()
-    rows = _rows(store_path)
+    rows = rows_of(store_path)
     primary = [r for r in rows if "shadow_of" not in json.loads(r["state"])]
     shadow = [r for r in rows if "shadow_of" in json.loads(r["state"])]
     assert len(primary) == 6 and len(shadow) == 6
@@ -457,7 +360,7 @@ def test_compare_traffic_sets_a_routes_arms_side_by_side_on_feedback(
         if i % 4:  # three in four rated: the good arm well, the candidate badly
             score = (1.0 if arm == "good" else 0.25) - 0.25 * (i % 2)
             scores[arm].append(score)
-            assert _post(feedback, registered, {"response_id": raw.headers["X-Workbench-Response-Id"],
+            assert post(feedback, registered, {"response_id": raw.headers["X-Workbench-Response-Id"],
                                                 "score": score})[0] == 200
     gw.stop()
     res = cli("compare", "--traffic", "support", "--baseline", "good", "--json", env=env)
@@ -497,7 +400,7 @@ def test_feedback_takes_the_answers_own_id_in_each_api(registered: str, gateway:
     feedback = f"{gw.root}/v1/feedback"
     for answer_id, _ in answers:
         assert answer_id and not answer_id.startswith("gwr-")
-        assert _post(feedback, registered, {"response_id": answer_id, "score": 1.0})[0] == 200, answer_id
+        assert post(feedback, registered, {"response_id": answer_id, "score": 1.0})[0] == 200, answer_id
     gw.stop()
     for _, raw in answers:  # each is the exchange's own feedback
         shown = last_json(cli("show", raw.headers["X-Workbench-Response-Id"], "--json", env=env).stdout)

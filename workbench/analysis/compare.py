@@ -151,21 +151,28 @@ def task_labels(conn: Any, run_id: str) -> dict[str, dict[str, Any]]:
             for task_id, index, prompt in reports.task_prompts(conn, run_id)}
 
 
+def paired_interval(d: list[float], seed: int = 0) -> tuple[float, list[float] | None, str]:
+    """The mean of paired differences ``d``, its 95% CI and how it was found: a seeded bootstrap (the same
+    differences give the same interval), the normal approximation past :data:`BOOTSTRAP_MAX_TASKS`, none
+    under two."""
+    n = len(d)
+    delta = sum(d) / n if n else 0.0
+    if n < 2:
+        return delta, None, "none"
+    if n > BOOTSTRAP_MAX_TASKS:
+        half = _Z95 * statistics.stdev(d) / math.sqrt(n)
+        return delta, [delta - half, delta + half], "normal"
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return delta, [means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]], \
+        "paired bootstrap"
+
+
 def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> dict[str, Any]:
     """``other`` against ``base`` over ``tasks``: mean difference, 95% CI, significance, regressions."""
     d = [other.task_means[t] - base.task_means[t] for t in tasks]
     n = len(d)
-    delta = sum(d) / n if n else 0.0
-    if n < 2:
-        ci, method = None, "none"
-    elif n > BOOTSTRAP_MAX_TASKS:
-        half = _Z95 * statistics.stdev(d) / math.sqrt(n)
-        ci, method = [delta - half, delta + half], "normal"
-    else:
-        rng = random.Random(seed)
-        means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
-        ci = [means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]]
-        method = "paired bootstrap"
+    delta, ci, method = paired_interval(d, seed)
     order = sorted(range(n), key=lambda i: (d[i], i))  # ties in the order of ``tasks``
     return {
         "delta": delta, "ci95": ci, "ci_method": method,

@@ -150,7 +150,7 @@ class RescoreResult:
 
 # -- which rubric re-scores what --------------------------------------------------------------------
 @dataclass(slots=True)
-class _Scorer:
+class RubricScorer:
     """The rubric to run for one set of environment arguments, or why its rollouts are skipped."""
 
     rubric: Rubric
@@ -161,7 +161,7 @@ class _Scorer:
     concurrent: bool  # some function is async (a judge, an HTTP call): score rollouts concurrently
 
     @classmethod
-    def of(cls, env: Environment) -> _Scorer:
+    def of(cls, env: Environment) -> RubricScorer:
         bound = [f for f in env.rubric.functions if _LIVE_ARGS.keys() & set(f.args)]
         blocking = next((f for f in bound if f.kind != "metric"), None)
         skip = None
@@ -184,11 +184,11 @@ class _Scorers:
 
     def __init__(self, env: Environment, factory: EnvFactory | None) -> None:
         self.env, self.factory = env, factory
-        self._by_args: dict[bytes, _Scorer | str] = {}
-        self.default = _Scorer.of(env)
+        self._by_args: dict[bytes, RubricScorer | str] = {}
+        self.default = RubricScorer.of(env)
         self.kinds = {f.name: f.kind for f in env.rubric.functions}
 
-    def get(self, env_args: dict[str, Any]) -> _Scorer | str:
+    def get(self, env_args: dict[str, Any]) -> RubricScorer | str:
         """The scorer for these arguments, or why the environment would not load with them."""
         if self.factory is None:
             return self.default
@@ -199,7 +199,7 @@ class _Scorers:
             except Exception as e:  # a run made with arguments this version no longer accepts
                 self._by_args[key] = f"the environment does not load with the run's arguments {key.decode()}: {e}"
             else:
-                scorer = self._by_args[key] = _Scorer.of(env)
+                scorer = self._by_args[key] = RubricScorer.of(env)
                 self.kinds.update((f.name, f.kind) for f in env.rubric.functions)
                 return scorer
         return self._by_args[key]
@@ -219,7 +219,7 @@ def _rollout(row: Row, multi_turn: bool) -> Rollout:
     return r
 
 
-async def _score_group(scorer: _Scorer, rollouts: list[Rollout], sem: asyncio.Semaphore) -> list[Scores]:
+async def _score_group(scorer: RubricScorer, rollouts: list[Rollout], sem: asyncio.Semaphore) -> list[Scores]:
     """What the engine does for one finished group: each rollout, then the group rewards over them."""
     ctxs = [r.score_context() for r in rollouts]
 
@@ -391,7 +391,7 @@ async def rescore(store: Store, env: Environment, *, env_for_args: EnvFactory | 
     return res
 
 
-async def _score_chunk(conn: Any, scorer: _Scorer, groups: list[list[Row]], tally: _Tally,
+async def _score_chunk(conn: Any, scorer: RubricScorer, groups: list[list[Row]], tally: _Tally,
                        skipped: Counter[str], sem: asyncio.Semaphore) -> list[tuple[int, float, str, str | None]]:
     """Score one chunk of groups; add each rollout to ``tally``; return the rows a re-score record holds."""
     pks = [r[ROW_PK] for g in groups for r in g]

@@ -1,4 +1,5 @@
-"""``workbench compare --traffic ROUTE``: a route's arms side by side on the feedback the product gave.
+"""``workbench compare --traffic ROUTE``: a route's arms side by side on the feedback the product gave, and on an
+environment's rubric re-scored over the answers they gave (``--env``).
 
 Each exchange a route served (``recorder.py``) is rated by its feedback: its own score, else its session's.
 Per arm: how many exchanges it served, how many were rated, the mean rating with a 95% confidence interval
@@ -6,7 +7,12 @@ Per arm: how many exchanges it served, how many were rated, the mean rating with
 the means with a 95% CI from an unpaired bootstrap (seeded: the same traffic gives the same interval; the arms saw
 different conversations, so nothing is paired), and whether it is significant (the interval excludes 0). A
 shadow's answers are never shown to a user, so they have no feedback: their number is said, and they are left
-out of the means.
+out of the feedback means.
+
+With an environment (``traffic_rubric.py``), each arm's answers are also scored by its rubric: per arm the mean
+score with its CI and, against the baseline, the unpaired difference. A shadow answered the very conversation
+its primary answered, so it is compared pairwise: the mean of (shadow's score - the primary's score) over the
+exchanges both have a score for, with a paired bootstrap 95% CI.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from typing import Any
 
 import orjson
 
+from workbench.analysis.compare import paired_interval
+from workbench.authoring.environment import Environment
 from workbench.errors import ConfigError
 from workbench.store.traffic import traffic_exchanges
 
 from .from_traffic import parse_since
+from .traffic_rubric import TrafficScores, score_traffic
 
 RESAMPLES = 2000
 _Z95 = 1.959963984540054
@@ -51,28 +60,36 @@ def unpaired(base: list[float], other: list[float], seed: int = 0) -> dict[str, 
     return {"delta": delta, "ci95": ci, "ci_method": "unpaired bootstrap", "significant": ci[0] > 0 or ci[1] < 0}
 
 
-def compare_traffic(conn: Any, route: str, *, app: str | None = None, since: str | None = None,
-                    baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """The comparison ``compare --traffic`` prints (see the module docstring)."""
-    arms: dict[str, list[float | None]] = {}
-    shadows: dict[str, int] = {}
+def route_exchanges(conn: Any, route: str, *, app: str | None = None, since: str | None = None
+                    ) -> list[dict[str, Any]]:
+    """The recorded exchanges of ``route`` (its arms' and its shadows'), oldest first, each with ``state`` read."""
+    rows = []
     for row in traffic_exchanges(conn, app=app, since=parse_since(since)):
         state = orjson.loads(row["state"] or "{}")
-        if state.get("route") != route:
-            continue
-        arm = str(state.get("arm"))
-        if state.get("shadow_of"):
-            shadows[arm] = shadows.get(arm, 0) + 1
-            continue
-        arms.setdefault(arm, []).append(row["feedback"])
-    if not arms:
+        if state.get("route") == route:
+            rows.append({**row, "state_dict": state})
+    if not any(not r["state_dict"].get("shadow_of") for r in rows):
         raise ConfigError(f"the store holds no traffic of the route {route!r}" + (f" of app {app!r}" if app else "") +
                           "; `workbench runs --kind gateway` lists what was recorded")
+    return rows
+
+
+def compare_exchanges(rows: list[dict[str, Any]], route: str, *, app: str | None = None,
+                      baseline: str | None = None, seed: int = 0, scores: TrafficScores | None = None
+                      ) -> dict[str, Any]:
+    """The comparison of ``route_exchanges``' rows (see the module docstring)."""
+    arms: dict[str, list[dict[str, Any]]] = {}
+    shadows: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        arm = str(row["state_dict"].get("arm"))
+        (shadows if row["state_dict"].get("shadow_of") else arms).setdefault(arm, []).append(row)
     if baseline is None:
         baseline = max(arms, key=lambda a: (len(arms[a]), a))
     elif baseline not in arms:
         raise ConfigError(f"--baseline {baseline}: the route's arms are {', '.join(sorted(arms))}")
-    rated = {a: [float(v) for v in values if v is not None] for a, values in arms.items()}
+    rated = {a: [float(r["feedback"]) for r in served if r["feedback"] is not None] for a, served in arms.items()}
+    totals = scores.totals if scores is not None else {}
+    scored = {a: [totals[r["id"]] for r in served if r["id"] in totals] for a, served in arms.items()}
     out = []
     for arm in [baseline, *sorted(a for a in arms if a != baseline)]:
         mean, ci = _mean_ci(rated[arm])
@@ -80,9 +97,45 @@ def compare_traffic(conn: Any, route: str, *, app: str | None = None, since: str
                                  "rated": len(rated[arm]), "mean_feedback": mean, "mean_ci95": ci}
         if arm != baseline:
             entry.update(unpaired(rated[baseline], rated[arm], seed))
+        if scores is not None:
+            mean, ci = _mean_ci(scored[arm])
+            entry["rubric"] = {"scored": len(scored[arm]), "mean": mean, "mean_ci95": ci}
+            if arm != baseline:
+                entry["rubric"].update(unpaired(scored[baseline], scored[arm], seed))
         out.append(entry)
-    return {"route": route, "app": app, "baseline": baseline, "arms": out,
-            "shadows": [{"arm": a, "exchanges": n} for a, n in sorted(shadows.items())]}
+    shadow_out = []
+    for arm, answered in sorted(shadows.items()):
+        entry = {"arm": arm, "exchanges": len(answered)}
+        if scores is not None:
+            own = [totals[r["id"]] for r in answered if r["id"] in totals]
+            diffs = [totals[r["id"]] - totals[r["state_dict"]["shadow_of"]] for r in answered
+                     if r["id"] in totals and r["state_dict"]["shadow_of"] in totals]
+            mean, ci = _mean_ci(own)
+            delta, pci, method = paired_interval(diffs, seed)
+            entry["rubric"] = {"scored": len(own), "mean": mean, "mean_ci95": ci, "pairs": len(diffs),
+                               "delta": delta if diffs else None, "ci95": pci, "ci_method": method,
+                               "significant": bool(pci is not None and (pci[0] > 0 or pci[1] < 0))}
+        shadow_out.append(entry)
+    return {"route": route, "app": app, "baseline": baseline, "arms": out, "shadows": shadow_out,
+            **({"rubric": scores.as_dict()} if scores is not None else {})}
 
 
-__all__ = ["compare_traffic", "unpaired"]
+def compare_traffic(conn: Any, route: str, *, app: str | None = None, since: str | None = None,
+                    baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """The comparison ``compare --traffic`` prints, on feedback alone."""
+    return compare_exchanges(route_exchanges(conn, route, app=app, since=since), route, app=app, baseline=baseline,
+                             seed=seed)
+
+
+async def compare_traffic_on_env(conn: Any, route: str, env: Environment, *, app: str | None = None,
+                                 since: str | None = None, baseline: str | None = None, seed: int = 0
+                                 ) -> dict[str, Any]:
+    """The comparison ``compare --traffic ROUTE --env ENV`` prints: on feedback and on ``env``'s rubric."""
+    rows = route_exchanges(conn, route, app=app, since=since)
+    if baseline is not None:
+        compare_exchanges(rows, route, app=app, baseline=baseline)  # a wrong --baseline is said before scoring
+    scores = await score_traffic(env, rows)
+    return compare_exchanges(rows, route, app=app, baseline=baseline, seed=seed, scores=scores)
+
+
+__all__ = ["compare_exchanges", "compare_traffic", "compare_traffic_on_env", "route_exchanges", "unpaired"]

@@ -71,7 +71,8 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
                       ) -> list[dict[str, Any]]:
     """Every recorded exchange of the gateway (of ``app``, from ``since`` on), oldest first, each with its best
     feedback score (its own, else its session's; None without any): ``id``, ``app``, ``created_at``, ``prompt``
-    (the conversation sent, JSON), ``completion``, ``state`` (JSON), ``feedback``."""
+    (the conversation sent, JSON), ``completion``, ``messages`` (the conversation and its answer, JSON), ``model``
+    (the arm that answered), ``state`` (JSON), ``feedback``."""
     where: list[str] = ["r.source = 'traffic'"]
     args: list[Any] = []
     if app is not None:
@@ -81,12 +82,12 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
         where.append("r.created_at >= ?")
         args.append(since)
     rows = conn.execute(
-        f"SELECT r.id, r.env_name, r.created_at, r.prompt, r.completion, r.state, {_FEEDBACK} "
+        f"SELECT r.id, r.env_name, r.created_at, r.prompt, r.completion, r.messages, r.model, r.state, {_FEEDBACK} "
         f"FROM rollout r WHERE {' AND '.join(where)} "
         "ORDER BY r.created_at, r.pk", args).fetchall()
     return [{"id": rid, "app": str(env).removeprefix("traffic/"), "created_at": created, "prompt": prompt,
-             "completion": completion, "state": state, "feedback": feedback}
-            for rid, env, created, prompt, completion, state, feedback in rows]
+             "completion": completion, "messages": messages, "model": model, "state": state, "feedback": feedback}
+            for rid, env, created, prompt, completion, messages, model, state, feedback in rows]
 
 
 __all__ = ["add_feedback", "feedback_for", "recent_traffic", "traffic_answer", "traffic_exchanges",
