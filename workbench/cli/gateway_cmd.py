@@ -22,6 +22,14 @@ from workbench.cli.tables import Col, print_table
 KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=True), Col("status", keep=True))
 
 
+def retention_options(f: Any) -> Any:
+    """``--retain-days`` and ``--retain-exchanges``: how much recorded traffic is kept."""
+    f = click.option("--retain-exchanges", type=int, default=None, metavar="N",
+                     help="Keep only the newest N recorded exchanges (the rest deleted, with their feedback).")(f)
+    return click.option("--retain-days", type=float, default=None, metavar="DAYS",
+                        help="Delete recorded exchanges older than DAYS (with their feedback).")(f)
+
+
 @click.group("gateway", invoke_without_command=True)
 @click.option("--port", type=int, default=8400, show_default=True, help="The port to listen on (0: any free one).")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -39,19 +47,22 @@ KEY_COLUMNS = (Col("app", keep=True), Col("id", keep=True), Col("made", keep=Tru
 @click.option("--redact", "redact", multiple=True, metavar="REGEX",
               help="Also remove text matching REGEX before recording (keys, emails, phone and card numbers always "
                    "are). Repeatable.")
+@retention_options
 @click.option("--seed", type=int, default=None, hidden=True, help="Seed of the arm draws (tests).")
 @db_option
 @json_option("Print one JSON object (host, port, routes) once serving.")
 @click.pass_context
 def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, ...], default: str | None,
-                  shadows: tuple[str, ...], record_rate: float, redact: tuple[str, ...], seed: int | None,
-                  db: str | None, as_json: bool) -> None:
+                  shadows: tuple[str, ...], record_rate: float, redact: tuple[str, ...], retain_days: float | None,
+                  retain_exchanges: int | None, seed: int | None, db: str | None, as_json: bool) -> None:
     """A gateway a product points its OpenAI or Anthropic SDK at: `gateway --route NAME=MODEL` serves;
     `gateway keys add APP` makes the key the product sends."""
     if ctx.invoked_subcommand is not None:
         return
+    from workbench.gateway.retention import Retention
     from workbench.gateway.serve import build_gateway, serve
 
+    retention = Retention(retain_days, retain_exchanges)
     store = open_store(ctx, db)
     gateway = build_gateway(routes, default=default, store=store, record_rate=record_rate, redact=redact, seed=seed,
                             shadows=shadows)
@@ -59,14 +70,15 @@ def gateway_group(ctx: click.Context, port: int, host: str, routes: tuple[str, .
     def ready(gw: Any) -> None:
         info = {"host": host, "port": gw.port, "base_url": f"http://{host}:{gw.port}/v1",
                 "routes": {name: r.spec for name, r in gw.routes.items()},
-                "shadows": {name: r.shadow for name, r in gw.routes.items() if r.shadow}, "store": str(store.path)}
+                "shadows": {name: r.shadow for name, r in gw.routes.items() if r.shadow}, "store": str(store.path),
+                "retention": retention.describe()}
         if as_json:
             emit_json(info)
         else:
             console.print(f"gateway on {info['base_url']}: " + ", ".join(info["routes"].values()), highlight=False)
 
     try:
-        run_async(serve(gateway, host=host, port=port, on_ready=ready))
+        run_async(serve(gateway, host=host, port=port, on_ready=ready, retention=retention))
     finally:
         if gateway.recorder is not None and gateway.port:
             stats = gateway.recorder.stats()
@@ -164,6 +176,34 @@ def keys_revoke(name: str, as_json: bool) -> None:
         emit_json({"revoked": [k.public() for k in gone]})
         return
     console.print(f"revoked {len(gone)} key(s): " + ", ".join(f"{k.app} ({k.id})" for k in gone), highlight=False)
+
+
+
+
+@gateway_group.command("prune")
+@retention_options
+@click.option("--app", default=None, help="Only this app's traffic.")
+@db_option
+@json_option()
+@click.pass_context
+def prune_command(ctx: click.Context, retain_days: float | None, retain_exchanges: int | None, app: str | None,
+                  db: str | None, as_json: bool) -> None:
+    """Apply a retention limit to the recorded traffic once: delete the exchanges older than --retain-days, or
+    past the newest --retain-exchanges, with everything of theirs (scores, feedback, search entries)."""
+    from workbench.errors import ConfigError
+    from workbench.gateway.retention import Retention
+
+    retention = Retention(retain_days, retain_exchanges)
+    if not retention.limited:
+        raise ConfigError("gateway prune needs a limit: --retain-days DAYS, --retain-exchanges N, or both")
+    with open_store(ctx, db, existing=True) as store:
+        path = store.path
+    gone = retention.apply(path, app=app)
+    if as_json:
+        emit_json({**gone, "kept": retention.describe(), "app": app})
+        return
+    console.print(f"deleted {gone['exchanges']:,} exchanges, {gone['feedback']:,} judgements and {gone['runs']:,} "
+                  f"empty runs (kept: {retention.describe()})", highlight=False, markup=False)
 
 
 COMMANDS = [gateway_group]

@@ -19,6 +19,7 @@ from .keys import KeyRing
 from .live_routes import RouteBook
 from .recorder import TrafficRecorder
 from .redaction import Redactor
+from .retention import Retention, keep_applying
 from .routes import Route, parse_route, with_shadow
 from .server import Gateway, Upstream
 
@@ -68,18 +69,24 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
 
 
 async def serve(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0,
-                on_ready: Callable[[Gateway], Any] | None = None) -> None:
-    """Serve until cancelled (Ctrl-C, SIGTERM); the recorder is flushed and closed at the end."""
+                on_ready: Callable[[Gateway], Any] | None = None, retention: Retention | None = None) -> None:
+    """Serve until cancelled (Ctrl-C, SIGTERM), applying ``retention`` to the recorded traffic while it does; the
+    recorder is flushed and closed at the end."""
     try:
         await gateway.start(host, port)
     except OSError as e:
         raise ConfigError(f"the gateway cannot listen on {host}:{port} ({e.strerror or e})") from None
     gateway.book.start()  # its routes published, for `gateway promote` and the app
+    pruning = None
+    if retention is not None and retention.limited and gateway.recorder is not None:
+        pruning = asyncio.create_task(keep_applying(retention, gateway.recorder.store.path))
     try:
         if on_ready is not None:
             on_ready(gateway)
         await asyncio.Event().wait()
     finally:
+        if pruning is not None:
+            pruning.cancel()
         await gateway.close()
         if gateway.recorder is not None:
             await asyncio.to_thread(gateway.recorder.close)

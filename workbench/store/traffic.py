@@ -7,6 +7,10 @@ import sqlite3
 import time
 from typing import Any
 
+import orjson
+
+from workbench.records.rollout import searchable_text
+
 
 def add_feedback(conn: sqlite3.Connection, *, app: str, response_id: str | None = None, session: str | None = None,
                  score: float | None = None, label: str = "", comment: str = "") -> int:
@@ -90,5 +94,76 @@ def traffic_exchanges(conn: sqlite3.Connection, *, app: str | None = None, since
             for rid, env, created, prompt, completion, messages, model, state, feedback in rows]
 
 
-__all__ = ["add_feedback", "feedback_for", "recent_traffic", "traffic_answer", "traffic_exchanges",
+#: The tables that hold rows of a rollout, by its ``pk``.
+_ROLLOUT_PARTS = ("score", "model_call", "rollout_error", "trace", "rescore_rollout")
+
+
+def _pruned_pks(conn: sqlite3.Connection, before: float | None, keep: int | None, app: str | None) -> list[int]:
+    where, args = "source = 'traffic'", []
+    if app is not None:
+        where += " AND env_name = ?"
+        args.append(f"traffic/{app}")
+    picked: set[int] = set()
+    if before is not None:
+        picked.update(r[0] for r in conn.execute(f"SELECT pk FROM rollout WHERE {where} AND created_at < ?",
+                                                 (*args, before)))
+    if keep is not None:
+        picked.update(r[0] for r in conn.execute(
+            f"SELECT pk FROM rollout WHERE {where} ORDER BY created_at DESC, pk DESC LIMIT -1 OFFSET ?", (*args, keep)))
+    return sorted(picked)
+
+
+def prune_traffic(conn: sqlite3.Connection, *, before: float | None = None, keep: int | None = None,
+                  app: str | None = None, chunk: int = 500) -> dict[str, int]:
+    """Delete the recorded exchanges (of ``app``) made before ``before`` and those past the newest ``keep``, with
+    everything of theirs: scores, calls, errors, traces, re-scores, full-text entries, their feedback and the
+    feedback of sessions none of whose exchanges is left; then the finished gateway runs left empty. One short
+    transaction per ``chunk`` exchanges, so recording goes on meanwhile. What was deleted, counted."""
+    pks = _pruned_pks(conn, before, keep, app)
+    gone = {"exchanges": 0, "feedback": 0, "runs": 0}
+    for start in range(0, len(pks), chunk):
+        part = pks[start:start + chunk]
+        marks = ",".join("?" * len(part))
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute(f"SELECT pk, id, messages FROM rollout WHERE pk IN ({marks})", part).fetchall()
+            conn.executemany("INSERT INTO rollout_fts (rollout_fts, rowid, text) VALUES ('delete', ?, ?)",
+                             [(pk, searchable_text(orjson.loads(messages or "[]"))) for pk, _, messages in rows])
+            for table in _ROLLOUT_PARTS:
+                conn.execute(f"DELETE FROM {table} WHERE rollout_pk IN ({marks})", part)
+            conn.execute(f"DELETE FROM rollout WHERE pk IN ({marks})", part)
+            ids = [rid for _, rid, _ in rows]
+            gone["feedback"] += conn.execute(f"DELETE FROM feedback WHERE response_id IN ({','.join('?' * len(ids))})",
+                                             ids).rowcount if ids else 0
+            gone["exchanges"] += len(rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    if not pks:
+        return gone
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        left = set(map(tuple, conn.execute("SELECT DISTINCT substr(env_name, 9), json_extract(state, '$.session') FROM rollout "
+                                "WHERE source = 'traffic'").fetchall()))
+        orphans = [(fid,) for fid, fapp, session in conn.execute(
+            "SELECT id, app, session FROM feedback WHERE response_id IS NULL AND session IS NOT NULL")
+            if (fapp, session) not in left]
+        conn.executemany("DELETE FROM feedback WHERE id = ?", orphans)
+        gone["feedback"] += len(orphans)
+        empty = [r[0] for r in conn.execute(
+            "SELECT id FROM run WHERE kind = 'gateway' AND status != 'running' AND NOT EXISTS "
+            "(SELECT 1 FROM rollout r WHERE r.run_id = run.id)")]
+        for table in ("cost_event", "train_metric"):
+            conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in empty])
+        conn.executemany("DELETE FROM run WHERE id = ?", [(r,) for r in empty])
+        gone["runs"] = len(empty)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return gone
+
+
+__all__ = ["add_feedback", "feedback_for", "prune_traffic", "recent_traffic", "traffic_answer", "traffic_exchanges",
            "traffic_rollout_app"]
