@@ -228,22 +228,37 @@ def test_traffic_with_feedback_becomes_an_environment_that_eval_runs(
 
 
 #: (arguments of tasks from-traffic, what its one line says)
+#: Rubric files ``--rubric {name}`` may name in the table below.
+RUBRIC_FILES = {
+    "no_rubric.py": "X = 1\n",
+    "raises.py": "raise RuntimeError('half-written')\n",
+    "metric_only.py": "import workbench as wb\nrubric = wb.Rubric()\nrubric.metric(lambda completion: 1.0, name='n')\n",
+    "notes.txt": "not python\n",
+}
 BAD_TRAFFIC = [
     (("--held-out", "1"), "--held-out 1"),
     (("--since", "last tuesday"), "--since 'last tuesday'"),
     (("--app", "nobody"), "no gateway traffic of app 'nobody'"),
+    (("--judge", "none"), "--judge none needs --rubric FILE"),
+    (("--rubric", "{tmp}/absent.py"), "absent.py: not a Python file"),
+    (("--rubric", "{tmp}/notes.txt"), "notes.txt: not a Python file"),
+    (("--rubric", "{tmp}/no_rubric.py"), "no_rubric.py: defines no `rubric`"),
+    (("--rubric", "{tmp}/raises.py"), "raises.py: loading it raised RuntimeError: half-written"),
+    (("--rubric", "{tmp}/metric_only.py", "--judge", "none"), "its rubric has no reward, and --judge none leaves none"),
 ]
 
 
-@pytest.mark.parametrize(("args", "fragment"), BAD_TRAFFIC, ids=[a[0] for a, _ in BAD_TRAFFIC])
+@pytest.mark.parametrize(("args", "fragment"), BAD_TRAFFIC, ids=[" ".join(a) for a, _ in BAD_TRAFFIC])
 def test_tasks_from_traffic_refuses_in_one_line_and_writes_nothing(cli: Callable[..., Any], tmp_path: Path,
                                                                     store_path: Path, args: tuple[str, ...],
                                                                     fragment: str) -> None:
     from workbench.store import Store
 
     Store(store_path).close()  # a store with no traffic in it
+    for name, text in RUBRIC_FILES.items():
+        (tmp_path / name).write_text(text)
     out = tmp_path / "new_env"
-    assert_user_error(cli("tasks", "from-traffic", out, *args), fragment)
+    assert_user_error(cli("tasks", "from-traffic", out, *(a.format(tmp=tmp_path) for a in args)), fragment)
     assert not out.exists()
 
 

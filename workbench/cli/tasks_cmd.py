@@ -23,22 +23,27 @@ def tasks_group() -> None:
 @click.option("--held-out", type=float, default=0.2, show_default=True,
               help="The fraction of sessions held out (never a session in both splits).")
 @click.option("--judge", default="local", show_default=True,
-              help="The registered model that judges replies against the reference answers (local: the embedded one).")
+              help="The registered model that judges replies against the reference answers (local: the embedded one; "
+                   "none: no judge, with --rubric).")
+@click.option("--rubric", "rubric", default=None, metavar="FILE.py",
+              help="A Python file defining `rubric` (a wb.Rubric) whose functions join the judge's; copied into the "
+                   "environment.")
 @db_option
 @json_option()
 @click.pass_context
 def from_traffic_command(ctx: click.Context, new_env: str, app: str | None, since: str | None,
-                         min_feedback: float | None, held_out: float, judge: str, db: str | None,
-                         as_json: bool) -> None:
+                         min_feedback: float | None, held_out: float, judge: str, rubric: str | None,
+                         db: str | None, as_json: bool) -> None:
     """Write the environment folder NEW_ENV: each task a recorded conversation up to its user turn, the answer
-    it got as the reference, near-duplicates removed, split by session, a judge rubric."""
-    from workbench.gateway.from_traffic import check_held_out, from_traffic, parse_since
+    it got as the reference, near-duplicates removed, split by session, a judge rubric plus any --rubric."""
+    from workbench.gateway.from_traffic import check_held_out, check_rubric, from_traffic, parse_since
 
     check_held_out(held_out)
+    check_rubric(rubric, judge)
     parse_since(since)  # bad arguments are refused before the store is opened
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         result = from_traffic(store.conn, new_env, app=app, since=since, min_feedback=min_feedback,
-                              held_out=held_out, judge=judge)
+                              held_out=held_out, judge=judge, rubric=rubric)
     if as_json:
         emit_json(result.as_dict())
         return

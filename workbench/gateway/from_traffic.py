@@ -10,8 +10,9 @@ they are written last, so ``workbench train ENV --loop.eval_tasks N`` holds exac
 
 The folder (written beside its target and moved into place whole) holds ``tasks.jsonl``, an ``__init__.py``
 whose rubric is a judge comparing each reply with the reference (``traffic_env.py``; the judge is a registered
-model named in the file) and a ``README.md`` saying where the tasks came from and how many texts were redacted
-when they were recorded.
+model named in the file, or ``none``) plus the user's own rubric when ``--rubric FILE`` names one (copied in as
+``rubric.py``), and a ``README.md`` saying where the tasks came from and how many texts were redacted when they
+were recorded.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from typing import Any
 
 import orjson
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, EnvLoadError
 from workbench.fsutil import staged_folder
 from workbench.store.traffic import traffic_exchanges
 
-from .traffic_env import DEFAULT_JUDGE, TASKS_FILE
+from .traffic_env import DEFAULT_JUDGE, NO_JUDGE, RUBRIC_FILE, TASKS_FILE, user_rubric
 
 SIMILAR = 0.9
 
@@ -72,6 +73,7 @@ class TrafficTasks:
     duplicates: int
     redactions: int
     judge: str
+    rubric: list[str]  # the functions --rubric added
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,12 +118,31 @@ def parse_since(text: str | None) -> float | None:
     raise ConfigError(f"--since {text!r}: give a date (2026-12-01), a date and time (2026-12-01T09:30) or a Unix time")
 
 
+def check_rubric(rubric: str | Path | None, judge: str) -> tuple[Path | None, list[str]]:
+    """``--rubric FILE``: the file, resolved, and the names of the functions its ``rubric`` adds."""
+    if rubric is None:
+        if judge == NO_JUDGE:
+            raise ConfigError(f"--judge {NO_JUDGE} needs --rubric FILE: the environment would have no reward")
+        return None, []
+    path = Path(rubric).expanduser().resolve()
+    if not path.is_file() or path.suffix != ".py":
+        raise ConfigError(f"--rubric {rubric}: not a Python file (.py) that defines `rubric`")
+    try:
+        theirs = user_rubric(path)
+    except EnvLoadError as e:
+        raise ConfigError(f"--rubric {e}") from None
+    if judge == NO_JUDGE and not theirs.rewards:
+        raise ConfigError(f"--rubric {rubric}: its rubric has no reward, and --judge {NO_JUDGE} leaves none")
+    return path, [f.name for f in theirs.functions]
+
+
 def from_traffic(conn: Any, out: str | Path, *, app: str | None = None, since: str | None = None,
-                 min_feedback: float | None = None, held_out: float = 0.2, judge: str = DEFAULT_JUDGE
-                 ) -> TrafficTasks:
+                 min_feedback: float | None = None, held_out: float = 0.2, judge: str = DEFAULT_JUDGE,
+                 rubric: str | Path | None = None) -> TrafficTasks:
     """Write the environment folder ``out`` (absent or empty) from the store's traffic; nothing is written when
     anything is refused."""
     check_held_out(held_out)
+    extra, extra_names = check_rubric(rubric, judge)
     target = Path(out).expanduser().resolve()
     name = target.name
     if not name.isidentifier():
@@ -171,11 +192,13 @@ def from_traffic(conn: Any, out: str | Path, *, app: str | None = None, since: s
         lines.append(orjson.dumps({"prompt": t["prompt"], "answer": t["answer"], "info": info}))
     n_held = sum(1 for t in unique if t["session"] in held)
     result = TrafficTasks(str(target), name, len(unique), len(unique) - n_held, n_held, len(sessions), len(held),
-                          len(rows), below, duplicates, redactions, judge)
+                          len(rows), below, duplicates, redactions, judge, extra_names)
     try:
         with staged_folder(target) as staging:
             (staging / TASKS_FILE).write_bytes(b"\n".join(lines) + b"\n")
             (staging / "__init__.py").write_text(_INIT.format(name=name, judge=judge), encoding="utf-8")
+            if extra is not None:
+                (staging / RUBRIC_FILE).write_bytes(extra.read_bytes())
             (staging / "README.md").write_text(_readme(result, app, since, min_feedback, held_out), encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot write {out} ({e.strerror or e}); nothing was written") from None
@@ -183,6 +206,11 @@ def from_traffic(conn: Any, out: str | Path, *, app: str | None = None, since: s
 
 
 def _readme(r: TrafficTasks, app: str | None, since: str | None, min_feedback: float | None, held_out: float) -> str:
+    judged = ("no judge." if r.judge == NO_JUDGE else
+              f"the judge `{r.judge}` says whether a reply says what the reference says (`similar_to_reference`, "
+              f"0 to 1). Change the judge with `-a '{{\"judge\": \"NAME\"}}'` or `JUDGE` in `__init__.py`.")
+    added = (f"\n- Your own rubric (`{RUBRIC_FILE}`, given with `--rubric`) adds: "
+             + ", ".join(f"`{n}`" for n in r.rubric) + ".") if r.rubric else ""
     picked = [f"the app {app!r}" if app else "every app", f"since {since}" if since else "all recorded time",
               f"feedback of at least {min_feedback:g}" if min_feedback is not None else "any feedback or none"]
     return f"""# {r.name}
@@ -200,9 +228,8 @@ Tasks from a product's own traffic, recorded by `workbench gateway` and written 
   `workbench train {r.name} --loop.eval_tasks {r.held_out}` holds exactly them out.
 - Redactions made when the traffic was recorded (keys, tokens, email addresses, phone and card numbers):
   {r.redactions}.
-- Rubric: the judge `{r.judge}` says whether a reply says what the reference says (`similar_to_reference`,
-  0 to 1). Change the judge with `-a '{{"judge": "NAME"}}'` or `JUDGE` in `__init__.py`.
+- Rubric: {judged}{added}
 """
 
 
-__all__ = ["TrafficTasks", "check_held_out", "from_traffic", "parse_since"]
+__all__ = ["TrafficTasks", "check_held_out", "check_rubric", "from_traffic", "parse_since"]

@@ -45,7 +45,7 @@ def kinds_clause(kinds: Iterable[str] | None, column: str = "kind") -> tuple[str
 def _counted(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     """A run row with ``rollouts``, ``errors`` and ``mean_reward``: from the summary a finished run stored, else
     counted on ix_rollout_run_reward alone (errors = rollouts without a reward, which is how the engine stores a
-    failure)."""
+    failure; a gateway's recorded traffic is never scored, so it has none)."""
     r = dict(zip(_COLS, row, strict=True))
     r.pop("pipeline_id")
     s = orjson.loads(r.pop("summary") or "{}")
@@ -54,7 +54,7 @@ def _counted(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     else:
         n, scored, mean = cur.execute("SELECT COUNT(*), COUNT(reward), AVG(reward) FROM rollout WHERE run_id = ?",
                                       (r["id"],)).fetchone()
-        r.update(rollouts=n, errors=n - scored, mean_reward=mean)
+        r.update(rollouts=n, errors=0 if r["kind"] == "gateway" else n - scored, mean_reward=mean)
     return r
 
 
