@@ -54,10 +54,8 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
             if model in upstreams:
                 continue
             endpoint = resolve_endpoint(model=model)
-            if endpoint.provider != "openai":
-                raise ConfigError(f"--route {route.name}: {model} speaks the {endpoint.provider} API; the gateway "
-                                  "forwards to OpenAI-compatible endpoints (any provider's, the embedded server, vLLM)")
-            upstreams[model] = Upstream(model, ChatClient(endpoint.api_key, max_connections=256),
+            upstreams[model] = Upstream(model, ChatClient(endpoint.api_key, max_connections=256,
+                                                          provider=endpoint.provider),
                                         endpoint.base_url.rstrip("/"), endpoint.model)
     rng = random.Random(seed)
     recorder = None

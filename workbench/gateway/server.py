@@ -192,7 +192,7 @@ class Gateway:
             payload = {**up.prepare(chat, rollout), "stream": False}
             payload.pop("stream_options", None)
             t0 = time.perf_counter()
-            data = orjson.loads(await up.client.post_json(up.upstream + "/chat/completions", payload, up.model))
+            data = orjson.loads(await up.client.complete(up.upstream, payload, up.model))
             record_choices(rollout, chat["messages"], chat.get("tools"), data, time.perf_counter() - t0, api=api.name)
         except Exception:  # noqa: BLE001 - the shadow never troubles the product
             self.shadow_failed += 1

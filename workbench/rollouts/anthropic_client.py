@@ -10,6 +10,9 @@
 - :func:`from_messages_response`: a ``message`` body as a :class:`~workbench.records.model_reply.ChatResponse`.
 - :func:`classify_anthropic_status`: an HTTP error and Anthropic's error body as a ``ModelError`` kind.
 
+- :func:`as_chat_completion`: a ``message`` body as a chat completion body (the proxy's and the gateway's
+  relays answer any API from one).
+
 Not streamed: one request, one JSON answer.
 """
 
@@ -251,6 +254,18 @@ def from_messages_response(body: bytes | dict[str, Any]) -> ChatResponse:
     return ChatResponse(message=message, finish_reason=FINISH.get(reason, reason) if reason else None,
                         prompt_tokens=_tokens(usage, "input_tokens") + cache_read + cache_write,
                         completion_tokens=_tokens(usage, "output_tokens"), extra=extra)
+
+
+def as_chat_completion(body: bytes | dict[str, Any]) -> dict[str, Any]:
+    """A Messages ``message`` body as the chat completion body an OpenAI endpoint would have answered (one choice;
+    its id and model kept), for the relays that answer in any API from a chat completion."""
+    data = orjson.loads(body) if isinstance(body, bytes | str) else body
+    reply = from_messages_response(data)
+    return {"id": str(data.get("id") or ""), "object": "chat.completion", "created": 0,
+            "model": str(data.get("model") or ""),
+            "choices": [{"index": 0, "message": reply.message, "finish_reason": reply.finish_reason}],
+            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                      "total_tokens": reply.prompt_tokens + reply.completion_tokens}}
 
 
 # -- errors --------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from workbench.records.model_reply import ChatResponse, ModelError
 from workbench.records.task import Message
 from workbench.rollouts.anthropic_client import (
     ANTHROPIC_VERSION,
+    as_chat_completion,
     classify_anthropic_status,
     from_messages_response,
     to_messages_request,
@@ -359,6 +360,21 @@ class ChatClient:
         payload = to_messages_request(model, list(messages), tools, params)
         body = await self.post_json(base_url.rstrip("/") + "/messages", payload, model, classify_anthropic_status)
         return from_messages_response(body)
+
+    async def complete(self, base_url: str, payload: dict[str, Any], model: str, route: str = "/chat/completions"
+                       ) -> bytes:
+        """A chat completion request (not streamed) as it is, answered with the raw chat completion body; with
+        ``provider="anthropic"`` sent as a Messages request and its answer made a chat completion body."""
+        if self.provider != "anthropic":
+            return await self.post_json(base_url.rstrip("/") + route, payload, model)
+        if route != "/chat/completions":
+            raise ModelError("bad_request", "the Anthropic Messages API takes no prompt token ids; token "
+                                            "continuation needs an OpenAI-compatible token server")
+        params = {k: v for k, v in payload.items() if k not in ("model", "messages", "tools", "stream",
+                                                                  "stream_options")}
+        request = to_messages_request(model, list(payload.get("messages") or []), payload.get("tools"), params)
+        raw = await self.post_json(base_url.rstrip("/") + "/messages", request, model, classify_anthropic_status)
+        return orjson.dumps(as_chat_completion(raw))
 
     async def list_models(self, base_url: str) -> list[dict[str, Any]] | None:
         """The model entries the endpoint lists, or None when it does not support ``/models``."""

@@ -5,10 +5,13 @@ A streamed call is relayed event by event and recorded once the stream ends. An 
 streamed request with one JSON body (some providers ignore ``stream``) is read as the answer it is, by
 its Content-Type, and streamed to the harness from it; an answer that is neither is a 502 saying so. A
 harness that hangs up mid-stream ends the relay quietly: the call it never received is not recorded.
+An Anthropic upstream (a client of ``provider="anthropic"``) is asked with one Messages request, not streamed
+(``ChatClient.complete``); a streamed call is streamed to the harness from its whole answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -81,7 +84,7 @@ async def serve_call(proxy: Upstream, request: web.Request, api: WireAPI, rollou
         return await relay_stream(proxy, request, rollout, api, payload, messages, tools, route)
     t0 = time.perf_counter()
     try:
-        raw = await proxy.client.post_json(proxy.upstream + route, payload, proxy.model)
+        raw = await proxy.client.complete(proxy.upstream, payload, proxy.model, route)
         data = orjson.loads(raw)
         if not isinstance(data, dict):
             raise orjson.JSONDecodeError("not an object", "", 0)
@@ -101,23 +104,36 @@ async def relay_stream(proxy: Upstream, request: web.Request, rollout: Rollout, 
     payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
     accs: dict[int, ChatStreamAccumulator] = {0: ChatStreamAccumulator()}
     t0 = time.perf_counter()
-    session = await proxy.client.session()
-    try:
-        upstream = await session.post(proxy.upstream + route, data=orjson.dumps(payload), headers=proxy.client.headers)
-    except Exception as e:  # connection refused, ...
-        return api.error(502, f"upstream unreachable: {e}", upstream=True)
-    async with upstream:
-        if upstream.status >= 400:
-            raw = await upstream.read()
-            if api.name == "chat":  # the upstream's own error body, its code and param kept
-                return web.Response(body=raw, status=upstream.status, content_type="application/json")
-            return api.error(upstream.status, upstream_message(raw), upstream=True)
-        source: AsyncIterator[bytes] = upstream.content.iter_any()
-        if "text/event-stream" not in upstream.headers.get("Content-Type", ""):
-            whole = _as_stream(await upstream.read())
+    async with contextlib.AsyncExitStack() as held:
+        source: AsyncIterator[bytes]
+        if proxy.client.provider == "anthropic":  # one Messages answer, streamed from whole
+            whole_payload = {k: v for k, v in payload.items() if k not in ("stream", "stream_options")}
+            try:
+                whole = _as_stream(await proxy.client.complete(proxy.upstream, whole_payload, proxy.model, route))
+            except ModelError as e:
+                return api.error(e.status or 502, e.message, upstream=True)
             if isinstance(whole, str):
                 return api.error(502, whole, upstream=True)
             source = _one(whole)
+        else:
+            session = await proxy.client.session()
+            try:
+                upstream = await session.post(proxy.upstream + route, data=orjson.dumps(payload),
+                                              headers=proxy.client.headers)
+            except Exception as e:  # connection refused, ...
+                return api.error(502, f"upstream unreachable: {e}", upstream=True)
+            await held.enter_async_context(upstream)
+            if upstream.status >= 400:
+                raw = await upstream.read()
+                if api.name == "chat":  # the upstream's own error body, its code and param kept
+                    return web.Response(body=raw, status=upstream.status, content_type="application/json")
+                return api.error(upstream.status, upstream_message(raw), upstream=True)
+            source = upstream.content.iter_any()
+            if "text/event-stream" not in upstream.headers.get("Content-Type", ""):
+                whole = _as_stream(await upstream.read())
+                if isinstance(whole, str):
+                    return api.error(502, whole, upstream=True)
+                source = _one(whole)
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         try:
             await out.prepare(request)
