@@ -6,6 +6,9 @@ For chat completions, whole and streamed, measures (a) p50/p95 latency of sequen
 against the direct call's (the added latency), (b) requests/s at concurrency 64 against the direct call's, each
 with recording on (every exchange written to the store) and off (`--record-rate 0`); then (c) the gateway's
 resident memory with 1,000 streamed calls open at once (an upstream that holds them), against its memory idle.
+A bare forwarder is measured beside them: an aiohttp process (on the same event loop the gateway runs on) that
+passes each request's bytes to the upstream and its answer back, streamed as it comes, and does nothing else, so
+the figures say what any second process hop costs on this machine and what the gateway adds on top of that.
 Run: python scripts/bench_gateway.py [--requests 4000] [--sequential 1000] [-c 64] [--streams 1000] [--rounds 3]
      [--json]
 """
@@ -60,6 +63,55 @@ def _gateway(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], st
         proc.kill()
         raise SystemExit("the gateway did not start")
     return proc, json.loads(line)["base_url"]
+
+
+def serve_forwarder(upstream: str) -> None:
+    """The bare forwarder (see the module docstring); prints ``READY <port>``, serves until killed."""
+    import aiohttp
+    from aiohttp import web
+
+    async def main() -> None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            async with session.post(upstream + "/chat/completions", data=body,
+                                    headers={"Content-Type": "application/json"}) as up:
+                if "text/event-stream" not in up.headers.get("Content-Type", ""):
+                    return web.Response(body=await up.read(), status=up.status, content_type="application/json")
+                out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream"})
+                await out.prepare(request)
+                async for chunk in up.content.iter_any():
+                    await out.write(chunk)
+                await out.write_eof()
+                return out
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        print(f"READY {site._server.sockets[0].getsockname()[1]}", flush=True)  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+def _forwarder(upstream: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-forwarder", upstream], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"the bare forwarder did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{int(line.split()[1])}/v1"
 
 
 def _rss_mb(pid: int) -> float:
@@ -138,7 +190,11 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement; medians are reported")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--serve-forwarder", metavar="UPSTREAM", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.serve_forwarder:
+        serve_forwarder(a.serve_forwarder)
+        return
     home = Path(tempfile.mkdtemp(prefix="wb-bench-gateway-"))
     env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_DATA_HOME": str(home / "data"),
            "XDG_CACHE_HOME": str(home / "cache"), "WORKBENCH_DB": str(home / "store.db")}
@@ -147,12 +203,14 @@ def main() -> None:
     _cli(env, "models", "add", "up", "--base-url", upstream, "--model-id", "mock-model")
     key = json.loads(_cli(env, "gateway", "keys", "add", "bench", "--json").strip().splitlines()[-1])["key"]
     gateways = {"recording": _gateway(env), "not recording": _gateway(env, "--record-rate", "0")}
+    forwarder, forwarder_url = _forwarder(upstream)
     results: dict[str, dict[str, list[float]]] = {}
     try:
         for stream in (False, True):
             payload = orjson.dumps({**BODY, "stream": stream})
             direct_payload = orjson.dumps({**BODY, "model": "mock-model", "stream": stream})
-            targets = {"direct": (upstream + "/chat/completions", direct_payload)}
+            targets = {"direct": (upstream + "/chat/completions", direct_payload),
+                       "bare forwarder": (forwarder_url + "/chat/completions", direct_payload)}
             targets.update({name: (base + "/chat/completions", payload) for name, (_, base) in gateways.items()})
             for _ in range(a.rounds):
                 for name, (url, body) in targets.items():
@@ -164,7 +222,7 @@ def main() -> None:
                     got["p95"].append(sorted(lat)[int(0.95 * (len(lat) - 1))] * 1000)
                     got["rps"].append(rps)
     finally:
-        for proc, _ in gateways.values():
+        for proc, _ in [*gateways.values(), (forwarder, "")]:
             proc.terminate()
             proc.wait()
         mock.terminate()
@@ -188,13 +246,16 @@ def main() -> None:
     for name, got in results.items():
         if name.startswith("direct"):
             continue
-        direct = results["direct streamed" if name.endswith("streamed") else "direct"]
+        streamed = " streamed" if name.endswith("streamed") else ""
+        direct = results[f"direct{streamed}"]
+        bare = results[f"bare forwarder{streamed}"]
         rows.append({"through": name, "p50_ms": round(med(got["p50"]), 3),
                      "added_p50_ms": round(med([x - d for x, d in zip(got["p50"], direct["p50"], strict=True)]), 3),
                      "added_p95_ms": round(med([x - d for x, d in zip(got["p95"], direct["p95"], strict=True)]), 3),
                      "req_per_s": round(med(got["rps"]), 1),
                      "throughput_ratio": round(med([x / d for x, d in zip(got["rps"], direct["rps"], strict=True)]),
                                                3),
+                     "of_bare_forwarder": round(med([x / b for x, b in zip(got["rps"], bare["rps"], strict=True)]), 3),
                      "direct_p50_ms": round(med(direct["p50"]), 3), "direct_req_per_s": round(med(direct["rps"]), 1)})
     memory = {"streams": a.streams, "idle_mb": round(idle, 1), "open_mb": round(busy, 1),
               "per_stream_kb": round((busy - idle) * 1024 / max(1, a.streams), 1)}
@@ -202,11 +263,12 @@ def main() -> None:
         print(orjson.dumps({"rows": rows, "memory": memory, "concurrency": a.concurrency, "rounds": a.rounds}).decode())
         return
     print(f"chat completions, medians of {a.rounds} rounds; c={a.concurrency} for req/s")
-    print(f"{'through':<26} {'p50 ms':>8} {'added p50':>10} {'added p95':>10} {'req/s':>8} {'ratio':>6} "
-          f"{'direct req/s':>13}")
+    print(f"{'through':<30} {'p50 ms':>8} {'added p50':>10} {'added p95':>10} {'req/s':>8} {'ratio':>6} "
+          f"{'of bare':>8} {'direct req/s':>13}")
     for r in rows:
-        print(f"{r['through']:<26} {r['p50_ms']:>8.3f} {r['added_p50_ms']:>10.3f} {r['added_p95_ms']:>10.3f} "
-              f"{r['req_per_s']:>8.0f} {r['throughput_ratio']:>6.2f} {r['direct_req_per_s']:>13.0f}")
+        print(f"{r['through']:<30} {r['p50_ms']:>8.3f} {r['added_p50_ms']:>10.3f} {r['added_p95_ms']:>10.3f} "
+              f"{r['req_per_s']:>8.0f} {r['throughput_ratio']:>6.2f} {r['of_bare_forwarder']:>8.2f} "
+              f"{r['direct_req_per_s']:>13.0f}")
     print(f"memory: {memory['idle_mb']} MB idle, {memory['open_mb']} MB with {a.streams} streams open "
           f"({memory['per_stream_kb']} KB a stream)")
     print("goals: added p50 under 1 ms; at least 0.8 of direct req/s")
