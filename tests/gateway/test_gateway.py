@@ -420,3 +420,31 @@ def test_feedback_takes_the_answers_own_id_in_each_api(registered: str, gateway:
     for _, raw in answers:  # each is the exchange's own feedback
         shown = last_json(cli("show", raw.headers["X-Workbench-Response-Id"], "--json", env=env).stdout)
         assert [f["score"] for f in shown["feedback"]] == [1.0]
+
+
+def test_a_priced_models_exchanges_carry_their_cost(registered: str, cli: Callable[..., Any], env: dict[str, str],
+                                                    upstreams: dict[str, Any], gateway: Callable[..., Running],
+                                                    store_path: Path) -> None:
+    import openai
+
+    from tests.gateway.support import PROVIDER_VAR
+    from tests.helpers import count_rollouts, wait_for
+
+    assert cli("models", "add", "priced", "--base-url", upstreams["good"].base_url, "--model-id", "mock-model",
+               "--api-key-env", PROVIDER_VAR, "--input-price", "2", "--output-price", "8", env=env).rc == 0
+    gw = gateway("--route", "support=priced", "--route", "free=good")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    for model in ("support", "free"):
+        oa.chat.completions.create(model=model, messages=[{"role": "user", "content": "what does it cost"}])
+    wait_for(lambda: count_rollouts(store_path) == 2, 60, "both exchanges recorded")
+    gw.stop()
+    conn = sqlite3.connect(store_path)
+    try:
+        rows = dict(((m, (p, c, usd)) for m, p, c, usd in conn.execute(
+            "SELECT model, prompt_tokens, completion_tokens, cost_usd FROM rollout")))
+        ledger = conn.execute("SELECT SUM(usd) FROM cost_event").fetchone()[0]
+    finally:
+        conn.close()
+    p, c, usd = rows["priced"]
+    assert p > 0 and c > 0 and usd == pytest.approx((p * 2 + c * 8) / 1e6)
+    assert rows["good"][2] == 0.0 and ledger == pytest.approx(usd)

@@ -107,7 +107,7 @@ class TrafficRecorder:
 
     def record(self, *, app: str, route: str, spec: str, arm: str, api: str, session: str,
                messages: list[dict[str, Any]], rollout: Rollout, response_id: str, shadow_of: str | None = None,
-               answer_id: str | None = None) -> None:
+               answer_id: str | None = None, provider: str = "") -> None:
         """Record one served exchange (never raises: a failure is a dropped exchange)."""
         answer = rollout.calls[-1].message if rollout.calls else None
         if answer is None:
@@ -136,7 +136,7 @@ class TrafficRecorder:
                 task=Task(prompt=prompt, info={"session": session}), task_index=index, sample_index=sample,
                 status="ok", error_kind=None, reward=None, usage=rollout.usage, duration_s=rollout.calls[-1].latency_s,
                 turns=1, completion=text if isinstance(text, str) else "", messages=clean, state=state,
-                scores=Scores(), calls=[], errors=[], source=SOURCE)
+                scores=Scores(), calls=[], errors=[], source=SOURCE, provider=provider)
             self.writer.submit([record])
         except Exception as e:  # noqa: BLE001 - the product is never answered with the store's trouble
             self._failed(e)

@@ -14,6 +14,7 @@ from workbench.errors import ConfigError
 from workbench.rollouts.client import ChatClient
 from workbench.runs.endpoint import resolve_endpoint
 from workbench.store import Store
+from workbench.store.prices import match_price
 
 from .keys import KeyRing
 from .live_routes import RouteBook
@@ -49,6 +50,7 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
                               f"({', '.join(sorted(routes))})")
         routes[name] = with_shadow(routes[name], spec, models)
     upstreams: dict[str, Upstream] = {}
+    prices = store.prices() if store is not None else {}
     for route in routes.values():
         for model in route.models:
             if model in upstreams:
@@ -56,7 +58,8 @@ def build_gateway(route_specs: Sequence[str], *, default: str | None = None, sto
             endpoint = resolve_endpoint(model=model)
             upstreams[model] = Upstream(model, ChatClient(endpoint.api_key, max_connections=256,
                                                           provider=endpoint.provider),
-                                        endpoint.base_url.rstrip("/"), endpoint.model)
+                                        endpoint.base_url.rstrip("/"), endpoint.model,
+                                        endpoint.price or match_price(endpoint.model, prices))
     rng = random.Random(seed)
     recorder = None
     if store is not None:

@@ -34,6 +34,7 @@ from workbench.records.task import Task
 from workbench.rollouts.client import ChatClient
 from workbench.rollouts.proxy_calls import ChatAPI, MessagesAPI, ResponsesAPI, WireAPI, record_choices
 from workbench.rollouts.proxy_relay import serve_call
+from workbench.store.prices import Price
 from workbench.store.traffic import add_feedback, traffic_answer, traffic_rollout_app
 from workbench.wire.responses import ResponseStore
 
@@ -52,12 +53,29 @@ _REMEMBERED = 100_000
 
 @dataclass(slots=True)
 class Upstream:
-    """One registered model the gateway forwards to (what the relays need of it)."""
+    """One registered model the gateway forwards to (what the relays need of it), and its price per token when
+    one is known (the model's own, from `models add`, else the store's table)."""
 
     name: str
     client: ChatClient
     upstream: str
     model: str
+    price: Price | None = None
+
+    @property
+    def provider(self) -> str:
+        """Whom the exchange's cost is owed to, in the cost ledger ("" when unpriced)."""
+        return self.price.provider if self.price is not None else ""
+
+    def priced(self, rollout: Rollout) -> None:
+        """Put the price of the exchange's tokens (prompt caching included) in its usage."""
+        if self.price is None:
+            return
+        extra = [c.extra or {} for c in rollout.calls]
+        rollout.usage.cost_usd = self.price.cost(
+            rollout.usage.prompt_tokens, rollout.usage.completion_tokens,
+            sum(int(x.get("cache_read_tokens") or 0) for x in extra),
+            sum(int(x.get("cache_write_tokens") or 0) for x in extra))
 
     def exchange(self, rid: str) -> Rollout:
         """The rollout one call to this model is recorded in (its task is the call's own, filled as it runs)."""
@@ -167,10 +185,11 @@ class Gateway:
         while len(self._aliases) > _REMEMBERED:
             self._aliases.popitem(last=False)
         if self.recorder is not None and rollout.calls and rollout.last_request is not None:
+            up.priced(rollout)
             session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
             self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
                                  session=session, messages=rollout.last_request, rollout=rollout, response_id=rid,
-                                 answer_id=answer_id)
+                                 answer_id=answer_id, provider=up.provider)
             if route.shadow is not None:
                 shadow = asyncio.ensure_future(self._shadow(app, route, make, asked, body, session, rid))
                 self._shadows.add(shadow)
@@ -194,12 +213,13 @@ class Gateway:
             t0 = time.perf_counter()
             data = orjson.loads(await up.client.complete(up.upstream, payload, up.model))
             record_choices(rollout, chat["messages"], chat.get("tools"), data, time.perf_counter() - t0, api=api.name)
+            up.priced(rollout)
         except Exception:  # noqa: BLE001 - the shadow never troubles the product
             self.shadow_failed += 1
             return
         self.recorder.record(app=app, route=route.name, spec=route.spec, arm=route.shadow, api=api.name,
                              session=session, messages=chat["messages"], rollout=rollout, response_id=rid,
-                             shadow_of=primary)
+                             shadow_of=primary, provider=up.provider)
 
     async def _feedback(self, request: web.Request) -> web.Response:
         """``POST /v1/feedback``: a judgement of an answer this app was served (``response_id``: the
