@@ -448,3 +448,21 @@ def test_a_priced_models_exchanges_carry_their_cost(registered: str, cli: Callab
     p, c, usd = rows["priced"]
     assert p > 0 and c > 0 and usd == pytest.approx((p * 2 + c * 8) / 1e6)
     assert rows["good"][2] == 0.0 and ledger == pytest.approx(usd)
+
+
+def test_sampled_recording_keeps_each_shadow_with_its_primary(registered: str, gateway: Callable[..., Running],
+                                                             upstreams: dict[str, Any], store_path: Path) -> None:
+    """Under --record-rate the call is sampled once: a recorded answer has its shadow's beside it, and a call not
+    recorded is not asked of the shadow at all (no cost, no orphan)."""
+    import openai
+
+    gw = gateway("--route", "support=good", "--shadow", "support=cand", "--record-rate", "0.5", "--seed", "3")
+    oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
+    for i in range(40):
+        oa.chat.completions.create(model="support", messages=[{"role": "user", "content": f"q{i}"}])
+    gw.stop()  # the shadows in flight finish and everything is committed before it exits
+    rows = rows_of(store_path)
+    primary = {r["id"] for r in rows if "shadow_of" not in json.loads(r["state"])}
+    shadows = [json.loads(r["state"])["shadow_of"] for r in rows if "shadow_of" in json.loads(r["state"])]
+    assert 5 < len(primary) < 35 and sorted(shadows) == sorted(primary)
+    assert upstreams["cand"].requests() == len(primary) and upstreams["good"].requests() == 40

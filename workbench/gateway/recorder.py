@@ -107,16 +107,17 @@ class TrafficRecorder:
 
     def record(self, *, app: str, route: str, spec: str, arm: str, api: str, session: str,
                messages: list[dict[str, Any]], rollout: Rollout, response_id: str, shadow_of: str | None = None,
-               answer_id: str | None = None, provider: str = "") -> None:
-        """Record one served exchange (never raises: a failure is a dropped exchange)."""
+               answer_id: str | None = None, provider: str = "") -> bool:
+        """Record one served exchange (never raises: a failure is a dropped exchange); whether it was sampled in.
+        A shadow's answer is recorded whenever it is asked for: its primary was sampled in (the pair is whole)."""
         answer = rollout.calls[-1].message if rollout.calls else None
         if answer is None:
-            return
+            return False
         if shadow_of is None:  # a shadow's answer never reached the product: no conversation continues it
             self._remember(messages, answer, session)
-        if self.rate < 1.0 and self.rng.random() >= self.rate:
-            self.sampled_out += 1
-            return
+            if self.rate < 1.0 and self.rng.random() >= self.rate:
+                self.sampled_out += 1
+                return False
         self.attempted += 1
         try:
             self._check_writer()
@@ -140,6 +141,7 @@ class TrafficRecorder:
             self.writer.submit([record])
         except Exception as e:  # noqa: BLE001 - the product is never answered with the store's trouble
             self._failed(e)
+        return True
 
     def _check_writer(self) -> None:
         """Raise the writer's failure (a failed commit, its process gone); a writer that failed

@@ -187,10 +187,10 @@ class Gateway:
         if self.recorder is not None and rollout.calls and rollout.last_request is not None:
             up.priced(rollout)
             session = self.recorder.session_of(request.headers.get(SESSION_HEADER), rollout.last_request)
-            self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
-                                 session=session, messages=rollout.last_request, rollout=rollout, response_id=rid,
-                                 answer_id=answer_id, provider=up.provider)
-            if route.shadow is not None:
+            kept = self.recorder.record(app=app, route=route.name, spec=route.spec, arm=arm.model, api=api.name,
+                                        session=session, messages=rollout.last_request, rollout=rollout,
+                                        response_id=rid, answer_id=answer_id, provider=up.provider)
+            if route.shadow is not None and kept:  # a shadow answers the calls that are recorded, paired
                 shadow = asyncio.ensure_future(self._shadow(app, route, make, asked, body, session, rid))
                 self._shadows.add(shadow)
                 shadow.add_done_callback(self._shadows.discard)
