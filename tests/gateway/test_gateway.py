@@ -64,18 +64,19 @@ def test_both_sdks_hold_conversations_through_the_gateway_and_each_exchange_is_r
     assert {json.loads(r["state"])["arm"] for r in rows} <= {"good", "cand"}
 
 
-def test_a_split_route_serves_each_arm_its_share(registered: str, gateway: Callable[..., Running]) -> None:
+@pytest.mark.parametrize(("share", "n"), [(0.1, 1000), (0.2, 200)], ids=["0.1 of 1000", "0.2 of 200"])
+def test_a_split_route_serves_each_arm_its_share(registered: str, gateway: Callable[..., Running], share: float,
+                                                 n: int) -> None:
     import openai
 
-    gw = gateway("--route", "support=good:0.8,cand:0.2", "--record-rate", "0")
+    gw = gateway("--route", f"support=good:{1 - share:g},cand:{share:g}", "--record-rate", "0")
     oa = openai.OpenAI(base_url=gw.base_url, api_key=registered, max_retries=0)
-    n = 300
     arms = [oa.chat.completions.with_raw_response.create(
         model="support", messages=[{"role": "user", "content": f"call {i}"}]).headers["X-Workbench-Arm"]
         for i in range(n)]
     cand = arms.count("cand")
-    sd = math.sqrt(n * 0.2 * 0.8)
-    assert abs(cand - n * 0.2) < 4.5 * sd, cand  # within binomial bounds (4.5 sd: about 1 in 150,000 fails)
+    sd = math.sqrt(n * share * (1 - share))
+    assert abs(cand - n * share) < 4.5 * sd, cand  # within binomial bounds (4.5 sd: about 1 in 150,000 fails)
     assert arms.count("good") + cand == n
 
 
