@@ -516,3 +516,34 @@ async def test_bad_input_is_one_clear_error_and_nothing_recorded(
         assert "\n" not in message and "Traceback" not in message
     assert r.calls == [] and r.trace.calls == 0
     assert mock.bodies() == []  # nothing reached the upstream
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_anthropic_api_upstream_answers_a_chat_harness(stream: bool, tmp_path: Any) -> None:
+    """A run's model registered with the Anthropic API: the harness's chat call goes upstream as one Messages
+    request (validated by a mock of the Messages API) and comes back as chat, streamed from the whole answer
+    when the harness streams; the call is in the rollout's trace."""
+    server = MockServer(["--script", json.dumps(["Hello from Claude."]), "--models", "claude-mock"],
+                        tmp_path / "anthropic.log", module="workbench.testing.mock_anthropic")
+    client = ChatClient(None, provider="anthropic")
+    proxy = await InterceptionProxy(client, server.base_url, "claude-mock", {"temperature": 0.5}).start()
+    try:
+        r = Rollout(id="run.0.0", task=wb.Task(prompt="hi"), sample_index=0, client=client,
+                    base_url=proxy.url_for("run.0.0"), model="claude-mock", params={})
+        proxy.register(r)
+        ask = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+        if stream:
+            chunks = await _openai(r).chat.completions.create(model="m", messages=ask, stream=True)  # type: ignore[arg-type, call-overload]
+            text = "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+        else:
+            reply = await _openai(r).chat.completions.create(model="m", messages=ask)  # type: ignore[arg-type]
+            text = reply.choices[0].message.content or ""
+        assert text == "Hello from Claude."
+        [body] = server.bodies()
+        assert body["model"] == "claude-mock" and body["system"] == "be brief" and body["temperature"] == 0.5
+        assert "stream" not in body
+        assert [c.message["content"] for c in r.calls] == ["Hello from Claude."]
+    finally:
+        await proxy.close()
+        await client.close()
+        server.stop()
