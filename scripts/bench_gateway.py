@@ -34,15 +34,19 @@ sys.path.insert(0, str(ROOT))
 BODY = {"model": "support", "max_tokens": 16, "messages": [{"role": "user", "content": "What is 3 + 4?"}]}
 
 
-def _mock(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.testing.mock_openai", "--port", "0", *flags],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+def _ready(what: str, *argv: str) -> tuple[subprocess.Popen[str], str]:
+    """Start a server that prints ``READY <port>``; it and its base URL."""
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("READY"):
         proc.kill()
-        raise SystemExit(f"the mock did not start: {line!r}")
+        raise SystemExit(f"the {what} did not start: {line!r}")
     return proc, f"http://127.0.0.1:{int(line.split()[1])}/v1"
+
+
+def _mock(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    return _ready("mock", "-m", "workbench.testing.mock_openai", "--port", "0", *flags)
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
@@ -104,14 +108,7 @@ def serve_forwarder(upstream: str) -> None:
 
 
 def _forwarder(upstream: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-forwarder", upstream], stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"the bare forwarder did not start: {line!r}")
-    return proc, f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    return _ready("bare forwarder", __file__, "--serve-forwarder", upstream)
 
 
 def _rss_mb(pid: int) -> float:
