@@ -135,7 +135,8 @@ def open_handoff(spec: dict[str, Any]) -> tuple[EventLog, EventLog, BulkDir | No
     """(batch log, record log, bulk directory) of a hand-off spec: ``{"kind": "dir", "path": DIR}``
     (three directories under DIR) or ``{"kind": "modal_dict", "name": NAME, "bulk": {"path": P,
     "volume": V}}`` (one ``modal.Dict``, two key prefixes, and the folder P of the Volume V; without
-    ``bulk`` the arrays travel inline in the Dict)."""
+    ``bulk`` the arrays travel inline in the Dict) or ``{"kind": "ray_kv", "name": NAME}`` (the run's
+    key-value actor on a Ray cluster, two key prefixes, the arrays inline)."""
     kind = spec.get("kind")
     if kind == "dir":
         return DirLog(f"{spec['path']}/batches"), DirLog(f"{spec['path']}/records"), BulkDir(f"{spec['path']}/bulk")
@@ -143,6 +144,11 @@ def open_handoff(spec: dict[str, Any]) -> tuple[EventLog, EventLog, BulkDir | No
         bulk = spec.get("bulk")
         return (KeyValueLog.modal(spec["name"], "b:"), KeyValueLog.modal(spec["name"], "r:"),
                 BulkDir.modal(bulk["path"], bulk["volume"]) if bulk else None)
+    if kind == "ray_kv":  # the run's key-value actor on a Ray cluster; the arrays travel inline
+        from workbench_cloud.ray_kv import RayDict
+
+        kv = RayDict(spec["name"], address=spec.get("address"))
+        return KeyValueLog(kv, "b:"), KeyValueLog(kv, "r:"), None
     raise ValueError(f"unknown hand-off kind {kind!r}")
 
 

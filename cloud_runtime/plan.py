@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench_cloud.own_cluster import OWN_PROVIDER, own_assumption, plan_price
 from workbench_cloud.plan_memory import planned_sharding, trainer_memory
 
-from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec, price_for
+from workbench.cost.gpu_prices import NETWORK_GBPS, GpuPrice, canonical_gpu, gpu_spec
 from workbench.errors import ConfigError, OptionError, nearest
 from workbench.training.run_config import RunConfig, load_tables, validate_tables
 
@@ -295,7 +296,7 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
         spec = gpu_spec(c.gpu)
         peak = (c.peak_tflops or spec.peak_tflops) * 1e12
         mem_gb, hbm = c.gpu_memory_gb or spec.memory_gb, (c.hbm_tbps or spec.hbm_tbps) * 1e12
-    price = price_for(c.provider, c.gpu, prices)
+    price = plan_price(c.provider, c.gpu, prices)
     tr_gpus, inf_gpus = _roles(c)
     total_gpus = c.nodes * c.gpus_per_node
     tp = c.inference_tp or min(c.gpus_per_node, inf_gpus)
@@ -432,6 +433,8 @@ def make_plan(cfg: LaunchConfig, prices: dict[tuple[str, str], GpuPrice] | None 
         f"{'async: max(trainer, inference) + sync' if asynchronous else 'sync: trainer + inference + sync'}; "
         f"startup {c.startup_s:g} s once; CPU, memory, storage and sandboxes not priced",
     ]
+    if c.provider == OWN_PROVIDER:
+        assumptions.append(own_assumption(c.gpu, c.gpus_per_node, price))
     return Plan(provider=c.provider, gpu=c.gpu, nodes=c.nodes, gpus_per_node=c.gpus_per_node, trainer_gpus=tr_gpus,
                 inference_gpus=inf_gpus, inference_tp=tp, sharding=cfg.sharding, mode="async" if asynchronous else "sync", max_steps=steps,
                 rollouts_per_step=R, tokens_per_step=T, generated_tokens_per_step=gen, trainer_time_s=t_train,

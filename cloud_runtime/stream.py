@@ -151,12 +151,17 @@ class KeyValueLog:
 
 
 def open_log(spec: dict[str, Any]) -> EventLog:
-    """The log a run's ``config["stream"]`` names: ``{"kind": "dir", "path": ...}`` or
-    ``{"kind": "modal_dict", "name": ..., "prefix": ""}``."""
+    """The log a run's ``config["stream"]`` names: ``{"kind": "dir", "path": ...}``,
+    ``{"kind": "modal_dict", "name": ..., "prefix": ""}`` or ``{"kind": "ray_kv", "name": ..., "address": ...}``
+    (the run's key-value actor on a Ray cluster, ``workbench_cloud.ray_kv``)."""
     if spec.get("kind") == "dir":
         return DirLog(spec["path"])
     if spec.get("kind") == "modal_dict":
         return KeyValueLog.modal(spec["name"], spec.get("prefix", ""))
+    if spec.get("kind") == "ray_kv":
+        from workbench_cloud.ray_kv import RayDict
+
+        return KeyValueLog(RayDict(spec["name"], address=spec.get("address")), spec.get("prefix", ""))
     raise ValueError(f"unknown stream kind {spec.get('kind')!r}")
 
 

@@ -24,6 +24,7 @@ if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0" ${WORKBENCH_TORCH_INDEX:+--index-url "$WORKBENCH_TORCH_INDEX"}
 fi
 # cloud: the Modal SDK, for launch and its offline tests; hf: TaskSet.from_hf; inspect: importing its
-# logs, tested against the real package; openai-evals: imported evals' similarity metrics
-"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud,hf,inspect,openai-evals]"
+# logs, tested against the real package; openai-evals: imported evals' similarity metrics; ray: the Ray
+# launch backend, tested on a two-node cluster on this machine
+"${PIP[@]}" -e "$ROOT[tui,local,dev,cloud,hf,inspect,openai-evals,ray]"
 echo "$want" > "$STAMP"

@@ -30,6 +30,10 @@ WRITE_MODES = set("wax+")
 
 #: (file, enclosing function, kind of write) -> why this write does not go through atomic_write.
 ALLOWED: dict[tuple[str, str, str], str] = {
+    # the Ray backend's trainer log: appended to by every rank, as torchrun's agents append to it locally
+    ("cloud_runtime/ray/roles.py", "_TrainerRank.start", "open('ab')"): "a rank's output appended to the trainer's log",
+    ("cloud_runtime/ray/roles.py", "RankGroup.start", "open('a')"): "where each rank runs, appended to the trainer's log",
+    ("cloud_runtime/ray/roles.py", "RankGroup.poll", "open('a')"): "the lost node's line, appended to the trainer's log",
     # the helper itself: its own temporary file and the rename that publishes it
     ("workbench/fsutil.py", "atomic_open", "open('wb')"): "the helper's own temporary file",
     ("workbench/fsutil.py", "atomic_open", "os.replace"): "the helper's own rename",

@@ -30,7 +30,7 @@ LAYERS = [
     pytest.param("workbench/cli", (), set(), FEATURES, id="cli"),
     pytest.param("app", (), {"tui"}, set(), id="app"),
     pytest.param("local_runtime", (), {"local"}, set(), id="local_runtime"),
-    pytest.param("cloud_runtime", (), {"local", "cloud", "vllm"}, set(), id="cloud_runtime"),
+    pytest.param("cloud_runtime", (), {"local", "cloud", "vllm", "ray"}, set(), id="cloud_runtime"),
     pytest.param("envs", (), set(), set(), id="envs"),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def render_plan(plan: Any) -> None:
 
 
 def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | None, db: str | None,
-            threads: int | None, as_json: bool, plan: Any = None) -> None:
+            threads: int | None, as_json: bool, plan: Any = None, address: str | None = None) -> None:
     """Run the launch pipeline on ``backend`` and follow the run's stream into the store. ``run`` is a
     RunConfig for the local backend, the LaunchConfig (with its ``plan``) for Modal."""
     from workbench.cli.common import open_store
@@ -153,7 +154,9 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
     chosen = backend_plugin(backend)
     if chosen.notice:
         console_err.print(f"workbench: {chosen.notice}", markup=False)
-    out = chosen.launch(store, run, plan, budget_usd=cap, threads=threads, on_event=on_event, on_start=on_start)
+    where = {"address": address} if address else {}  # a backend that takes one (takes_address)
+    out = chosen.launch(store, run, plan, budget_usd=cap, threads=threads, on_event=on_event, on_start=on_start,
+                        **where)
     summary = {"run_id": out.run_id, "status": out.status, "bundle_hash": out.bundle_hash,
                "spent_usd": round(out.spent_usd, 6), **{k: v for k, v in out.summary.items() if k != "run_id"}}
     if as_json:
@@ -169,7 +172,10 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
               help="A run config (TOML): the `workbench train` tables plus [cloud].")
 @click.option("--plan", "plan_only", is_flag=True, help="Print the cluster plan and cost; launch nothing.")
 @click.option("--backend", default=None, metavar="NAME",
-              help="Where to run: a launch backend (bundled: local, modal; more as plugins).")
+              help="Where to run: a launch backend (bundled: local, modal, ray; more as plugins).")
+@click.option("--address", default=None, metavar="HOST:PORT",
+              help="The cluster of a backend that takes one: --backend ray's Ray head (HOST:PORT, or ray://HOST:10001); "
+                   "else RAY_ADDRESS, else a one-node cluster started here for the run.")
 @click.option("--budget", type=float, default=None, metavar="USD",
               help="Refuse a plan whose estimated total exceeds USD (else cloud.budget_usd).")
 @click.option("--max-steps", type=int, default=None, help="Optimizer steps (loop.max_steps).")
@@ -181,8 +187,8 @@ def _launch(ctx: click.Context, run: Any, backend: str | None, budget: float | N
 @json_option("Print the plan (or the run's summary) as one JSON object.")
 @click.pass_context
 def launch_command(ctx: click.Context, env: str | None, config_file: str | None, plan_only: bool,
-                   backend: str | None, budget: float | None, max_steps: int | None, threads: int | None,
-                   nodes: int | None, db: str | None, as_json: bool) -> None:
+                   backend: str | None, address: str | None, budget: float | None, max_steps: int | None,
+                   threads: int | None, nodes: int | None, db: str | None, as_json: bool) -> None:
     """Plan an RL run on ENV for a GPU cluster. Config keys can be set with dotted flags:
     --cloud.nodes 4, --cloud.mfu 0.35, --loop.max_steps 100."""
     from workbench.cli.common import open_store
@@ -198,6 +204,8 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
     if budget is not None and budget < 0:
         raise ConfigError("--budget cannot be negative")
     chosen = backend_plugin(backend) if backend else None
+    if address is not None and not getattr(chosen, "takes_address", False):
+        raise ConfigError(f"--address names the cluster of a backend that takes one (ray); backend {backend!r} does not")
     runs_config = chosen is not None and chosen.takes == "run" and not plan_only
     if nodes is not None:
         if nodes < 1:
@@ -210,8 +218,12 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
 
         run = validate_tables(load_tables(config_file, overrides, env))
         check_trainer_nodes(chosen, int(run.trainer.get("nodes", 1)))
-        _launch(ctx, run, backend, budget, db, threads, as_json)
+        _launch(ctx, run, backend, budget, db, threads, as_json, address=address)
         return
+    live = address or (os.environ.get("RAY_ADDRESS") if getattr(chosen, "takes_address", False) else None)
+    if plan_only and live and chosen is not None and hasattr(chosen, "plan_shape"):
+        for key, value in chosen.plan_shape(live).items():  # the live cluster's shape; flags still win
+            overrides.setdefault(key, value)
     planner = backend if chosen is not None and chosen.takes == "launch" else None  # None: the cluster plan
     with open_store(ctx, db, read_only_ok=plan_only) as store:
         try:
@@ -240,7 +252,7 @@ def launch_command(ctx: click.Context, env: str | None, config_file: str | None,
         check_trainer_nodes(chosen, plan_trainer_nodes(plan))
     cfg = checked.launch_config
     _launch(ctx, cfg if chosen is not None and chosen.takes == "launch" else cfg.run, backend, budget, db, threads,
-            as_json, plan)
+            as_json, plan, address=address)
 
 
 @click.command("stop")

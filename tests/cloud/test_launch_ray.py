@@ -1,0 +1,290 @@
+"""``workbench launch --backend ray`` on a real two-node Ray cluster: a head and a worker started by
+``ray start`` on 127.0.0.1, inside a network and PID namespace this module makes (``unshare``), so every
+packet stays on loopback and every Ray process ends with the namespace. The launch runs there too
+(``nsenter``): the trainer's two ranks are Ray actors in one placement group spread over both nodes, the
+run streams into the local store. Then: a cluster short of the resources asked, a bundle that differs
+from its hash on arrival, and a worker node lost mid-run (its raylet killed), which ends the run as
+``failed`` with one line naming the node. Ray is the optional extra ``rl-workbench[ray]``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.store import Store
+
+pytest.importorskip("torch")
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAD_PORT = 6399
+WORKER_MANAGER_PORT = 6410  # names the worker's raylet among the namespace's processes
+SMALL = ["--loop.groups_per_step", "2", "--loop.rollouts_per_task", "4", "--loop.max_tokens", "12",
+         "--loop.concurrency", "8", "--loop.checkpoint_every", "0", "--loop.eval_every", "0", "--loop.eval_rollouts", "1",
+         "--threads", "1"]
+#: Ray in the namespace: no usage report, a small object store, and a node's death noticed within seconds.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}
+RAY = str(Path(sys.executable).parent / "ray")
+START = f"""set -e
+ip link set lo up
+{RAY} start --head --node-ip-address 127.0.0.1 --port {HEAD_PORT} --num-cpus 2 --include-dashboard=false \
+  --disable-usage-stats --object-store-memory 80000000 --resources '{{"wb_head": 1}}'
+{RAY} start --address 127.0.0.1:{HEAD_PORT} --node-ip-address 127.0.0.1 --num-cpus 2 --disable-usage-stats \
+  --object-store-memory 80000000 --node-manager-port {WORKER_MANAGER_PORT} --resources '{{"wb_worker": 1}}'
+touch "$1"
+exec sleep infinity
+"""
+#: Run inside the namespace: wait until both nodes are alive, print their ids.
+NODES = f"""
+import json, time, ray
+ray.init(address="127.0.0.1:{HEAD_PORT}", logging_level="ERROR", log_to_driver=False)
+deadline = time.monotonic() + 120
+while True:
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if len(alive) == 2 or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print(json.dumps({{"head": next(n["NodeID"] for n in alive if "wb_head" in n["Resources"]),
+                  "worker": next(n["NodeID"] for n in alive if "wb_worker" in n["Resources"])}}))
+"""
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(RAY_ENV, HF_HUB_OFFLINE="1", XDG_DATA_HOME=str(tmp / "data"), XDG_CONFIG_HOME=str(tmp / "config"),
+               WORKBENCH_GPU_PRICES=str(tmp / "gpu_prices.json"))
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+@dataclass
+class Cluster:
+    """The namespace's first process (its host pid) and the two nodes' Ray ids."""
+
+    pid: int
+    head: str
+    worker: str
+
+    def prefix(self) -> list[str]:
+        return ["nsenter", f"--target={self.pid}", "--net", "--pid", "--mount", f"--wd={ROOT}", "--"]
+
+    def run(self, tmp: Path, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.prefix(), *argv], capture_output=True, text=True, env=_env(tmp), timeout=timeout)
+
+    def workbench(self, tmp: Path, *args: str) -> list[str]:
+        return [*self.prefix(), sys.executable, "-m", "workbench.cli", *args]
+
+
+def _namespace_pid(unshare: subprocess.Popen[bytes], ready: Path) -> int:
+    deadline = time.monotonic() + 180
+    while not ready.exists():
+        if unshare.poll() is not None or time.monotonic() > deadline:
+            out = unshare.stdout.read().decode(errors="replace") if unshare.stdout else ""
+            pytest.fail(f"the Ray cluster did not start in its namespace:\n{out[-3000:]}")
+        time.sleep(0.1)
+    children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
+    return int(children[0])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not shutil.which("unshare") or not shutil.which("nsenter") or not shutil.which("ip"):
+        pytest.skip("unshare, nsenter and ip (util-linux, iproute2) make the test's network namespace; not here")
+    probe = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"this machine cannot make a network and PID namespace (unshare needs root): {probe.stderr.strip()}")
+    tmp = tmp_path_factory.mktemp("ray")
+    ready = tmp / "ready"
+    unshare = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "bash", "-c",
+                                START, "start", str(ready)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=_env(tmp), cwd=tmp)
+    try:
+        pid = _namespace_pid(unshare, ready)
+        probe_nodes = subprocess.run(["nsenter", f"--target={pid}", "--net", "--pid", "--mount", "--", sys.executable,
+                                      "-c", NODES], capture_output=True, text=True, env=_env(tmp), timeout=180)
+        assert probe_nodes.returncode == 0, probe_nodes.stderr[-3000:]
+        nodes = json.loads(probe_nodes.stdout.strip().splitlines()[-1])
+        yield Cluster(pid, nodes["head"], nodes["worker"])
+    finally:
+        unshare.kill()  # --kill-child: the namespace's first process dies, and every Ray process with it
+        unshare.wait(timeout=60)
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("error")]
+
+
+def _steps(db: Path, run_id: str) -> list[int]:
+    store = Store(db)
+    try:
+        return [r["step"] for r in store.train_records(run_id, "step")]
+    finally:
+        store.close()
+
+
+def _only_run(db: Path) -> dict[str, Any]:
+    store = Store(db)
+    try:
+        runs = [dict(r) for r in store.conn.execute("SELECT id, status, error FROM run WHERE id NOT LIKE '%-eval%'")]
+    finally:
+        store.close()
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.mark.timeout(900)
+def test_launch_trains_across_two_ray_nodes(cluster: Cluster, tiny_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    out = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "launch", "next_number", "--backend", "ray",
+                      "--address", f"127.0.0.1:{HEAD_PORT}", "--nodes", "2", "--trainer.model", str(tiny_dir),
+                      "--max-steps", "2", "--db", str(db), "--json", *SMALL)
+    assert out.returncode == 0, out.stderr[-4000:]
+    s = json.loads(out.stdout.strip().splitlines()[-1])
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["nodes"] == 2 and s["steps"] == 2
+    assert _steps(db, s["run_id"]) == [1, 2]  # streamed into the local store
+    store = Store(db)
+    run = store.get_run(s["run_id"])
+    assert run["status"] == "completed" and run["config"]["launch"]["backend"] == "ray"
+    assert store.conn.execute("SELECT COUNT(*) FROM rollout WHERE run_id = ?", (s["run_id"],)).fetchone()[0] >= 16
+    store.close()
+    log = next((tmp_path / "data").rglob(f"runs/{s['run_id']}/trainer.log")).read_text(errors="replace")
+    # one rank on each node: the placement group spread the trainer over the cluster
+    assert f"trainer rank 0 of 2 on Ray node {cluster.head}" in log or f"trainer rank 0 of 2 on Ray node {cluster.worker}" in log
+    placed = {ln.split("on Ray node ")[1].split()[0] for ln in log.splitlines() if " on Ray node " in ln}
+    assert placed == {cluster.head, cluster.worker}, log[-3000:]
+    assert "trainer rank 0 of 2" in log and "trainer rank 1 of 2: sharding fsdp" in log
+
+
+def test_a_cluster_short_of_resources_is_refused_before_anything_starts(cluster: Cluster, tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    out = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "launch", "next_number", "--backend", "ray",
+                      "--address", f"127.0.0.1:{HEAD_PORT}", "--nodes", "3", "--db", str(db), *SMALL, timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    lines = _error_lines(out.stderr)
+    assert len(lines) == 1, out.stderr
+    assert "trainer.nodes = 3 × trainer.ranks = 1" in lines[0] and "missing 1 node(s) with 1 CPU" in lines[0], lines[0]
+    assert not (tmp_path / "data" / "workbench" / "remote").exists()
+    if db.exists():
+        store = Store(db)
+        assert store.conn.execute("SELECT COUNT(*) FROM run").fetchone()[0] == 0
+        store.close()
+
+
+def test_a_plan_of_the_live_cluster_needs_its_gpus(cluster: Cluster, tmp_path: Path) -> None:
+    out = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "launch", "next_number", "--backend", "ray",
+                      "--address", f"127.0.0.1:{HEAD_PORT}", "--plan", "--cloud.provider", "own", timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    lines = _error_lines(out.stderr)
+    assert len(lines) == 1 and f"the Ray cluster at 127.0.0.1:{HEAD_PORT} has no GPUs (2 live node(s), CPU only)" in lines[0]
+
+
+#: A launch whose bundle changes after its hash was taken: what arrives is not what was hashed.
+TAMPER = """
+import sys
+import workbench.bundles.bundle as bundles
+build = bundles.build_bundle
+def tampered(*args, **kwargs):
+    bundle = build(*args, **kwargs)
+    wheel = next(bundle.path.glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"changed on the way")
+    return bundle
+bundles.build_bundle = tampered
+from workbench.cli import main
+sys.argv = ["workbench", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_a_bundle_that_differs_from_its_hash_on_arrival_is_refused(cluster: Cluster, tiny_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    out = cluster.run(tmp_path, sys.executable, "-c", TAMPER, "launch", "next_number", "--backend", "ray",
+                      "--address", f"127.0.0.1:{HEAD_PORT}", "--trainer.model", str(tiny_dir), "--max-steps", "2",
+                      "--db", str(db), *SMALL)
+    assert out.returncode != 0, out.stdout[-2000:]
+    lines = _error_lines(out.stderr)
+    assert len(lines) == 1 and "refusing to run bundle" in lines[0], out.stderr[-3000:]
+    run = _only_run(db)
+    assert run["status"] == "failed" and "refusing to run bundle" in run["error"]
+    assert _steps(db, run["id"]) == []
+    assert not list((tmp_path / "data").rglob("trainer.log"))  # no trainer started
+
+
+def _wait_for_step(db: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the launch ended before its first step"
+        if db.exists():
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                try:
+                    if conn.execute("SELECT COUNT(*) FROM train_metric WHERE kind = 'step'").fetchone()[0]:
+                        return
+                except sqlite3.OperationalError:  # the store is being created
+                    pass
+        time.sleep(0.2)
+    pytest.fail("no step within 600 s")
+
+
+@pytest.mark.timeout(900)
+def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tiny_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
+                                              f"127.0.0.1:{HEAD_PORT}", "--trainer.model", str(tiny_dir),
+                                              "--max-steps", "500", "--db", str(db), "--json", *SMALL),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    try:
+        _wait_for_step(db, proc)
+        run_id = _only_run(db)["id"]
+        stopped = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "stop", run_id, "--db", str(db),
+                              timeout=120)
+        assert stopped.returncode == 0, stopped.stderr[-3000:]
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["status"] == "stopped" and 1 <= s["steps"] < 500
+    assert _only_run(db)["status"] == "stopped"
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_node_lost_mid_run_fails_the_run_naming_it(cluster: Cluster, tiny_dir: Path,
+                                                            tmp_path: Path) -> None:
+    """Last in the module: it kills the worker node."""
+    db = tmp_path / "wb.db"
+    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
+                                              f"127.0.0.1:{HEAD_PORT}", "--nodes", "2", "--trainer.model",
+                                              str(tiny_dir), "--max-steps", "500", "--db", str(db), *SMALL),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    try:
+        _wait_for_step(db, proc)
+        raylet = cluster.run(tmp_path, "pgrep", "-f", f"raylet.*--node_manager_port={WORKER_MANAGER_PORT}")
+        pids = raylet.stdout.split()
+        assert len(pids) == 1, raylet
+        killed = cluster.run(tmp_path, "kill", "-9", pids[0])
+        assert killed.returncode == 0, killed.stderr
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    lines = _error_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert "was lost mid-run" in lines[0] and f"Ray node {cluster.worker[:12]}" in lines[0], lines[0]
+    run = _only_run(db)
+    assert run["status"] == "failed" and f"Ray node {cluster.worker[:12]}" in run["error"]
+    assert _steps(db, run["id"])  # the steps before the loss are in the store
