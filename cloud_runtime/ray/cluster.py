@@ -128,6 +128,8 @@ def check_cluster(shape: TrainerShape) -> None:
         raise ConfigError(problem)
 
 
+#: The words a run ends with when a node of it was lost (and a launch may continue it from its checkpoint).
+LOST = "was lost mid-run"
 #: How long the trainer's placement group may wait for its nodes.
 PLACEMENT_WAIT_S = 120.0
 
@@ -157,5 +159,5 @@ def lost(node_ids: list[str]) -> str | None:
     return node_name(known)
 
 
-__all__ = ["PLACEMENT_WAIT_S", "TrainerShape", "lost", "reserve", "alive_nodes", "check_cluster", "cluster", "live_plan_shape", "node_name", "plan_shape",
+__all__ = ["LOST", "PLACEMENT_WAIT_S", "TrainerShape", "lost", "reserve", "alive_nodes", "check_cluster", "cluster", "live_plan_shape", "node_name", "plan_shape",
            "shortfall"]

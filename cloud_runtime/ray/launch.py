@@ -7,10 +7,13 @@ needs, naming what is missing. Then it builds the bundle, records the run, start
 with the bundle as its working directory (Ray ships it; the actor checks its hash before any work),
 and follows the run's event log (the run's key-value actor) into the local store with the budget guard,
 as the other backends do; ``workbench runs RUN --follow`` and ``workbench stop RUN`` reach the same log.
+A run that lost a node ends ``failed`` with one line naming it — unless it checkpoints, saved a
+checkpoint, and the nodes left still hold the trainer: then a new orchestrator resumes it from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -81,11 +84,6 @@ def launch_ray(store: Any, run: Any, *, address: str | None = None, budget_usd: 
 def _run(store: Any, run: Any, bundle: Any, shape: Any, gcs: str, *, budget_usd: float | None,
          threads: int | None, on_event: Callable[[Event], None] | None, on_start: Callable[[str], None] | None,
          timeout_s: float | None) -> Launched:
-    import ray
-    from ray.util.placement_group import remove_placement_group
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    from workbench_cloud.ray.cluster import lost, reserve
-    from workbench_cloud.ray.roles import OrchestratorActor
     from workbench_cloud.ray_kv import RayDict
 
     from workbench.cost.budgets import spent_usd
@@ -115,40 +113,30 @@ def _run(store: Any, run: Any, bundle: Any, shape: Any, gcs: str, *, budget_usd:
     spec = {"run_id": run_id, "config": tables, "stream": stream, "handoff": handoff, "cost": cost,
             "bundle_hash": bundle.hash, "workdir": str(work), "env_vars": env_vars, "threads": threads,
             "shape": {"nodes": shape.nodes, "ranks": shape.ranks, "cpus": shape.cpus, "gpu": shape.gpu}}
-    pg, node0 = reserve(shape, name)
-    spec["placement"] = name
-    orchestrator = OrchestratorActor.options(
-        num_cpus=0, max_restarts=0, runtime_env={"env_vars": env_vars},
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node0, soft=False)).remote()  # rank 0's node
-    done = orchestrator.run.remote(spec)
-
-    def exited() -> bool:
-        return bool(ray.wait([done], timeout=0)[0])
-
     conn = store.conn
+    attempt = _Attempt.start(spec, shape, env_vars, f"{name}-0")
     try:
         status = follow(conn, run_id, log, budget_usd=budget_usd, on_event=on_event, timeout_s=timeout_s,
-                        exited=exited)
+                        exited=attempt.exited)
+        while True:
+            error = attempt.outcome()
+            status = follow(conn, run_id, log, timeout_s=5) or status  # the tail
+            attempt.release()
+            if not _resumable(store, run_id, tables, error or str(store.get_run(run_id).get("error") or ""), shape,
+                              attempt.number):
+                break
+            # A node was lost and the cluster can still hold the trainer: continue from the last checkpoint.
+            spec["resume"] = True
+            attempt = _Attempt.start(spec, shape, env_vars, f"{name}-{attempt.number + 1}", attempt.number + 1)
+            status = follow(conn, run_id, log, budget_usd=budget_usd, on_event=on_event, timeout_s=timeout_s,
+                            until_finished=False, exited=attempt.exited)
     except BaseException:
         log.request_stop("interrupted on the laptop")
-        if not ray.wait([done], timeout=120)[0]:
-            ray.kill(orchestrator)
+        attempt.end(wait_s=120)
         follow(conn, run_id, log, timeout_s=5)  # what the job wrote while stopping
         kv.remove()
-        remove_placement_group(pg)
         raise
-    error = ""
-    try:
-        _, error = ray.get(done)
-    except ray.exceptions.RayActorError:  # it died: with its node, or killed
-        gone = _wait_lost(lambda: lost([node0]))
-        error = (f"the orchestrator's node {gone} was lost mid-run" if gone
-                 else "the Ray orchestrator actor died mid-run")
-    except ray.exceptions.RayError as e:  # its start failed (the bundle did not arrive)
-        error = f"the Ray orchestrator actor failed: {_last_line(str(e)) or type(e).__name__}"
-    status = follow(conn, run_id, log, timeout_s=5) or status  # the tail
     kv.remove()
-    remove_placement_group(pg)
     if status not in FINISHED:
         store.update_run(run_id, status="failed", finished_at=time.time(), error=error or "the run's job ended early")
         raise ConfigError(error or "the run's job on the Ray cluster ended without a final status")
@@ -156,6 +144,72 @@ def _run(store: Any, run: Any, bundle: Any, shape: Any, gcs: str, *, budget_usd:
     if row["status"] == "failed" and row.get("error"):
         raise ConfigError(str(row["error"]))
     return Launched(run_id, row["status"], bundle.hash, spent_usd(conn, run_id), row["summary"])
+
+
+#: How many times one launch continues a run after losing a node.
+MAX_RESUMES = 3
+
+
+class _Attempt:
+    """One orchestrator actor on the node of the trainer's bundle 0, in a placement group of its own."""
+
+    def __init__(self, pg: Any, node0: str, actor: Any, done: Any, number: int) -> None:
+        self.pg, self.node0, self.actor, self.done, self.number = pg, node0, actor, done, number
+
+    @classmethod
+    def start(cls, spec: dict[str, Any], shape: Any, env_vars: dict[str, str], placement: str,
+              number: int = 0) -> _Attempt:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from workbench_cloud.ray.cluster import reserve
+        from workbench_cloud.ray.roles import OrchestratorActor
+
+        pg, node0 = reserve(shape, placement)
+        actor = OrchestratorActor.options(
+            num_cpus=0, max_restarts=0, runtime_env={"env_vars": env_vars},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node0, soft=False)).remote()  # rank 0's node
+        return cls(pg, node0, actor, actor.run.remote({**spec, "placement": placement}), number)
+
+    def exited(self) -> bool:
+        import ray
+
+        return bool(ray.wait([self.done], timeout=0)[0])
+
+    def outcome(self) -> str:
+        """The orchestrator's error line ('' when it ended the run itself without one)."""
+        import ray
+        from workbench_cloud.ray.cluster import LOST, lost
+
+        try:
+            return str(ray.get(self.done)[1])
+        except ray.exceptions.RayActorError:  # it died: with its node, or killed
+            gone = _wait_lost(lambda: lost([self.node0]))
+            return f"the orchestrator's node {gone} {LOST}" if gone else "the Ray orchestrator actor died mid-run"
+        except ray.exceptions.RayError as e:  # its start failed (the bundle did not arrive)
+            return f"the Ray orchestrator actor failed: {_last_line(str(e)) or type(e).__name__}"
+
+    def end(self, wait_s: float) -> None:
+        import ray
+
+        if not ray.wait([self.done], timeout=wait_s)[0]:
+            ray.kill(self.actor)
+        self.release()
+
+    def release(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        with contextlib.suppress(Exception):  # the trainer may have removed it already
+            remove_placement_group(self.pg)
+
+
+def _resumable(store: Any, run_id: str, tables: dict[str, Any], error: str, shape: Any, number: int) -> bool:
+    """Whether a run that ended with ``error`` continues from its last checkpoint: a node was lost, the run
+    checkpoints (``loop.checkpoint_every``) and saved one, and the cluster still holds the trainer."""
+    from workbench_cloud.ray.cluster import LOST, shortfall
+
+    if LOST not in error or number >= MAX_RESUMES or not int(tables.get("loop", {}).get("checkpoint_every") or 0):
+        return False
+    saved = [r for r in store.train_records(run_id, "event") if str(r["message"]).startswith("checkpoint saved at step ")]
+    return bool(saved) and shortfall(shape) is None
 
 
 def _wait_lost(check: Callable[[], str | None], wait_s: float = 30.0) -> str | None:

@@ -33,7 +33,7 @@ import ray
 from ray.util import get_placement_group
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
-from workbench_cloud.ray.cluster import TrainerShape, alive_nodes, node_name
+from workbench_cloud.ray.cluster import LOST, TrainerShape, alive_nodes, node_name
 from workbench_cloud.roles import handoff_argv
 
 from workbench.training.roles import Inference
@@ -183,7 +183,7 @@ class RankGroup:
                 if w["node_id"] not in live:
                     node = i // self.ranks
                     return (f"trainer node {node} (rank {i}) on {node_name({'NodeManagerAddress': w['ip'], 'NodeID': w['node_id']})} "
-                            f"was lost mid-run")
+                            f"{LOST}")
             done, _ = ray.wait(self.waits, num_returns=len(self.waits), timeout=0)
             if len(done) == len(self.waits) and all(_code(r) is not None for r in done):
                 return None
@@ -286,7 +286,7 @@ class _Orchestrator:
             status = run_remote(os.getcwd(), spec["bundle_hash"], spec["config"], log, run_id=spec["run_id"],
                                 workdir=spec["workdir"], cost=spec["cost"], handoff=spec["handoff"],
                                 roles=RayRoles(spec["handoff"], shape, spec["env_vars"], spec["placement"]),
-                                threads=spec.get("threads"))
+                                threads=spec.get("threads"), resume=bool(spec.get("resume")))
         except WorkbenchError as e:
             log.append([{"kind": "run", "row": {"id": spec["run_id"], "status": "failed", "error": str(e),
                                                 "finished_at": time.time(), "summary": "{}", "model": ""}}])

@@ -288,3 +288,79 @@ def test_a_worker_node_lost_mid_run_fails_the_run_naming_it(cluster: Cluster, ti
     run = _only_run(db)
     assert run["status"] == "failed" and f"Ray node {cluster.worker[:12]}" in run["error"]
     assert _steps(db, run["id"])  # the steps before the loss are in the store
+
+
+#: Two more worker nodes for the resumed run (after the first worker was lost): (node-manager port, resource).
+EXTRA = [(6411, "wb_extra_a"), (6412, "wb_extra_b")]
+EXTRA_NODES = f"""
+import json, time, ray
+ray.init(address="127.0.0.1:{HEAD_PORT}", logging_level="ERROR", log_to_driver=False)
+deadline = time.monotonic() + 120
+names = {[r for _, r in EXTRA]!r}
+while True:
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    found = {{r: n["NodeID"] for n in alive for r in names if r in n["Resources"]}}
+    if len(found) == len(names) or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print(json.dumps(found))
+"""
+
+
+def _wait_for_event(db: Path, proc: subprocess.Popen[str], prefix: str) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the launch ended before an event {prefix!r}"
+        if db.exists():
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                try:
+                    if conn.execute("SELECT COUNT(*) FROM train_metric WHERE kind = 'event' AND message LIKE ?",
+                                    (prefix + "%",)).fetchone()[0]:
+                        return
+                except sqlite3.OperationalError:
+                    pass
+        time.sleep(0.2)
+    pytest.fail(f"no event {prefix!r} within 600 s")
+
+
+@pytest.mark.timeout(900)
+def test_a_run_that_checkpoints_continues_on_the_nodes_left(cluster: Cluster, tiny_dir: Path, tmp_path: Path) -> None:
+    """After the lost worker: two more workers join, a run that checkpoints loses one of its nodes, and the
+    launch continues it from its last checkpoint on the two nodes left."""
+    for port, resource in EXTRA:
+        started = cluster.run(tmp_path, RAY, "start", "--address", f"127.0.0.1:{HEAD_PORT}", "--node-ip-address",
+                              "127.0.0.1", "--num-cpus", "2", "--disable-usage-stats", "--object-store-memory", "80000000",
+                              "--node-manager-port", str(port), "--resources", json.dumps({resource: 1}), timeout=180)
+        assert started.returncode == 0, started.stderr[-3000:]
+    found = cluster.run(tmp_path, sys.executable, "-c", EXTRA_NODES, timeout=180)
+    extra = json.loads(found.stdout.strip().splitlines()[-1])
+    assert len(extra) == 2, found.stderr[-2000:]
+    db = tmp_path / "wb.db"
+    small = [a for a in SMALL]
+    small[small.index("--loop.checkpoint_every") + 1] = "2"
+    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
+                                              f"127.0.0.1:{HEAD_PORT}", "--nodes", "2", "--trainer.model",
+                                              str(tiny_dir), "--max-steps", "40", "--db", str(db), "--json", *small),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    try:
+        _wait_for_event(db, proc, "checkpoint saved at step ")
+        log = next((tmp_path / "data").rglob("trainer.log")).read_text(errors="replace")
+        placed = {ln.split("on Ray node ")[1].split()[0] for ln in log.splitlines() if " on Ray node " in ln}
+        port, resource = next((p, r) for p, r in EXTRA if extra[r] in placed)  # a worker that holds a rank
+        raylet = cluster.run(tmp_path, "pgrep", "-f", f"raylet.*--node_manager_port={port}")
+        assert len(raylet.stdout.split()) == 1, raylet
+        assert cluster.run(tmp_path, "kill", "-9", raylet.stdout.split()[0]).returncode == 0
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-4000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 40
+    assert _steps(db, s["run_id"])[-1] == 40
+    store = Store(db)
+    events = [r["message"] for r in store.train_records(s["run_id"], "event")]
+    store.close()
+    assert any(m.startswith("resumed from the checkpoint of step ") for m in events), events
+    log = next((tmp_path / "data").rglob("trainer.log")).read_text(errors="replace")
+    assert f"Ray node {extra[resource][:12]}" in log and "was lost mid-run" in log, log[-3000:]
