@@ -79,6 +79,15 @@ def serve_forwarder(upstream: str) -> None:
 
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await request.read()
+            for attempt in (1, 2):  # a pooled connection the upstream closed is tried again once, as clients do
+                try:
+                    return await forward(request, body)
+                except aiohttp.ClientConnectionError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+
+        async def forward(request: web.Request, body: bytes) -> web.StreamResponse:
             async with session.post(upstream + "/chat/completions", data=body,
                                     headers={"Content-Type": "application/json"}) as up:
                 if "text/event-stream" not in up.headers.get("Content-Type", ""):
@@ -145,6 +154,8 @@ async def concurrent(url: str, n: int, c: int, payload: bytes, key: str) -> floa
                 left -= 1
                 async with s.post(url, data=payload, headers=headers) as r:
                     await r.read()
+                    if r.status != 200:  # only answers count
+                        raise SystemExit(f"{url} answered {r.status}: {await r.text()}")
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(c)))
