@@ -149,7 +149,11 @@ def test_the_mcp_server_has_the_tools_the_contract_names() -> None:
 
 
 def test_the_reserved_names_are_named_in_the_contract_and_not_yet_commands() -> None:
-    """When one of these is built, move it from the page's reserved list to the contract and to COMMANDS."""
+    """When one of these is built, move it from the page's reserved list to the contract and to COMMANDS (the
+    list goes from the page once nothing is reserved)."""
+    if "Names reserved for open work" not in TEXT:
+        assert not RESERVED, "docs/design.md lists no reserved names, yet RESERVED has some"
+        return
     section = TEXT.split("Names reserved for open work", 1)[1].split("\n## ", 1)[0]
     for name in RESERVED:
         assert f"`{name}" in section, f"{name} is not in docs/design.md's reserved names"
