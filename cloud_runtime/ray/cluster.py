@@ -32,7 +32,8 @@ def cluster(address: str | None, runtime_env: dict[str, Any] | None = None) -> I
         if target:
             yield connect(target, runtime_env)
             return
-        ray.init(namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False,
+        ray.init(address="local", namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False,
+                 include_dashboard=False,
                  _node_ip_address="127.0.0.1", runtime_env=runtime_env)
         yield str(ray.get_runtime_context().gcs_address)
     finally:

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,8 +35,11 @@ WORKER_MANAGER_PORT = 6410  # names the worker's raylet among the namespace's pr
 SMALL = ["--loop.groups_per_step", "2", "--loop.rollouts_per_task", "4", "--loop.max_tokens", "12",
          "--loop.concurrency", "8", "--loop.checkpoint_every", "0", "--loop.eval_every", "0", "--loop.eval_rollouts", "1",
          "--threads", "1"]
-#: Ray in the namespace: no usage report, a small object store, and a node's death noticed within seconds.
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}
+#: Ray in the namespace: no usage report, a node's death noticed within seconds, and no token authentication
+#: (the cluster is reachable from its namespace's loopback only; a token a local ``ray.init()`` left in
+#: ~/.ray would otherwise turn it on for the head and not for the nodes joining it).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
+           "RAY_AUTH_MODE": "disabled"}
 RAY = str(Path(sys.executable).parent / "ray")
 START = f"""set -e
 ip link set lo up
@@ -59,6 +63,10 @@ while True:
 print(json.dumps({{"head": next(n["NodeID"] for n in alive if "wb_head" in n["Resources"]),
                   "worker": next(n["NodeID"] for n in alive if "wb_worker" in n["Resources"])}}))
 """
+
+
+#: Where ``ray start --head`` records the newest cluster's address (Ray's temp directory).
+CURRENT_CLUSTER = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -121,6 +129,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         unshare.kill()  # --kill-child: the namespace's first process dies, and every Ray process with it
         unshare.wait(timeout=60)
+        # the record of this module's head, gone with its namespace, would send a later plain ray.init() to it
+        if CURRENT_CLUSTER.is_file() and CURRENT_CLUSTER.read_text().strip() == f"127.0.0.1:{HEAD_PORT}":
+            CURRENT_CLUSTER.unlink()
 
 
 def _error_lines(stderr: str) -> list[str]:
