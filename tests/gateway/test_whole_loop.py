@@ -78,7 +78,7 @@ def test_traffic_becomes_an_environment_trains_a_candidate_that_goes_back_as_sha
     ok("models", "add", "cand", "--base-url", serve(tiny_dir, "--adapter", f"cand={adapter}"), "--model-id", "cand")
     gw = gateway("--route", "support=base", "--shadow", "support=cand")
     assert _product(gw, key, env, 16) == {"base": 16}  # the candidate answers too, never to the product
-    wait_for(lambda: sum(json.loads(r["state"]).get("arm") == "cand" for r in rows_of(store_path)) == 16, 60,
+    wait_for(lambda: sum(json.loads(r["state"]).get("arm") == "cand" for r in rows_of(store_path)) == 16, 180,
              "the shadow's answers recorded")
     promoted = ok("gateway", "promote", "support", "cand:0.5", "--json")
     assert promoted["spec"] == "support=cand:0.5,base:0.5"
