@@ -63,22 +63,31 @@ def vllm_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})")
 
 
-def vllm_command(spec: ModalSpec, port: int = VLLM_PORT) -> list[str]:
-    """The ``vllm serve`` command line of one inference node."""
-    cmd = ["vllm", "serve", spec.base_model, "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", spec.base_model,
-           "--tensor-parallel-size", str(spec.tensor_parallel)]
-    if not spec.full_weights:  # full fine-tuning replaces the base weights instead (weight_update)
-        cmd += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(spec.lora_rank)),
-                "--max-loras", str(spec.max_loras)]
+def vllm_argv(base_model: str, port: int, *, tensor_parallel: int = 1, lora_rank: int = 16, max_loras: int = 4,
+              full_weights: bool = False, replicas: int = 1, max_model_len: int | None = None,
+              tool_call_parser: str = "hermes", extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``vllm serve`` command line of one inference node on ``127.0.0.1:port`` (Modal's and a Ray GPU
+    node's): LoRA hot-loading unless ``full_weights`` (then each step's whole weights replace vLLM's)."""
+    cmd = ["vllm", "serve", base_model, "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", base_model, "--tensor-parallel-size", str(tensor_parallel)]
+    if not full_weights:  # full fine-tuning replaces the base weights instead (weight_update)
+        cmd += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora_rank)), "--max-loras", str(max_loras)]
     cmd += ["--gpu-memory-utilization", "0.90"]
-    if spec.replicas_per_node > 1:
-        cmd += ["--data-parallel-size", str(spec.replicas_per_node)]
-    if spec.max_model_len:
-        cmd += ["--max-model-len", str(spec.max_model_len)]
-    if spec.tool_call_parser:
-        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
-    return cmd + list(spec.extra_vllm_args)
+    if replicas > 1:
+        cmd += ["--data-parallel-size", str(replicas)]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    if tool_call_parser:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
+    return cmd + list(extra)
+
+
+def vllm_command(spec: ModalSpec, port: int = VLLM_PORT) -> list[str]:
+    """The ``vllm serve`` command line of one Modal inference node."""
+    return vllm_argv(spec.base_model, port, tensor_parallel=spec.tensor_parallel, lora_rank=spec.lora_rank,
+                     max_loras=spec.max_loras, full_weights=spec.full_weights, replicas=spec.replicas_per_node,
+                     max_model_len=spec.max_model_len, tool_call_parser=spec.tool_call_parser,
+                     extra=spec.extra_vllm_args)
 
 
 def i6pn_address() -> str:
@@ -390,4 +399,4 @@ def serve_inference(spec_json: str) -> dict[str, Any]:
 
 
 __all__ = ["ADAPTER_OPS", "AdapterGate", "FANOUT_HEADER", "i6pn_address", "run_gate", "serve_inference",
-           "vllm_command", "vllm_lora_rank", "wait_healthy"]
+           "vllm_argv", "vllm_command", "vllm_lora_rank", "wait_healthy"]

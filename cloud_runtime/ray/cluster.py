@@ -42,19 +42,29 @@ def cluster(address: str | None, runtime_env: dict[str, Any] | None = None) -> I
 
 @dataclass(frozen=True, slots=True)
 class TrainerShape:
-    """What the trainer asks of the cluster: ``nodes`` nodes (one placement-group bundle each, spread
-    over distinct nodes when more than one), ``ranks`` processes on each, each with ``cpus`` CPUs and one
-    GPU when ``gpu``."""
+    """What the run asks of the cluster: ``nodes`` nodes (one placement-group bundle each, spread over
+    distinct nodes when more than one), ``ranks`` trainer processes on each, each with ``cpus`` CPUs and one
+    GPU when ``gpu``; on a GPU cluster the first node also holds the inference server's ``inference_gpus``
+    (vLLM beside rank 0, so the two meet on its loopback)."""
 
     nodes: int
     ranks: int
     cpus: float = 1.0
     gpu: bool = False
+    inference_gpus: int = 0
 
     def bundle(self) -> dict[str, float]:
+        """One node's share of the trainer."""
         out = {"CPU": self.cpus * self.ranks}
         if self.gpu:
             out["GPU"] = float(self.ranks)
+        return out
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The placement group's bundles: one a node, the first with the inference server's GPUs too."""
+        out = [self.bundle() for _ in range(self.nodes)]
+        if self.gpu and self.inference_gpus:
+            out[0] = {**out[0], "GPU": out[0]["GPU"] + self.inference_gpus}
         return out
 
     def strategy(self) -> str:
@@ -62,8 +72,10 @@ class TrainerShape:
 
     def describe(self) -> str:
         each = " and ".join(f"{v:g} {k}" for k, v in self.bundle().items())
+        serving = (f", the first with {self.inference_gpus} more GPU(s) for the inference server (vLLM)"
+                   if self.gpu and self.inference_gpus else "")
         return (f"trainer.nodes = {self.nodes} × trainer.ranks = {self.ranks}: {self.nodes} node(s) with {each} "
-                f"each{', every one a different node' if self.nodes > 1 else ''}")
+                f"each{', every one a different node' if self.nodes > 1 else ''}{serving}")
 
 
 def alive_nodes() -> list[dict[str, Any]]:
@@ -81,18 +93,27 @@ def node_name(node: dict[str, Any]) -> str:
 def shortfall(shape: TrainerShape, nodes: list[dict[str, Any]] | None = None) -> str | None:
     """Why the live cluster cannot hold ``shape``, naming what is missing; None when it can."""
     nodes = alive_nodes() if nodes is None else nodes
-    want = shape.bundle()
-    fits = [n for n in nodes if all(float(n.get("Resources", {}).get(k, 0.0)) >= v for k, v in want.items())]
-    if len(fits) >= shape.nodes:
+    first, want = shape.bundles()[0], shape.bundle()
+
+    def fits(node: dict[str, Any], need: dict[str, float]) -> bool:
+        return all(float(node.get("Resources", {}).get(k, 0.0)) >= v for k, v in need.items())
+
+    heads = [n for n in nodes if fits(n, first)]
+    others = [n for n in nodes if fits(n, want)]
+    if any(sum(1 for n in others if n is not h) >= shape.nodes - 1 for h in heads):
         return None
     have = ", ".join(
         f"{n.get('NodeManagerAddress', '?')}: " + ", ".join(f"{float(n.get('Resources', {}).get(k, 0.0)):g} {k}"
-                                                            for k in want)
+                                                            for k in first)
         for n in nodes) or "no live node"
-    missing = shape.nodes - len(fits)
+    if not heads:
+        need = " and ".join(f"{v:g} {k}" for k, v in first.items())
+        return (f"the Ray cluster cannot hold the run: {shape.describe()}, but none of its {len(nodes)} live "
+                f"node(s) has {need} for the first ({have})")
+    missing = shape.nodes - len(others)
     need = " and ".join(f"{v:g} {k}" for k, v in want.items())
-    return (f"the Ray cluster cannot hold the trainer: {shape.describe()}, but only {len(fits)} of its "
-            f"{len(nodes)} live node(s) have that ({have}); missing {missing} node(s) with {need}")
+    return (f"the Ray cluster cannot hold the trainer: {shape.describe()}, but only {len(others)} of its "
+            f"{len(nodes)} live node(s) have that ({have}); missing {max(1, missing)} node(s) with {need}")
 
 
 def plan_shape(nodes: list[dict[str, Any]], where: str) -> dict[str, Any]:
@@ -142,7 +163,7 @@ def reserve(shape: TrainerShape, name: str) -> tuple[Any, str]:
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    pg = placement_group([shape.bundle() for _ in range(shape.nodes)], strategy=shape.strategy(), name=name)
+    pg = placement_group(shape.bundles(), strategy=shape.strategy(), name=name)
     ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_WAIT_S)
     if not ready:
         remove_placement_group(pg)

@@ -47,16 +47,25 @@ def shared_workdir(run_id: str) -> Path:
     return work
 
 
-def trainer_shape(trainer: Any) -> Any:
+def trainer_shape(trainer: Any, cloud: dict[str, Any] | None = None) -> Any:
     """The cluster resources of the run's ``[trainer]`` (GPUs when its device is not the CPU and the
-    cluster has GPUs)."""
+    cluster has GPUs) and, on GPUs, of its inference server: ``cloud.inference_tp`` GPUs (default 1) for vLLM."""
     import ray
     from workbench_cloud.ray.cluster import TrainerShape
 
     device = str(getattr(trainer, "device", "auto"))
     gpus = float(ray.cluster_resources().get("GPU", 0.0))
-    return TrainerShape(nodes=trainer.nodes, ranks=trainer.ranks, cpus=1.0,
-                        gpu=device.startswith("cuda") or (device == "auto" and gpus > 0))
+    gpu = device.startswith("cuda") or (device == "auto" and gpus > 0)
+    return TrainerShape(nodes=trainer.nodes, ranks=trainer.ranks, cpus=1.0, gpu=gpu,
+                        inference_gpus=int((cloud or {}).get("inference_tp") or 1) if gpu else 0)
+
+
+def vllm_options(run: Any) -> dict[str, Any]:
+    """How the inference role's vLLM serves the run's model on a GPU cluster (as on Modal)."""
+    cloud = run.raw.get("cloud") or {}
+    return {"lora_rank": int(run.trainer.get("lora_rank", 16)), "max_loras": max(4, run.loop.max_off_policy_steps + 2),
+            "full_weights": not run.trainer.get("lora", True), "max_model_len": cloud.get("context_length"),
+            "tool_call_parser": str(cloud.get("tool_call_parser", "hermes"))}
 
 
 def launch_ray(store: Any, run: Any, *, address: str | None = None, budget_usd: float | None = None,
@@ -75,7 +84,7 @@ def launch_ray(store: Any, run: Any, *, address: str | None = None, budget_usd: 
     # The bundle is the job's working directory: Ray uploads it once and unpacks it on each node, as the
     # working directory of every actor of this launch.
     with cluster(address, {"working_dir": str(bundle.path)}) as gcs:
-        shape = trainer_shape(trainer)
+        shape = trainer_shape(trainer, run.raw.get("cloud"))
         check_cluster(shape)  # before anything starts
         return _run(store, run, bundle, shape, gcs, budget_usd=budget_usd, threads=threads, on_event=on_event,
                     on_start=on_start, timeout_s=timeout_s)
@@ -112,7 +121,9 @@ def _run(store: Any, run: Any, bundle: Any, shape: Any, gcs: str, *, budget_usd:
         on_start(run_id)
     spec = {"run_id": run_id, "config": tables, "stream": stream, "handoff": handoff, "cost": cost,
             "bundle_hash": bundle.hash, "workdir": str(work), "env_vars": env_vars, "threads": threads,
-            "shape": {"nodes": shape.nodes, "ranks": shape.ranks, "cpus": shape.cpus, "gpu": shape.gpu}}
+            "shape": {"nodes": shape.nodes, "ranks": shape.ranks, "cpus": shape.cpus, "gpu": shape.gpu,
+                      "inference_gpus": shape.inference_gpus},
+            "vllm": vllm_options(run) if shape.gpu else None}
     conn = store.conn
     attempt = _Attempt.start(spec, shape, env_vars, f"{name}-0")
     try:

@@ -3,7 +3,8 @@
 * the **orchestrator** (:class:`OrchestratorActor`): its working directory is the bundle Ray shipped
   (``runtime_env`` ``working_dir``); it checks the bundle's hash before any work and runs
   :func:`workbench_cloud.job.run_remote` with :class:`RayRoles`;
-* the **inference** role (:class:`InferenceActor`, beside the orchestrator): the embedded server;
+* the **inference** role (:class:`InferenceActor`, beside the orchestrator): the embedded server on CPUs; on
+  GPUs vLLM behind Modal's adapter gate, on GPUs of bundle 0 that the launch reserved for it;
 * the **trainer**: the placement group the launch reserved, ``trainer.nodes`` bundles (``STRICT_SPREAD``:
   each on its own node), ``trainer.ranks`` :class:`TrainerRankActor` in each. The orchestrator and the
   inference server run on the node of bundle 0, where rank 0 runs, so the three meet on its loopback. The actors form the torch.distributed group
@@ -36,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from workbench_cloud.ray.cluster import LOST, TrainerShape, alive_nodes, node_name
 from workbench_cloud.roles import handoff_argv
 
+from workbench.errors import ConfigError
 from workbench.training.roles import Inference
 
 #: How long a failed trainer waits for Ray to say whether a node of it was lost.
@@ -64,11 +66,48 @@ def _interface_of(ip: str) -> str | None:
     return None
 
 
+#: How long vLLM may take to load a model and warm up on a GPU node.
+VLLM_STARTUP_S = 3600.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class _Inference:
-    """The embedded inference server, started on this actor's node."""
+    """The inference server, started on this actor's node: the embedded one on CPUs; on GPUs vLLM behind the
+    adapter gate (``workbench_cloud.modal.inference``: LoRA loads, the token route, ``policy_version``), as on
+    Modal, both on the node's loopback."""
 
     def __init__(self) -> None:
         self.pid: int | None = None
+        self.vllm: subprocess.Popen[bytes] | None = None
+        self.stop_gate: Any = None
+
+    def start_vllm(self, base_model: str, rdir: str, options: dict[str, Any]) -> tuple[str, str]:
+        """vLLM on the GPUs Ray gave this actor, and the gate in front of it; the gate's root URL."""
+        from workbench_cloud.modal.inference import AdapterGate, run_gate, vllm_argv, wait_healthy
+
+        gpus = len(ray.get_gpu_ids()) or 1
+        port, gate_port = _free_port(), _free_port()
+        argv = vllm_argv(base_model, port, tensor_parallel=gpus, **options)
+        with open(Path(rdir) / "vllm.log", "ab") as out:
+            out.write(f"inference: {' '.join(argv)}\n".encode())
+            try:
+                self.vllm = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             preexec_fn=_die_with_parent)
+            except FileNotFoundError:
+                raise RuntimeError(f"vLLM is not installed on the Ray node {ray.util.get_node_ip_address()}: a GPU "
+                                   "cluster serves the run's model with vLLM (pip install 'rl-workbench[vllm]' "
+                                   "on its nodes)") from None
+        self.stop_gate = run_gate(AdapterGate([f"http://127.0.0.1:{port}"], base_model=base_model,
+                                              tool_call_parser=options.get("tool_call_parser") or None),
+                                  "127.0.0.1", gate_port)
+        vllm = self.vllm
+        wait_healthy(f"http://127.0.0.1:{port}/health", VLLM_STARTUP_S, lambda: vllm.poll() is None)
+        return f"http://127.0.0.1:{gate_port}", base_model
 
     def start(self, model_spec: str, rdir: str, max_batch: int, threads: int | None) -> tuple[str, str]:
         from workbench_local.server.embedded import start_server
@@ -84,6 +123,15 @@ class _Inference:
         if self.pid is not None:
             terminate(self.pid)
             self.pid = None
+        if self.stop_gate is not None:
+            self.stop_gate()
+            self.stop_gate = None
+        if self.vllm is not None and self.vllm.poll() is None:
+            self.vllm.terminate()
+            try:
+                self.vllm.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.vllm.kill()
 
 
 InferenceActor: Any = ray.remote(_Inference)  # handles typed Any: their methods are called with .remote()
@@ -244,15 +292,29 @@ class RayRoles:
 
     trainer_first: ClassVar[bool] = False  # the trainer gets the server's URL on its command line
 
-    def __init__(self, handoff: dict[str, Any], shape: TrainerShape, env_vars: dict[str, str], placement: str) -> None:
+    def __init__(self, handoff: dict[str, Any], shape: TrainerShape, env_vars: dict[str, str], placement: str,
+                 vllm: dict[str, Any] | None = None) -> None:
         self.handoff, self.shape, self.env_vars, self.placement = handoff, shape, env_vars, placement
+        self.vllm = vllm  # on GPUs: how vLLM serves the model (``launch.vllm_options``)
 
     def start_inference(self, model_spec: str, rdir: Path, *, max_batch: int, threads: int | None) -> Inference:
-        actor = InferenceActor.options(
-            num_cpus=0, max_restarts=0, max_concurrency=2, runtime_env={"env_vars": self.env_vars},
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-        ).remote()  # beside the orchestrator, on the node of the trainer's rank 0: they meet on its loopback
-        root, model = ray.get(actor.start.remote(model_spec, str(rdir), max_batch, threads))
+        if self.shape.gpu:  # vLLM on the GPUs bundle 0 holds for it, beside rank 0
+            actor = InferenceActor.options(
+                num_cpus=0, num_gpus=self.shape.inference_gpus, max_restarts=0, max_concurrency=2,
+                runtime_env={"env_vars": self.env_vars}, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    get_placement_group(self.placement), placement_group_bundle_index=0)).remote()
+            started = actor.start_vllm.remote(model_spec, str(rdir), self.vllm or {})
+        else:  # beside the orchestrator, on the node of the trainer's rank 0: they meet on its loopback
+            actor = InferenceActor.options(
+                num_cpus=0, max_restarts=0, max_concurrency=2, runtime_env={"env_vars": self.env_vars},
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                   soft=False)).remote()
+            started = actor.start.remote(model_spec, str(rdir), max_batch, threads)
+        try:
+            root, model = ray.get(started)
+        except ray.exceptions.RayTaskError as e:
+            ray.kill(actor)
+            raise ConfigError(str(e.cause) if e.cause is not None else str(e)) from None
 
         def stop() -> None:
             try:
@@ -285,7 +347,8 @@ class _Orchestrator:
         try:
             status = run_remote(os.getcwd(), spec["bundle_hash"], spec["config"], log, run_id=spec["run_id"],
                                 workdir=spec["workdir"], cost=spec["cost"], handoff=spec["handoff"],
-                                roles=RayRoles(spec["handoff"], shape, spec["env_vars"], spec["placement"]),
+                                roles=RayRoles(spec["handoff"], shape, spec["env_vars"], spec["placement"],
+                                               spec.get("vllm")),
                                 threads=spec.get("threads"), resume=bool(spec.get("resume")))
         except WorkbenchError as e:
             log.append([{"kind": "run", "row": {"id": spec["run_id"], "status": "failed", "error": str(e),
