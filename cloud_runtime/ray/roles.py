@@ -70,6 +70,16 @@ def _interface_of(ip: str) -> str | None:
 VLLM_STARTUP_S = 3600.0
 
 
+def _end(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """Terminate a child that still runs; killed when it has not ended ``wait_s`` later."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -126,12 +136,8 @@ class _Inference:
         if self.stop_gate is not None:
             self.stop_gate()
             self.stop_gate = None
-        if self.vllm is not None and self.vllm.poll() is None:
-            self.vllm.terminate()
-            try:
-                self.vllm.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.vllm.kill()
+        if self.vllm is not None:
+            _end(self.vllm, 60)
 
 
 InferenceActor: Any = ray.remote(_Inference)  # handles typed Any: their methods are called with .remote()
@@ -172,12 +178,8 @@ class _TrainerRank:
         return self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            _end(self.proc, 30)
 
 
 TrainerRankActor: Any = ray.remote(_TrainerRank)  # handles typed Any: their methods are called with .remote()
