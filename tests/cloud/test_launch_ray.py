@@ -234,10 +234,41 @@ def test_a_bundle_that_differs_from_its_hash_on_arrival_is_refused(cluster: Clus
     assert not list((tmp_path / "data").rglob("trainer.log"))  # no trainer started
 
 
-def _wait_for_step(db: Path, proc: subprocess.Popen[str]) -> None:
+class Launch:
+    """A ``workbench launch`` inside the namespace, its output in files (a Ray process it started may hold a
+    pipe open after it exits, so nothing waits on its pipes)."""
+
+    def __init__(self, cluster: Cluster, tmp: Path, *args: str) -> None:
+        self.tmp = tmp
+        self.out, self.err = tmp / "launch.out", tmp / "launch.err"
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(cluster.workbench(tmp, "launch", *args), stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, env=_env(tmp))
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        """Its exit code, stdout and stderr once it ends; what it and the trainer said when it does not."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            logs = "".join(p.read_text(errors="replace")[-3000:] for p in (self.tmp / "data").rglob("trainer.log"))
+            pytest.fail(f"the launch did not end within {timeout:g} s; its stderr:\n"
+                        f"{self.err.read_text(errors='replace')[-3000:]}\ntrainer.log:\n{logs}")
+        return code, self.out.read_text(errors="replace"), self.err.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _wait_for_step(db: Path, proc: Launch) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        assert proc.poll() is None, "the launch ended before its first step"
+        assert proc.poll() is None, f"the launch ended before its first step: {proc.err.read_text()[-3000:]}"
         if db.exists():
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
                 try:
@@ -252,21 +283,18 @@ def _wait_for_step(db: Path, proc: subprocess.Popen[str]) -> None:
 @pytest.mark.timeout(900)
 def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tiny_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "wb.db"
-    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
-                                              f"127.0.0.1:{HEAD_PORT}", "--trainer.model", str(tiny_dir),
-                                              "--max-steps", "500", "--db", str(db), "--json", *SMALL),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), "--json", *SMALL)
     try:
         _wait_for_step(db, proc)
         run_id = _only_run(db)["id"]
         stopped = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "stop", run_id, "--db", str(db),
                               timeout=120)
         assert stopped.returncode == 0, stopped.stderr[-3000:]
-        out, err = proc.communicate(timeout=300)
+        code, out, err = proc.finish(300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-3000:]
+        proc.kill()
+    assert code == 0, err[-3000:]
     s = json.loads(out.strip().splitlines()[-1])
     assert s["status"] == "stopped" and 1 <= s["steps"] < 500
     assert _only_run(db)["status"] == "stopped"
@@ -277,10 +305,8 @@ def test_a_worker_node_lost_mid_run_fails_the_run_naming_it(cluster: Cluster, ti
                                                             tmp_path: Path) -> None:
     """Last in the module: it kills the worker node."""
     db = tmp_path / "wb.db"
-    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
-                                              f"127.0.0.1:{HEAD_PORT}", "--nodes", "2", "--trainer.model",
-                                              str(tiny_dir), "--max-steps", "500", "--db", str(db), *SMALL),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--nodes", "2", "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), *SMALL)
     try:
         _wait_for_step(db, proc)
         raylet = cluster.run(tmp_path, "pgrep", "-f", f"raylet.*--node_manager_port={WORKER_MANAGER_PORT}")
@@ -288,11 +314,10 @@ def test_a_worker_node_lost_mid_run_fails_the_run_naming_it(cluster: Cluster, ti
         assert len(pids) == 1, raylet
         killed = cluster.run(tmp_path, "kill", "-9", pids[0])
         assert killed.returncode == 0, killed.stderr
-        _, stderr = proc.communicate(timeout=300)
+        code, _, stderr = proc.finish(300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0
+        proc.kill()
+    assert code != 0
     lines = _error_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
     assert "was lost mid-run" in lines[0] and f"Ray node {cluster.worker[:12]}" in lines[0], lines[0]
@@ -318,10 +343,10 @@ print(json.dumps(found))
 """
 
 
-def _wait_for_event(db: Path, proc: subprocess.Popen[str], prefix: str) -> None:
+def _wait_for_event(db: Path, proc: Launch, prefix: str) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the launch ended before an event {prefix!r}"
+        assert proc.poll() is None, f"the launch ended before an event {prefix!r}: {proc.err.read_text()[-3000:]}"
         if db.exists():
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
                 try:
@@ -349,10 +374,9 @@ def test_a_run_that_checkpoints_continues_on_the_nodes_left(cluster: Cluster, ti
     db = tmp_path / "wb.db"
     small = [a for a in SMALL]
     small[small.index("--loop.checkpoint_every") + 1] = "2"
-    proc = subprocess.Popen(cluster.workbench(tmp_path, "launch", "next_number", "--backend", "ray", "--address",
-                                              f"127.0.0.1:{HEAD_PORT}", "--nodes", "2", "--trainer.model",
-                                              str(tiny_dir), "--max-steps", "40", "--db", str(db), "--json", *small),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--nodes", "2", "--trainer.model", str(tiny_dir), "--max-steps", "40", "--db", str(db), "--json",
+                  *small)
     try:
         _wait_for_event(db, proc, "checkpoint saved at step ")
         log = next((tmp_path / "data").rglob("trainer.log")).read_text(errors="replace")
@@ -361,11 +385,10 @@ def test_a_run_that_checkpoints_continues_on_the_nodes_left(cluster: Cluster, ti
         raylet = cluster.run(tmp_path, "pgrep", "-f", f"raylet.*--node_manager_port={port}")
         assert len(raylet.stdout.split()) == 1, raylet
         assert cluster.run(tmp_path, "kill", "-9", raylet.stdout.split()[0]).returncode == 0
-        out, err = proc.communicate(timeout=600)
+        code, out, err = proc.finish(600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-4000:]
+        proc.kill()
+    assert code == 0, err[-4000:]
     s = json.loads(out.strip().splitlines()[-1])
     assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 40
     assert _steps(db, s["run_id"])[-1] == 40
