@@ -34,6 +34,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("cloud_runtime/ray/roles.py", "_TrainerRank.start", "open('ab')"): "a rank's output appended to the trainer's log",
     ("cloud_runtime/ray/roles.py", "RankGroup.start", "open('a')"): "where each rank runs, appended to the trainer's log",
     ("cloud_runtime/ray/roles.py", "RankGroup.poll", "open('a')"): "the lost node's line, appended to the trainer's log",
+    ("cloud_runtime/ray/roles.py", "_Inference.start_vllm", "open('ab')"): "vLLM's command and output, appended to its log",
     # the helper itself: its own temporary file and the rename that publishes it
     ("workbench/fsutil.py", "atomic_open", "open('wb')"): "the helper's own temporary file",
     ("workbench/fsutil.py", "atomic_open", "os.replace"): "the helper's own rename",
