@@ -69,13 +69,9 @@ class Upstream:
 
     def priced(self, rollout: Rollout) -> None:
         """Put the price of the exchange's tokens (prompt caching included) in its usage."""
-        if self.price is None:
-            return
-        extra = [c.extra or {} for c in rollout.calls]
-        rollout.usage.cost_usd = self.price.cost(
-            rollout.usage.prompt_tokens, rollout.usage.completion_tokens,
-            sum(int(x.get("cache_read_tokens") or 0) for x in extra),
-            sum(int(x.get("cache_write_tokens") or 0) for x in extra))
+        if self.price is not None:
+            rollout.usage.cost_usd = self.price.cost_of_calls(
+                rollout.usage.prompt_tokens, rollout.usage.completion_tokens, rollout.calls)
 
     def exchange(self, rid: str) -> Rollout:
         """The rollout one call to this model is recorded in (its task is the call's own, filled as it runs)."""

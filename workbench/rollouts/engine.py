@@ -237,12 +237,8 @@ class RolloutEngine:
                     unregister()
             rollout.duration_s = time.perf_counter() - rollout.started
             if self.price is not None:
-                cached = [c.extra for c in rollout.calls if c.extra and ("cache_read_tokens" in c.extra or
-                                                                          "cache_write_tokens" in c.extra)]
-                rollout.usage.cost_usd = self.price.cost(
-                    rollout.usage.prompt_tokens, rollout.usage.completion_tokens,
-                    sum(int(x.get("cache_read_tokens") or 0) for x in cached),
-                    sum(int(x.get("cache_write_tokens") or 0) for x in cached))
+                rollout.usage.cost_usd = self.price.cost_of_calls(
+                    rollout.usage.prompt_tokens, rollout.usage.completion_tokens, rollout.calls)
             if rollout.failure is not None:
                 rollout.errors.append(rollout.failure)
                 return rollout, None, None

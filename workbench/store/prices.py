@@ -6,7 +6,9 @@ row says where it came from and ``workbench prices set`` overrides any of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_SOURCE = "list price, 2025 (edit with `workbench prices set`)"
 
@@ -50,6 +52,13 @@ class Price:
         plain = max(0, prompt_tokens - cache_read_tokens - cache_write_tokens)
         prompt = plain + cache_read_tokens * CACHE_READ_RATE + cache_write_tokens * CACHE_WRITE_RATE
         return (prompt * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok) / 1e6
+
+    def cost_of_calls(self, prompt_tokens: int, completion_tokens: int, calls: Iterable[Any]) -> float:
+        """:meth:`cost` of a rollout's tokens, the cache reads and writes its model calls reported (each call's
+        ``extra``) included."""
+        extra = [c.extra or {} for c in calls]
+        return self.cost(prompt_tokens, completion_tokens, sum(int(x.get("cache_read_tokens") or 0) for x in extra),
+                         sum(int(x.get("cache_write_tokens") or 0) for x in extra))
 
 
 def match_price(model: str, table: dict[str, Price]) -> Price | None:
