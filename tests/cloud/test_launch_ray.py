@@ -265,19 +265,24 @@ class Launch:
             self.proc.wait()
 
 
-def _wait_for_step(db: Path, proc: Launch) -> None:
+def _wait_for_metric(db: Path, proc: Launch, what: str, where: str, *args: str) -> None:
+    """Until the store holds a ``train_metric`` row ``where`` says (the launch still running), for 600 s."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the launch ended before its first step: {proc.err.read_text()[-3000:]}"
+        assert proc.poll() is None, f"the launch ended before {what}: {proc.err.read_text()[-3000:]}"
         if db.exists():
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
                 try:
-                    if conn.execute("SELECT COUNT(*) FROM train_metric WHERE kind = 'step'").fetchone()[0]:
+                    if conn.execute(f"SELECT COUNT(*) FROM train_metric WHERE {where}", args).fetchone()[0]:
                         return
                 except sqlite3.OperationalError:  # the store is being created
                     pass
         time.sleep(0.2)
-    pytest.fail("no step within 600 s")
+    pytest.fail(f"no {what} within 600 s")
+
+
+def _wait_for_step(db: Path, proc: Launch) -> None:
+    _wait_for_metric(db, proc, "step", "kind = 'step'")
 
 
 @pytest.mark.timeout(900)
@@ -344,19 +349,7 @@ print(json.dumps(found))
 
 
 def _wait_for_event(db: Path, proc: Launch, prefix: str) -> None:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the launch ended before an event {prefix!r}: {proc.err.read_text()[-3000:]}"
-        if db.exists():
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-                try:
-                    if conn.execute("SELECT COUNT(*) FROM train_metric WHERE kind = 'event' AND message LIKE ?",
-                                    (prefix + "%",)).fetchone()[0]:
-                        return
-                except sqlite3.OperationalError:
-                    pass
-        time.sleep(0.2)
-    pytest.fail(f"no event {prefix!r} within 600 s")
+    _wait_for_metric(db, proc, f"an event {prefix!r}", "kind = 'event' AND message LIKE ?", prefix + "%")
 
 
 @pytest.mark.timeout(900)
