@@ -31,7 +31,7 @@ from workbench.store import reports, run_lookups
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_TASKS = 5000
-_Z95 = 1.959963984540054
+Z95 = 1.959963984540054
 #: Characters of a task's prompt a comparison keeps to name it (one line).
 PROMPT_CHARS = 80
 
@@ -59,7 +59,7 @@ class RunStats:
         rewards = [x for t in tasks for x in self.rewards.get(t, ())]
         n = len(rewards)
         mean = sum(rewards) / n if n else None
-        half = _Z95 * statistics.stdev(rewards) / math.sqrt(n) if n > 1 else None
+        half = Z95 * statistics.stdev(rewards) / math.sqrt(n) if n > 1 else None
         solved = sum(1 for t in tasks if self.passed.get(t, (0, 0))[1] > 0)
         lat = sorted(x for t in tasks for x in self.latencies.get(t, ()))
         return {
@@ -160,7 +160,7 @@ def paired_interval(d: list[float], seed: int = 0) -> tuple[float, list[float] |
     if n < 2:
         return delta, None, "none"
     if n > BOOTSTRAP_MAX_TASKS:
-        half = _Z95 * statistics.stdev(d) / math.sqrt(n)
+        half = Z95 * statistics.stdev(d) / math.sqrt(n)
         return delta, [delta - half, delta + half], "normal"
     rng = random.Random(seed)
     means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))

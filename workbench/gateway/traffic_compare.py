@@ -24,16 +24,14 @@ from typing import Any
 
 import orjson
 
-from workbench.analysis.compare import paired_interval
+from workbench.analysis.compare import BOOTSTRAP_RESAMPLES as RESAMPLES
+from workbench.analysis.compare import Z95, paired_interval
 from workbench.authoring.environment import Environment
 from workbench.errors import ConfigError
 from workbench.store.traffic import traffic_exchanges
 
 from .from_traffic import parse_since
 from .traffic_rubric import TrafficScores, score_traffic
-
-RESAMPLES = 2000
-_Z95 = 1.959963984540054
 
 
 def _mean_ci(values: list[float]) -> tuple[float | None, list[float] | None]:
@@ -42,7 +40,7 @@ def _mean_ci(values: list[float]) -> tuple[float | None, list[float] | None]:
     mean = math.fsum(values) / len(values)
     if len(values) < 2:
         return mean, None
-    half = _Z95 * statistics.stdev(values) / math.sqrt(len(values))
+    half = Z95 * statistics.stdev(values) / math.sqrt(len(values))
     return mean, [mean - half, mean + half]
 
 
