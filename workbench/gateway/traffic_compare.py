@@ -72,19 +72,31 @@ def route_exchanges(conn: Any, route: str, *, app: str | None = None, since: str
     return rows
 
 
-def compare_exchanges(rows: list[dict[str, Any]], route: str, *, app: str | None = None,
-                      baseline: str | None = None, seed: int = 0, scores: TrafficScores | None = None
-                      ) -> dict[str, Any]:
-    """The comparison of ``route_exchanges``' rows (see the module docstring)."""
+def _by_arm(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """The exchanges each arm served, and each shadow's answers."""
     arms: dict[str, list[dict[str, Any]]] = {}
     shadows: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         arm = str(row["state_dict"].get("arm"))
         (shadows if row["state_dict"].get("shadow_of") else arms).setdefault(arm, []).append(row)
+    return arms, shadows
+
+
+def _baseline(arms: dict[str, list[dict[str, Any]]], baseline: str | None) -> str:
+    """The arm named, else the one that served the most; a name that is none of the arms is one line."""
     if baseline is None:
-        baseline = max(arms, key=lambda a: (len(arms[a]), a))
-    elif baseline not in arms:
+        return max(arms, key=lambda a: (len(arms[a]), a))
+    if baseline not in arms:
         raise ConfigError(f"--baseline {baseline}: the route's arms are {', '.join(sorted(arms))}")
+    return baseline
+
+
+def compare_exchanges(rows: list[dict[str, Any]], route: str, *, app: str | None = None,
+                      baseline: str | None = None, seed: int = 0, scores: TrafficScores | None = None
+                      ) -> dict[str, Any]:
+    """The comparison of ``route_exchanges``' rows (see the module docstring)."""
+    arms, shadows = _by_arm(rows)
+    baseline = _baseline(arms, baseline)
     rated = {a: [float(r["feedback"]) for r in served if r["feedback"] is not None] for a, served in arms.items()}
     totals = scores.totals if scores is not None else {}
     scored = {a: [totals[r["id"]] for r in served if r["id"] in totals] for a, served in arms.items()}
@@ -130,8 +142,7 @@ async def compare_traffic_on_env(conn: Any, route: str, env: Environment, *, app
                                  ) -> dict[str, Any]:
     """The comparison ``compare --traffic ROUTE --env ENV`` prints: on feedback and on ``env``'s rubric."""
     rows = route_exchanges(conn, route, app=app, since=since)
-    if baseline is not None:
-        compare_exchanges(rows, route, app=app, baseline=baseline)  # a wrong --baseline is said before scoring
+    _baseline(_by_arm(rows)[0], baseline)  # a wrong --baseline is said before scoring
     scores = await score_traffic(env, rows)
     return compare_exchanges(rows, route, app=app, baseline=baseline, seed=seed, scores=scores)
 
