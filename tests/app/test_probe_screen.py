@@ -45,8 +45,11 @@ async def test_p_probes_the_environment_and_opens_an_exploit_beside_the_gold(
         await pilot.press("P")
         probe = await wait_until(pilot, lambda: isinstance(app.screen, ProbeScreen) and app.screen.result is not None
                                  and app.screen, timeout=60, what="the probe's table")
-        text = screen_text(app)
-        assert "EXPLOITABLE" in text and "every_answer" in text and "1 exploitable" in text
+        found = {p["name"]: (p["exploitable"], p["mean_reward"]) for p in probe.result["policies"]}
+        assert probe.result["exploitable"] == 1 and found["every_answer"][0], found
+        await wait_until(pilot, lambda: all(s in screen_text(app) for s in ("EXPLOITABLE", "every_answer",
+                                                                            "1 exploitable")),
+                         what="the probe's table on screen")
         rows = probe.query_one("#probe-table", DataTable)
         assert str(rows.get_cell_at((rows.cursor_row, 0))) == "every_answer", "the cursor starts on the exploit"
         await pilot.press("enter")
