@@ -65,14 +65,13 @@ from workbench.store import train_records
 from workbench.store.meta import read_meta
 from workbench.training.algorithms import Branch, TrainRollout
 from workbench.training.data import load_rollouts
+from workbench.training.roles import RESUMED_FROM
 
 #: A trainer that hears nothing (not even a heartbeat) for this long takes its orchestrator for gone.
 ORPHAN_AFTER_S = 600.0
 HEARTBEAT_S = 30.0
-#: How the training worker's records of a saved checkpoint and of a resume begin (``event`` records at
-#: the checkpoint's step).
+#: How the training worker's record of a saved checkpoint begins (an ``event`` record at the checkpoint's step).
 CHECKPOINT_SAVED = "checkpoint saved at step"
-RESUMED_FROM = "resumed from the checkpoint of step"
 _PAGE = 500
 
 

@@ -134,6 +134,8 @@ def run_remote(bundle_dir: str | Path, expected_hash: str, config: dict[str, Any
     def stop_reason() -> str | None:
         return log.stop_requested() or (should_stop() if should_stop is not None else None)
 
+    if resume:  # the trainer's records the previous call left unread reach the store before the run resumes
+        bridge.pump()
     pump.start()
     bridge.start()
     started = False

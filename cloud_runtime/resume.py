@@ -30,6 +30,7 @@ from typing import Any
 from workbench.errors import ConfigError
 from workbench.store import train_records
 from workbench.training.loop import HANDOVER
+from workbench.training.roles import RESUMED_FROM
 
 #: Time kept for stopping the run, snapshotting the store, committing the volume and spawning.
 SHUTDOWN_S = 1200.0
@@ -75,7 +76,7 @@ class HandoverWatch:
                 self.step_times = [*self.step_times[-9:], float(rec["created_at"])]
             elif rec["kind"] == "event" and rec["message"].startswith(CHECKPOINT_EVENT):
                 self.checkpoint_step = rec["step"]
-            elif rec["kind"] == "event" and rec["message"].startswith("resumed from the checkpoint"):
+            elif rec["kind"] == "event" and rec["message"].startswith(RESUMED_FROM):
                 self.step = self.checkpoint_step = rec["step"]
 
     @property

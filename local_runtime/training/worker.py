@@ -39,8 +39,8 @@ from workbench_local.training.trainer import Trainer, TrainerConfig
 from workbench.errors import WorkbenchError
 from workbench.store import Store
 from workbench.training.algorithms import group_rollouts, make_algorithm
-from workbench.training.data import complete_groups, split_stale
-from workbench.training.roles import SERVER_ROOT_FILE
+from workbench.training.data import complete_groups, groups_trained_on, split_stale
+from workbench.training.roles import RESUMED_FROM, SERVER_ROOT_FILE
 from workbench.training.run_config import RunConfig, validate_tables
 
 POLL_S = 0.01  # how often the trainer looks for new finished rollouts (one indexed query)
@@ -135,8 +135,12 @@ class TrainLoop:
 
     def resume(self) -> int:
         """Continue from the run's checkpoint, if it has one: weights, optimizer, step, and the
-        feed position (cursor) of the last rollout that step had consumed."""
+        feed position (cursor) of the last rollout that step had consumed. A run that took steps and saved
+        no checkpoint starts over, and says so: its orchestrator samples nothing until it hears where the
+        trainer resumes from."""
         if not self.checkpoint_dir.exists():
+            if self.main and self.data is None and self.feed is not None and self.feed.records("step"):
+                self.record(0, "event", {}, f"{RESUMED_FROM} 0: no checkpoint on disk, training starts over")
             return 0
         step = self.first_step = self.trainer.load_checkpoint(self.checkpoint_dir)
         if self.main:
@@ -149,8 +153,21 @@ class TrainLoop:
             self.batches.position = self.consumed_pk  # for SFT data the cursor is the stream position
         if step:
             self._publish(step)  # before the orchestrator hears of it and samples from it
-        self.record(step, "event", {}, f"resumed from the checkpoint of step {step}")
+        self.record(step, "event", {"groups_ahead": float(self._groups_ahead(step))}, f"{RESUMED_FROM} {step}")
         return step
+
+    def _groups_ahead(self, version: int) -> int:
+        """How many groups past the checkpoint's cursor, sampled before the resume (by a lost attempt, or ahead of
+        a hand-over), this trainer trains on before any its orchestrator samples now: that orchestrator, which
+        samples nothing until it hears of the resume, counts its groups' batches after them."""
+        if not self.main or self.data is not None:
+            return 0
+        assert self.feed is not None
+        new, self.read_pk = self.feed.read(self.read_pk)
+        self.pending += new
+        loop = self.cfg.loop
+        return groups_trained_on(complete_groups(self.pending, loop.rollouts_per_task), version, loop.groups_per_step,
+                                 loop.max_off_policy_steps)
 
     def _next_groups(self) -> tuple[list[list[Any]], float]:
         """The next batch on every rank: rank 0 reads it, the others receive it."""

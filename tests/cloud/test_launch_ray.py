@@ -389,5 +389,7 @@ def test_a_run_that_checkpoints_continues_on_the_nodes_left(cluster: Cluster, ti
     events = [r["message"] for r in store.train_records(s["run_id"], "event")]
     store.close()
     assert any(m.startswith("resumed from the checkpoint of step ") for m in events), events
+    # the resumed orchestrator sampled nothing before the trainer said which policy it resumed from
+    assert not any(m.startswith("dropped a whole batch") for m in events), events
     log = next((tmp_path / "data").rglob("trainer.log")).read_text(errors="replace")
     assert f"Ray node {extra[resource][:12]}" in log and "was lost mid-run" in log, log[-3000:]

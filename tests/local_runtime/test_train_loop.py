@@ -75,14 +75,28 @@ def test_three_steps_through_the_real_processes(trained: tuple[Path, dict[str, A
 
 def test_resume_continues_from_the_checkpoint(trained: tuple[Path, dict[str, Any]]) -> None:
     tmp, summary = trained
-    out = _train(tmp, "--resume", summary["run_id"], "--max-steps", "4", "--json", "--threads", "1")
+    with sqlite3.connect(tmp / "wb.db") as conn:
+        last_group = conn.execute("SELECT MAX(task_index) FROM rollout WHERE run_id=?", (summary["run_id"],)).fetchone()[0]
+        cursor = conn.execute("SELECT json_extract(metrics, '$.last_pk') FROM train_metric WHERE run_id=? AND "
+                              "kind='step' AND step=3", (summary["run_id"],)).fetchone()[0]
+        ahead = conn.execute("SELECT COUNT(DISTINCT task_index) FROM rollout WHERE run_id=? AND pk > ?",
+                             (summary["run_id"], cursor)).fetchone()[0]  # sampled ahead of step 3's batch
+    out = _train(tmp, "--resume", summary["run_id"], "--max-steps", "6", "--json", "--threads", "1")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 4
+    assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 6
     store = Store(tmp / "wb.db")
     steps = [s["step"] for s in store.train_records(summary["run_id"], "step")]
     events = [e["message"] for e in store.train_records(summary["run_id"], "event")]
-    assert steps == [1, 2, 3, 4]
+    assert steps == [1, 2, 3, 4, 5, 6]
     assert "resumed from the checkpoint of step 3" in events
+    said = next(e for e in store.train_records(summary["run_id"], "event") if e["message"].startswith("resumed"))
+    assert said["metrics"]["groups_ahead"] == ahead  # the trainer takes them before any the new orchestrator samples
+    # The resumed orchestrator sampled nothing before the trainer said where it resumed from: every new group
+    # comes from the checkpoint's policy or a newer one, and none was dropped as stale.
+    resumed = {r[0] for r in store.conn.execute("SELECT model FROM rollout WHERE run_id=? AND task_index > ?",
+                                                (summary["run_id"], last_group))}
+    assert resumed and resumed <= {f"step-{n}" for n in range(3, 7)}, resumed
+    assert not any(m.startswith("dropped a whole batch") for m in events), events
     # The resumed groups get new group indices: no rollout id was written twice.
     n, distinct = store.conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM rollout WHERE run_id=?",
                                      (summary["run_id"],)).fetchone()
@@ -136,6 +150,23 @@ def test_stale_groups_are_dropped_and_counted(tiny_dir: Path, tmp_path: Path) ->
     assert rec["message"] == "dropped a whole batch of 2 stale rollouts" and rec["metrics"]["dropped"] == 2.0
     assert rec["metrics"]["staleness_2"] == 2.0
     assert loop.trainer.step_count == 3  # nothing trained
+    store.close()
+
+
+def test_a_trainer_without_a_checkpoint_says_a_run_that_stepped_starts_over(tiny_dir: Path, tmp_path: Path) -> None:
+    """Its orchestrator waits for the trainer's word before sampling; a fresh run's trainer says nothing."""
+    from workbench_local.training.worker import TrainLoop
+
+    store = Store(tmp_path / "wb.db")
+    cfg = resolve(None, {"trainer.model": str(tiny_dir), "loop.checkpoint_every": 0}, "arithmetic")
+    for run, stepped in (("fresh", False), ("stepped", True)):
+        store.create_run(run, kind="train", env_name="arithmetic", created_at=0.0)
+        if stepped:
+            store.record_train(run, 1, "step", {"last_pk": 4.0}, "step-1")
+        assert TrainLoop(store, run, "http://127.0.0.1:9", tmp_path / run, cfg).resume() == 0
+        said = [e["message"] for e in store.train_records(run, "event")]
+        assert said == (["resumed from the checkpoint of step 0: no checkpoint on disk, training starts over"]
+                        if stepped else []), said
     store.close()
 
 

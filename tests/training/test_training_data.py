@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from workbench.authoring.rubric import Scores
 from workbench.records.rollout import Usage
 from workbench.records.task import Task
 from workbench.records.trace import Trace
 from workbench.store import RolloutRecord, Store
-from workbench.training.algorithms import make_algorithm
-from workbench.training.data import complete_groups, load_rollouts
+from workbench.training.algorithms import Branch, TrainRollout, make_algorithm
+from workbench.training.data import complete_groups, groups_trained_on, load_rollouts
 
 
 def record(run: str, task_index: int, sample: int, reward: float | None, tokens: bool = True) -> RolloutRecord:
@@ -53,3 +55,22 @@ def test_load_rollouts_round_trip_and_poll(tmp_path: Path) -> None:
     assert out.stats["groups"] == 2 and out.stats["skipped_errors"] == 1 and out.stats["skipped_no_tokens"] == 1
     assert [s.advantages[-1] for s in out.samples] == [0.5, -0.5]
     store.close()
+
+
+def _group(version: int | None) -> list[TrainRollout]:
+    return [TrainRollout(f"g{version}.{i}", f"g{version}", 1.0, [Branch([1, 2], [0.0, -1.0], [0, 1], version)])
+            for i in range(2)]
+
+
+@pytest.mark.parametrize(("versions", "trained"), [
+    ([], 0),
+    ([10, 10], 2),  # one fresh batch
+    ([9, 10, 10], 3),  # a partial last batch counts: it joins the next groups
+    ([7, 7, 10, 10], 2),  # a whole stale batch is dropped without a step
+    ([7, 10, 10, 10], 3),  # a stale group beside a fresh one: the batch steps on the fresh one
+    ([8, 8, 8, 8], 2),  # fresh at 10, stale once the first batch made it 11
+    ([12, 12], 2),  # sampled by a policy past the checkpoint (a lost attempt's): not stale
+    ([None, None], 2),  # no version known: fresh
+])
+def test_groups_trained_on_follows_the_trainer_batch_by_batch(versions: list[int | None], trained: int) -> None:
+    assert groups_trained_on([_group(v) for v in versions], 10, 2, 2) == trained

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.store.meta import immediate, write_meta
 
@@ -57,12 +57,22 @@ def add_records(conn: sqlite3.Connection, run_id: str, records: Iterable[tuple[i
         write_meta(conn, cursor_key, cursor)
 
 
-def resume_point(conn: sqlite3.Connection, run_id: str) -> tuple[int, int]:
-    """(the next group's task index, the last record id) of a run being resumed."""
+class ResumePoint(NamedTuple):
+    """Where a resumed run's orchestrator starts: the next group's task index, the last record id, and
+    whether the trainer had taken steps (then its restarted trainer says which checkpoint it resumes from)."""
+
+    group0: int
+    seen_id: int
+    trained: bool
+
+
+def resume_point(conn: sqlite3.Connection, run_id: str) -> ResumePoint:
+    """The :class:`ResumePoint` of a run being resumed."""
     group0 = 1 + conn.execute("SELECT COALESCE(MAX(task_index), -1) FROM rollout WHERE run_id=?",
                               (run_id,)).fetchone()[0]
-    seen_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM train_metric WHERE run_id=?", (run_id,)).fetchone()[0]
-    return group0, seen_id
+    seen_id, trained = conn.execute("SELECT COALESCE(MAX(id), 0), COUNT(*) FILTER (WHERE kind = 'step') "
+                                    "FROM train_metric WHERE run_id=?", (run_id,)).fetchone()
+    return ResumePoint(group0, seen_id, bool(trained))
 
 
 def traced_rollouts(conn: sqlite3.Connection, run_id: str, *, after_pk: int = 0, limit: int | None = None,
@@ -100,4 +110,4 @@ def conversation_rollouts(conn: sqlite3.Connection, run_id: str) -> Iterator[tup
 
 
 __all__ = ["add_records", "conversation_rollouts", "eval_steps", "last_step", "open_bridge", "records_after",
-           "resume_point", "run_kind_and_env", "traced_rollouts"]
+           "ResumePoint", "resume_point", "run_kind_and_env", "traced_rollouts"]

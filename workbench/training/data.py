@@ -45,7 +45,7 @@ def complete_groups(rollouts: Sequence[TrainRollout], group_size: int) -> list[l
     return [g for g in group_rollouts(rollouts) if len(g) >= group_size]
 
 
-__all__ = ["complete_groups", "group_id", "load_rollouts", "split_stale"]
+__all__ = ["complete_groups", "group_id", "groups_trained_on", "load_rollouts", "split_stale"]
 
 
 def split_stale(groups: Sequence[Sequence[TrainRollout]], version: int, max_off_policy_steps: int
@@ -62,3 +62,18 @@ def split_stale(groups: Sequence[Sequence[TrainRollout]], version: int, max_off_
             hist[a] = hist.get(a, 0) + 1
         (stale if ages and max(ages) > max_off_policy_steps else fresh).append(list(g))
     return fresh, stale, hist
+
+
+def groups_trained_on(groups: Sequence[Sequence[TrainRollout]], version: int, groups_per_step: int,
+                      max_off_policy_steps: int) -> int:
+    """How many of ``groups`` a trainer at policy ``version`` trains on when it takes them in order, a batch of
+    ``groups_per_step`` at a time, dropping the stale ones (:func:`split_stale`) and stepping after each batch
+    with a fresh group in it. The groups of a last, partial batch count when fresh: they join the next ones."""
+    trained = 0
+    for i in range(0, len(groups), groups_per_step):
+        batch = groups[i:i + groups_per_step]
+        fresh = split_stale(batch, version, max_off_policy_steps)[0]
+        trained += len(fresh)
+        if fresh and len(batch) == groups_per_step:
+            version += 1
+    return trained

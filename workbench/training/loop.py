@@ -44,7 +44,13 @@ from workbench.runs.evaluate import close_sandboxes, new_run_id, open_sandboxes
 from workbench.store import Store
 from workbench.store.train_records import resume_point
 from workbench.training.memory import effective_sharding
-from workbench.training.roles import SERVER_ROOT_FILE, TrainRoles, WorkerProcess, write_server_root
+from workbench.training.roles import (
+    RESUMED_FROM,
+    SERVER_ROOT_FILE,
+    TrainRoles,
+    WorkerProcess,
+    write_server_root,
+)
 from workbench.training.run_config import RunConfig, validate_tables
 from workbench.training.trainer_log import failure_lines
 
@@ -102,6 +108,10 @@ class Orchestrator:
         self.step = 0  # the trainer's policy version, as last read from the store
         self.step0 = 0  # the version this process started at (a resumed run starts at its checkpoint)
         self.group0 = 0
+        # A resumed run whose trainer had taken steps samples nothing until its restarted trainer says
+        # which checkpoint it resumes from: until then the records are a lost attempt's and the policy unknown.
+        self.awaiting_trainer = False
+        self.groups_ahead = 0  # groups sampled before the resume that the resumed trainer takes before this one's
         self.base_model = ""
         self.seen_id = 0
         self.engine: RolloutEngine | None = None
@@ -121,18 +131,21 @@ class Orchestrator:
         recs = self.store.train_records(self.run_id, after_id=self.seen_id)
         for rec in recs:
             self.seen_id = rec["id"]
-            if rec["kind"] == "step" and rec["step"] > self.step:
+            if rec["kind"] == "event" and rec["message"].startswith(RESUMED_FROM):
+                self.step = self.step0 = rec["step"]
+                self.groups_ahead = int(rec["metrics"].get("groups_ahead", 0))
+                self.awaiting_trainer = False
+                if self.engine is not None and self.step:
+                    self.engine.model = self.served_model(self.step)
+                self._wake()
+            elif rec["kind"] == "event" and rec["message"].startswith("trainer failed"):
+                raise WorkbenchError(rec["message"])
+            elif rec["kind"] == "step" and rec["step"] > self.step and not self.awaiting_trainer:
+                # (while awaiting the restarted trainer, a step is a lost attempt's, shown and not acted on)
                 self.step = rec["step"]
                 if self.engine is not None:
                     self.engine.model = self.served_model(self.step)  # new groups sample from it
                 self._wake()
-            if rec["kind"] == "event" and rec["message"].startswith("resumed from the checkpoint"):
-                self.step = self.step0 = rec["step"]
-                if self.engine is not None and self.step:
-                    self.engine.model = self.served_model(self.step)
-                self._wake()
-            if rec["kind"] == "event" and rec["message"].startswith("trainer failed"):
-                raise WorkbenchError(rec["message"])
             if self.on_record:
                 self.on_record(rec)
         self._check_worker()
@@ -156,8 +169,9 @@ class Orchestrator:
 
     async def gate(self, group_index: int) -> None:
         """Group ``g`` starts once the trainer is at most ``async_level`` steps behind its batch."""
-        batch = self.step0 + (group_index - self.group0) // self.cfg.loop.groups_per_step
-        while self.step < batch - self.cfg.loop.async_level:
+        while self.awaiting_trainer or self.step < (
+                self.step0 + (group_index - self.group0 + self.groups_ahead) // self.cfg.loop.groups_per_step
+                - self.cfg.loop.async_level):
             await self._stepped.wait()
 
     # -- the loop --------------------------------------------------------------------------------
@@ -174,7 +188,7 @@ class Orchestrator:
                 self.poll()
                 # every policy since the last poll: a fast trainer can publish several between two polls
                 # (the trainer keeps an eval step's adapter loaded until its eval is recorded)
-                for step in range(max(last + 1, self.step0), self.step + 1):
+                for step in range(max(last + 1, self.step0), self.step + 1) if not self.awaiting_trainer else ():
                     if eval_tasks and step not in evaluated and loop.eval_due(step, self.step0):
                         evaluated.add(step)
                         self.evals.append(asyncio.create_task(self.evaluate(eval_tasks, step)))
@@ -318,6 +332,8 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
     t0 = time.perf_counter()
     model_spec = str(cfg.trainer.get("model", "tiny"))
     orch = Orchestrator(cfg, store, run_id, env, on_record=on_record, should_stop=should_stop)
+    if resume:  # before the trainer starts: its first record (where it resumes from) comes after this point
+        orch.group0, orch.seen_id, orch.awaiting_trainer = resume_point(store.conn, run_id)
     first = getattr(roles, "trainer_first", False)
     if first:  # the trainer loads its model while the server loads its own
         (rdir / SERVER_ROOT_FILE).unlink(missing_ok=True)  # a resumed run's is the last server's
@@ -335,7 +351,6 @@ async def train(cfg: RunConfig | None, store: Store, *, resume: str | None = Non
     status, error = "completed", ""
     try:  # from here on, whatever happens, the trainer and the server are stopped
         if resume:
-            orch.group0, orch.seen_id = resume_point(store.conn, run_id)
             store.update_run(run_id, status="running", finished_at=None, base_url=base_url)
         else:
             store.create_run(run_id, kind="train", env_name=env.name, env_version=env.version,

@@ -23,6 +23,8 @@ from workbench.fsutil import atomic_write
 
 #: In the run directory: the inference server's root URL, for a trainer started before the server was up.
 SERVER_ROOT_FILE = "server_root"
+#: How the trainer's record of a resume begins (an ``event`` record at the step it resumes from).
+RESUMED_FROM = "resumed from the checkpoint of step"
 
 
 @dataclass(slots=True)
@@ -65,4 +67,4 @@ def write_server_root(rdir: Path, root: str) -> None:
     atomic_write(rdir / SERVER_ROOT_FILE, root)
 
 
-__all__ = ["SERVER_ROOT_FILE", "Inference", "TrainRoles", "WorkerProcess", "write_server_root"]
+__all__ = ["RESUMED_FROM", "SERVER_ROOT_FILE", "Inference", "TrainRoles", "WorkerProcess", "write_server_root"]
