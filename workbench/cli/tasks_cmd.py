@@ -39,11 +39,11 @@ def from_traffic_command(ctx: click.Context, new_env: str, app: str | None, sinc
     from workbench.gateway.from_traffic import check_held_out, check_rubric, from_traffic, parse_since
 
     check_held_out(held_out)
-    check_rubric(rubric, judge)
+    checked = check_rubric(rubric, judge)
     parse_since(since)  # bad arguments are refused before the store is opened
     with open_store(ctx, db, read_only_ok=True, existing=True) as store:
         result = from_traffic(store.conn, new_env, app=app, since=since, min_feedback=min_feedback,
-                              held_out=held_out, judge=judge, rubric=rubric)
+                              held_out=held_out, judge=judge, rubric=checked)
     if as_json:
         emit_json(result.as_dict())
         return

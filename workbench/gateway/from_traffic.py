@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -118,12 +118,19 @@ def parse_since(text: str | None) -> float | None:
     raise ConfigError(f"--since {text!r}: give a date (2026-12-01), a date and time (2026-12-01T09:30) or a Unix time")
 
 
-def check_rubric(rubric: str | Path | None, judge: str) -> tuple[Path | None, list[str]]:
-    """``--rubric FILE``: the file, resolved, and the names of the functions its ``rubric`` adds."""
+class RubricFile(NamedTuple):
+    """A checked ``--rubric FILE``: the file, resolved (None without one), and the functions its ``rubric`` adds."""
+
+    path: Path | None
+    names: list[str]
+
+
+def check_rubric(rubric: str | Path | None, judge: str) -> RubricFile:
+    """``--rubric FILE`` checked against ``--judge``: the file loads and defines a rubric, and some reward is left."""
     if rubric is None:
         if judge == NO_JUDGE:
             raise ConfigError(f"--judge {NO_JUDGE} needs --rubric FILE: the environment would have no reward")
-        return None, []
+        return RubricFile(None, [])
     path = Path(rubric).expanduser().resolve()
     if not path.is_file() or path.suffix != ".py":
         raise ConfigError(f"--rubric {rubric}: not a Python file (.py) that defines `rubric`")
@@ -133,16 +140,16 @@ def check_rubric(rubric: str | Path | None, judge: str) -> tuple[Path | None, li
         raise ConfigError(f"--rubric {e}") from None
     if judge == NO_JUDGE and not theirs.rewards:
         raise ConfigError(f"--rubric {rubric}: its rubric has no reward, and --judge {NO_JUDGE} leaves none")
-    return path, [f.name for f in theirs.functions]
+    return RubricFile(path, [f.name for f in theirs.functions])
 
 
 def from_traffic(conn: Any, out: str | Path, *, app: str | None = None, since: str | None = None,
                  min_feedback: float | None = None, held_out: float = 0.2, judge: str = DEFAULT_JUDGE,
-                 rubric: str | Path | None = None) -> TrafficTasks:
+                 rubric: str | Path | RubricFile | None = None) -> TrafficTasks:
     """Write the environment folder ``out`` (absent or empty) from the store's traffic; nothing is written when
-    anything is refused."""
+    anything is refused. ``rubric`` is a file, or one :func:`check_rubric` already checked."""
     check_held_out(held_out)
-    extra, extra_names = check_rubric(rubric, judge)
+    extra, extra_names = rubric if isinstance(rubric, RubricFile) else check_rubric(rubric, judge)
     target = Path(out).expanduser().resolve()
     name = target.name
     if not name.isidentifier():
@@ -232,4 +239,4 @@ Tasks from a product's own traffic, recorded by `workbench gateway` and written 
 """
 
 
-__all__ = ["TrafficTasks", "check_held_out", "check_rubric", "from_traffic", "parse_since"]
+__all__ = ["RubricFile", "TrafficTasks", "check_held_out", "check_rubric", "from_traffic", "parse_since"]
