@@ -4,7 +4,7 @@ Token continuation (``workbench/rollouts/continuation.py``) sends every follow-u
 rollout as exact prompt token ids to ``/v1/chat/completions/tokens``. vLLM has no such route, but
 its OpenAI ``/v1/completions`` takes a prompt as token ids and returns what the trace needs
 (``return_token_ids``, ``logprobs``). The inference node's adapter gate
-(``modal_inference.AdapterGate``) serves the route by translating:
+(``vllm_gate.AdapterGate``) serves the route by translating:
 
 * :func:`completion_request`: the chat request (``tokens`` + sampling fields) into a completions
   request whose ``prompt`` is those ids (plus the ids of a forced tool-call prefix, for

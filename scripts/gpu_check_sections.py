@@ -390,7 +390,7 @@ def vllm_update(base: Path | None, trained: Path | None, cuda: bool) -> dict[str
 
         before = tokens()
         t0 = time.perf_counter()
-        # The call the Modal gate makes (cloud_runtime/modal/weight_update.py): without weights_path
+        # The call the Modal gate makes (cloud_runtime/vllm_weights.py): without weights_path
         # vLLM would re-read the files it started from.
         llm.collective_rpc("reload_weights", kwargs={"weights_path": str(trained), "is_checkpoint_format": True})
         reload_s = time.perf_counter() - t0

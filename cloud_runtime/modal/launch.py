@@ -56,7 +56,7 @@ def modal_spec_for(launch: Any, plan: Any, bundle: Any, run_id: str, secrets: di
         run_id=run_id, base_model=model, bundle_dir=str(bundle.path), bundle_hash=bundle.hash, gpu=plan.gpu,
         gpus_per_node=g, trainer_nodes=plan.trainer_gpus // g, inference_nodes=plan.inference_gpus // g,
         lora_rank=int(run.trainer.get("lora_rank", 16)), max_loras=max(4, run.loop.max_off_policy_steps + 2),
-        full_weights=not run.trainer.get("lora", True),  # each step's whole weights reload vLLM (weight_update)
+        full_weights=not run.trainer.get("lora", True),  # each step's whole weights reload vLLM (vllm_weights)
         inference_tp=plan.inference_tp, max_model_len=launch.cloud.context_length, secrets=secrets,
         region=region if isinstance(region, str) else None)
 

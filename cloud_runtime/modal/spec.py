@@ -30,8 +30,6 @@ BUNDLE_PATH = "/bundle"  # the environment bundle, exactly the files the user la
 INFERENCE_PORT = 8000  # the adapter gate every inference node serves (i6pn, workspace-private)
 VLLM_PORT = 8001  # vLLM itself, on 127.0.0.1 only: all traffic goes through the gate
 MASTER_PORT = 29500  # torch.distributed rendezvous on the trainer's node 0
-#: Set to "0" on a call the head node's gate passes on to a peer's (which must not pass it on again).
-FANOUT_HEADER = "X-Workbench-Fanout"
 
 #: Modal's limit on one function execution (its timeouts guide: between 1 s and 24 h).
 MAX_TIMEOUT_S = 24 * 3600
@@ -56,7 +54,7 @@ class ModalSpec:
     inference_nodes: int = 1
     lora_rank: int = 16
     #: Full fine-tuning: vLLM serves without LoRA and in dev mode, and each step's whole weights
-    #: replace its own through the gate's ``/update_weights`` (``weight_update``).
+    #: replace its own through the gate's ``/update_weights`` (``vllm_weights``).
     full_weights: bool = False
     max_loras: int = 4  # adapters resident in vLLM at once (>= loop.max_off_policy_steps + 1)
     inference_tp: int | None = None  # GPUs per vLLM replica; default: the whole node
@@ -190,5 +188,5 @@ class ModalSpec:
         return d
 
 
-__all__ = ["BUNDLE_PATH", "DATA_HOME", "FANOUT_HEADER", "HF_CACHE_PATH", "INFERENCE_PORT", "MASTER_PORT",
+__all__ = ["BUNDLE_PATH", "DATA_HOME", "HF_CACHE_PATH", "INFERENCE_PORT", "MASTER_PORT",
            "MAX_TIMEOUT_S", "RUNS_PATH", "VLLM_PORT", "ModalSpec"]

@@ -4,7 +4,7 @@
   (``runtime_env`` ``working_dir``); it checks the bundle's hash before any work and runs
   :func:`workbench_cloud.job.run_remote` with :class:`RayRoles`;
 * the **inference** role (:class:`InferenceActor`, beside the orchestrator): the embedded server on CPUs; on
-  GPUs vLLM behind Modal's adapter gate, on GPUs of bundle 0 that the launch reserved for it;
+  GPUs vLLM behind the adapter gate (``vllm_gate``), on GPUs of bundle 0 that the launch reserved for it;
 * the **trainer**: the placement group the launch reserved, ``trainer.nodes`` bundles (``STRICT_SPREAD``:
   each on its own node), ``trainer.ranks`` :class:`TrainerRankActor` in each. The orchestrator and the
   inference server run on the node of bundle 0, where rank 0 runs, so the three meet on its loopback. The actors form the torch.distributed group
@@ -88,7 +88,7 @@ def _free_port() -> int:
 
 class _Inference:
     """The inference server, started on this actor's node: the embedded one on CPUs; on GPUs vLLM behind the
-    adapter gate (``workbench_cloud.modal.inference``: LoRA loads, the token route, ``policy_version``), as on
+    adapter gate (``workbench_cloud.vllm_gate``: LoRA loads, the token route, ``policy_version``), as on
     Modal, both on the node's loopback."""
 
     def __init__(self) -> None:
@@ -98,7 +98,7 @@ class _Inference:
 
     def start_vllm(self, base_model: str, rdir: str, options: dict[str, Any]) -> tuple[str, str]:
         """vLLM on the GPUs Ray gave this actor, and the gate in front of it; the gate's root URL."""
-        from workbench_cloud.modal.inference import AdapterGate, run_gate, vllm_argv, wait_healthy
+        from workbench_cloud.vllm_gate import AdapterGate, run_gate, vllm_argv, vllm_env, wait_healthy
 
         gpus = len(ray.get_gpu_ids()) or 1
         port, gate_port = _free_port(), _free_port()
@@ -107,6 +107,7 @@ class _Inference:
             out.write(f"inference: {' '.join(argv)}\n".encode())
             try:
                 self.vllm = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env={**os.environ, **vllm_env(bool(options.get("full_weights")))},
                                              preexec_fn=_die_with_parent)
             except FileNotFoundError:
                 raise RuntimeError(f"vLLM is not installed on the Ray node {ray.util.get_node_ip_address()}: a GPU "

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workbench_cloud.modal.inference import AdapterGate, vllm_command, vllm_lora_rank
+from workbench_cloud.modal.inference import vllm_command
 from workbench_cloud.modal.orchestrator import CloudRun, wait_for_url
 from workbench_cloud.modal.spec import BUNDLE_PATH, HF_CACHE_PATH, RUNS_PATH, ModalSpec
 from workbench_cloud.modal.trainer import ClusterView, VolumeCommitter, node_command, run_node, url_host
+from workbench_cloud.vllm_gate import AdapterGate, vllm_lora_rank
 
 from workbench.errors import ConfigError
 
@@ -355,7 +356,7 @@ async def test_gate_reports_a_dead_upstream(serve: Any) -> None:
 
 
 def test_run_gate_serves_in_a_thread_and_reports_a_taken_port() -> None:
-    from workbench_cloud.modal.inference import run_gate, wait_healthy
+    from workbench_cloud.vllm_gate import run_gate, wait_healthy
 
     port = _free_port()
     upstream = f"http://127.0.0.1:{_free_port()}"  # nothing there: the gate answers 503 for /health

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workbench_cloud.modal.inference import FANOUT_HEADER, AdapterGate, vllm_command
+from workbench_cloud.modal.inference import vllm_command
 from workbench_cloud.modal.spec import ModalSpec
-from workbench_cloud.modal.weight_update import RELOAD_METHOD, check_request
+from workbench_cloud.vllm_gate import FANOUT_HEADER, AdapterGate
+from workbench_cloud.vllm_weights import RELOAD_METHOD, check_request
 
 BASE = "Qwen/Qwen3-8B"
 

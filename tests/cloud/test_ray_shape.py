@@ -5,14 +5,18 @@ role runs (the same as a Modal inference node's)."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("ray")
 
-from workbench_cloud.modal.inference import vllm_argv  # noqa: E402
 from workbench_cloud.ray.cluster import TrainerShape, shortfall  # noqa: E402
+from workbench_cloud.vllm_gate import vllm_argv  # noqa: E402
 
 
 def _node(ip: str, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
@@ -59,3 +63,34 @@ def test_a_gpu_nodes_vllm_serves_the_runs_model_with_its_adapters() -> None:
     assert "--enable-lora --max-lora-rank 32 --max-loras 4" in text and "--max-model-len 32768" in text
     full = " ".join(vllm_argv("Qwen/Qwen3-8B", 41001, full_weights=True, tool_call_parser=""))
     assert "--enable-lora" not in full and "--tool-call-parser" not in full
+
+
+@pytest.mark.parametrize(("full_weights", "dev_mode"), [(False, None), (True, "1")])
+def test_a_gpu_nodes_vllm_starts_with_runtime_lora_loading_and_for_full_weights_the_dev_routes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, full_weights: bool, dev_mode: str | None) -> None:
+    """The inference actor's vLLM (here a stand-in ``vllm`` on PATH that writes down its environment and exits)
+    gets what Modal's image gives it: runtime LoRA updates, and vLLM's development routes for full weights."""
+    import ray
+    from workbench_cloud.ray.roles import _Inference
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "env.json"
+    fake = bin_dir / "vllm"
+    fake.write_text(f"#!{sys.executable}\nimport json, os\n"
+                    f"open({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))\nraise SystemExit(1)\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", raising=False)
+    monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])  # what Ray shows an actor holding one GPU
+    role = _Inference()
+    try:
+        with pytest.raises(RuntimeError, match="exited before it was ready"):
+            role.start_vllm("Qwen/Qwen3-8B", str(tmp_path), {"full_weights": full_weights, "lora_rank": 16})
+    finally:
+        role.stop()
+    env = json.loads(seen.read_text())
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert env.get("VLLM_SERVER_DEV_MODE") == dev_mode
+    assert "inference: vllm serve Qwen/Qwen3-8B" in (tmp_path / "vllm.log").read_text()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workbench_cloud.modal.inference import AdapterGate, run_gate
+from workbench_cloud.vllm_gate import AdapterGate, run_gate
 from workbench_cloud.vllm_tokens import TokenRouteError, chat_response, completion_request
 
 from tests.local_runtime.helpers import post_json

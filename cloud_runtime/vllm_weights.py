@@ -3,8 +3,8 @@
 The trainer publishes each step as it does to the embedded server: it writes the weights in Hugging
 Face's layout onto the run volume (``workbench_local.training.export``: gathered shard by shard
 under FSDP, so no rank holds the whole model) and POSTs ``/update_weights {"weight_dir": DIR,
-"policy_version": N}`` to the inference role. The adapter gate (``inference.AdapterGate``) reloads
-the volume until ``DIR`` is visible, drives the sequence below on its node's vLLM, fans the call out
+"policy_version": N}`` to the inference role. The adapter gate (``vllm_gate.AdapterGate``) reloads
+the volume (its ``sync``) until ``DIR`` is visible, drives the sequence below on its node's vLLM, fans the call out
 to the other inference nodes, and from then on answers with ``policy_version`` N for the base model.
 
 **vLLM's path.** ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` serves its development routes
@@ -38,8 +38,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
-
-from workbench_cloud.modal.spec import FANOUT_HEADER
 
 RELOAD_METHOD = "reload_weights"
 PAUSE_MODE = "keep"
@@ -96,7 +94,7 @@ async def reload_vllm(session: Any, vllm: str, weight_dir: str, timeout_s: float
 
 
 async def handle(gate: Any, request: Any) -> Any:
-    """The gate's ``/update_weights`` (``gate``: an ``inference.AdapterGate``): once the weights are
+    """The gate's ``/update_weights`` (``gate``: a ``vllm_gate.AdapterGate``): once the weights are
     visible on this node, reload this node's vLLM from them and, unless the call is itself a fan-out,
     every peer's (their gates do the same); the base model's policy version changes only when every
     node succeeded."""
@@ -119,9 +117,7 @@ async def handle(gate: Any, request: Any) -> Any:
     if not has_weights(weight_dir):
         return error(400, f"no weights at {weight_dir} (expected a directory with *.safetensors, as written by "
                           "save_pretrained)")
-    calls = [reload_vllm(gate.session, gate.upstreams[0], weight_dir)]
-    if request.headers.get(FANOUT_HEADER, "1") != "0":
-        calls += [gate._post(f"{peer}/update_weights", raw, {FANOUT_HEADER: "0"}) for peer in gate.peers]
+    calls = [reload_vllm(gate.session, gate.upstreams[0], weight_dir), *gate.fan_out(request, "/update_weights", raw)]
     results = await asyncio.gather(*calls)
     bad = [(i, s, t) for i, (s, t) in enumerate(results) if not 200 <= s < 300]
     if bad:
