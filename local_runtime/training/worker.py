@@ -139,7 +139,7 @@ class TrainLoop:
         no checkpoint starts over, and says so: its orchestrator samples nothing until it hears where the
         trainer resumes from."""
         if not self.checkpoint_dir.exists():
-            if self.main and self.data is None and self.feed is not None and self.feed.records("step"):
+            if self.main and self.feed is not None and self.feed.records("step"):
                 self.record(0, "event", {}, f"{RESUMED_FROM} 0: no checkpoint on disk, training starts over")
             return 0
         step = self.first_step = self.trainer.load_checkpoint(self.checkpoint_dir)
