@@ -140,7 +140,8 @@ class TrainLoop:
         trainer resumes from."""
         if not self.checkpoint_dir.exists():
             if self.main and self.feed is not None and self.feed.records("step"):
-                self.record(0, "event", {}, f"{RESUMED_FROM} 0: no checkpoint on disk, training starts over")
+                self.record(0, "event", {"groups_ahead": float(self._groups_ahead(0))},
+                            f"{RESUMED_FROM} 0: no checkpoint on disk, training starts over")
             return 0
         step = self.first_step = self.trainer.load_checkpoint(self.checkpoint_dir)
         if self.main:
