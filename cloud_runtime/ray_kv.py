@@ -1,9 +1,11 @@
-"""Joining a Ray cluster, and a run's key-value store on it: one named, detached actor on the head node, holding the
-run's event log (``workbench_cloud.stream.KeyValueLog``) and its batch hand-off logs
-(``workbench_cloud.handoff``) under their own key prefixes — what a ``modal.Dict`` holds on Modal.
+"""Joining a Ray cluster, and a run's key-value store on it: one named actor on the head node, holding the run's
+event log (``workbench_cloud.stream.KeyValueLog``) and its batch hand-off logs (``workbench_cloud.handoff``) under
+their own key prefixes — what a ``modal.Dict`` holds on Modal.
 
-It outlives the laptop's connection (``workbench runs RUN --follow`` and ``workbench stop RUN`` reach
-it again by name); the launch removes it once the run's stream is in the local store.
+The launch that creates it owns it, as it owns the run's other actors: other processes (the trainer's ranks,
+``workbench runs RUN --follow``, ``workbench stop RUN``) reach it by name while the launch runs; the launch
+removes it once the run's stream is in the local store, and a launch killed outright takes it along (Ray ends
+an actor with its owner), so nothing of a run is left on the cluster.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class RayDict:
         self.name = name
         if create:
             self.actor = KeyValueActor.options(
-                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=8,
+                name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, max_concurrency=8,
                 resources={HEAD_RESOURCE: 0.001}).remote()
         else:
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -264,6 +265,13 @@ class Launch:
             self.proc.kill()
             self.proc.wait()
 
+    def kill_outright(self) -> None:
+        """SIGKILL the launch itself (nsenter's child: nsenter forks into the PID namespace), then nsenter."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        self.proc.wait(timeout=60)
+
 
 def _wait_for_metric(db: Path, proc: Launch, what: str, where: str, *args: str) -> None:
     """Until the store holds a ``train_metric`` row ``where`` says (the launch still running), for 600 s."""
@@ -303,6 +311,42 @@ def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tin
     s = json.loads(out.strip().splitlines()[-1])
     assert s["status"] == "stopped" and 1 <= s["steps"] < 500
     assert _only_run(db)["status"] == "stopped"
+
+
+#: Until the cluster holds nothing of a run: no named actor of it, no placement group not removed, no trainer
+#: rank or inference server process in the namespace (120 s at most); prints what is left.
+LEFT_ON_CLUSTER = f"""
+import json, subprocess, sys, time, ray
+ray.init(address="127.0.0.1:{HEAD_PORT}", logging_level="ERROR", log_to_driver=False)
+run = sys.argv[1]
+deadline = time.monotonic() + 120
+while True:
+    named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if run in a["name"]]
+    groups = [g["name"] for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+    procs = subprocess.run(["pgrep", "-af", "workbench_local[.]training[.]launcher|workbench_local[.]server"],
+                           capture_output=True, text=True).stdout.splitlines()
+    if not (named or groups or procs) or time.monotonic() > deadline:
+        break
+    time.sleep(0.5)
+print(json.dumps({{"named": named, "groups": groups, "processes": procs}}))
+"""
+
+
+@pytest.mark.timeout(900)
+def test_a_launch_killed_outright_leaves_nothing_of_its_run_on_the_cluster(cluster: Cluster, tiny_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), "--json", *SMALL)
+    try:
+        _wait_for_step(db, proc)
+        run_id = _only_run(db)["id"]
+        proc.kill_outright()  # nothing of the launch's own cleanup runs
+    finally:
+        proc.kill()
+    left = cluster.run(tmp_path, sys.executable, "-c", LEFT_ON_CLUSTER, run_id, timeout=180)
+    assert left.returncode == 0, left.stderr[-3000:]
+    assert json.loads(left.stdout.strip().splitlines()[-1]) == {"named": [], "groups": [], "processes": []}
 
 
 @pytest.mark.timeout(900)
