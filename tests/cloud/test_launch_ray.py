@@ -293,11 +293,16 @@ def _wait_for_step(db: Path, proc: Launch) -> None:
     _wait_for_metric(db, proc, "step", "kind = 'step'")
 
 
+def _long_launch(cluster: Cluster, tiny_dir: Path, tmp_path: Path, db: Path) -> Launch:
+    """A launch of 500 steps: it runs until the test ends it."""
+    return Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), "--json", *SMALL)
+
+
 @pytest.mark.timeout(900)
 def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tiny_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "wb.db"
-    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
-                  "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), "--json", *SMALL)
+    proc = _long_launch(cluster, tiny_dir, tmp_path, db)
     try:
         _wait_for_step(db, proc)
         run_id = _only_run(db)["id"]
@@ -336,8 +341,7 @@ print(json.dumps({{"named": named, "groups": groups, "processes": procs}}))
 def test_a_launch_killed_outright_leaves_nothing_of_its_run_on_the_cluster(cluster: Cluster, tiny_dir: Path,
                                                                           tmp_path: Path) -> None:
     db = tmp_path / "wb.db"
-    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
-                  "--trainer.model", str(tiny_dir), "--max-steps", "500", "--db", str(db), "--json", *SMALL)
+    proc = _long_launch(cluster, tiny_dir, tmp_path, db)
     try:
         _wait_for_step(db, proc)
         run_id = _only_run(db)["id"]
