@@ -318,6 +318,26 @@ def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tin
     assert _only_run(db)["status"] == "stopped"
 
 
+@pytest.mark.timeout(900)
+def test_the_budget_stops_a_ray_run_priced_as_a_cluster_you_own(cluster: Cluster, tiny_dir: Path,
+                                                                tmp_path: Path) -> None:
+    db = tmp_path / "wb.db"
+    priced = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "gpu-prices", "set", "own", "cpu",
+                         "--per-second", "0.01", timeout=120)
+    assert priced.returncode == 0, priced.stderr[-3000:]
+    proc = Launch(cluster, tmp_path, "next_number", "--backend", "ray", "--address", f"127.0.0.1:{HEAD_PORT}",
+                  "--trainer.model", str(tiny_dir), "--max-steps", "200", "--budget", "0.03", "--db", str(db),
+                  "--json", *SMALL)
+    try:
+        code, out, err = proc.finish(600)
+    finally:
+        proc.kill()
+    assert code == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["status"] == "stopped" and s["steps"] < 200 and s["spent_usd"] >= 0.03
+    assert _only_run(db)["error"].startswith("budget reached: $")
+
+
 #: Until the cluster holds nothing of a run: no named actor of it, no placement group not removed, no trainer
 #: rank or inference server process in the namespace (120 s at most); prints what is left.
 LEFT_ON_CLUSTER = f"""
