@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, StreamGone
 
 #: The Ray namespace of every named actor a launch creates (the run's key-value store).
 NAMESPACE = "workbench"
@@ -77,10 +77,16 @@ class RayDict:
                                   "cluster was stopped)") from None
 
     def get(self, key: str, default: Any = None) -> Any:
-        return ray.get(self.actor.get.remote(key, default))
+        try:
+            return ray.get(self.actor.get.remote(key, default))
+        except ray.exceptions.RayActorError:
+            raise StreamGone(f"the run's stream {self.name!r} left the Ray cluster") from None
 
     def __setitem__(self, key: str, value: Any) -> None:
-        ray.get(self.actor.put.remote(key, value))
+        try:
+            ray.get(self.actor.put.remote(key, value))
+        except ray.exceptions.RayActorError:
+            raise StreamGone(f"the run's stream {self.name!r} left the Ray cluster") from None
 
     def remove(self) -> None:
         ray.kill(self.actor)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import orjson
 
 from workbench.cost.budgets import spent_usd
+from workbench.errors import StreamGone
 from workbench.fsutil import atomic_write
 from workbench.store import stream_rows as rows
 
@@ -269,7 +270,9 @@ def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: 
            exited: Callable[[], bool] | None = None) -> str:
     """Ingest the run's stream until it finishes (returns its final status). A failing read
     (a dropped connection) is retried with backoff from the cursor. When the accrued spend reaches
-    ``budget_usd`` the run is asked to stop (it stops within one step)."""
+    ``budget_usd`` the run is asked to stop (it stops within one step). A stream whose store is gone
+    (:class:`StreamGone`: another process, the launch, ended the run) ends the follow with the status the
+    store holds."""
     delay = poll_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     status = rows.run_status(conn, run_id)  # what the store already knows (a finished run needs no new event)
@@ -278,6 +281,8 @@ def follow(conn: sqlite3.Connection, run_id: str, log: EventLog, *, budget_usd: 
         try:
             events = log.read(read_cursor(conn, run_id))
             delay = poll_s
+        except StreamGone:
+            return rows.run_status(conn, run_id)
         except (OSError, ConnectionError, TimeoutError):
             time.sleep(delay)
             delay = min(retry_max_s, delay * 2)

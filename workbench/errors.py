@@ -38,6 +38,11 @@ class NotFoundError(WorkbenchError):
     """A run, rollout or other record that the user named does not exist."""
 
 
+class StreamGone(WorkbenchError):
+    """The store a launched run's stream lived in is gone: its launch removed it once the run ended (or the store
+    ended with its launch)."""
+
+
 #: A placeholder followed by another (``{field} {value``): group 1 the first, group 2 the second.
 _BEFORE_A_VALUE = re.compile(r"\{(\w+)\}(?= \{(\w+))")
 

@@ -306,16 +306,25 @@ def test_stop_reaches_a_running_launch_through_the_cluster(cluster: Cluster, tin
     try:
         _wait_for_step(db, proc)
         run_id = _only_run(db)["id"]
+        with open(tmp_path / "follow.out", "wb") as out_f, open(tmp_path / "follow.err", "wb") as err_f:
+            follower = subprocess.Popen(cluster.workbench(tmp_path, "runs", run_id, "--follow", "--db", str(db),
+                                                          "--json"), stdout=out_f, stderr=err_f,
+                                        stdin=subprocess.DEVNULL, env=_env(tmp_path))
         stopped = cluster.run(tmp_path, sys.executable, "-m", "workbench.cli", "stop", run_id, "--db", str(db),
                               timeout=120)
         assert stopped.returncode == 0, stopped.stderr[-3000:]
         code, out, err = proc.finish(300)
+        followed = follower.wait(timeout=300)
     finally:
         proc.kill()
     assert code == 0, err[-3000:]
     s = json.loads(out.strip().splitlines()[-1])
     assert s["status"] == "stopped" and 1 <= s["steps"] < 500
     assert _only_run(db)["status"] == "stopped"
+    # a second process followed the same run through the cluster to its end
+    assert followed == 0, (tmp_path / "follow.err").read_text(errors="replace")[-3000:]
+    shown = json.loads((tmp_path / "follow.out").read_text().strip().splitlines()[-1])
+    assert shown["run"]["status"] == "stopped", shown
 
 
 @pytest.mark.timeout(900)
