@@ -168,7 +168,8 @@ class Orchestrator:
                                  f"({self.worker_log}):\n" + "\n".join(tail))
 
     async def gate(self, group_index: int) -> None:
-        """Group ``g`` starts once the trainer is at most ``async_level`` steps behind its batch."""
+        """Group ``g`` starts once the trainer is at most ``async_level`` steps behind its batch (counted after the
+        ``groups_ahead`` a resumed trainer takes first; nothing starts while awaiting a resumed trainer's word)."""
         while self.awaiting_trainer or self.step < (
                 self.step0 + (group_index - self.group0 + self.groups_ahead) // self.cfg.loop.groups_per_step
                 - self.cfg.loop.async_level):
@@ -188,7 +189,8 @@ class Orchestrator:
                 self.poll()
                 # every policy since the last poll: a fast trainer can publish several between two polls
                 # (the trainer keeps an eval step's adapter loaded until its eval is recorded)
-                for step in range(max(last + 1, self.step0), self.step + 1) if not self.awaiting_trainer else ():
+                newest = last if self.awaiting_trainer else self.step  # no policy is known before a resume's word
+                for step in range(max(last + 1, self.step0), newest + 1):
                     if eval_tasks and step not in evaluated and loop.eval_due(step, self.step0):
                         evaluated.add(step)
                         self.evals.append(asyncio.create_task(self.evaluate(eval_tasks, step)))
