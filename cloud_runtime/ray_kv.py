@@ -77,14 +77,15 @@ class RayDict:
                                   "cluster was stopped)") from None
 
     def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return ray.get(self.actor.get.remote(key, default))
-        except ray.exceptions.RayActorError:
-            raise StreamGone(f"the run's stream {self.name!r} left the Ray cluster") from None
+        return self._answer(self.actor.get.remote(key, default))
 
     def __setitem__(self, key: str, value: Any) -> None:
+        self._answer(self.actor.put.remote(key, value))
+
+    def _answer(self, call: Any) -> Any:
+        """What the actor answered to ``call``; :class:`StreamGone` once the actor is gone (its launch ended)."""
         try:
-            ray.get(self.actor.put.remote(key, value))
+            return ray.get(call)
         except ray.exceptions.RayActorError:
             raise StreamGone(f"the run's stream {self.name!r} left the Ray cluster") from None
 

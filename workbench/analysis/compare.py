@@ -59,7 +59,7 @@ class RunStats:
         rewards = [x for t in tasks for x in self.rewards.get(t, ())]
         n = len(rewards)
         mean = sum(rewards) / n if n else None
-        half = Z95 * statistics.stdev(rewards) / math.sqrt(n) if n > 1 else None
+        half = normal_half_width(rewards) if n > 1 else None
         solved = sum(1 for t in tasks if self.passed.get(t, (0, 0))[1] > 0)
         lat = sorted(x for t in tasks for x in self.latencies.get(t, ()))
         return {
@@ -151,6 +151,16 @@ def task_labels(conn: Any, run_id: str) -> dict[str, dict[str, Any]]:
             for task_id, index, prompt in reports.task_prompts(conn, run_id)}
 
 
+def normal_half_width(values: list[float]) -> float:
+    """Half the width of the normal-approximation 95% CI of the mean of ``values`` (two or more)."""
+    return Z95 * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def percentile_interval(stats: list[float]) -> list[float]:
+    """The 95% percentile interval of :data:`BOOTSTRAP_RESAMPLES` bootstrap statistics, sorted."""
+    return [stats[int(0.025 * BOOTSTRAP_RESAMPLES)], stats[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]]
+
+
 def paired_interval(d: list[float], seed: int = 0) -> tuple[float, list[float] | None, str]:
     """The mean of paired differences ``d``, its 95% CI and how it was found: a seeded bootstrap (the same
     differences give the same interval), the normal approximation past :data:`BOOTSTRAP_MAX_TASKS`, none
@@ -160,12 +170,11 @@ def paired_interval(d: list[float], seed: int = 0) -> tuple[float, list[float] |
     if n < 2:
         return delta, None, "none"
     if n > BOOTSTRAP_MAX_TASKS:
-        half = Z95 * statistics.stdev(d) / math.sqrt(n)
+        half = normal_half_width(d)
         return delta, [delta - half, delta + half], "normal"
     rng = random.Random(seed)
     means = sorted(sum(rng.choices(d, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
-    return delta, [means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]], \
-        "paired bootstrap"
+    return delta, percentile_interval(means), "paired bootstrap"
 
 
 def paired(base: RunStats, other: RunStats, tasks: list[str], seed: int = 0) -> dict[str, Any]:

@@ -24,8 +24,12 @@ from typing import Any
 
 import orjson
 
-from workbench.analysis.compare import BOOTSTRAP_RESAMPLES as RESAMPLES
-from workbench.analysis.compare import Z95, paired_interval
+from workbench.analysis.compare import (
+    BOOTSTRAP_RESAMPLES,
+    normal_half_width,
+    paired_interval,
+    percentile_interval,
+)
 from workbench.authoring.environment import Environment
 from workbench.errors import ConfigError
 from workbench.store.traffic import traffic_exchanges
@@ -40,7 +44,7 @@ def _mean_ci(values: list[float]) -> tuple[float | None, list[float] | None]:
     mean = math.fsum(values) / len(values)
     if len(values) < 2:
         return mean, None
-    half = Z95 * statistics.stdev(values) / math.sqrt(len(values))
+    half = normal_half_width(values)
     return mean, [mean - half, mean + half]
 
 
@@ -53,8 +57,8 @@ def unpaired(base: list[float], other: list[float], seed: int = 0) -> dict[str, 
         return {"delta": delta, "ci95": None, "ci_method": "none", "significant": False}
     rng = random.Random(seed)
     diffs = sorted(statistics.fmean(rng.choices(other, k=len(other))) - statistics.fmean(rng.choices(base, k=len(base)))
-                   for _ in range(RESAMPLES))
-    ci = [diffs[int(0.025 * RESAMPLES)], diffs[int(0.975 * RESAMPLES) - 1]]
+                   for _ in range(BOOTSTRAP_RESAMPLES))
+    ci = percentile_interval(diffs)
     return {"delta": delta, "ci95": ci, "ci_method": "unpaired bootstrap", "significant": ci[0] > 0 or ci[1] < 0}
 
 
